@@ -1,0 +1,46 @@
+# Strop: `make demo` runs the main job on the embedded default; `make test` runs the suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+
+# The suite runs against the real Postgres and Redis of this machine.
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+
+.PHONY: venv services test demo lint bench-ingest bench-trainer vllm-env clean
+
+venv: $(STAMP)
+
+# torch is installed first and pinned, so pip takes the local CPU build and never the CUDA one.
+$(STAMP): requirements.lock
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --disable-pip-version-check torch==2.13.0
+	$(PIP) install --quiet --disable-pip-version-check -r requirements.lock
+	@touch $@
+
+services:
+	@bash platform/ensure-services.sh
+
+test: venv services
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+demo: venv
+	@bash platform/demo.sh
+
+lint: venv
+	$(VENV)/bin/ruff check . || true
+
+vllm-env:
+	@bash platform/vllm-env.sh
+
+bench-ingest: venv services
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/ingest.py
+
+bench-trainer: venv
+	$(PY) benchmarks/trainer.py
+
+clean:
+	rm -rf $(VENV) var staticfiles

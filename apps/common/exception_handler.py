@@ -1,0 +1,60 @@
+"""DRF's exception handler: every error leaves as ``{"error": {"code", "message", "details"}}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.response import Response
+from rest_framework.views import set_rollback
+
+from apps.common.exceptions import ApplicationError, RateLimited, ServiceUnavailable
+
+logger = logging.getLogger(__name__)
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details if details is not None else {}}}
+
+
+def _drf_message(detail: Any) -> str:
+    """A one-line message naming the first offending field of a DRF error detail."""
+    if isinstance(detail, dict):
+        for field, value in detail.items():
+            inner = _drf_message(value)
+            return inner if field == "non_field_errors" else f"{field}: {inner}"
+        return "invalid input"
+    if isinstance(detail, list):
+        return _drf_message(detail[0]) if detail else "invalid input"
+    return str(detail)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    headers: dict[str, str] = {}
+    if isinstance(exc, ApplicationError):
+        if isinstance(exc, (RateLimited, ServiceUnavailable)):
+            headers["Retry-After"] = str(exc.retry_after_s)
+        set_rollback()
+        return Response({"error": exc.as_dict()}, status=exc.status_code, headers=headers)
+    if isinstance(exc, Http404):
+        exc = drf_exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = drf_exceptions.PermissionDenied()
+    if isinstance(exc, drf_exceptions.APIException):
+        if getattr(exc, "auth_header", None):
+            headers["WWW-Authenticate"] = exc.auth_header  # type: ignore[attr-defined]
+        if getattr(exc, "wait", None):
+            headers["Retry-After"] = str(int(exc.wait))  # type: ignore[attr-defined]
+        if isinstance(exc, drf_exceptions.ValidationError):
+            body = error_body("invalid", _drf_message(exc.detail), exc.detail)
+        else:
+            detail = exc.detail
+            code = detail.code if hasattr(detail, "code") else exc.default_code
+            body = error_body(str(code), str(detail))
+        set_rollback()
+        return Response(body, status=exc.status_code, headers=headers)
+    logger.exception("unhandled error in %s", context.get("view"))
+    return None

@@ -1,0 +1,211 @@
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.common.apis import ScopedApi, batch_items, batch_response
+from apps.common.exceptions import NotFound, ValidationFailed
+from apps.interactions.editor import editor_outcome_ingest
+from apps.interactions.models import Feedback, Interaction
+from apps.interactions.selectors import interaction_get_for_tenant, interaction_list
+from apps.interactions.services import ItemResult, feedback_ingest, interactions_ingest
+from apps.interactions.validation import ItemError
+
+# ---- Shapes for the OpenAPI schema. Validation itself is in validation.py (fast, hand-written). ----
+
+
+class InteractionInSchema(serializers.Serializer):
+    client_id = serializers.CharField(max_length=200, help_text="Your id for this completion; replays are ignored.")
+    prompt = serializers.CharField(required=False, help_text="The whole prompt (or send prefix + suffix).")
+    prefix = serializers.CharField(required=False)
+    suffix = serializers.CharField(required=False)
+    completion = serializers.CharField(allow_blank=True, help_text="Empty = nothing was suggested.")
+    prompt_token_ids = serializers.ListField(child=serializers.IntegerField(min_value=0), required=False)
+    completion_token_ids = serializers.ListField(child=serializers.IntegerField(min_value=0), required=False)
+    completion_logprobs = serializers.ListField(
+        child=serializers.FloatField(max_value=0), required=False, help_text="One per completion token."
+    )
+    model = serializers.CharField(required=False, help_text="Model or adapter version that served it.")
+    end_user_id = serializers.CharField(required=False)
+    opted_in = serializers.BooleanField(required=False)
+    served_at = serializers.DateTimeField(required=False)
+    latency_ms = serializers.FloatField(required=False, min_value=0)
+    metadata = serializers.DictField(required=False)
+
+
+class FeedbackInSchema(serializers.Serializer):
+    interaction_id = serializers.UUIDField(required=False, help_text="Strop's id (the `id` we returned).")
+    client_id = serializers.CharField(required=False, help_text="Or your client id; may arrive before the interaction.")
+    outcome = serializers.ChoiceField(choices=Feedback.Outcome.choices)
+    kept_text = serializers.CharField(required=False, help_text="For 'edited': the text the user kept.")
+    occurred_at = serializers.DateTimeField(required=False, help_text="When the user acted; the latest wins.")
+    metadata = serializers.DictField(required=False)
+
+
+def _batch_schema(name: str, item: type[serializers.Serializer]) -> Any:
+    return inline_serializer(name=name, fields={"items": serializers.ListField(child=item())})
+
+
+_BATCH_RESULT = inline_serializer(
+    name="BatchResult",
+    fields={
+        "results": serializers.ListField(
+            child=inline_serializer(
+                name="BatchItemResult",
+                fields={
+                    "index": serializers.IntegerField(),
+                    "status": serializers.CharField(),
+                    "id": serializers.CharField(required=False),
+                    "client_id": serializers.CharField(required=False),
+                    "error": serializers.DictField(required=False),
+                },
+            )
+        )
+    },
+)
+
+
+class FeedbackOutSchema(serializers.ModelSerializer):
+    class Meta:
+        model = Feedback
+        fields = ["outcome", "kept_text", "occurred_at", "received_at", "updated_at", "events_received", "metadata"]
+
+
+class InteractionOut(serializers.ModelSerializer):
+    model = serializers.CharField(source="model_name")
+    opted_in = serializers.BooleanField(source="end_user_opted_in")
+    feedback = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Interaction
+        fields = [
+            "id", "client_id", "source", "prompt", "prefix", "suffix", "completion", "prompt_token_ids",
+            "completion_token_ids", "completion_logprobs", "model", "end_user_id", "opted_in", "served_at",
+            "received_at", "latency_ms", "metadata", "feedback",
+        ]
+
+    def get_feedback(self, obj: Interaction) -> dict[str, Any] | None:
+        rows = list(obj.feedback.all())
+        return FeedbackOutSchema(rows[0]).data if rows else None
+
+
+def _raise_item_error(result: ItemResult) -> None:
+    error = result.error or {}
+    if error.get("code") in {"not_found", "unknown_interaction"}:
+        raise NotFound(error["message"], code=error["code"])
+    raise ValidationFailed(error.get("message", "invalid item"), code=error.get("code", "invalid"), details=error)
+
+
+class InteractionCollectionApi(ScopedApi):
+    """Log interactions served elsewhere (one, or a batch under ``items``) and list them."""
+
+    required_scope = "ingest"
+
+    @extend_schema(
+        request=InteractionInSchema,
+        responses={201: InteractionOut, 200: InteractionOut, 207: _BATCH_RESULT},
+        description="Send one interaction, or `{\"items\": [...]}` (at most STROP_MAX_BATCH_ITEMS, default 1000) "
+        "for a batch answered 207 with a verdict per item: created, duplicate (same client_id seen before) or "
+        "rejected (with the error). Rejected items store nothing.",
+    )
+    def post(self, request: Request) -> Response:
+        items = batch_items(request.data)
+        if items is not None:
+            return batch_response(interactions_ingest(self.tenant, items=items), ("created", "duplicate", "rejected"))
+        (result,) = interactions_ingest(self.tenant, items=[request.data])
+        if result.status == "rejected":
+            _raise_item_error(result)
+        interaction = interaction_get_for_tenant(self.tenant, interaction_id=result.id or "")
+        return Response(InteractionOut(interaction).data, status=201 if result.status == "created" else 200)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("end_user_id", str), OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
+        responses={200: InteractionOut(many=True)},
+    )
+    def get(self, request: Request) -> Response:
+        paginator = LimitOffsetPagination()
+        paginator.default_limit, paginator.max_limit = 50, 500
+        queryset = interaction_list(self.tenant, end_user_id=request.query_params.get("end_user_id")).prefetch_related(
+            "feedback"
+        )
+        page = paginator.paginate_queryset(queryset, request, view=self)
+        return paginator.get_paginated_response(InteractionOut(page, many=True).data)
+
+
+class InteractionDetailApi(ScopedApi):
+    required_scope = "ingest"
+
+    @extend_schema(responses={200: InteractionOut})
+    def get(self, request: Request, interaction_id: str) -> Response:
+        return Response(InteractionOut(interaction_get_for_tenant(self.tenant, interaction_id=interaction_id)).data)
+
+
+class FeedbackIngestApi(ScopedApi):
+    """Accept / reject / not shown / edited, for one interaction or a batch under ``items``."""
+
+    required_scope = "feedback"
+
+    @extend_schema(
+        request=FeedbackInSchema,
+        responses={200: dict, 202: dict, 207: _BATCH_RESULT},
+        description="Name the interaction by `interaction_id` (Strop's id) or `client_id` (yours). Feedback sent "
+        "twice is counted once: the event with the latest `occurred_at` wins. Feedback for a client_id not seen "
+        "yet is kept as pending (202) and attached when the interaction arrives, unless the tenant turned that "
+        "off. An unknown `interaction_id` is 404: Strop issued those ids, so none can arrive later.",
+    )
+    def post(self, request: Request) -> Response:
+        items = batch_items(request.data)
+        if items is not None:
+            return batch_response(feedback_ingest(self.tenant, items=items), ("recorded", "pending", "rejected"))
+        (result,) = feedback_ingest(self.tenant, items=[request.data])
+        if result.status == "rejected":
+            _raise_item_error(result)
+        return Response(result.as_dict(), status=200 if result.status == "recorded" else 202)
+
+
+class EditorOutcomeApi(ScopedApi):
+    """Continue-style autocomplete outcome: one interaction plus its accept/reject, in one call."""
+
+    required_scope = "ingest"
+
+    @extend_schema(
+        request=inline_serializer(
+            name="AutocompleteOutcome",
+            fields={
+                "completionId": serializers.CharField(),
+                "prefix": serializers.CharField(required=False),
+                "suffix": serializers.CharField(required=False),
+                "prompt": serializers.CharField(required=False),
+                "completion": serializers.CharField(allow_blank=True),
+                "accepted": serializers.BooleanField(required=False),
+                "modelName": serializers.CharField(required=False),
+                "uniqueId": serializers.CharField(required=False),
+                "time": serializers.FloatField(required=False),
+                "timestamp": serializers.CharField(required=False),
+                "numLines": serializers.IntegerField(required=False),
+                "filepath": serializers.CharField(required=False),
+            },
+        ),
+        responses={200: dict, 201: dict},
+    )
+    def post(self, request: Request) -> Response:
+        try:
+            stored, feedback = editor_outcome_ingest(self.tenant, payload=request.data)
+        except ItemError as exc:
+            raise ValidationFailed(exc.message, code=exc.code, details=exc.as_dict()) from None
+        if stored.status == "rejected":
+            error = dict(stored.error or {})
+            names = {"client_id": "completionId", "model": "modelName", "end_user_id": "uniqueId", "latency_ms": "time",
+                     "served_at": "timestamp"}
+            field = error.get("field", "")
+            if field in names:
+                error["message"] = names[field] + error["message"][len(field):]
+                error["field"] = names[field]
+            raise ValidationFailed(error.get("message", "invalid outcome"), code=error.get("code", "invalid"), details=error)
+        body = {"interaction": stored.as_dict(), "feedback": feedback.as_dict() if feedback else None}
+        return Response(body, status=201 if stored.status == "created" else 200)

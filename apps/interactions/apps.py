@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class InteractionsConfig(AppConfig):
+    name = "apps.interactions"
+    label = "interactions"

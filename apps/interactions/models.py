@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+from apps.tenants.models import Tenant
+
+
+class Interaction(models.Model):
+    """One completion, served by Strop or logged by the tenant after serving it elsewhere."""
+
+    class Source(models.TextChoices):
+        LOGGED = "logged"
+        SERVED = "served"
+        EDITOR = "editor"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    client_id = models.CharField(max_length=200, null=True, blank=True, help_text="the tenant's id; unique per tenant")
+    source = models.CharField(max_length=16, choices=Source.choices)
+    prompt = models.TextField(blank=True, help_text="the whole prompt, when the tenant sends one")
+    prefix = models.TextField(blank=True)
+    suffix = models.TextField(blank=True)
+    completion = models.TextField(blank=True, help_text="empty = the model chose to suggest nothing")
+    prompt_token_ids = models.JSONField(null=True, blank=True)
+    completion_token_ids = models.JSONField(null=True, blank=True)
+    completion_logprobs = models.JSONField(null=True, blank=True, help_text="behaviour logprob of each completion token")
+    model_name = models.CharField(max_length=200, blank=True, help_text="model or adapter version that served it")
+    end_user_id = models.CharField(max_length=200, blank=True, help_text="the tenant's external id of the end user")
+    end_user_opted_in = models.BooleanField(default=False)
+    served_at = models.DateTimeField()
+    received_at = models.DateTimeField()
+    latency_ms = models.FloatField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "client_id"], condition=Q(client_id__isnull=False), name="interaction_unique_client_id"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "received_at"]),
+            models.Index(fields=["tenant", "end_user_id"]),
+        ]
+
+
+class Feedback(models.Model):
+    """The end user's verdict on one interaction: one row per interaction, last write wins.
+
+    Feedback can arrive before its interaction (naming the tenant's client id): it is kept
+    with ``pending_client_id`` set and attached when the interaction arrives.
+    """
+
+    class Outcome(models.TextChoices):
+        ACCEPTED = "accepted"
+        REJECTED = "rejected"
+        NOT_SHOWN = "not_shown"
+        EDITED = "edited"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    interaction = models.ForeignKey(
+        Interaction, null=True, blank=True, on_delete=models.CASCADE, related_name="feedback"
+    )
+    pending_client_id = models.CharField(max_length=200, null=True, blank=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    kept_text = models.TextField(blank=True, help_text="for 'edited': what the user kept")
+    occurred_at = models.DateTimeField(help_text="when the user acted (client clock, else receipt)")
+    received_at = models.DateTimeField(help_text="when the first event for this interaction arrived")
+    updated_at = models.DateTimeField()
+    events_received = models.PositiveIntegerField(default=1, help_text="events merged into this row")
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "interaction"], condition=Q(interaction__isnull=False), name="feedback_one_per_interaction"
+            ),
+            models.UniqueConstraint(
+                fields=["tenant", "pending_client_id"],
+                condition=Q(pending_client_id__isnull=False),
+                name="feedback_one_per_pending_client_id",
+            ),
+            models.CheckConstraint(
+                condition=Q(interaction__isnull=False) | Q(pending_client_id__isnull=False),
+                name="feedback_names_an_interaction",
+            ),
+        ]

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import uuid
+
+from django.db.models import QuerySet
+
+from apps.common.exceptions import NotFound
+from apps.interactions.models import Feedback, Interaction
+from apps.tenants.models import Tenant
+
+
+def interaction_get_for_tenant(tenant: Tenant, *, interaction_id: str | uuid.UUID) -> Interaction:
+    try:
+        return Interaction.objects.get(tenant=tenant, pk=uuid.UUID(str(interaction_id)))
+    except (Interaction.DoesNotExist, ValueError):
+        raise NotFound(f"interaction {interaction_id} not found") from None
+
+
+def interaction_get_by_client_id(tenant: Tenant, *, client_id: str) -> Interaction:
+    try:
+        return Interaction.objects.get(tenant=tenant, client_id=client_id)
+    except Interaction.DoesNotExist:
+        raise NotFound(f"no interaction with client_id {client_id!r}") from None
+
+
+def interaction_list(tenant: Tenant, *, end_user_id: str | None = None) -> QuerySet[Interaction]:
+    qs = Interaction.objects.filter(tenant=tenant).order_by("-received_at", "-id")
+    if end_user_id:
+        qs = qs.filter(end_user_id=end_user_id)
+    return qs
+
+
+def feedback_for_interaction(tenant: Tenant, *, interaction: Interaction) -> Feedback | None:
+    return Feedback.objects.filter(tenant=tenant, interaction=interaction).first()
+
+
+def feedback_pending_list(tenant: Tenant) -> QuerySet[Feedback]:
+    return Feedback.objects.filter(tenant=tenant, pending_client_id__isnull=False).order_by("received_at")

@@ -1,0 +1,334 @@
+"""Ingestion of interactions and feedback: batched, idempotent, tenant-scoped, nothing half-stored.
+
+A batch is validated item by item; every item gets its own verdict (created / duplicate /
+rejected, or recorded / pending / rejected for feedback). The items that pass are written in
+one transaction: ``COPY`` on Postgres, a bulk insert elsewhere, never a save per row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterable, Sequence
+
+import orjson
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from apps.common.exceptions import PayloadTooLarge
+from apps.interactions.models import Feedback, Interaction
+from apps.interactions.validation import (
+    FeedbackIn,
+    InteractionIn,
+    ItemError,
+    feedback_validate,
+    interaction_validate,
+)
+from apps.tenants.models import Tenant
+
+
+@dataclass
+class ItemResult:
+    """The verdict on one item of a batch."""
+
+    index: int
+    status: str
+    id: str | None = None
+    client_id: str | None = None
+    error: dict[str, str] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": self.index, "status": self.status}
+        if self.id is not None:
+            out["id"] = self.id
+        if self.client_id is not None:
+            out["client_id"] = self.client_id
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+def batch_check_size(items: Sequence[Any]) -> None:
+    limit = settings.STROP_MAX_BATCH_ITEMS
+    if len(items) > limit:
+        raise PayloadTooLarge(
+            f"items: a batch holds at most {limit} items, this one has {len(items)}; split it",
+            details={"limit_items": limit, "items": len(items)},
+        )
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+_INTERACTION_COLUMNS = (
+    "id", "tenant_id", "client_id", "source", "prompt", "prefix", "suffix", "completion", "prompt_token_ids",
+    "completion_token_ids", "completion_logprobs", "model_name", "end_user_id", "end_user_opted_in", "served_at",
+    "received_at", "latency_ms", "metadata",
+)
+
+
+def _interaction_row(tenant: Tenant, item: InteractionIn, *, new_id: uuid.UUID, source: str, now: datetime) -> tuple:
+    return (
+        new_id, tenant.pk, item.client_id, source, item.prompt, item.prefix, item.suffix, item.completion,
+        _json(item.prompt_token_ids), _json(item.completion_token_ids), _json(item.completion_logprobs),
+        item.model_name, item.end_user_id, item.end_user_opted_in, item.served_at or now, now, item.latency_ms,
+        _json(item.metadata),
+    )
+
+
+def _interactions_copy(rows: list[tuple]) -> None:
+    table = connection.ops.quote_name(Interaction._meta.db_table)
+    columns = ", ".join(connection.ops.quote_name(c) for c in _INTERACTION_COLUMNS)
+    with connection.cursor() as cursor:
+        with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
+def _interactions_bulk_insert(rows: list[tuple]) -> None:
+    objects = []
+    for row in rows:
+        values = dict(zip(_INTERACTION_COLUMNS, row))
+        for name in ("prompt_token_ids", "completion_token_ids", "completion_logprobs", "metadata"):
+            values[name] = orjson.loads(values[name]) if values[name] is not None else None
+        objects.append(Interaction(**values))
+    Interaction.objects.bulk_create(objects, ignore_conflicts=True)
+
+
+def _interactions_write(rows: list[tuple]) -> None:
+    """Write rows whose client ids were free a moment ago; a concurrent writer may have taken some."""
+    if connection.vendor == "postgresql":
+        try:
+            with transaction.atomic():
+                _interactions_copy(rows)
+            return
+        except IntegrityError:
+            pass  # a concurrent batch stored one of these client ids first: insert what is left
+    _interactions_bulk_insert(rows)
+
+
+def interactions_ingest(
+    tenant: Tenant, *, items: Sequence[Any], source: str = Interaction.Source.LOGGED
+) -> list[ItemResult]:
+    """Store a batch of interactions; replaying a batch stores nothing new (idempotent on client_id)."""
+    batch_check_size(items)
+    now = timezone.now()
+    results: list[ItemResult | None] = [None] * len(items)
+    valid: list[tuple[int, InteractionIn]] = []
+    for index, raw in enumerate(items):
+        try:
+            valid.append((index, interaction_validate(raw)))
+        except ItemError as exc:
+            client_id = raw.get("client_id") if isinstance(raw, dict) and isinstance(raw.get("client_id"), str) else None
+            results[index] = ItemResult(index=index, status="rejected", client_id=client_id, error=exc.as_dict())
+    if valid:
+        with transaction.atomic():
+            _interactions_store(tenant, valid, results, source=source, now=now)
+    return [r for r in results if r is not None]
+
+
+def _interactions_store(
+    tenant: Tenant, valid: list[tuple[int, InteractionIn]], results: list[ItemResult | None], *, source: str, now: datetime
+) -> None:
+    client_ids = [item.client_id for _, item in valid]
+    known = dict(
+        Interaction.objects.filter(tenant=tenant, client_id__in=client_ids).values_list("client_id", "id")
+    )
+    rows: list[tuple] = []
+    new_ids: dict[str, uuid.UUID] = {}
+    for index, item in valid:
+        if item.client_id in known or item.client_id in new_ids:
+            existing = known.get(item.client_id) or new_ids[item.client_id]
+            results[index] = ItemResult(index=index, status="duplicate", id=str(existing), client_id=item.client_id)
+            continue
+        new_id = uuid.uuid4()
+        new_ids[item.client_id] = new_id
+        rows.append(_interaction_row(tenant, item, new_id=new_id, source=source, now=now))
+        results[index] = ItemResult(index=index, status="created", id=str(new_id), client_id=item.client_id)
+    if not rows:
+        return
+    _interactions_write(rows)
+    stored = dict(
+        Interaction.objects.filter(tenant=tenant, client_id__in=list(new_ids)).values_list("client_id", "id")
+    )
+    for result in results:
+        if result is not None and result.status == "created" and stored.get(result.client_id) != uuid.UUID(result.id):
+            result.status, result.id = "duplicate", str(stored[result.client_id])  # lost a race: theirs is kept
+    feedback_attach_pending(tenant, client_ids=list(new_ids))
+
+
+# Last write wins by the time the user acted; every event is counted in events_received.
+_FEEDBACK_UPSERT = """
+INSERT INTO {table} (tenant_id, interaction_id, pending_client_id, outcome, kept_text, occurred_at, received_at,
+                     updated_at, events_received, metadata)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (tenant_id, {target}) WHERE {target} IS NOT NULL DO UPDATE SET
+    outcome = CASE WHEN excluded.occurred_at >= {table}.occurred_at THEN excluded.outcome ELSE {table}.outcome END,
+    kept_text = CASE WHEN excluded.occurred_at >= {table}.occurred_at THEN excluded.kept_text ELSE {table}.kept_text END,
+    metadata = CASE WHEN excluded.occurred_at >= {table}.occurred_at THEN excluded.metadata ELSE {table}.metadata END,
+    occurred_at = CASE WHEN excluded.occurred_at >= {table}.occurred_at THEN excluded.occurred_at
+                       ELSE {table}.occurred_at END,
+    updated_at = excluded.updated_at,
+    events_received = {table}.events_received + excluded.events_received
+"""
+
+
+@dataclass
+class _FeedbackRow:
+    interaction_id: uuid.UUID | None
+    pending_client_id: str | None
+    item: FeedbackIn
+    occurred_at: datetime
+    events: int = 1
+
+
+def _feedback_upsert(tenant: Tenant, rows: Iterable[_FeedbackRow], *, now: datetime) -> None:
+    by_target: dict[str, list[tuple]] = {"interaction_id": [], "pending_client_id": []}
+    adapt = connection.ops.adapt_datetimefield_value
+    for row in rows:
+        target = "interaction_id" if row.interaction_id is not None else "pending_client_id"
+        interaction_id = connection.ops.adapt_uuidfield_value(row.interaction_id) if row.interaction_id else None
+        by_target[target].append(
+            (
+                tenant.pk, interaction_id, row.pending_client_id, row.item.outcome, row.item.kept_text,
+                adapt(row.occurred_at), adapt(now), adapt(now), row.events, _json(row.item.metadata),
+            )
+        )
+    table = connection.ops.quote_name(Feedback._meta.db_table)
+    with connection.cursor() as cursor:
+        for target, params in by_target.items():
+            if params:
+                cursor.executemany(_FEEDBACK_UPSERT.format(table=table, target=target), params)
+
+
+def feedback_ingest(tenant: Tenant, *, items: Sequence[Any]) -> list[ItemResult]:
+    """Record feedback; twice is counted once (last write wins), early feedback waits as pending."""
+    batch_check_size(items)
+    now = timezone.now()
+    results: list[ItemResult | None] = [None] * len(items)
+    valid: list[tuple[int, FeedbackIn]] = []
+    for index, raw in enumerate(items):
+        try:
+            valid.append((index, feedback_validate(raw)))
+        except ItemError as exc:
+            results[index] = ItemResult(index=index, status="rejected", error=exc.as_dict())
+    if valid:
+        with transaction.atomic():
+            _feedback_store(tenant, valid, results, now=now)
+    return [r for r in results if r is not None]
+
+
+def _feedback_store(
+    tenant: Tenant, valid: list[tuple[int, FeedbackIn]], results: list[ItemResult | None], *, now: datetime
+) -> None:
+    ids = {item.interaction_id for _, item in valid if item.interaction_id is not None}
+    client_ids = {item.client_id for _, item in valid if item.client_id is not None}
+    known_ids = set(Interaction.objects.filter(tenant=tenant, id__in=ids).values_list("id", flat=True)) if ids else set()
+    by_client_id = (
+        dict(Interaction.objects.filter(tenant=tenant, client_id__in=client_ids).values_list("client_id", "id"))
+        if client_ids
+        else {}
+    )
+    merged: dict[tuple[str, str], _FeedbackRow] = {}
+    for index, item in valid:
+        interaction_id: uuid.UUID | None = None
+        if item.interaction_id is not None:
+            if item.interaction_id not in known_ids:
+                results[index] = ItemResult(
+                    index=index,
+                    status="rejected",
+                    error={
+                        "code": "not_found",
+                        "message": f"interaction_id: no interaction {item.interaction_id}",
+                        "field": "interaction_id",
+                    },
+                )
+                continue
+            interaction_id = item.interaction_id
+        elif item.client_id in by_client_id:
+            interaction_id = by_client_id[item.client_id]
+        elif not tenant.accept_pending_feedback:
+            results[index] = ItemResult(
+                index=index,
+                status="rejected",
+                client_id=item.client_id,
+                error={
+                    "code": "unknown_interaction",
+                    "message": f"client_id: no interaction {item.client_id!r} yet, and this tenant does not keep "
+                    "feedback for interactions that have not arrived",
+                    "field": "client_id",
+                },
+            )
+            continue
+        occurred_at = item.occurred_at or now
+        key = ("i", str(interaction_id)) if interaction_id is not None else ("p", item.client_id or "")
+        row = merged.get(key)
+        if row is None:
+            merged[key] = _FeedbackRow(interaction_id, None if interaction_id else item.client_id, item, occurred_at)
+        else:
+            row.events += 1
+            if occurred_at >= row.occurred_at:
+                row.item, row.occurred_at = item, occurred_at
+        results[index] = ItemResult(
+            index=index,
+            status="recorded" if interaction_id is not None else "pending",
+            id=str(interaction_id) if interaction_id is not None else None,
+            client_id=item.client_id,
+        )
+    if merged:
+        _feedback_upsert(tenant, merged.values(), now=now)
+
+
+def _feedback_merge(into: Feedback, other: Feedback) -> None:
+    if other.occurred_at >= into.occurred_at:
+        into.outcome, into.kept_text, into.metadata = other.outcome, other.kept_text, other.metadata
+        into.occurred_at = other.occurred_at
+    into.events_received += other.events_received
+    into.received_at = min(into.received_at, other.received_at)
+    into.updated_at = timezone.now()
+
+
+def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None = None) -> int:
+    """Attach feedback that arrived before its interaction. Returns how many rows were attached.
+
+    Called in the transaction that stores interactions, and periodically by a sweeper for the rare
+    case where both arrived at the same moment in two transactions that could not see each other.
+    """
+    pending = Feedback.objects.filter(tenant=tenant, pending_client_id__isnull=False)
+    if client_ids is not None:
+        pending = pending.filter(pending_client_id__in=list(client_ids))
+    attached = 0
+    with transaction.atomic():
+        waiting = list(pending.select_for_update())
+        if not waiting:
+            return 0
+        ids = dict(
+            Interaction.objects.filter(
+                tenant=tenant, client_id__in=[f.pending_client_id for f in waiting]
+            ).values_list("client_id", "id")
+        )
+        for feedback in waiting:
+            interaction_id = ids.get(feedback.pending_client_id)
+            if interaction_id is None:
+                continue
+            existing = Feedback.objects.select_for_update().filter(tenant=tenant, interaction_id=interaction_id).first()
+            if existing is not None:
+                _feedback_merge(existing, feedback)
+                feedback.delete()
+                existing.save()
+            else:
+                feedback.interaction_id, feedback.pending_client_id = interaction_id, None
+                feedback.save(update_fields=["interaction", "pending_client_id"])
+            attached += 1
+    return attached
+
+
+def feedback_attach_pending_all() -> int:
+    """The sweeper: attach pending feedback of every tenant whose interaction has arrived."""
+    tenant_ids = set(
+        Feedback.objects.filter(pending_client_id__isnull=False).values_list("tenant_id", flat=True).distinct()
+    )
+    return sum(feedback_attach_pending(tenant) for tenant in Tenant.objects.filter(pk__in=tenant_ids))

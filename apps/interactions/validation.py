@@ -1,0 +1,258 @@
+"""Fast validation of ingest items.
+
+Batches of up to ``STROP_MAX_BATCH_ITEMS`` items are validated here by hand instead of by a DRF
+serializer per item, which would cost more than the database insert itself. Every error names
+the field. The serializers in ``apis.py`` describe the same shapes for the OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from apps.interactions.models import Feedback
+
+MAX_ID_LEN = 200
+MAX_TOKEN_ID = 2**31 - 1
+_MAX_LOGPROB = 1e-4  # logprobs are <= 0; allow float noise
+
+
+class ItemError(Exception):
+    def __init__(self, field_name: str, message: str, code: str = "invalid") -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = f"{field_name}: {message}"
+        self.code = code
+
+    def as_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message, "field": self.field}
+
+
+@dataclass
+class InteractionIn:
+    client_id: str
+    prompt: str
+    prefix: str
+    suffix: str
+    completion: str
+    prompt_token_ids: list[int] | None
+    completion_token_ids: list[int] | None
+    completion_logprobs: list[float] | None
+    model_name: str
+    end_user_id: str
+    end_user_opted_in: bool
+    served_at: datetime | None
+    latency_ms: float | None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FeedbackIn:
+    interaction_id: uuid.UUID | None
+    client_id: str | None
+    outcome: str
+    kept_text: str
+    occurred_at: datetime | None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _text(item: dict[str, Any], name: str, *, required: bool = False, max_len: int | None = None) -> str | None:
+    value = item.get(name)
+    if value is None:
+        if required:
+            raise ItemError(name, "is required", "required")
+        return None
+    if not isinstance(value, str):
+        raise ItemError(name, f"must be a string, not {type(value).__name__}")
+    if max_len is not None and len(value) > max_len:
+        raise ItemError(name, f"is longer than {max_len} characters")
+    if "\x00" in value:
+        raise ItemError(name, "contains a NUL character, which cannot be stored")
+    return value
+
+
+def _id(item: dict[str, Any], name: str, *, required: bool = False) -> str | None:
+    value = _text(item, name, required=required, max_len=MAX_ID_LEN)
+    if value is not None and not value.strip():
+        raise ItemError(name, "must not be blank")
+    return value
+
+
+def _bool(item: dict[str, Any], name: str) -> bool:
+    value = item.get(name, False)
+    if not isinstance(value, bool):
+        raise ItemError(name, f"must be true or false, not {type(value).__name__}")
+    return value
+
+
+def _token_ids(item: dict[str, Any], name: str) -> list[int] | None:
+    value = item.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ItemError(name, "must be a list of token ids")
+    for index, token in enumerate(value):
+        if type(token) is not int or token < 0 or token > MAX_TOKEN_ID:
+            raise ItemError(name, f"item {index} must be a token id (an integer from 0 to {MAX_TOKEN_ID})")
+    return value
+
+
+def _logprobs(item: dict[str, Any], name: str) -> list[float] | None:
+    value = item.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ItemError(name, "must be a list of numbers")
+    out: list[float] = []
+    for index, number in enumerate(value):
+        if type(number) not in (int, float) or not math.isfinite(number):
+            raise ItemError(name, f"item {index} must be a finite number")
+        if number > _MAX_LOGPROB:
+            raise ItemError(name, f"item {index} is {number}; a log-probability is at most 0")
+        out.append(float(number))
+    return out
+
+
+def _number(item: dict[str, Any], name: str, *, minimum: float = 0.0) -> float | None:
+    value = item.get(name)
+    if value is None:
+        return None
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise ItemError(name, "must be a finite number")
+    if value < minimum:
+        raise ItemError(name, f"must be at least {minimum}")
+    return float(value)
+
+
+def _datetime(item: dict[str, Any], name: str) -> datetime | None:
+    value = item.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ItemError(name, "must be an ISO 8601 date-time string such as 2026-11-21T10:00:00Z")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ItemError(name, f"{value!r} is not an ISO 8601 date-time") from None
+    if parsed.tzinfo is None:
+        raise ItemError(name, "must include a timezone (for example a trailing Z for UTC)")
+    return parsed
+
+
+def _metadata(item: dict[str, Any], name: str = "metadata") -> dict[str, Any]:
+    value = item.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ItemError(name, "must be a JSON object")
+    _reject_nul(value, name)
+    return value
+
+
+def _reject_nul(value: Any, path: str) -> None:
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ItemError(path, "contains a NUL character, which cannot be stored")
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            if "\x00" in key:
+                raise ItemError(path, "has a key with a NUL character")
+            _reject_nul(inner, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            _reject_nul(inner, f"{path}[{index}]")
+
+
+def _reject_unknown(item: dict[str, Any], allowed: frozenset[str]) -> None:
+    unknown = item.keys() - allowed
+    if unknown:
+        name = sorted(unknown)[0]
+        raise ItemError(name, f"is not a known field (known: {', '.join(sorted(allowed))})", "unknown_field")
+
+
+INTERACTION_FIELDS = frozenset(
+    {
+        "client_id", "prompt", "prefix", "suffix", "completion", "prompt_token_ids", "completion_token_ids",
+        "completion_logprobs", "model", "end_user_id", "opted_in", "served_at", "latency_ms", "metadata",
+    }
+)
+
+
+def interaction_validate(item: Any) -> InteractionIn:
+    if not isinstance(item, dict):
+        raise ItemError("item", "must be a JSON object")
+    _reject_unknown(item, INTERACTION_FIELDS)
+    client_id = _id(item, "client_id", required=True)
+    prompt = _text(item, "prompt")
+    prefix = _text(item, "prefix")
+    suffix = _text(item, "suffix")
+    if prompt is None and prefix is None:
+        raise ItemError("prompt", "send 'prompt', or 'prefix' (and 'suffix') for fill-in-the-middle", "required")
+    completion = _text(item, "completion", required=True)
+    prompt_ids = _token_ids(item, "prompt_token_ids")
+    completion_ids = _token_ids(item, "completion_token_ids")
+    logprobs = _logprobs(item, "completion_logprobs")
+    if logprobs is not None:
+        if completion_ids is None:
+            raise ItemError("completion_logprobs", "needs completion_token_ids of the same length")
+        if len(logprobs) != len(completion_ids):
+            raise ItemError(
+                "completion_logprobs",
+                f"has {len(logprobs)} values but completion_token_ids has {len(completion_ids)}",
+                "length_mismatch",
+            )
+    return InteractionIn(
+        client_id=client_id,  # type: ignore[arg-type]
+        prompt=prompt or "",
+        prefix=prefix or "",
+        suffix=suffix or "",
+        completion=completion,  # type: ignore[arg-type]
+        prompt_token_ids=prompt_ids,
+        completion_token_ids=completion_ids,
+        completion_logprobs=logprobs,
+        model_name=_text(item, "model", max_len=200) or "",
+        end_user_id=_text(item, "end_user_id", max_len=200) or "",
+        end_user_opted_in=_bool(item, "opted_in"),
+        served_at=_datetime(item, "served_at"),
+        latency_ms=_number(item, "latency_ms"),
+        metadata=_metadata(item),
+    )
+
+
+FEEDBACK_FIELDS = frozenset({"interaction_id", "client_id", "outcome", "kept_text", "occurred_at", "metadata"})
+OUTCOMES = frozenset(choice.value for choice in Feedback.Outcome)
+
+
+def feedback_validate(item: Any) -> FeedbackIn:
+    if not isinstance(item, dict):
+        raise ItemError("item", "must be a JSON object")
+    _reject_unknown(item, FEEDBACK_FIELDS)
+    raw_id = _text(item, "interaction_id", max_len=64)
+    client_id = _id(item, "client_id")
+    if (raw_id is None) == (client_id is None):
+        raise ItemError(
+            "interaction_id", "name the interaction by exactly one of 'interaction_id' (Strop's id) or 'client_id'", "required"
+        )
+    interaction_id = None
+    if raw_id is not None:
+        try:
+            interaction_id = uuid.UUID(raw_id)
+        except ValueError:
+            raise ItemError("interaction_id", f"{raw_id!r} is not a Strop interaction id (a UUID)") from None
+    outcome = _text(item, "outcome", required=True)
+    if outcome not in OUTCOMES:
+        raise ItemError("outcome", f"{outcome!r} is not one of {', '.join(sorted(OUTCOMES))}")
+    kept_text = _text(item, "kept_text")
+    if outcome == Feedback.Outcome.EDITED and kept_text is None:
+        raise ItemError("kept_text", "is required when outcome is 'edited'", "required")
+    return FeedbackIn(
+        interaction_id=interaction_id,
+        client_id=client_id,
+        outcome=outcome,  # type: ignore[arg-type]
+        kept_text=kept_text or "",
+        occurred_at=_datetime(item, "occurred_at"),
+        metadata=_metadata(item),
+    )

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.common.apis import ScopedApi
+from apps.tenants.models import ApiKey, AuditEvent, Tenant
+from apps.tenants.selectors import api_key_get_for_tenant, api_key_list, audit_event_list
+from apps.tenants.services import ALL_SCOPES, api_key_create, api_key_revoke
+
+
+class TenantOut(serializers.ModelSerializer):
+    class Meta:
+        model = Tenant
+        fields = ["slug", "name", "rate_limit_per_minute", "accept_pending_feedback", "created_at"]
+
+
+class ApiKeyOut(serializers.ModelSerializer):
+    class Meta:
+        model = ApiKey
+        fields = ["id", "name", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+
+
+class ApiKeyCreatedOut(ApiKeyOut):
+    key = serializers.CharField(help_text="The secret. Shown once: Strop keeps only its hash.")
+
+    class Meta(ApiKeyOut.Meta):
+        fields = [*ApiKeyOut.Meta.fields, "key"]
+
+
+class ApiKeyCreateIn(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    scopes = serializers.ListField(child=serializers.CharField(), allow_empty=False, help_text=", ".join(ALL_SCOPES))
+
+
+class AuditEventOut(serializers.ModelSerializer):
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "actor", "action", "target_type", "target_id", "data", "created_at"]
+
+
+class TenantMeApi(ScopedApi):
+    """The tenant this key belongs to, and the key's scopes."""
+
+    required_scope = "any"
+
+    @extend_schema(responses={200: TenantOut})
+    def get(self, request: Request) -> Response:
+        return Response({**TenantOut(self.tenant).data, "key": ApiKeyOut(request.auth).data})
+
+
+class ApiKeyCollectionApi(ScopedApi):
+    required_scope = "admin"
+
+    @extend_schema(responses={200: ApiKeyOut(many=True)})
+    def get(self, request: Request) -> Response:
+        return Response(ApiKeyOut(api_key_list(self.tenant), many=True).data)
+
+    @extend_schema(request=ApiKeyCreateIn, responses={201: ApiKeyCreatedOut})
+    def post(self, request: Request) -> Response:
+        data = ApiKeyCreateIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        issued = api_key_create(self.tenant, actor=self.actor, **data.validated_data)
+        return Response({**ApiKeyOut(issued.api_key).data, "key": issued.raw_key}, status=201)
+
+
+class ApiKeyDetailApi(ScopedApi):
+    required_scope = "admin"
+
+    @extend_schema(responses={200: ApiKeyOut})
+    def get(self, request: Request, key_id: str) -> Response:
+        return Response(ApiKeyOut(api_key_get_for_tenant(self.tenant, key_id=key_id)).data)
+
+    @extend_schema(responses={200: ApiKeyOut}, description="Revoke the key; it stops working at once.")
+    def delete(self, request: Request, key_id: str) -> Response:
+        api_key = api_key_get_for_tenant(self.tenant, key_id=key_id)
+        return Response(ApiKeyOut(api_key_revoke(self.tenant, api_key=api_key, actor=self.actor)).data)
+
+
+class AuditEventListApi(ScopedApi):
+    required_scope = "admin"
+
+    @extend_schema(responses={200: AuditEventOut(many=True)})
+    def get(self, request: Request) -> Response:
+        return Response(AuditEventOut(audit_event_list(self.tenant)[:200], many=True).data)

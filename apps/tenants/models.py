@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Tenant(models.Model):
+    """A customer of Strop. Every tenant-owned row points here."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    rate_limit_per_minute = models.PositiveIntegerField(
+        default=0, help_text="API requests per minute for all of this tenant's keys; 0 = the platform default."
+    )
+    accept_pending_feedback = models.BooleanField(
+        default=True,
+        help_text="Keep feedback that names a client id not seen yet, and attach it when the interaction arrives.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(models.Model):
+    """A dashboard user's role in one tenant."""
+
+    class Role(models.TextChoices):
+        OWNER = "owner"
+        ADMIN = "admin"
+        VIEWER = "viewer"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "user"], name="membership_unique_user_per_tenant")]
+
+
+class ApiKey(models.Model):
+    """A tenant's API key. Only a keyed hash of the secret is stored; the key is shown once."""
+
+    class Scope(models.TextChoices):
+        INGEST = "ingest"
+        FEEDBACK = "feedback"
+        SERVE = "serve"
+        ADMIN = "admin"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=200)
+    prefix = models.CharField(max_length=16, unique=True)
+    key_hash = models.CharField(max_length=64)
+    scopes = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class AuditEvent(models.Model):
+    """Every state-changing admin action, written in the same transaction as the change."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="audit_events")
+    actor = models.CharField(max_length=200, help_text="key:<prefix>, user:<id> or system")
+    action = models.CharField(max_length=100)
+    target_type = models.CharField(max_length=100)
+    target_id = models.CharField(max_length=100)
+    data = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "created_at"])]

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from apps.common.exceptions import Conflict, ValidationFailed
+from apps.tenants.keys import generate_key, hash_key
+from apps.tenants.models import ApiKey, AuditEvent, Tenant
+
+ALL_SCOPES = [choice.value for choice in ApiKey.Scope]
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    """The stored key and its raw value, which exists only here and is shown once."""
+
+    api_key: ApiKey
+    raw_key: str
+
+
+def audit_record(
+    tenant: Tenant, *, actor: str, action: str, target_type: str, target_id: str, data: dict[str, Any] | None = None
+) -> AuditEvent:
+    return AuditEvent.objects.create(
+        tenant=tenant, actor=actor, action=action, target_type=target_type, target_id=target_id, data=data or {}
+    )
+
+
+def tenant_create(*, name: str, slug: str | None = None, rate_limit_per_minute: int = 0) -> Tenant:
+    slug = slug or slugify(name)
+    if not slug:
+        raise ValidationFailed("name: a tenant needs a name with at least one letter or digit")
+    try:
+        with transaction.atomic():
+            tenant = Tenant.objects.create(name=name, slug=slug, rate_limit_per_minute=rate_limit_per_minute)
+            audit_record(tenant, actor="system", action="tenant.create", target_type="tenant", target_id=slug)
+    except IntegrityError:
+        raise Conflict(f"a tenant with slug {slug!r} already exists", code="tenant_exists") from None
+    return tenant
+
+
+def _validated_scopes(scopes: list[str]) -> list[str]:
+    unknown = sorted(set(scopes) - set(ALL_SCOPES))
+    if unknown:
+        raise ValidationFailed(
+            f"scopes: unknown scope(s) {', '.join(unknown)}; choose from {', '.join(ALL_SCOPES)}",
+            details={"scopes": unknown},
+        )
+    if not scopes:
+        raise ValidationFailed(f"scopes: give at least one of {', '.join(ALL_SCOPES)}")
+    return [scope for scope in ALL_SCOPES if scope in scopes]
+
+
+@transaction.atomic
+def api_key_create(tenant: Tenant, *, name: str, scopes: list[str], actor: str = "system") -> IssuedKey:
+    ordered = _validated_scopes(scopes)
+    generated = generate_key()
+    api_key = ApiKey.objects.create(
+        tenant=tenant, name=name, prefix=generated.prefix, key_hash=hash_key(generated.raw), scopes=ordered
+    )
+    audit_record(
+        tenant,
+        actor=actor,
+        action="api_key.create",
+        target_type="api_key",
+        target_id=str(api_key.pk),
+        data={"name": name, "scopes": ordered, "prefix": api_key.prefix},
+    )
+    return IssuedKey(api_key=api_key, raw_key=generated.raw)
+
+
+@transaction.atomic
+def api_key_revoke(tenant: Tenant, *, api_key: ApiKey, actor: str) -> ApiKey:
+    if api_key.tenant_id != tenant.pk:
+        raise ValueError("api_key belongs to another tenant")
+    if api_key.revoked_at is None:
+        api_key.revoked_at = timezone.now()
+        api_key.save(update_fields=["revoked_at"])
+        audit_record(
+            tenant, actor=actor, action="api_key.revoke", target_type="api_key", target_id=str(api_key.pk)
+        )
+    return api_key
+
+
+def api_key_touch(*, api_key: ApiKey, resolution_s: int) -> None:
+    """Record use, at most once per ``resolution_s`` so authentication stays off the write path."""
+    now = timezone.now()
+    if api_key.last_used_at is None or (now - api_key.last_used_at).total_seconds() >= resolution_s:
+        ApiKey.objects.filter(pk=api_key.pk).update(last_used_at=now)
+        api_key.last_used_at = now

@@ -1,0 +1,13 @@
+"""The Celery app. Tasks live in ``workers/`` and call domain functions in ``apps/``."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+app = Celery("strop")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["workers"], related_name="ingest")

@@ -1,0 +1,190 @@
+"""Strop settings, driven by environment variables (12-factor).
+
+With no environment at all this is the *embedded default*: SQLite under ``var/`` and a
+filesystem Celery broker, so one machine with nothing installed can run the API.
+Production and the test suite set ``DATABASE_URL`` (Postgres) and ``REDIS_URL``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("STROP_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value in (None, "") else int(value)
+
+
+def database_from_url(url: str) -> dict[str, object]:
+    """Turn ``postgres://user:pass@host:port/name`` or ``sqlite:///path`` into Django's dict."""
+    parsed = urlparse(url)
+    if parsed.scheme == "sqlite":
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": parsed.path or ":memory:"}
+    if parsed.scheme in {"postgres", "postgresql"}:
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parsed.path.lstrip("/")),
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+            "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 60),
+            "CONN_HEALTH_CHECKS": True,
+        }
+    raise ValueError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (postgres or sqlite)")
+
+
+SECRET_KEY = os.environ.get("SECRET_KEY", "strop-embedded-default-not-for-production")
+# Keyed hash for API keys. Changing it invalidates every issued key.
+API_KEY_PEPPER = os.environ.get("API_KEY_PEPPER", SECRET_KEY)
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "apps.common",
+    "apps.tenants",
+    "apps.interactions",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'strop.sqlite3'}")
+DATABASES = {"default": database_from_url(DATABASE_URL)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# Celery: Redis when configured, otherwise a filesystem broker under var/ (embedded default).
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
+if CELERY_BROKER_URL == "filesystem://":
+    _celery_dir = VAR_DIR / "celery"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_celery_dir / "queue"),
+        "data_folder_out": str(_celery_dir / "queue"),
+        "processed_folder": str(_celery_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "attach-pending-feedback": {"task": "workers.ingest.feedback_attach_pending_all", "schedule": 60.0},
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+# Requests larger than this are refused with 413 before they are parsed.
+STROP_MAX_BODY_BYTES = env_int("STROP_MAX_BODY_BYTES", 16 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = STROP_MAX_BODY_BYTES
+# Items in one batch call (interactions or feedback).
+STROP_MAX_BATCH_ITEMS = env_int("STROP_MAX_BATCH_ITEMS", 1000)
+# Default per-tenant request budget per minute; each tenant may override it.
+STROP_DEFAULT_RATE_LIMIT_PER_MINUTE = env_int("STROP_DEFAULT_RATE_LIMIT_PER_MINUTE", 6000)
+# last_used_at of a key is written at most this often (seconds), to keep auth off the write path.
+STROP_KEY_LAST_USED_RESOLUTION_S = env_int("STROP_KEY_LAST_USED_RESOLUTION_S", 60)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["apps.tenants.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["apps.tenants.permissions.HasScope"],
+    "DEFAULT_PARSER_CLASSES": ["apps.common.parsers.StrictJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "apps.common.exception_handler.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Strop API",
+    "DESCRIPTION": "Ingest completions and accept/reject feedback; serve per-tenant LoRA adapters.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {"ApiKey": {"type": "http", "scheme": "bearer", "description": "strop_… API key"}}
+    },
+    "SECURITY": [{"ApiKey": []}],
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.request": {"level": "ERROR"}},
+}

@@ -1,0 +1,31 @@
+from django.contrib import admin
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from rest_framework.permissions import AllowAny
+
+from apps.common.apis import HealthApi
+from apps.interactions.apis import (
+    EditorOutcomeApi,
+    FeedbackIngestApi,
+    InteractionCollectionApi,
+    InteractionDetailApi,
+)
+from apps.tenants.apis import ApiKeyCollectionApi, ApiKeyDetailApi, AuditEventListApi, TenantMeApi
+
+_public = {"authentication_classes": [], "permission_classes": [AllowAny]}
+
+urlpatterns = [
+    path("health", HealthApi.as_view(), name="health"),
+    path("v1/tenant", TenantMeApi.as_view(), name="tenant-me"),
+    path("v1/keys", ApiKeyCollectionApi.as_view(), name="api-keys"),
+    path("v1/keys/<str:key_id>", ApiKeyDetailApi.as_view(), name="api-key-detail"),
+    path("v1/audit-events", AuditEventListApi.as_view(), name="audit-events"),
+    path("v1/interactions", InteractionCollectionApi.as_view(), name="interactions"),
+    path("v1/interactions/<str:interaction_id>", InteractionDetailApi.as_view(), name="interaction-detail"),
+    path("v1/feedback", FeedbackIngestApi.as_view(), name="feedback"),
+    path("v1/editor/autocomplete", EditorOutcomeApi.as_view(), name="editor-autocomplete"),
+    path("api/schema/", SpectacularAPIView.as_view(**_public), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **_public), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema", **_public), name="api-redoc"),
+    path("admin/", admin.site.urls),
+]

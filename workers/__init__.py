@@ -1,0 +1,1 @@
+"""Celery tasks: thin, idempotent wrappers around domain functions in ``apps/`` and ``gpu_trainer/``."""
