@@ -173,7 +173,6 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
     "APPEND_COMPONENTS": {
         "securitySchemes": {"ApiKey": {"type": "http", "scheme": "bearer", "description": "strop_… API key"}}
     },

@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
 from apps.common.apis import HealthApi
@@ -26,6 +26,5 @@ urlpatterns = [
     path("v1/editor/autocomplete", EditorOutcomeApi.as_view(), name="editor-autocomplete"),
     path("api/schema/", SpectacularAPIView.as_view(**_public), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **_public), name="api-docs"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema", **_public), name="api-redoc"),
     path("admin/", admin.site.urls),
 ]

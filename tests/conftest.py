@@ -62,3 +62,11 @@ def client_a(tenant: Tenant, make_client: Callable[..., KeyedClient]) -> KeyedCl
 
 def post_json(client: APIClient, path: str, body: Any) -> Any:
     return client.post(path, body, format="json")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_test_redis() -> None:
+    """Each run gets a fresh test database, whose ids restart; so must the counters keyed by them."""
+    from django.core.cache import cache
+
+    cache.clear()

@@ -190,7 +190,7 @@ def _feedback_upsert(tenant: Tenant, rows: Iterable[_FeedbackRow], *, now: datet
     adapt = connection.ops.adapt_datetimefield_value
     for row in rows:
         target = "interaction_id" if row.interaction_id is not None else "pending_client_id"
-        interaction_id = connection.ops.adapt_uuidfield_value(row.interaction_id) if row.interaction_id else None
+        interaction_id = Interaction._meta.pk.get_db_prep_value(row.interaction_id, connection) if row.interaction_id else None
         by_target[target].append(
             (
                 tenant.pk, interaction_id, row.pending_client_id, row.item.outcome, row.item.kept_text,

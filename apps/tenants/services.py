@@ -30,13 +30,20 @@ def audit_record(
     )
 
 
-def tenant_create(*, name: str, slug: str | None = None, rate_limit_per_minute: int = 0) -> Tenant:
+def tenant_create(
+    *, name: str, slug: str | None = None, rate_limit_per_minute: int = 0, accept_pending_feedback: bool = True
+) -> Tenant:
     slug = slug or slugify(name)
     if not slug:
         raise ValidationFailed("name: a tenant needs a name with at least one letter or digit")
     try:
         with transaction.atomic():
-            tenant = Tenant.objects.create(name=name, slug=slug, rate_limit_per_minute=rate_limit_per_minute)
+            tenant = Tenant.objects.create(
+                name=name,
+                slug=slug,
+                rate_limit_per_minute=rate_limit_per_minute,
+                accept_pending_feedback=accept_pending_feedback,
+            )
             audit_record(tenant, actor="system", action="tenant.create", target_type="tenant", target_id=slug)
     except IntegrityError:
         raise Conflict(f"a tenant with slug {slug!r} already exists", code="tenant_exists") from None

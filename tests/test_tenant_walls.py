@@ -1,0 +1,107 @@
+"""Tenant B's key against tenant A's objects, on every endpoint.
+
+The walk is driven by the URL configuration: an endpoint added without a row here fails
+``test_every_endpoint_is_walked``, so no endpoint escapes this check.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from apps.interactions.models import Feedback, Interaction
+from apps.tenants.models import ApiKey
+
+pytestmark = pytest.mark.django_db
+
+# Routes that hold no tenant data at all.
+PUBLIC = {"health", "schema", "api-docs"}
+# Routes that only read or write the caller's own tenant and take no object id: B sees only B.
+OWN_TENANT_ONLY = {"tenant-me", "api-keys", "audit-events", "interactions", "feedback", "editor-autocomplete"}
+# Routes that take an object id: walked below with A's ids.
+WITH_IDS = {"interaction-detail", "api-key-detail"}
+
+
+def _route_names(patterns, prefix: str = "") -> set[str]:
+    names: set[str] = set()
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            if "admin" not in str(pattern.pattern):
+                names |= _route_names(pattern.url_patterns)
+        elif isinstance(pattern, URLPattern) and pattern.name:
+            names.add(pattern.name)
+    return names
+
+
+def test_every_endpoint_is_walked():
+    assert _route_names(get_resolver().url_patterns) == PUBLIC | OWN_TENANT_ONLY | WITH_IDS
+
+
+@pytest.fixture
+def world(make_tenant, make_client):
+    a = make_client(make_tenant("tenant-a"))
+    b = make_client(make_tenant("tenant-b"))
+    interaction_id = a.post(
+        "/v1/interactions", {"client_id": "secret-1", "prompt": "A's code", "completion": "A's text"}, format="json"
+    ).json()["id"]
+    a.post("/v1/feedback", {"interaction_id": interaction_id, "outcome": "accepted"}, format="json")
+    a_key = ApiKey.objects.filter(tenant=a.tenant).first()
+    return a, b, interaction_id, a_key
+
+
+def test_b_cannot_read_a_interaction(world):
+    _, b, interaction_id, _ = world
+    response = b.get(f"/v1/interactions/{interaction_id}")
+    assert response.status_code == 404
+    assert "A's" not in response.content.decode()
+
+
+def test_b_cannot_see_a_key_or_revoke_it(world):
+    _, b, _, a_key = world
+    assert b.get(f"/v1/keys/{a_key.pk}").status_code == 404
+    assert b.delete(f"/v1/keys/{a_key.pk}").status_code == 404
+    a_key.refresh_from_db()
+    assert a_key.revoked_at is None
+
+
+def test_b_cannot_give_feedback_on_a_interaction(world):
+    a, b, interaction_id, _ = world
+    response = b.post("/v1/feedback", {"interaction_id": interaction_id, "outcome": "rejected"}, format="json")
+    assert response.status_code == 404
+    batch = b.post("/v1/feedback", {"items": [{"interaction_id": interaction_id, "outcome": "rejected"}]}, format="json")
+    assert batch.json()["results"][0]["status"] == "rejected"
+    row = Feedback.objects.get(tenant=a.tenant)
+    assert (row.outcome, row.events_received) == ("accepted", 1)
+
+
+def test_b_feedback_on_a_client_id_stays_in_b(world):
+    a, b, _, _ = world
+    assert b.post("/v1/feedback", {"client_id": "secret-1", "outcome": "rejected"}, format="json").status_code == 202
+    assert Feedback.objects.get(tenant=a.tenant).outcome == "accepted"
+    assert Feedback.objects.get(tenant=b.tenant).interaction is None
+
+
+def test_b_reusing_a_client_id_creates_its_own_interaction(world):
+    a, b, interaction_id, _ = world
+    response = b.post("/v1/interactions", {"client_id": "secret-1", "prompt": "B", "completion": "B"}, format="json")
+    assert response.status_code == 201 and response.json()["id"] != interaction_id
+    assert Interaction.objects.get(tenant=a.tenant).prompt == "A's code"
+    editor = b.post("/v1/editor/autocomplete", {"completionId": "secret-1", "prompt": "B", "completion": "B",
+                                                "accepted": False}, format="json")
+    assert editor.status_code == 200
+    assert Feedback.objects.get(tenant=a.tenant).outcome == "accepted"
+
+
+def test_b_listings_hold_only_b(world):
+    a, b, _, a_key = world
+    assert b.get("/v1/interactions").json()["results"] == []
+    assert a_key.prefix not in str(b.get("/v1/keys").json())
+    assert all(e["target_id"] != str(a_key.pk) for e in b.get("/v1/audit-events").json())
+    assert b.get("/v1/tenant").json()["slug"] == "tenant-b"
+
+
+def test_public_routes_hold_no_tenant_data(world, client):
+    for path in ("/health", "/api/schema/", "/api/docs/"):
+        response = client.get(path)
+        assert response.status_code == 200
+        assert "A's" not in response.content.decode()
