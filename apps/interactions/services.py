@@ -18,6 +18,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from apps.common.exceptions import PayloadTooLarge
+from apps.common.lookups import in_values
 from apps.interactions.models import Feedback, Interaction
 from apps.interactions.validation import (
     FeedbackIn,
@@ -98,16 +99,18 @@ def _interactions_bulk_insert(rows: list[tuple]) -> None:
     Interaction.objects.bulk_create(objects, ignore_conflicts=True)
 
 
-def _interactions_write(rows: list[tuple]) -> None:
-    """Write rows whose client ids were free a moment ago; a concurrent writer may have taken some."""
+def _interactions_write(rows: list[tuple]) -> bool:
+    """Write rows whose client ids were free a moment ago. False if some may not have landed,
+    because a concurrent writer took their client ids first."""
     if connection.vendor == "postgresql":
         try:
             with transaction.atomic():
                 _interactions_copy(rows)
-            return
+            return True
         except IntegrityError:
             pass  # a concurrent batch stored one of these client ids first: insert what is left
     _interactions_bulk_insert(rows)
+    return False
 
 
 def interactions_ingest(
@@ -135,7 +138,7 @@ def _interactions_store(
 ) -> None:
     client_ids = [item.client_id for _, item in valid]
     known = dict(
-        Interaction.objects.filter(tenant=tenant, client_id__in=client_ids).values_list("client_id", "id")
+        Interaction.objects.filter(tenant=tenant, **in_values("client_id", client_ids)).values_list("client_id", "id")
     )
     rows: list[tuple] = []
     new_ids: dict[str, uuid.UUID] = {}
@@ -150,13 +153,13 @@ def _interactions_store(
         results[index] = ItemResult(index=index, status="created", id=str(new_id), client_id=item.client_id)
     if not rows:
         return
-    _interactions_write(rows)
-    stored = dict(
-        Interaction.objects.filter(tenant=tenant, client_id__in=list(new_ids)).values_list("client_id", "id")
-    )
-    for result in results:
-        if result is not None and result.status == "created" and stored.get(result.client_id) != uuid.UUID(result.id):
-            result.status, result.id = "duplicate", str(stored[result.client_id])  # lost a race: theirs is kept
+    if not _interactions_write(rows):
+        stored = dict(
+            Interaction.objects.filter(tenant=tenant, **in_values("client_id", new_ids)).values_list("client_id", "id")
+        )
+        for result in results:
+            if result is not None and result.status == "created" and stored[result.client_id] != uuid.UUID(result.id):
+                result.status, result.id = "duplicate", str(stored[result.client_id])  # lost a race: theirs is kept
     feedback_attach_pending(tenant, client_ids=list(new_ids))
 
 
@@ -226,9 +229,15 @@ def _feedback_store(
 ) -> None:
     ids = {item.interaction_id for _, item in valid if item.interaction_id is not None}
     client_ids = {item.client_id for _, item in valid if item.client_id is not None}
-    known_ids = set(Interaction.objects.filter(tenant=tenant, id__in=ids).values_list("id", flat=True)) if ids else set()
+    known_ids = (
+        set(Interaction.objects.filter(tenant=tenant, **in_values("id", ids)).values_list("id", flat=True))
+        if ids
+        else set()
+    )
     by_client_id = (
-        dict(Interaction.objects.filter(tenant=tenant, client_id__in=client_ids).values_list("client_id", "id"))
+        dict(
+            Interaction.objects.filter(tenant=tenant, **in_values("client_id", client_ids)).values_list("client_id", "id")
+        )
         if client_ids
         else {}
     )
@@ -299,7 +308,7 @@ def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None 
     """
     pending = Feedback.objects.filter(tenant=tenant, pending_client_id__isnull=False)
     if client_ids is not None:
-        pending = pending.filter(pending_client_id__in=list(client_ids))
+        pending = pending.filter(**in_values("pending_client_id", client_ids))
     attached = 0
     with transaction.atomic():
         waiting = list(pending.select_for_update())
@@ -307,7 +316,7 @@ def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None 
             return 0
         ids = dict(
             Interaction.objects.filter(
-                tenant=tenant, client_id__in=[f.pending_client_id for f in waiting]
+                tenant=tenant, **in_values("client_id", [f.pending_client_id for f in waiting])
             ).values_list("client_id", "id")
         )
         for feedback in waiting:

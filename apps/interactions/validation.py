@@ -94,6 +94,8 @@ def _token_ids(item: dict[str, Any], name: str) -> list[int] | None:
         return None
     if not isinstance(value, list):
         raise ItemError(name, "must be a list of token ids")
+    if not value or (all(type(t) is int for t in value) and min(value) >= 0 and max(value) <= MAX_TOKEN_ID):
+        return value  # the common case, checked without a Python-level loop body
     for index, token in enumerate(value):
         if type(token) is not int or token < 0 or token > MAX_TOKEN_ID:
             raise ItemError(name, f"item {index} must be a token id (an integer from 0 to {MAX_TOKEN_ID})")
@@ -106,6 +108,8 @@ def _logprobs(item: dict[str, Any], name: str) -> list[float] | None:
         return None
     if not isinstance(value, list):
         raise ItemError(name, "must be a list of numbers")
+    if not value or (all(type(x) is float for x in value) and math.isfinite(sum(value)) and max(value) <= _MAX_LOGPROB):
+        return value  # the common case; the JSON parser already refused NaN and Infinity
     out: list[float] = []
     for index, number in enumerate(value):
         if type(number) not in (int, float) or not math.isfinite(number):
