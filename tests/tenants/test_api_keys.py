@@ -103,3 +103,17 @@ def test_management_command_refuses_a_duplicate_slug(db):
     call_command("tenant_create", "Initech", stdout=io.StringIO())
     with pytest.raises(Exception, match="already exists"):
         call_command("tenant_create", "Initech", stdout=io.StringIO())
+
+
+def test_operator_can_issue_another_key_for_an_existing_tenant(tenant):
+    out = io.StringIO()
+    call_command("api_key_create", tenant.slug, "--scopes", "feedback", stdout=out)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {out.getvalue().strip()}")
+    assert client.get("/v1/tenant").json()["key"]["scopes"] == ["feedback"]
+    assert AuditEvent.objects.filter(tenant=tenant, action="api_key.create", actor="operator").exists()
+
+
+def test_tenant_create_with_exists_ok_leaves_the_tenant_alone(tenant):
+    call_command("tenant_create", "Other", "--slug", tenant.slug, "--exists-ok", stdout=io.StringIO())
+    assert ApiKey.objects.filter(tenant=tenant).count() == 0

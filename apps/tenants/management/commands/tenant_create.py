@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.common.exceptions import ApplicationError
+from apps.tenants.models import Tenant
 from apps.tenants.services import ALL_SCOPES, api_key_create, tenant_create
 
 
@@ -17,8 +18,11 @@ class Command(BaseCommand):
         parser.add_argument("--scopes", default=",".join(ALL_SCOPES), help="comma-separated key scopes")
         parser.add_argument("--rate-limit", type=int, default=0, help="requests per minute (0 = platform default)")
         parser.add_argument("--key-only", action="store_true", help="print only the key (for scripts)")
+        parser.add_argument("--exists-ok", action="store_true", help="do nothing if the slug exists")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["exists_ok"] and options["slug"] and Tenant.objects.filter(slug=options["slug"]).exists():
+            return
         try:
             tenant = tenant_create(name=options["name"], slug=options["slug"], rate_limit_per_minute=options["rate_limit"])
             issued = api_key_create(
