@@ -8,6 +8,7 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-app = Celery("strop")
+TASK_MODULES = ["workers.ingest", "workers.serving"]
+
+app = Celery("strop", include=TASK_MODULES)
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["workers"], related_name="ingest")

@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "apps.common.apps.CommonConfig",
     "apps.tenants",
     "apps.interactions",
+    "apps.adapters",
 ]
 
 MIDDLEWARE = [
@@ -126,6 +127,11 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# Queues by workload: default (ingest follow-ups, stats), serving (vLLM loads), gpu (training, eval).
+CELERY_TASK_ROUTES = {
+    "workers.serving.*": {"queue": "serving"},
+    "workers.training.*": {"queue": "gpu"},
+}
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "attach-pending-feedback": {"task": "workers.ingest.feedback_attach_pending_all", "schedule": 60.0},
 }
@@ -157,6 +163,15 @@ STROP_MAX_BATCH_ITEMS = env_int("STROP_MAX_BATCH_ITEMS", 1000)
 STROP_DEFAULT_RATE_LIMIT_PER_MINUTE = env_int("STROP_DEFAULT_RATE_LIMIT_PER_MINUTE", 6000)
 # last_used_at of a key is written at most this often (seconds), to keep auth off the write path.
 STROP_KEY_LAST_USED_RESOLUTION_S = env_int("STROP_KEY_LAST_USED_RESOLUTION_S", 60)
+
+# vLLM: one or more replicas (comma-separated base URLs), and the limits it was started with.
+VLLM_BASE_URLS = [u.strip() for u in os.environ.get("VLLM_BASE_URLS", "http://127.0.0.1:8100").split(",") if u.strip()]
+VLLM_MAX_LORA_RANK = env_int("VLLM_MAX_LORA_RANK", 16)
+VLLM_MAX_LORAS = env_int("VLLM_MAX_LORAS", 4)
+VLLM_MAX_CPU_LORAS = env_int("VLLM_MAX_CPU_LORAS", 16)
+VLLM_TIMEOUT_S = float(os.environ.get("VLLM_TIMEOUT_S", "30"))
+# Adapter versions live here, one directory each, never overwritten.
+STROP_ADAPTER_ROOT = Path(os.environ.get("STROP_ADAPTER_ROOT", VAR_DIR / "adapters"))
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["apps.tenants.authentication.ApiKeyAuthentication"],

@@ -70,3 +70,9 @@ def _fresh_test_redis() -> None:
     from django.core.cache import cache
 
     cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def _adapter_root(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Adapter versions written by a test land in a temporary folder, never in the repo's var/."""
+    settings.STROP_ADAPTER_ROOT = tmp_path_factory.mktemp("adapters")

@@ -28,6 +28,15 @@ class Interaction(models.Model):
     completion_token_ids = models.JSONField(null=True, blank=True)
     completion_logprobs = models.JSONField(null=True, blank=True, help_text="behaviour logprob of each completion token")
     model_name = models.CharField(max_length=200, blank=True, help_text="model or adapter version that served it")
+    adapter_version = models.ForeignKey(
+        "adapters.AdapterVersion",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="the Strop adapter version that served it (empty: the base model, or served elsewhere)",
+    )
+    experiment_arm = models.CharField(max_length=64, blank=True, help_text="the experiment arm that chose the version")
     end_user_id = models.CharField(max_length=200, blank=True, help_text="the tenant's external id of the end user")
     end_user_opted_in = models.BooleanField(default=False)
     served_at = models.DateTimeField()

@@ -66,8 +66,8 @@ def _json(value: Any) -> str | None:
 
 _INTERACTION_COLUMNS = (
     "id", "tenant_id", "client_id", "source", "prompt", "prefix", "suffix", "completion", "prompt_token_ids",
-    "completion_token_ids", "completion_logprobs", "model_name", "end_user_id", "end_user_opted_in", "served_at",
-    "received_at", "latency_ms", "metadata",
+    "completion_token_ids", "completion_logprobs", "model_name", "adapter_version_id", "experiment_arm", "end_user_id",
+    "end_user_opted_in", "served_at", "received_at", "latency_ms", "metadata",
 )
 
 
@@ -75,8 +75,8 @@ def _interaction_row(tenant: Tenant, item: InteractionIn, *, new_id: uuid.UUID, 
     return (
         new_id, tenant.pk, item.client_id, source, item.prompt, item.prefix, item.suffix, item.completion,
         _json(item.prompt_token_ids), _json(item.completion_token_ids), _json(item.completion_logprobs),
-        item.model_name, item.end_user_id, item.end_user_opted_in, item.served_at or now, now, item.latency_ms,
-        _json(item.metadata),
+        item.model_name, None, "", item.end_user_id, item.end_user_opted_in, item.served_at or now, now,
+        item.latency_ms, _json(item.metadata),
     )
 
 

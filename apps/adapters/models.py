@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from apps.tenants.models import Tenant
+
+
+class BaseModel(models.Model):
+    """A base LM that vLLM serves and adapters are trained on. Platform-owned, shared by tenants."""
+
+    class Family(models.TextChoices):
+        QWEN = "qwen", "Qwen2.5-Coder / Strop starter"
+        STARCODER = "starcoder"
+        CODELLAMA = "codellama"
+        DEEPSEEK = "deepseek"
+
+    name = models.SlugField(max_length=100, unique=True, help_text="the name vLLM serves the base model under")
+    path = models.CharField(max_length=500, help_text="local Hugging Face model directory")
+    family = models.CharField(max_length=16, choices=Family.choices, help_text="decides the FIM prompt format")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Adapter(models.Model):
+    """A tenant's LoRA adapter on one base model; its versions form a lineage."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="adapters")
+    name = models.SlugField(max_length=64, help_text="what tenants put in `model`; unique per tenant")
+    base_model = models.ForeignKey(BaseModel, on_delete=models.PROTECT, related_name="adapters")
+    is_default = models.BooleanField(default=False, help_text="serves requests that name no model")
+    production_version = models.ForeignKey(
+        "AdapterVersion",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="the production pointer; empty = the base model alone",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="adapter_unique_name_per_tenant"),
+            models.UniqueConstraint(fields=["tenant"], condition=Q(is_default=True), name="adapter_one_default_per_tenant"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.name}"
+
+
+class AdapterVersion(models.Model):
+    """One trained set of LoRA weights, in a directory of its own that is never overwritten."""
+
+    class Status(models.TextChoices):
+        TRAINING = "training"
+        CANDIDATE = "candidate"
+        IN_EXPERIMENT = "in_experiment"
+        PRODUCTION = "production"
+        RETIRED = "retired"
+        FAILED = "failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    adapter = models.ForeignKey(Adapter, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
+    artifact_path = models.CharField(max_length=500, unique=True)
+    vllm_name = models.CharField(max_length=200, unique=True, help_text="tenant--adapter--vN; unique on every replica")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.TRAINING)
+    status_message = models.TextField(blank=True, help_text="why it failed, in vLLM's or the trainer's words")
+    lora_rank = models.PositiveIntegerField(default=0)
+    metrics = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    loaded_at = models.DateTimeField(null=True, blank=True, help_text="when every replica confirmed it")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["adapter", "number"], name="adapter_version_unique_number"),
+        ]
+
+    def __str__(self) -> str:
+        return self.vllm_name

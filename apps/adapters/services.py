@@ -1,0 +1,164 @@
+"""The adapter registry: base models, tenant adapters, versions, and the production pointer."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from apps.adapters.models import Adapter, AdapterVersion, BaseModel
+from apps.common.exceptions import Conflict, ValidationFailed
+from apps.tenants.models import Tenant
+from apps.tenants.services import audit_record
+
+
+def base_model_register(*, name: str, path: str | Path, family: str | None = None) -> BaseModel:
+    from gpu_trainer.fim import FIM_FORMATS, detect_family
+
+    model_dir = Path(path).resolve()
+    if not (model_dir / "config.json").is_file():
+        raise ValidationFailed(f"path: {model_dir} is not a Hugging Face model directory (no config.json)")
+    family = family or detect_family(model_dir)
+    if family not in FIM_FORMATS:
+        raise ValidationFailed(
+            f"family: could not tell the FIM format of {model_dir}; pass one of {', '.join(FIM_FORMATS)}"
+        )
+    base, _ = BaseModel.objects.update_or_create(name=name, defaults={"path": str(model_dir), "family": family})
+    return base
+
+
+def adapter_create(
+    tenant: Tenant, *, name: str, base_model: BaseModel, is_default: bool = False, actor: str = "system"
+) -> Adapter:
+    try:
+        with transaction.atomic():
+            if is_default:
+                Adapter.objects.filter(tenant=tenant, is_default=True).update(is_default=False)
+            adapter = Adapter.objects.create(tenant=tenant, name=name, base_model=base_model, is_default=is_default)
+            audit_record(
+                tenant, actor=actor, action="adapter.create", target_type="adapter", target_id=name,
+                data={"base_model": base_model.name, "is_default": is_default},
+            )
+    except IntegrityError:
+        raise Conflict(f"adapter {name!r} already exists", code="adapter_exists") from None
+    return adapter
+
+
+def vllm_name_for(adapter: Adapter, number: int) -> str:
+    return f"{adapter.tenant.slug}--{adapter.name}--v{number}"
+
+
+def _artifact_dir(adapter: Adapter, number: int) -> Path:
+    root = Path(settings.STROP_ADAPTER_ROOT)
+    # The random suffix keeps a directory unique even if a failed registration is retried:
+    # vLLM caches by (name, path), so a path must never be reused for other weights.
+    return root / adapter.tenant.slug / adapter.name / f"v{number}-{uuid.uuid4().hex[:8]}"
+
+
+def adapter_version_register(
+    tenant: Tenant,
+    *,
+    adapter: Adapter,
+    source_dir: str | Path,
+    parent: AdapterVersion | None = None,
+    metrics: dict[str, Any] | None = None,
+    status: str = AdapterVersion.Status.CANDIDATE,
+    actor: str = "system",
+    enqueue_load: bool = True,
+) -> AdapterVersion:
+    """Copy a verified PEFT adapter into a new version directory and register it.
+
+    The copy lands under a temporary name and is renamed into place, so a crash never leaves a
+    half-written version directory that a row points to. Loading into vLLM happens after commit.
+    """
+    from gpu_trainer.adapters import verify_adapter
+    from gpu_trainer.errors import AdapterInvalidError
+
+    if adapter.tenant_id != tenant.pk or (parent is not None and parent.adapter_id != adapter.pk):
+        raise ValueError("adapter or parent belongs elsewhere")
+    source = Path(source_dir)
+    try:
+        config = verify_adapter(source, max_rank=settings.VLLM_MAX_LORA_RANK)
+    except AdapterInvalidError as exc:
+        raise ValidationFailed(str(exc), code="adapter_invalid") from None
+    with transaction.atomic():
+        Adapter.objects.select_for_update().filter(pk=adapter.pk).first()  # serialises version numbers
+        number = (AdapterVersion.objects.filter(adapter=adapter).aggregate(n=Max("number"))["n"] or 0) + 1
+        target = _artifact_dir(adapter, number)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_name(target.name + ".tmp")
+        shutil.copytree(source, staging)
+        staging.rename(target)
+        version = AdapterVersion.objects.create(
+            tenant=tenant, adapter=adapter, number=number, parent=parent, artifact_path=str(target),
+            vllm_name=vllm_name_for(adapter, number), status=status, lora_rank=int(config["r"]),
+            metrics=metrics or {},
+        )
+        audit_record(
+            tenant, actor=actor, action="adapter_version.register", target_type="adapter_version",
+            target_id=version.vllm_name, data={"parent": parent.vllm_name if parent else None},
+        )
+        if enqueue_load:
+            transaction.on_commit(lambda: _enqueue_load(version.pk))
+    return version
+
+
+def _enqueue_load(version_id: int) -> None:
+    from workers.serving import adapter_version_load
+
+    adapter_version_load.delay(version_id)
+
+
+def adapter_version_mark_loaded(version: AdapterVersion) -> AdapterVersion:
+    from django.utils import timezone
+
+    AdapterVersion.objects.filter(pk=version.pk, loaded_at__isnull=True).update(loaded_at=timezone.now())
+    version.refresh_from_db()
+    return version
+
+
+def adapter_version_mark_failed(version: AdapterVersion, *, message: str) -> AdapterVersion:
+    with transaction.atomic():
+        version = AdapterVersion.objects.select_for_update().get(pk=version.pk)
+        if version.status != AdapterVersion.Status.FAILED:
+            version.status, version.status_message = AdapterVersion.Status.FAILED, message
+            version.save(update_fields=["status", "status_message"])
+            audit_record(
+                version.tenant, actor="system", action="adapter_version.fail", target_type="adapter_version",
+                target_id=version.vllm_name, data={"message": message[:2000]},
+            )
+    return version
+
+
+def adapter_version_promote(tenant: Tenant, *, version: AdapterVersion, actor: str) -> Adapter:
+    """Move the production pointer to ``version`` in one transaction, and audit it.
+
+    Requests already in flight finish on the version they started with: every version keeps
+    its own vLLM name, and the old one stays loaded.
+    """
+    with transaction.atomic():
+        adapter = Adapter.objects.select_for_update().get(pk=version.adapter_id, tenant=tenant)
+        version = AdapterVersion.objects.select_for_update().get(pk=version.pk)
+        if version.status == AdapterVersion.Status.FAILED:
+            raise Conflict(f"version {version.vllm_name} failed and cannot serve: {version.status_message}")
+        if version.loaded_at is None:
+            raise Conflict(f"version {version.vllm_name} is not loaded in vLLM yet", code="not_loaded")
+        previous = adapter.production_version
+        if previous is not None and previous.pk == version.pk:
+            return adapter
+        if previous is not None:
+            AdapterVersion.objects.filter(pk=previous.pk).update(status=AdapterVersion.Status.RETIRED)
+        version.status = AdapterVersion.Status.PRODUCTION
+        version.save(update_fields=["status"])
+        adapter.production_version = version
+        adapter.save(update_fields=["production_version"])
+        audit_record(
+            tenant, actor=actor, action="adapter.promote", target_type="adapter", target_id=adapter.name,
+            data={"from": previous.vllm_name if previous else None, "to": version.vllm_name},
+        )
+    return adapter

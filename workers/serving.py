@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from celery import shared_task
+
+
+@shared_task(
+    name="workers.serving.adapter_version_load",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(ConnectionError,),
+    retry_backoff=2,
+    retry_backoff_max=60,
+    max_retries=10,
+    expires=3600,
+)
+def adapter_version_load(version_id: int) -> str:
+    """Load a version on every vLLM replica (idempotent: loading a loaded name is a no-op)."""
+    from apps.serving.services import adapter_version_load as load
+
+    return load(version_id=version_id)
