@@ -1,0 +1,175 @@
+"""The trainer's configuration: one dataclass, saved beside every adapter it writes.
+
+No torch import here: the Django side builds configs from tenant settings without torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_trainer.errors import TrainerInputError
+
+DEFAULT_LORA_TARGETS: tuple[str, ...] = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)
+
+
+@dataclass
+class PPOConfig:
+    """Critic-free PPO on a LoRA adapter. Every field has a default that works on CPU."""
+
+    seed: int = 0
+    """Seeds Python, torch and the minibatch shuffle: same seed, same data → same adapter bytes."""
+
+    # --- advantage ---------------------------------------------------------------------------
+    baseline: str = "batch_mean"
+    """``batch_mean``: advantage = reward − mean reward of the batch. ``none``: the seed's raw
+    reward, under which zero-reward actions (e.g. silence) get no gradient at all."""
+    normalize_advantages: bool = False
+    """Divide advantages by their batch standard deviation (after the baseline)."""
+
+    # --- loss --------------------------------------------------------------------------------
+    clip_eps: float = 0.2
+    """PPO clip range: the per-token ratio is clipped to [1 − eps, 1 + eps]."""
+    loss_aggregation: str = "token_mean"
+    """``token_mean``: mean over all completion tokens of the minibatch. ``sequence_mean``:
+    mean per completion first, so long completions do not outweigh short ones (or silence)."""
+    kl_coef: float = 0.02
+    """Weight of the KL penalty to the base model (adapter disabled), k3 estimator per token.
+    0 disables the penalty; the KL is still measured and logged."""
+    measure_kl_to_base: bool = True
+    """Log the KL to the base model even when kl_coef is 0. Free for a fresh LoRA (it equals
+    the base at the start); costs one no-grad forward pass per update for a parent adapter."""
+    importance_correction: bool = True
+    """Weight each token by min(π_old / π_behaviour, cap) where serving logprobs are known,
+    correcting for the policy having moved (or numerics differing) since the data was served."""
+    importance_cap: float = 2.0
+    """Upper bound of the importance weight (truncated importance sampling)."""
+
+    # --- optimisation ------------------------------------------------------------------------
+    learning_rate: float = 1e-4
+    """AdamW learning rate for the LoRA parameters."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip; the pre-clip norm is logged."""
+    epochs: int = 2
+    """Passes over the batch per update."""
+    num_minibatches: int = 4
+    """Minibatches per epoch (capped by the number of samples); one optimizer step each."""
+    target_kl: float | None = 0.05
+    """Stop the update early once approx KL(old ‖ new) of a minibatch exceeds this. None: never."""
+    max_prompt_tokens: int = 1024
+    """Prompts are truncated from the left to this many tokens (the completion is kept whole)."""
+
+    # --- LoRA --------------------------------------------------------------------------------
+    lora_rank: int = 8
+    """LoRA rank of a fresh adapter (a parent adapter keeps its own). Must be ≤ vLLM's
+    ``--max-lora-rank``."""
+    lora_alpha: float = 16.0
+    """LoRA alpha of a fresh adapter (scaling = alpha / rank)."""
+    lora_dropout: float = 0.0
+    """LoRA dropout of a fresh adapter. 0 keeps old and new logprobs identical at step 0."""
+    lora_target_modules: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    """Module names a fresh adapter wraps (never embeddings or lm_head: vLLM serves these)."""
+    max_lora_rank: int = 64
+    """Refuse to write or load an adapter of higher rank (vLLM's ``--max-lora-rank``)."""
+
+    # --- runtime -----------------------------------------------------------------------------
+    device: str = "auto"
+    """``auto`` (cuda if available, else cpu), ``cpu`` or ``cuda[:n]``."""
+    dtype: str = "auto"
+    """``auto``: bf16 on GPU, fp32 on CPU; or ``float32`` / ``bfloat16`` explicitly."""
+    deterministic: bool = True
+    """torch.use_deterministic_algorithms during training (same seed, same bytes)."""
+
+    def __post_init__(self) -> None:
+        self.lora_target_modules = tuple(self.lora_target_modules)
+        self.adam_betas = (float(self.adam_betas[0]), float(self.adam_betas[1]))
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``TrainerInputError`` naming the first bad field."""
+        checks: list[tuple[bool, str]] = [
+            (self.baseline in ("batch_mean", "none"), "baseline must be 'batch_mean' or 'none'"),
+            (self.loss_aggregation in ("token_mean", "sequence_mean"),
+             "loss_aggregation must be 'token_mean' or 'sequence_mean'"),
+            (self.clip_eps > 0, "clip_eps must be > 0"),
+            (self.kl_coef >= 0, "kl_coef must be >= 0"),
+            (self.importance_cap >= 1, "importance_cap must be >= 1"),
+            (self.learning_rate > 0, "learning_rate must be > 0"),
+            (self.max_grad_norm > 0, "max_grad_norm must be > 0"),
+            (self.epochs >= 1, "epochs must be >= 1"),
+            (self.num_minibatches >= 1, "num_minibatches must be >= 1"),
+            (self.target_kl is None or self.target_kl > 0, "target_kl must be > 0 or None"),
+            (self.max_prompt_tokens >= 1, "max_prompt_tokens must be >= 1"),
+            (1 <= self.lora_rank <= self.max_lora_rank, "lora_rank must be in [1, max_lora_rank]"),
+            (self.lora_alpha > 0, "lora_alpha must be > 0"),
+            (0 <= self.lora_dropout < 1, "lora_dropout must be in [0, 1)"),
+            (len(self.lora_target_modules) > 0, "lora_target_modules must not be empty"),
+            (self.dtype in ("auto", "float32", "bfloat16"), "dtype must be auto|float32|bfloat16"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise TrainerInputError(f"config: {message}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field."""
+        data = dataclasses.asdict(self)
+        data["lora_target_modules"] = list(self.lora_target_modules)
+        data["adam_betas"] = list(self.adam_betas)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PPOConfig:
+        """Build from a dict (e.g. tenant settings); unknown keys are an error, not ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise TrainerInputError(f"config: unknown field(s) {', '.join(unknown)}")
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> PPOConfig:
+        """A copy with ``changes`` applied (validated)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class GRPOConfig(PPOConfig):
+    """Offline GRPO (for comparison): the PPO loss on groups sampled from the policy itself."""
+
+    group_size: int = 8
+    """Completions sampled per prompt; advantages are normalised within each group."""
+    max_new_tokens: int = 32
+    """Longest sampled completion."""
+    temperature: float = 1.0
+    """Sampling temperature of the group rollouts."""
+    rounds: int = 1
+    """Sample-then-update rounds over the prompt set."""
+    kl_coef: float = 0.0
+    """As in PPOConfig; GRPO's comparison runs default to no KL penalty."""
+    target_kl: float | None = None
+    """As in PPOConfig."""
+    baseline: str = field(default="batch_mean")
+    """Unused: GRPO always uses the group mean and normalises by the group std."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.group_size < 2:
+            raise TrainerInputError("config: group_size must be >= 2")
+        if self.max_new_tokens < 1:
+            raise TrainerInputError("config: max_new_tokens must be >= 1")
+        if self.temperature <= 0:
+            raise TrainerInputError("config: temperature must be > 0")
+        if self.rounds < 1:
+            raise TrainerInputError("config: rounds must be >= 1")

@@ -1,0 +1,336 @@
+"""Critic-free PPO on a LoRA adapter, from served completions and their rewards.
+
+One request gets one response and one signal, so there is no group to normalise against and
+no value network: advantage = reward − baseline. Read top to bottom:
+
+    samples → advantages → minibatches → old (and reference) log-probs, no grad
+      → epochs × minibatches: clipped token-level surrogate (+ KL to base) → AdamW step
+      → verified adapter directory + strop_train_config.json + metrics.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpu_trainer.adapters import ADAPTER_CONFIG, METRICS, TRAIN_CONFIG, base_model_fingerprint, write_adapter_dir
+from gpu_trainer.config import PPOConfig
+from gpu_trainer.errors import TrainerInputError, TrainingDivergedError
+from gpu_trainer.policy import (
+    PaddedBatch,
+    adapter_is_identity,
+    attach_lora,
+    completion_logprobs,
+    load_base_model,
+    load_tokenizer,
+    make_batch,
+    resolve_device_dtype,
+    seed_everything,
+    special_token_ids,
+)
+from gpu_trainer.samples import Sample, check_samples_against_vocab, coerce_samples
+
+StepCallback = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class TrainResult:
+    """What a training run produced."""
+
+    out_dir: Path
+    steps: int
+    stopped_early: bool
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Policy:
+    """The LoRA-wrapped model and what the loops need to know about its base."""
+
+    model: Any  # peft.PeftModel
+    tokenizer: Any
+    eos_id: int
+    pad_id: int
+    device: torch.device
+    base_model_dir: Path
+    base_fingerprint: str
+
+
+def load_policy(config: PPOConfig, *, base_model_dir: str | Path, parent_adapter_dir: str | Path | None) -> Policy:
+    """Base model + tokenizer + trainable LoRA (fresh or the parent's), seeded first."""
+    seed_everything(config.seed, deterministic=config.deterministic)
+    device, dtype = resolve_device_dtype(config)
+    base_dir = Path(base_model_dir).resolve()
+    model = load_base_model(base_dir, device, dtype)
+    tokenizer = load_tokenizer(base_dir)
+    eos_id, pad_id = special_token_ids(tokenizer, model)
+    fingerprint = base_model_fingerprint(base_dir)
+    peft_model = attach_lora(model, config, base_model_dir=base_dir, base_fingerprint=fingerprint,
+                             parent_adapter_dir=parent_adapter_dir)
+    return Policy(peft_model, tokenizer, eos_id, pad_id, device, base_dir, fingerprint)
+
+
+def compute_advantages(rewards: torch.Tensor, *, baseline: str, normalize: bool) -> torch.Tensor:
+    """advantage = reward − baseline, optionally divided by its standard deviation."""
+    advantages = rewards - rewards.mean() if baseline == "batch_mean" else rewards.clone()
+    if normalize and advantages.numel() > 1:
+        advantages = advantages / (advantages.std() + 1e-8)
+    return advantages
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, aggregation: str = "token_mean") -> torch.Tensor:
+    """Mean over masked tokens, pooled (``token_mean``) or per sequence first (``sequence_mean``)."""
+    if aggregation == "sequence_mean":
+        per_sequence = (values * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        return per_sequence.mean()
+    return (values * mask).sum() / mask.sum().clamp(min=1)
+
+
+def clipped_policy_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                        mask: torch.Tensor, weights: torch.Tensor, *, clip_eps: float, aggregation: str
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The one PPO loss (PPO and GRPO): token-level clipped surrogate, importance-weighted.
+
+    Returns (loss, approx KL(old ‖ new), clip fraction); the last two are detached.
+    """
+    log_ratio = (new_logprobs - old_logprobs) * mask
+    ratio = log_ratio.exp()
+    adv = advantages.unsqueeze(-1)
+    surrogate = torch.min(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)
+    loss = masked_mean(-surrogate * weights, mask, aggregation)
+    with torch.no_grad():
+        approx_kl = masked_mean((ratio - 1) - log_ratio, mask)
+        clip_fraction = masked_mean(((ratio - 1).abs() > clip_eps).float(), mask)
+    return loss, approx_kl, clip_fraction
+
+
+def kl_to_reference(new_logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(policy ‖ reference): unbiased, always ≥ 0."""
+    delta = ref_logprobs - new_logprobs
+    return delta.exp() - delta - 1
+
+
+def _std(values: torch.Tensor) -> float:
+    return float(values.std()) if values.numel() > 1 else 0.0
+
+
+def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.Tensor, config: PPOConfig, *,
+                      progress: bool, on_step: StepCallback | None = None, step_offset: int = 0
+                      ) -> tuple[list[dict[str, Any]], bool]:
+    """One PPO update over ``samples`` (PPO and GRPO share it). Returns (step metrics, stopped early)."""
+    from tqdm import tqdm
+
+    model, device = policy.model, policy.device
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    generator = torch.Generator().manual_seed(config.seed)
+    num_minibatches = min(config.num_minibatches, len(samples))
+    order = torch.randperm(len(samples), generator=generator)
+    # A fixed partition, padded once: old and reference log-probs are computed in exactly the
+    # layout the gradient steps use, and each epoch only reorders the minibatches.
+    parts = [p.tolist() for p in order.tensor_split(num_minibatches)]
+    batches: list[PaddedBatch] = [
+        make_batch([samples[i] for i in part], eos_id=policy.eos_id, pad_id=policy.pad_id,
+                   max_prompt_tokens=config.max_prompt_tokens, device=device)
+        for part in parts
+    ]
+    part_advantages = [advantages[part].to(device) for part in parts]
+    part_rewards = [rewards[part] for part in parts]
+
+    # Old log-probs (the policy before this update) and the reference (adapter disabled).
+    # A fresh LoRA has lora_B = 0, so the reference equals the old policy: no second pass.
+    need_reference = config.kl_coef > 0 or config.measure_kl_to_base
+    reference_is_old = adapter_is_identity(model)
+    model.eval()
+    old_logprobs, ref_logprobs = [], []
+    with torch.no_grad():
+        for batch in batches:
+            old_logprobs.append(completion_logprobs(model, batch)[0])
+            if need_reference and not reference_is_old:
+                with model.disable_adapter():
+                    ref_logprobs.append(completion_logprobs(model, batch)[0])
+    if need_reference and reference_is_old:
+        ref_logprobs = old_logprobs
+
+    importance_weights, mismatches = [], []
+    for batch, old in zip(batches, old_logprobs):
+        known = batch.behaviour_mask
+        weight = torch.ones_like(old)
+        if config.importance_correction:
+            capped = (old - batch.behaviour_logprobs).exp().clamp(max=config.importance_cap)
+            weight = torch.where(known.bool(), capped, weight)
+        importance_weights.append(weight)
+        mismatches.append(float(((old - batch.behaviour_logprobs).abs() * known).sum() / known.sum())
+                          if known.any() else None)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=config.adam_betas,
+                                  weight_decay=config.weight_decay)
+    total_steps = config.epochs * num_minibatches
+    bar = tqdm(total=total_steps, desc="ppo", unit="step", disable=not (progress and sys.stderr.isatty()))
+    metrics: list[dict[str, Any]] = []
+    stopped_early = False
+    model.train()
+    try:
+        for epoch in range(config.epochs):
+            for mb in torch.randperm(num_minibatches, generator=generator).tolist():
+                started = time.perf_counter()
+                batch = batches[mb]
+                new, entropy = completion_logprobs(model, batch, with_entropy=True)
+                policy_loss, approx_kl, clip_fraction = clipped_policy_loss(
+                    new, old_logprobs[mb], part_advantages[mb], batch.mask, importance_weights[mb],
+                    clip_eps=config.clip_eps, aggregation=config.loss_aggregation,
+                )
+                loss = policy_loss
+                kl_base = None
+                if ref_logprobs:
+                    kl_tokens = kl_to_reference(new, ref_logprobs[mb])
+                    kl_base = masked_mean(kl_tokens, batch.mask, config.loss_aggregation)
+                    if config.kl_coef > 0:
+                        loss = loss + config.kl_coef * kl_base
+                if not torch.isfinite(loss):
+                    raise TrainingDivergedError(f"non-finite loss at epoch {epoch} minibatch {mb}")
+                if config.target_kl is not None and float(approx_kl) > config.target_kl:
+                    stopped_early = True  # this minibatch already moved too far: do not step
+                    break
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+                if not torch.isfinite(grad_norm):
+                    raise TrainingDivergedError(f"non-finite gradient norm at epoch {epoch} minibatch {mb}")
+                optimizer.step()
+                elapsed = time.perf_counter() - started
+                stats = torch.stack([
+                    policy_loss.detach(), loss.detach(), approx_kl, clip_fraction,
+                    masked_mean(entropy, batch.mask), grad_norm.detach().float(),
+                    kl_base.detach() if kl_base is not None else torch.tensor(float("nan"), device=device),
+                ]).tolist()
+                row = {
+                    "step": step_offset + len(metrics),
+                    "epoch": epoch,
+                    "minibatch": mb,
+                    "policy_loss": stats[0],
+                    "loss": stats[1],
+                    "approx_kl": stats[2],
+                    "clip_fraction": stats[3],
+                    "entropy": stats[4],
+                    "grad_norm": stats[5],
+                    "kl_to_base": stats[6] if kl_base is not None else None,
+                    "reward_mean": float(part_rewards[mb].mean()),
+                    "reward_std": _std(part_rewards[mb]),
+                    "advantage_mean": float(part_advantages[mb].mean()),
+                    "advantage_std": _std(part_advantages[mb]),
+                    "logprob_mismatch": mismatches[mb],
+                    "importance_weight_mean": float(masked_mean(importance_weights[mb], batch.mask)),
+                    "samples": batch.input_ids.shape[0],
+                    "completion_tokens": int(batch.mask.sum()),
+                    "tokens": batch.num_tokens,
+                    "tokens_per_s": batch.num_tokens / elapsed,
+                    "learning_rate": config.learning_rate,
+                }
+                metrics.append(row)
+                if on_step is not None:
+                    on_step(row)
+                bar.update(1)
+                bar.set_postfix(loss=f"{row['loss']:.4f}", kl=f"{row['approx_kl']:.4f}")
+            if stopped_early:
+                break
+    finally:
+        bar.close()
+        model.eval()
+    return metrics, stopped_early
+
+
+def summarize(metrics: list[dict[str, Any]], samples: list[Sample], wall_seconds: float, tokens: int) -> dict[str, Any]:
+    rewards = torch.tensor([s.reward for s in samples])
+    last = metrics[-1] if metrics else {}
+    return {
+        "samples": len(samples),
+        "steps": len(metrics),
+        "reward_mean": float(rewards.mean()),
+        "reward_std": _std(rewards),
+        "final_policy_loss": last.get("policy_loss"),
+        "final_approx_kl": last.get("approx_kl"),
+        "final_kl_to_base": last.get("kl_to_base"),
+        "mean_clip_fraction": sum(m["clip_fraction"] for m in metrics) / len(metrics) if metrics else None,
+        "wall_seconds": round(wall_seconds, 3),
+        "tokens_per_s": tokens / wall_seconds if wall_seconds > 0 else None,
+    }
+
+
+def save_adapter(policy: Policy, out_dir: str | Path, *, config: PPOConfig, mode: str,
+                 parent_adapter_dir: str | Path | None, metrics: list[dict[str, Any]],
+                 summary: dict[str, Any]) -> Path:
+    """Write the adapter, its config and metrics to a new directory (verified, then renamed)."""
+    for name, param in policy.model.named_parameters():
+        if param.requires_grad and not torch.isfinite(param).all():
+            raise TrainingDivergedError(f"refusing to write an adapter with non-finite weights ({name})")
+
+    def write(tmp: Path) -> None:
+        policy.model.save_pretrained(str(tmp), safe_serialization=True)
+        (tmp / "README.md").unlink(missing_ok=True)  # peft's model card template
+        adapter_config = json.loads((tmp / ADAPTER_CONFIG).read_text())
+        adapter_config["base_model_name_or_path"] = str(policy.base_model_dir)
+        (tmp / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2) + "\n")
+        record = {
+            "mode": mode,
+            "config": config.to_dict(),
+            "seed": config.seed,
+            "base_model": str(policy.base_model_dir),
+            "base_fingerprint": policy.base_fingerprint,
+            "parent_adapter": str(Path(parent_adapter_dir).resolve()) if parent_adapter_dir else None,
+            "summary": summary,
+            "versions": _versions(),
+        }
+        (tmp / TRAIN_CONFIG).write_text(json.dumps(record, indent=2) + "\n")
+        with open(tmp / METRICS, "w") as fh:
+            for row in metrics:
+                fh.write(json.dumps(row) + "\n")
+
+    return write_adapter_dir(out_dir, write, max_rank=config.max_lora_rank)
+
+
+def _versions() -> dict[str, str]:
+    import peft
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
+
+
+def train_ppo(config: PPOConfig, samples: list[Sample] | list[dict[str, Any]], *, base_model_dir: str | Path,
+              out_dir: str | Path, parent_adapter_dir: str | Path | None = None, progress: bool = True,
+              on_step: StepCallback | None = None) -> TrainResult:
+    """Train one PPO update of a LoRA adapter on ``samples`` and write it to the new ``out_dir``.
+
+    ``parent_adapter_dir`` continues an existing adapter (it must belong to the same base
+    model); None starts a fresh LoRA. ``on_step`` receives each step's metrics (heartbeats).
+    Raises ``TrainerInputError`` for bad input, ``TrainingDivergedError`` if training blew up,
+    ``FileExistsError`` if ``out_dir`` exists. Nothing is left at ``out_dir`` on failure.
+    """
+    started = time.perf_counter()
+    config.validate()
+    samples = coerce_samples(samples)
+    if Path(out_dir).exists():
+        raise FileExistsError(f"output directory {out_dir} already exists; adapters are never overwritten")
+    if not samples:
+        raise TrainerInputError("dataset is empty: nothing to train on")
+
+    policy = load_policy(config, base_model_dir=base_model_dir, parent_adapter_dir=parent_adapter_dir)
+    check_samples_against_vocab(samples, policy.model.get_input_embeddings().num_embeddings)
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    advantages = compute_advantages(rewards, baseline=config.baseline, normalize=config.normalize_advantages)
+
+    metrics, stopped_early = run_policy_update(policy, samples, advantages, config, progress=progress, on_step=on_step)
+
+    wall = time.perf_counter() - started
+    summary = summarize(metrics, samples, wall, sum(m["tokens"] for m in metrics))
+    summary["stopped_early"] = stopped_early
+    out = save_adapter(policy, out_dir, config=config, mode="ppo", parent_adapter_dir=parent_adapter_dir,
+                       metrics=metrics, summary=summary)
+    return TrainResult(out_dir=out, steps=len(metrics), stopped_early=stopped_early, summary=summary)

@@ -1,0 +1,125 @@
+"""Training samples: one served completion, the tokens exactly as served, and its reward.
+
+JSONL, one object per line (the Django exporter writes it)::
+
+    {"prompt_token_ids": [int], "completion_token_ids": [int],
+     "behaviour_logprobs": [float] | null, "reward": float, "id": "optional"}
+
+An empty ``completion_token_ids`` is the "stay silent" action: the model emitted EOS first.
+The trainer trains it as the single token ``[eos_id]`` whose serving logprob is unknown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpu_trainer.errors import TrainerInputError
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One served completion and its reward."""
+
+    prompt_token_ids: tuple[int, ...]
+    completion_token_ids: tuple[int, ...]
+    behaviour_logprobs: tuple[float, ...] | None
+    reward: float
+    id: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any, index: int) -> Sample:
+        """Parse and check the types of one JSON object; ``index`` names it in errors."""
+        where = f"sample {index}"
+        if not isinstance(data, dict):
+            raise TrainerInputError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        for key in ("prompt_token_ids", "completion_token_ids", "reward"):
+            if key not in data:
+                raise TrainerInputError(f"{where}: missing field {key!r}")
+        prompt = _int_list(data["prompt_token_ids"], f"{where}: prompt_token_ids")
+        completion = _int_list(data["completion_token_ids"], f"{where}: completion_token_ids")
+        if not prompt:
+            raise TrainerInputError(f"{where}: prompt_token_ids is empty")
+        reward = data["reward"]
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+            raise TrainerInputError(f"{where}: reward must be a finite number, got {reward!r}")
+        behaviour = data.get("behaviour_logprobs")
+        if behaviour is not None:
+            if not isinstance(behaviour, list) or any(
+                isinstance(x, bool) or not isinstance(x, (int, float)) for x in behaviour
+            ):
+                raise TrainerInputError(f"{where}: behaviour_logprobs must be a list of numbers or null")
+            bad = next((i for i, x in enumerate(behaviour) if not math.isfinite(x) or x > 1e-4), None)
+            if bad is not None:
+                raise TrainerInputError(
+                    f"{where}: behaviour_logprobs[{bad}] = {behaviour[bad]!r} is not a finite log-probability"
+                )
+            if completion and len(behaviour) != len(completion):
+                raise TrainerInputError(
+                    f"{where}: behaviour_logprobs has {len(behaviour)} entries but "
+                    f"completion_token_ids has {len(completion)}"
+                )
+            # Silence: the EOS logprob may or may not have been logged; it is unknown either way.
+            if not completion:
+                behaviour = None
+        sample_id = data.get("id")
+        return cls(
+            prompt_token_ids=tuple(prompt),
+            completion_token_ids=tuple(completion),
+            behaviour_logprobs=tuple(float(x) for x in behaviour) if behaviour is not None else None,
+            reward=float(reward),
+            id=str(sample_id) if sample_id is not None else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_token_ids": list(self.prompt_token_ids),
+            "completion_token_ids": list(self.completion_token_ids),
+            "behaviour_logprobs": list(self.behaviour_logprobs) if self.behaviour_logprobs is not None else None,
+            "reward": self.reward,
+            "id": self.id,
+        }
+
+
+def _int_list(value: Any, where: str) -> list[int]:
+    if not isinstance(value, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in value):
+        raise TrainerInputError(f"{where} must be a list of integers")
+    return value
+
+
+def load_samples(path: str | Path) -> list[Sample]:
+    """Read a JSONL file of samples (blank lines skipped); errors name the 0-based sample index."""
+    samples: list[Sample] = []
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TrainerInputError(f"sample {len(samples)} (line {line_no}): invalid JSON: {exc}") from None
+            samples.append(Sample.from_dict(data, len(samples)))
+    return samples
+
+
+def coerce_samples(samples: list[Sample] | list[dict[str, Any]]) -> list[Sample]:
+    """Accept Sample objects or plain dicts (as the exporter may pass them in memory)."""
+    return [s if isinstance(s, Sample) else Sample.from_dict(s, i) for i, s in enumerate(samples)]
+
+
+def check_samples_against_vocab(samples: list[Sample], vocab_size: int) -> None:
+    """Refuse an empty dataset and token ids the model cannot embed."""
+    if not samples:
+        raise TrainerInputError("dataset is empty: nothing to train on")
+    for index, sample in enumerate(samples):
+        for field_name in ("prompt_token_ids", "completion_token_ids"):
+            ids = getattr(sample, field_name)
+            bad = next((i for i, t in enumerate(ids) if not 0 <= t < vocab_size), None)
+            if bad is not None:
+                raise TrainerInputError(
+                    f"sample {index}: {field_name}[{bad}] = {ids[bad]} is outside the vocabulary "
+                    f"[0, {vocab_size})"
+                )

@@ -1,0 +1,155 @@
+"""PPO on the tiny starter model, for real (CPU): it learns what the rewards say, and only that."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpu_trainer.config import PPOConfig
+from gpu_trainer.ppo import train_ppo
+from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids
+
+# Strong enough that three updates show a clear effect on a model this small; the PPO clip
+# (0.2) bounds how far each single update may move a token's probability.
+FAST = PPOConfig(learning_rate=5e-3, epochs=4, num_minibatches=2, target_kl=None)
+ROUNDS = 3
+
+
+def _train_rounds(base: Path, samples: list[dict], config: PPOConfig, out_root: Path) -> Path:
+    """``ROUNDS`` successive updates, each continuing the previous adapter (as in production)."""
+    parent = None
+    for round_index in range(ROUNDS):
+        out = out_root / f"round-{round_index}"
+        train_ppo(config, samples, base_model_dir=base, out_dir=out, parent_adapter_dir=parent, progress=False)
+        parent = out
+    return parent
+
+
+@pytest.fixture(scope="module")
+def setting(tiny_starter_model):
+    """The FIM prompt, the base next-token distribution, a target token X and a few others."""
+    prompt = prompt_ids(tiny_starter_model)
+    probs = next_token_probs(load(tiny_starter_model), prompt)
+    top = torch.topk(probs, 10).indices.tolist()
+    candidates = [t for t in top if t != 0]  # never pick EOS as X
+    return {"prompt": prompt, "base_probs": probs, "x": candidates[3], "others": candidates[:3] + candidates[4:9]}
+
+
+def _completion(first: int, rng: random.Random) -> list[int]:
+    return [first, rng.randrange(5, 2000)]
+
+
+def test_ppo_raises_probability_of_the_rewarded_first_token(tiny_starter_model, setting, tmp_path):
+    rng = random.Random(0)
+    x, others = setting["x"], setting["others"]
+    samples = []
+    for i in range(16):
+        first = x if i % 4 == 0 else others[i % len(others)]
+        samples.append({
+            "prompt_token_ids": setting["prompt"],
+            "completion_token_ids": _completion(first, rng),
+            "behaviour_logprobs": None,
+            "reward": 1.0 if first == x else -1.0,
+        })
+    adapter = _train_rounds(tiny_starter_model, samples, FAST, tmp_path)
+    before = setting["base_probs"][x].item()
+    after = next_token_probs(load(tiny_starter_model, adapter), setting["prompt"])[x].item()
+    assert after > 3 * before, (before, after)
+
+
+def _silence_samples(setting) -> list[dict]:
+    """Every shown (non-empty) completion is rejected (−1); staying silent scores 0."""
+    rng = random.Random(1)
+    samples = []
+    for i in range(16):
+        silent = i % 4 == 0
+        samples.append({
+            "prompt_token_ids": setting["prompt"],
+            "completion_token_ids": [] if silent else _completion(setting["others"][i % len(setting["others"])], rng),
+            "behaviour_logprobs": None,
+            "reward": 0.0 if silent else -1.0,
+        })
+    return samples
+
+
+def test_silence_is_learnable_when_every_suggestion_is_rejected(tiny_starter_model, setting, tmp_path):
+    """With the batch-mean baseline (−0.75 here) silence gets advantage +0.75: P(EOS first) rises."""
+    adapter = _train_rounds(tiny_starter_model, _silence_samples(setting), FAST, tmp_path)
+    eos = 0
+    before = setting["base_probs"][eos].item()
+    after = next_token_probs(load(tiny_starter_model, adapter), setting["prompt"])[eos].item()
+    assert after > 3 * before, (before, after)
+
+
+def test_baseline_none_gives_silence_no_learning_signal(tiny_starter_model, setting, tmp_path):
+    """The seed's weakness, reproduced by ``baseline="none"``: the rewards are all ≤ 0, silence
+    scores exactly 0, so its advantage is 0 and the EOS token gets no gradient at all. The
+    rejected completions only push their own tokens down, and the freed probability spreads
+    over the whole vocabulary (EOS gets its small proportional share) instead of going to
+    silence. The same data under the batch-mean baseline gives silence +0.75 and multiplies
+    P(EOS first) several times over."""
+    eos = 0
+    before = setting["base_probs"][eos].item()
+    after = {}
+    for baseline in ("none", "batch_mean"):
+        adapter = _train_rounds(tiny_starter_model, _silence_samples(setting), FAST.replace(baseline=baseline),
+                                tmp_path / baseline)
+        after[baseline] = next_token_probs(load(tiny_starter_model, adapter), setting["prompt"])[eos].item()
+    assert after["none"] < 2 * before, (before, after)
+    assert after["batch_mean"] > 2 * after["none"], (before, after)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_same_seed_gives_the_same_adapter_bytes(tiny_starter_model, setting, tmp_path):
+    samples = _silence_samples(setting)
+    config = PPOConfig(seed=7, learning_rate=1e-3, epochs=2, num_minibatches=2)
+    first = train_ppo(config, samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "a", progress=False)
+    second = train_ppo(config, samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "b", progress=False)
+    other_seed = train_ppo(config.replace(seed=8), samples, base_model_dir=tiny_starter_model,
+                           out_dir=tmp_path / "c", progress=False)
+    weights = "adapter_model.safetensors"
+    assert _sha256(first.out_dir / weights) == _sha256(second.out_dir / weights)
+    assert _sha256(first.out_dir / weights) != _sha256(other_seed.out_dir / weights)
+
+
+def test_output_records_config_base_and_per_step_metrics(tiny_starter_model, setting, tmp_path):
+    config = PPOConfig(epochs=2, num_minibatches=2)
+    result = train_ppo(config, _silence_samples(setting), base_model_dir=tiny_starter_model,
+                       out_dir=tmp_path / "out", progress=False)
+    assert sorted(p.name for p in result.out_dir.iterdir()) == [
+        "adapter_config.json", "adapter_model.safetensors", "metrics.jsonl", "strop_train_config.json",
+    ]
+    record = json.loads((result.out_dir / "strop_train_config.json").read_text())
+    assert record["config"] == config.to_dict()
+    assert record["base_model"] == str(Path(tiny_starter_model).resolve())
+    assert record["parent_adapter"] is None and record["seed"] == config.seed
+    rows = [json.loads(line) for line in (result.out_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == result.steps == 4
+    for key in ("policy_loss", "approx_kl", "clip_fraction", "entropy", "grad_norm", "reward_mean",
+                "reward_std", "advantage_mean", "advantage_std", "kl_to_base", "tokens_per_s"):
+        assert all(isinstance(row[key], float) for row in rows), key
+    adapter_config = json.loads((result.out_dir / "adapter_config.json").read_text())
+    assert adapter_config["r"] == config.lora_rank and adapter_config["bias"] == "none"
+    assert not adapter_config.get("modules_to_save") and not adapter_config.get("use_dora")
+
+
+def test_existing_output_directory_is_refused(tiny_starter_model, setting, tmp_path):
+    (tmp_path / "out").mkdir()
+    with pytest.raises(FileExistsError):
+        train_ppo(PPOConfig(), _silence_samples(setting), base_model_dir=tiny_starter_model,
+                  out_dir=tmp_path / "out", progress=False)
+
+
+def test_target_kl_stops_the_update_early(tiny_starter_model, setting, tmp_path):
+    config = FAST.replace(target_kl=1e-4, epochs=8)
+    result = train_ppo(config, _silence_samples(setting), base_model_dir=tiny_starter_model,
+                       out_dir=tmp_path / "out", progress=False)
+    assert result.stopped_early and result.steps < 16
