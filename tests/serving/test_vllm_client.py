@@ -78,8 +78,9 @@ def test_prompt_given_as_token_ids_is_served_as_given(client: VLLMClient, base: 
 
     completion = client.complete(model=base, prompt=prompt_ids, max_tokens=4, temperature=0)
 
+    from_text = client.complete(model=base, prompt=PROMPT, max_tokens=4, temperature=0)
     assert completion.prompt_token_ids == prompt_ids
-    assert completion.choice.token_ids == client.complete(model=base, prompt=PROMPT, max_tokens=4, temperature=0).choice.token_ids
+    assert completion.choice.token_ids == from_text.choice.token_ids
 
 
 def test_same_seed_gives_same_tokens_and_another_seed_other_tokens(client: VLLMClient, base: str) -> None:
