@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -190,6 +191,10 @@ def merge_chunks(chunks: Iterable[CompletionChunk]) -> Completion:
 
 # --------------------------------------------------------------------------- transport
 
+# A replica that refused a connection is tried last for this long (per process).
+REPLICA_COOL_OFF_S = 2.0
+_down_until: dict[str, float] = {}
+
 _http_lock = threading.Lock()
 _http: httpx.Client | None = None
 _http_pid: int | None = None
@@ -233,7 +238,7 @@ def _raise_for(response: httpx.Response, replica: str, *, what: str) -> None:
         return
     message, vtype = _error_parts(response)
     kwargs: dict[str, Any] = {"replica": replica, "vllm_status": status, "vllm_type": vtype}
-    if status == 404:
+    if status == 404 and vtype is not None:  # vLLM's NotFoundError; a bare 404 is a wrong URL
         raise ModelNotLoaded(message, **kwargs)
     if status in (408, 429, 502, 503, 504):
         raise VLLMUnavailable(f"vLLM {what} at {replica}: {message}", replica=replica)
@@ -307,9 +312,13 @@ class VLLMClient:
         return httpx.Timeout(connect=self._connect_timeout, read=read, write=10.0, pool=self._connect_timeout)
 
     def _order(self) -> list[str]:
-        """Replicas in round-robin order starting with this call's turn."""
+        """Replicas in round-robin order from this call's turn; those that just refused a
+        connection go last, so a dead replica costs one connect attempt per cool-off, not one
+        per request."""
         start = next(self._next) % len(self.base_urls)
-        return self.base_urls[start:] + self.base_urls[:start]
+        ordered = self.base_urls[start:] + self.base_urls[:start]
+        now = time.monotonic()
+        return sorted(ordered, key=lambda url: _down_until.get(url, 0.0) > now)
 
     # ----------------------------------------------------------------- completions
 
@@ -361,6 +370,7 @@ class VLLMClient:
                 response = http.post(f"{replica}/v1/completions", json=body, headers=self._headers, timeout=timeouts)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
                 last_error = exc  # nothing reached this replica: the next one may take it
+                _down_until[replica] = time.monotonic() + REPLICA_COOL_OFF_S
                 continue
             except httpx.TimeoutException as exc:
                 raise VLLMUnavailable(f"vLLM at {replica} did not answer in time", replica=replica) from exc
@@ -396,8 +406,9 @@ class VLLMClient:
     ) -> Iterator[CompletionChunk]:
         """A streamed completion, one :class:`CompletionChunk` per server-sent event.
 
-        The connection is opened before the first chunk is yielded; close the iterator
-        (or exhaust it) to release it. The last chunk carries ``usage``.
+        The request is sent (and HTTP errors raised) by this call, before the first chunk is
+        read; exhaust or ``close()`` the iterator to release the connection. The last chunk
+        carries ``usage``; :func:`merge_chunks` rebuilds the whole completion.
         """
         body = self._completion_body(
             model=model, prompt=prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
@@ -415,6 +426,7 @@ class VLLMClient:
                 response = http.send(request, stream=True)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
                 last_error = exc
+                _down_until[replica] = time.monotonic() + REPLICA_COOL_OFF_S
                 continue
             except httpx.TimeoutException as exc:
                 raise VLLMUnavailable(f"vLLM at {replica} did not answer in time", replica=replica) from exc
@@ -459,12 +471,14 @@ class VLLMClient:
 
     # ----------------------------------------------------------------- admin
 
-    def _admin(self, replica: str, method: str, path: str, body: Any = None) -> httpx.Response:
+    def _admin(
+        self, replica: str, method: str, path: str, body: Any = None, *, timeout: float | None = None
+    ) -> httpx.Response:
         """One admin call; connection failures and timeouts become VLLMUnavailable."""
         try:
             return _shared_http().request(
                 method, f"{replica}{path}", json=body, headers=self._headers,
-                timeout=self._timeouts(self._admin_timeout),
+                timeout=self._timeouts(timeout or self._admin_timeout),
             )
         except httpx.TimeoutException as exc:
             raise VLLMUnavailable(f"vLLM at {replica} did not answer {path} in time", replica=replica) from exc
@@ -486,7 +500,7 @@ class VLLMClient:
         status: dict[str, bool] = {}
         for replica in self.base_urls:
             try:
-                status[replica] = self._admin(replica, "GET", "/health").status_code == 200
+                status[replica] = self._admin(replica, "GET", "/health", timeout=5.0).status_code == 200
             except VLLMUnavailable:
                 status[replica] = False
         return status
@@ -494,7 +508,8 @@ class VLLMClient:
     def load_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
         """Load a LoRA adapter under ``name`` on every replica and confirm it in ``/v1/models``.
 
-        Idempotent: a replica that already has ``name`` from the same path counts as loaded.
+        Idempotent: a replica that already has ``name`` from the same path counts as loaded,
+        so after a failure on one replica the whole call can simply be repeated.
         Never reload new weights under an old name or path (vLLM's prefix cache is keyed on
         them): every adapter version has its own directory and its own name.
         """

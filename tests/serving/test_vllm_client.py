@@ -260,12 +260,13 @@ def test_replica_that_never_answers_times_out_and_is_not_retried_elsewhere(
     assert caught.value.replica == silent_server
 
 
-def test_error_body_that_is_not_vllms_json_still_becomes_a_typed_error() -> None:
+def test_error_bodies_that_are_not_vllms_json_still_become_typed_errors() -> None:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
             self.rfile.read(int(self.headers["Content-Length"]))
+            status = 404 if "wrong" in self.path else 500
             body = b"<html>upstream exploded</html>" if "html" in self.path else json.dumps({"detail": "odd"}).encode()
-            self.send_response(500)
+            self.send_response(status)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -283,6 +284,9 @@ def test_error_body_that_is_not_vllms_json_still_becomes_a_typed_error() -> None
         with pytest.raises(VLLMError) as caught:
             VLLMClient([url + "/html"]).complete(model="m", prompt="x")
         assert "upstream exploded" in caught.value.message
+        with pytest.raises(VLLMError) as caught:  # a 404 without vLLM's error JSON: a wrong URL
+            VLLMClient([url + "/wrong"]).complete(model="m", prompt="x")
+        assert not isinstance(caught.value, ModelNotLoaded)
     finally:
         server.shutdown()
         server.server_close()
