@@ -103,9 +103,9 @@ def starter_recipe(size: str) -> StarterRecipe:
     if size == "small":
         return StarterRecipe(
             size="small", vocab_size=8192, hidden_size=256, num_layers=4, num_attention_heads=4,
-            num_key_value_heads=2, intermediate_size=768, max_position_embeddings=4096,
-            seq_len=256, batch_size=16, steps=320, learning_rate=2e-3, warmup_steps=30,
-            max_middle_tokens=32, tokenizer_corpus_bytes=6_000_000, model_corpus_bytes=8_000_000,
+            num_key_value_heads=2, intermediate_size=512, max_position_embeddings=4096,
+            seq_len=128, batch_size=16, steps=110, learning_rate=3e-3, warmup_steps=10,
+            max_middle_tokens=32, tokenizer_corpus_bytes=4_000_000, model_corpus_bytes=4_000_000,
             **common,  # type: ignore[arg-type]
         )
     raise ValueError(f"unknown starter size {size!r}; known: tiny, small")
@@ -132,6 +132,8 @@ def ensure_starter_model(size: str, cache_root: Path | None = None, *, progress:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (target / "config.json").is_file():
             return target
+        for stale in root.glob(f".tmp-starter-{size}-*"):  # a builder killed mid-way; we hold the lock
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-starter-{size}-", dir=root))
         try:
             build_starter_model(recipe, tmp, progress=progress)

@@ -1,0 +1,66 @@
+"""Bad input is refused with a TrainerInputError that names the sample and the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_trainer.config import PPOConfig
+from gpu_trainer.errors import TrainerInputError
+from gpu_trainer.ppo import train_ppo
+from gpu_trainer.samples import load_samples
+
+GOOD = '{"prompt_token_ids": [1, 5, 6], "completion_token_ids": [7, 8], "behaviour_logprobs": [-1.0, -0.5], "reward": 0.75}'
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"prompt_token_ids": [1], "completion_token_ids": [7, 8], "behaviour_logprobs": [-1.0], "reward": 1}',
+         r"sample 1: behaviour_logprobs has 1 entries but completion_token_ids has 2"),
+        ('{"prompt_token_ids": [1], "completion_token_ids": [7], "behaviour_logprobs": null, "reward": NaN}',
+         r"sample 1: reward must be a finite number"),
+        ('{"prompt_token_ids": [1], "completion_token_ids": [7], "behaviour_logprobs": [Infinity], "reward": 1}',
+         r"sample 1: behaviour_logprobs\[0\]"),
+        ('{"prompt_token_ids": [1], "completion_token_ids": [7], "behaviour_logprobs": [NaN], "reward": 1}',
+         r"sample 1: behaviour_logprobs\[0\]"),
+        ('{"prompt_token_ids": [1], "completion_token_ids": ["a"], "reward": 1}',
+         r"sample 1: completion_token_ids must be a list of integers"),
+        ('{"prompt_token_ids": [], "completion_token_ids": [7], "reward": 1}', r"sample 1: prompt_token_ids is empty"),
+        ('{"prompt_token_ids": [1], "completion_token_ids": [7]}', r"sample 1: missing field 'reward'"),
+        ("{not json", r"sample 1 \(line 2\): invalid JSON"),
+    ],
+)
+def test_bad_sample_lines_name_the_sample_and_field(tmp_path, line, message):
+    path = tmp_path / "samples.jsonl"
+    path.write_text(GOOD + "\n" + line + "\n")
+    with pytest.raises(TrainerInputError, match=message):
+        load_samples(path)
+
+
+def test_silence_with_a_logged_eos_logprob_is_accepted(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    path.write_text('{"prompt_token_ids": [1], "completion_token_ids": [], "behaviour_logprobs": [-0.1], "reward": 0}\n')
+    (sample,) = load_samples(path)
+    assert sample.completion_token_ids == () and sample.behaviour_logprobs is None
+
+
+def test_empty_dataset_is_refused(tiny_starter_model, tmp_path):
+    with pytest.raises(TrainerInputError, match="dataset is empty"):
+        train_ppo(PPOConfig(), [], base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False)
+
+
+def test_token_ids_outside_the_vocabulary_are_refused(tiny_starter_model, tmp_path):
+    samples = [
+        {"prompt_token_ids": [1, 2], "completion_token_ids": [5], "behaviour_logprobs": None, "reward": 1.0},
+        {"prompt_token_ids": [1, 2], "completion_token_ids": [5, 10**6], "behaviour_logprobs": None, "reward": 0.0},
+    ]
+    with pytest.raises(TrainerInputError, match=r"sample 1: completion_token_ids\[1\] = 1000000 is outside"):
+        train_ppo(PPOConfig(), samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_config_names_the_field():
+    with pytest.raises(TrainerInputError, match="baseline"):
+        PPOConfig(baseline="median")
+    with pytest.raises(TrainerInputError, match="unknown field"):
+        PPOConfig.from_dict({"learning_rat": 1e-3})
