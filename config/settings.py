@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "apps.tenants",
     "apps.interactions",
     "apps.adapters",
+    "apps.serving",
 ]
 
 MIDDLEWARE = [

@@ -10,6 +10,7 @@ from apps.interactions.apis import (
     InteractionCollectionApi,
     InteractionDetailApi,
 )
+from apps.serving.apis import CompletionApi
 from apps.tenants.apis import ApiKeyCollectionApi, ApiKeyDetailApi, AuditEventListApi, TenantMeApi
 
 _public = {"authentication_classes": [], "permission_classes": [AllowAny]}
@@ -24,6 +25,7 @@ urlpatterns = [
     path("v1/interactions/<str:interaction_id>", InteractionDetailApi.as_view(), name="interaction-detail"),
     path("v1/feedback", FeedbackIngestApi.as_view(), name="feedback"),
     path("v1/editor/autocomplete", EditorOutcomeApi.as_view(), name="editor-autocomplete"),
+    path("v1/completions", CompletionApi.as_view(), name="completions"),
     path("api/schema/", SpectacularAPIView.as_view(**_public), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **_public), name="api-docs"),
     path("admin/", admin.site.urls),

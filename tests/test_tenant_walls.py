@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
+from apps.adapters.models import Adapter, BaseModel
 from apps.interactions.models import Feedback, Interaction
 from apps.tenants.models import ApiKey
 
@@ -18,8 +19,8 @@ pytestmark = pytest.mark.django_db
 PUBLIC = {"health", "schema", "api-docs"}
 # Routes that only read or write the caller's own tenant and take no object id: B sees only B.
 OWN_TENANT_ONLY = {"tenant-me", "api-keys", "audit-events", "interactions", "feedback", "editor-autocomplete"}
-# Routes that take an object id: walked below with A's ids.
-WITH_IDS = {"interaction-detail", "api-key-detail"}
+# Routes that take an object id (or name): walked below with A's ids.
+WITH_IDS = {"interaction-detail", "api-key-detail", "completions"}
 
 
 def _route_names(patterns, prefix: str = "") -> set[str]:
@@ -105,3 +106,12 @@ def test_public_routes_hold_no_tenant_data(world, client):
         response = client.get(path)
         assert response.status_code == 200
         assert "A's" not in response.content.decode()
+
+
+def test_b_cannot_complete_with_a_adapter(world):
+    a, b, _, _ = world
+    base = BaseModel.objects.create(name="walls-base", path="/nonexistent", family="qwen")
+    Adapter.objects.create(tenant=a.tenant, name="a-private", base_model=base, is_default=True)
+    response = b.post("/v1/completions", {"model": "a-private", "prompt": "x"}, format="json")
+    assert response.status_code == 404
+    assert b.post("/v1/completions", {"prompt": "x"}, format="json").status_code == 404  # A's default is not B's

@@ -67,7 +67,7 @@ class AdapterVersion(models.Model):
     number = models.PositiveIntegerField()
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
     artifact_path = models.CharField(max_length=500, unique=True)
-    vllm_name = models.CharField(max_length=200, unique=True, help_text="tenant--adapter--vN; unique on every replica")
+    vllm_name = models.CharField(max_length=200, unique=True, help_text="tenant--adapter--vN-<random>; never reused")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.TRAINING)
     status_message = models.TextField(blank=True, help_text="why it failed, in vLLM's or the trainer's words")
     lora_rank = models.PositiveIntegerField(default=0)

@@ -49,15 +49,11 @@ def adapter_create(
     return adapter
 
 
-def vllm_name_for(adapter: Adapter, number: int) -> str:
-    return f"{adapter.tenant.slug}--{adapter.name}--v{number}"
-
-
-def _artifact_dir(adapter: Adapter, number: int) -> Path:
-    root = Path(settings.STROP_ADAPTER_ROOT)
-    # The random suffix keeps a directory unique even if a failed registration is retried:
-    # vLLM caches by (name, path), so a path must never be reused for other weights.
-    return root / adapter.tenant.slug / adapter.name / f"v{number}-{uuid.uuid4().hex[:8]}"
+def _version_slug(number: int) -> str:
+    # The random part keeps the vLLM name and the directory unique even when a registration is
+    # retried or a tenant is recreated under an old slug: vLLM caches by (name, path), so
+    # neither may ever be reused for other weights.
+    return f"v{number}-{uuid.uuid4().hex[:8]}"
 
 
 def adapter_version_register(
@@ -89,14 +85,15 @@ def adapter_version_register(
     with transaction.atomic():
         Adapter.objects.select_for_update().filter(pk=adapter.pk).first()  # serialises version numbers
         number = (AdapterVersion.objects.filter(adapter=adapter).aggregate(n=Max("number"))["n"] or 0) + 1
-        target = _artifact_dir(adapter, number)
+        slug = _version_slug(number)
+        target = Path(settings.STROP_ADAPTER_ROOT) / adapter.tenant.slug / adapter.name / slug
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = target.with_name(target.name + ".tmp")
         shutil.copytree(source, staging)
         staging.rename(target)
         version = AdapterVersion.objects.create(
             tenant=tenant, adapter=adapter, number=number, parent=parent, artifact_path=str(target),
-            vllm_name=vllm_name_for(adapter, number), status=status, lora_rank=int(config["r"]),
+            vllm_name=f"{adapter.tenant.slug}--{adapter.name}--{slug}", status=status, lora_rank=int(config["r"]),
             metrics=metrics or {},
         )
         audit_record(

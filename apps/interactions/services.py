@@ -341,3 +341,49 @@ def feedback_attach_pending_all() -> int:
         Feedback.objects.filter(pending_client_id__isnull=False).values_list("tenant_id", flat=True).distinct()
     )
     return sum(feedback_attach_pending(tenant) for tenant in Tenant.objects.filter(pk__in=tenant_ids))
+
+
+@dataclass
+class ServedCompletion:
+    """One choice Strop served, as it is recorded for training."""
+
+    interaction_id: uuid.UUID
+    completion: str
+    completion_token_ids: list[int]
+    completion_logprobs: list[float]
+    finish_reason: str | None
+
+
+def interactions_record_served(
+    tenant: Tenant,
+    *,
+    choices: Sequence[ServedCompletion],
+    prompt: str,
+    prefix: str,
+    suffix: str,
+    prompt_token_ids: list[int] | None,
+    model_name: str,
+    adapter_version_id: int | None,
+    experiment_arm: str,
+    end_user_id: str,
+    end_user_opted_in: bool,
+    served_at: datetime,
+    latency_ms: float,
+    metadata: dict[str, Any],
+) -> None:
+    """Record what the completion endpoint served: one interaction per choice, in one INSERT."""
+    now = timezone.now()
+    Interaction.objects.bulk_create(
+        [
+            Interaction(
+                id=choice.interaction_id, tenant=tenant, source=Interaction.Source.SERVED, prompt=prompt,
+                prefix=prefix, suffix=suffix, completion=choice.completion, prompt_token_ids=prompt_token_ids,
+                completion_token_ids=choice.completion_token_ids, completion_logprobs=choice.completion_logprobs,
+                model_name=model_name, adapter_version_id=adapter_version_id, experiment_arm=experiment_arm,
+                end_user_id=end_user_id, end_user_opted_in=end_user_opted_in, served_at=served_at,
+                received_at=now, latency_ms=latency_ms,
+                metadata={**metadata, "finish_reason": choice.finish_reason},
+            )
+            for choice in choices
+        ]
+    )

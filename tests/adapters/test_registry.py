@@ -38,7 +38,8 @@ def test_versions_get_numbers_names_lineage_and_their_own_directories(tenant, ad
     first = register(tenant, adapter, make_lora_adapter(seed=1))
     second = register(tenant, adapter, make_lora_adapter(seed=2), parent=first)
     assert (first.number, second.number) == (1, 2)
-    assert (first.vllm_name, second.vllm_name) == ("acme--autocomplete--v1", "acme--autocomplete--v2")
+    assert first.vllm_name.startswith("acme--autocomplete--v1-") and second.vllm_name.startswith("acme--autocomplete--v2-")
+    assert Path(first.artifact_path).name == first.vllm_name.rsplit("--", 1)[1]
     assert second.parent == first and first.lora_rank == 8
     assert first.artifact_path != second.artifact_path
     for version in (first, second):
@@ -46,10 +47,10 @@ def test_versions_get_numbers_names_lineage_and_their_own_directories(tenant, ad
         assert not Path(version.artifact_path + ".tmp").exists()
 
 
-def test_registering_the_same_weights_twice_never_reuses_a_directory(tenant, adapter, make_lora_adapter):
+def test_registering_the_same_weights_twice_never_reuses_a_directory_or_name(tenant, adapter, make_lora_adapter):
     source = make_lora_adapter(seed=3)
     first, second = register(tenant, adapter, source), register(tenant, adapter, source)
-    assert first.artifact_path != second.artifact_path
+    assert first.artifact_path != second.artifact_path and first.vllm_name != second.vllm_name
 
 
 def test_an_invalid_adapter_is_refused_and_leaves_nothing(tenant, adapter, tmp_path, make_lora_adapter):

@@ -1,0 +1,196 @@
+"""The completion endpoint against the real vLLM server (CPU build) and the tiny starter model."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from apps.adapters.models import AdapterVersion
+from apps.adapters.services import adapter_create, adapter_version_promote, adapter_version_register
+from apps.common.exceptions import Conflict
+from apps.interactions.models import Interaction
+from apps.serving.services import adapter_version_load, vllm_client
+
+pytestmark = [pytest.mark.vllm, pytest.mark.django_db]
+
+PROMPT = "def parse(line):\n    "
+
+
+def complete(client, **body):
+    return client.post("/v1/completions", {"max_tokens": 8, "seed": 7, **body}, format="json")
+
+
+def test_completion_through_strop_returns_vllms_tokens_and_records_them(serve_client, serving_adapter, served):
+    response = complete(serve_client, prompt=PROMPT)
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    direct = vllm_client().complete(model=served.served_model_name, prompt=PROMPT, max_tokens=8, seed=7)
+    assert body["choices"][0]["text"] == direct.choice.text
+    assert body["object"] == "text_completion" and body["model"] == "autocomplete"
+    interaction = Interaction.objects.get(pk=body["id"])
+    assert interaction.source == "served" and interaction.adapter_version is None
+    assert interaction.completion_token_ids == direct.choice.token_ids
+    assert interaction.completion_logprobs == pytest.approx(direct.choice.logprobs, abs=1e-4)
+    assert interaction.prompt_token_ids == direct.prompt_token_ids
+    assert interaction.latency_ms > 0 and interaction.prompt == PROMPT
+
+
+def test_feedback_can_name_the_served_completion(serve_client, serving_adapter):
+    interaction_id = complete(serve_client, prompt=PROMPT).json()["id"]
+    response = serve_client.post("/v1/feedback", {"interaction_id": interaction_id, "outcome": "accepted"}, format="json")
+    assert response.status_code == 200
+
+
+def test_prefix_and_suffix_become_the_base_models_fim_prompt(serve_client, serving_adapter, served):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(served.model_dir)
+    response = complete(serve_client, prefix="def add(a, b):\n    ", suffix="\n\nprint(add(1, 2))\n")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    interaction = Interaction.objects.get(pk=body["id"])
+    assert interaction.prompt_token_ids[0] == tokenizer.convert_tokens_to_ids("<|fim_prefix|>")
+    assert tokenizer.convert_tokens_to_ids("<|fim_middle|>") == interaction.prompt_token_ids[-1]
+    assert (interaction.prefix, interaction.suffix) == ("def add(a, b):\n    ", "\n\nprint(add(1, 2))\n")
+
+
+def test_n_choices_are_recorded_as_one_interaction_each(serve_client, serving_adapter):
+    body = complete(serve_client, prompt=PROMPT, n=3).json()
+    ids = [choice["interaction_id"] for choice in body["choices"]]
+    assert body["id"] == ids[0] and len(set(ids)) == 3
+    assert Interaction.objects.filter(pk__in=ids).count() == 3
+
+
+def test_routing_follows_the_production_pointer(serving_tenant, serve_client, serving_adapter, loaded_version, served):
+    v1 = loaded_version(seed=11)
+    adapter_version_promote(serving_tenant, version=v1, actor="test")
+    first = complete(serve_client, prompt=PROMPT).json()
+    assert first["strop"]["version"] == v1.vllm_name
+    direct = vllm_client().complete(model=v1.vllm_name, prompt=PROMPT, max_tokens=8, seed=7)
+    assert Interaction.objects.get(pk=first["id"]).completion_token_ids == direct.choice.token_ids
+
+    v2 = loaded_version(seed=12, parent=v1)
+    adapter_version_promote(serving_tenant, version=v2, actor="test")
+    second = complete(serve_client, prompt=PROMPT).json()
+    assert Interaction.objects.get(pk=second["id"]).adapter_version_id == v2.pk
+
+
+def test_a_version_vllm_no_longer_has_is_loaded_on_demand(serving_tenant, serve_client, serving_adapter,
+                                                         make_lora_adapter, served):
+    version = adapter_version_register(
+        serving_tenant, adapter=serving_adapter, source_dir=make_lora_adapter(seed=13), enqueue_load=False
+    )
+    AdapterVersion.objects.filter(pk=version.pk).update(loaded_at="2026-11-21T00:00:00Z")  # as if vLLM restarted
+    version.refresh_from_db()
+    adapter_version_promote(serving_tenant, version=version, actor="test")
+    assert version.vllm_name not in {m.id for m in vllm_client().models()}
+    response = complete(serve_client, prompt=PROMPT)
+    assert response.status_code == 200
+    assert version.vllm_name in {m.id for m in vllm_client().models()}
+
+
+def test_a_version_vllm_refuses_is_marked_failed_and_never_routed(settings, serving_tenant, serving_adapter,
+                                                                  make_lora_adapter, served):
+    settings.VLLM_MAX_LORA_RANK = 64  # our check lets it through; the server (rank <= 16) refuses it
+    version = adapter_version_register(
+        serving_tenant, adapter=serving_adapter, source_dir=make_lora_adapter(seed=14, rank=32), enqueue_load=False
+    )
+    assert adapter_version_load(version_id=version.pk) == "failed"
+    version.refresh_from_db()
+    assert version.status == "failed" and "rank" in version.status_message.lower()
+    with pytest.raises(Conflict):
+        adapter_version_promote(serving_tenant, version=version, actor="test")
+
+
+def test_another_tenants_adapter_name_is_404(serve_client, serving_adapter, make_tenant, base_model):
+    other = make_tenant("other-tenant")
+    adapter_create(other, name="secret-adapter", base_model=base_model)
+    response = complete(serve_client, prompt=PROMPT, model="secret-adapter")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"n": 0}, "n"), ({"temperature": 5}, "temperature"), ({"max_tokens": "many"}, "max_tokens"),
+        ({"prefix": "x"}, "prompt"), ({"stop": [1]}, "stop"), ({"logit_bias": {}}, "logit_bias"),
+    ],
+)
+def test_bad_completion_input_is_400_naming_the_field(serve_client, serving_adapter, patch, field):
+    response = complete(serve_client, prompt=PROMPT, **patch)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith(field)
+
+
+def test_streaming_sends_openai_events_and_records_the_same_tokens(serve_client, serving_adapter):
+    whole = complete(serve_client, prompt=PROMPT, temperature=0).json()
+    response = complete(serve_client, prompt=PROMPT, temperature=0, stream=True)
+    assert response.status_code == 200 and response["Content-Type"] == "text/event-stream"
+    raw = b"".join(response.streaming_content).decode()
+    events = [line[len("data: "):] for line in raw.split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert len({c["id"] for c in chunks}) == 1
+    text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    assert text == whole["choices"][0]["text"]
+    streamed = Interaction.objects.get(pk=chunks[0]["id"])
+    assert streamed.completion_token_ids == Interaction.objects.get(pk=whole["id"]).completion_token_ids
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_vllm_down_is_a_quick_503_with_retry_after(settings, serve_client, serving_adapter):
+    settings.VLLM_BASE_URLS = [f"http://127.0.0.1:{_closed_port()}"]
+    started = time.monotonic()
+    response = complete(serve_client, prompt=PROMPT)
+    assert time.monotonic() - started < 5
+    assert response.status_code == 503 and int(response["Retry-After"]) > 0
+    assert response.json()["error"]["code"] == "vllm_unavailable"
+    assert not Interaction.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_swapping_production_under_traffic_fails_no_request(live_server, serving_tenant, serve_client,
+                                                          serving_adapter, loaded_version):
+    v1 = loaded_version(seed=21)
+    adapter_version_promote(serving_tenant, version=v1, actor="test")
+    failures: list[str] = []
+    versions: list[str] = []
+    stop = threading.Event()
+
+    def traffic() -> None:
+        headers = {"Authorization": f"Bearer {serve_client.raw_key}"}
+        with httpx.Client(base_url=live_server.url, headers=headers, timeout=60) as http:
+            while not stop.is_set():
+                response = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4})
+                if response.status_code != 200:
+                    failures.append(f"{response.status_code} {response.text[:200]}")
+                else:
+                    versions.append(response.json()["strop"]["version"])
+
+    threads = [threading.Thread(target=traffic) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(1)
+        v2 = loaded_version(seed=22, parent=v1)  # registered and loaded while traffic flows
+        adapter_version_promote(serving_tenant, version=v2, actor="test")
+        deadline = time.monotonic() + 30
+        while v2.vllm_name not in versions[-3:] and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert failures == []
+    assert v1.vllm_name in versions and versions[-1] == v2.vllm_name
