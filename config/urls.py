@@ -3,6 +3,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
+from apps.adapters.apis import AdapterListApi, AdapterVersionListApi, AdapterVersionPromoteApi
 from apps.common.apis import HealthApi
 from apps.interactions.apis import (
     EditorOutcomeApi,
@@ -26,6 +27,13 @@ urlpatterns = [
     path("v1/feedback", FeedbackIngestApi.as_view(), name="feedback"),
     path("v1/editor/autocomplete", EditorOutcomeApi.as_view(), name="editor-autocomplete"),
     path("v1/completions", CompletionApi.as_view(), name="completions"),
+    path("v1/adapters", AdapterListApi.as_view(), name="adapters"),
+    path("v1/adapters/<str:adapter_name>/versions", AdapterVersionListApi.as_view(), name="adapter-versions"),
+    path(
+        "v1/adapters/<str:adapter_name>/versions/<str:number>/promote",
+        AdapterVersionPromoteApi.as_view(),
+        name="adapter-version-promote",
+    ),
     path("api/schema/", SpectacularAPIView.as_view(**_public), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **_public), name="api-docs"),
     path("admin/", admin.site.urls),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from apps.adapters.models import Adapter, BaseModel
+from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.interactions.models import Feedback, Interaction
 from apps.tenants.models import ApiKey
 
@@ -18,9 +18,9 @@ pytestmark = pytest.mark.django_db
 # Routes that hold no tenant data at all.
 PUBLIC = {"health", "schema", "api-docs"}
 # Routes that only read or write the caller's own tenant and take no object id: B sees only B.
-OWN_TENANT_ONLY = {"tenant-me", "api-keys", "audit-events", "interactions", "feedback", "editor-autocomplete"}
+OWN_TENANT_ONLY = {"adapters", "tenant-me", "api-keys", "audit-events", "interactions", "feedback", "editor-autocomplete"}
 # Routes that take an object id (or name): walked below with A's ids.
-WITH_IDS = {"interaction-detail", "api-key-detail", "completions"}
+WITH_IDS = {"interaction-detail", "api-key-detail", "completions", "adapter-versions", "adapter-version-promote"}
 
 
 def _route_names(patterns, prefix: str = "") -> set[str]:
@@ -115,3 +115,19 @@ def test_b_cannot_complete_with_a_adapter(world):
     response = b.post("/v1/completions", {"model": "a-private", "prompt": "x"}, format="json")
     assert response.status_code == 404
     assert b.post("/v1/completions", {"prompt": "x"}, format="json").status_code == 404  # A's default is not B's
+
+
+def test_b_cannot_list_or_promote_a_adapter_versions(world):
+    a, b, _, _ = world
+    base = BaseModel.objects.create(name="walls-base-2", path="/nonexistent", family="qwen")
+    adapter = Adapter.objects.create(tenant=a.tenant, name="a-model", base_model=base)
+    version = AdapterVersion.objects.create(
+        tenant=a.tenant, adapter=adapter, number=1, artifact_path="/nonexistent/v1", vllm_name="a--a-model--v1",
+        status="candidate", loaded_at="2026-11-21T00:00:00Z",
+    )
+    assert b.get("/v1/adapters").json() == []
+    assert b.get("/v1/adapters/a-model/versions").status_code == 404
+    assert b.post("/v1/adapters/a-model/versions/1/promote").status_code == 404
+    adapter.refresh_from_db()
+    assert adapter.production_version is None and AdapterVersion.objects.get(pk=version.pk).status == "candidate"
+    assert a.post("/v1/adapters/a-model/versions/1/promote").status_code == 200

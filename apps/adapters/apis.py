@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.adapters.models import Adapter, AdapterVersion
+from apps.adapters.selectors import (
+    adapter_get_for_tenant,
+    adapter_list,
+    adapter_version_get_for_tenant,
+    adapter_version_list,
+)
+from apps.adapters.services import adapter_version_promote
+from apps.common.apis import ScopedApi
+
+
+class AdapterVersionOut(serializers.ModelSerializer):
+    parent = serializers.IntegerField(source="parent.number", allow_null=True, default=None)
+
+    class Meta:
+        model = AdapterVersion
+        fields = ["number", "vllm_name", "status", "status_message", "parent", "lora_rank", "metrics", "created_at",
+                  "loaded_at"]
+
+
+class AdapterOut(serializers.ModelSerializer):
+    base_model = serializers.CharField(source="base_model.name")
+    production_version = serializers.IntegerField(source="production_version.number", allow_null=True, default=None)
+
+    class Meta:
+        model = Adapter
+        fields = ["name", "base_model", "is_default", "production_version", "created_at"]
+
+
+class AdapterListApi(ScopedApi):
+    """The tenant's adapters and which version each serves in production."""
+
+    required_scope = "admin"
+
+    @extend_schema(responses={200: AdapterOut(many=True)})
+    def get(self, request: Request) -> Response:
+        return Response(AdapterOut(adapter_list(self.tenant), many=True).data)
+
+
+class AdapterVersionListApi(ScopedApi):
+    required_scope = "admin"
+
+    @extend_schema(responses={200: AdapterVersionOut(many=True)})
+    def get(self, request: Request, adapter_name: str) -> Response:
+        adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
+        versions = adapter_version_list(self.tenant, adapter=adapter).select_related("parent")
+        return Response(AdapterVersionOut(versions, many=True).data)
+
+
+class AdapterVersionPromoteApi(ScopedApi):
+    """Move the production pointer to this version (it must be loaded in vLLM); audited."""
+
+    required_scope = "admin"
+
+    @extend_schema(request=None, responses={200: AdapterOut})
+    def post(self, request: Request, adapter_name: str, number: str) -> Response:
+        adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
+        version = adapter_version_get_for_tenant(self.tenant, adapter=adapter, number=number)
+        return Response(AdapterOut(adapter_version_promote(self.tenant, version=version, actor=self.actor)).data)

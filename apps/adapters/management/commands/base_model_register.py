@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from apps.adapters.services import base_model_register
+from apps.common.exceptions import ApplicationError
+
+
+class Command(BaseCommand):
+    help = "Register (or update) a base model: the name vLLM serves it under and its local directory."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name", help="vLLM's served model name for it")
+        parser.add_argument("path", help="local Hugging Face model directory")
+        parser.add_argument("--family", help="FIM format (qwen, starcoder, codellama, deepseek); detected if omitted")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            base = base_model_register(name=options["name"], path=options["path"], family=options["family"])
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from exc
+        self.stdout.write(f"base model {base.name}: {base.path} ({base.family})")
