@@ -13,22 +13,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
-from urllib.parse import urlparse
 
 import httpx
 import orjson
 import psycopg
-
-ROOT = Path(__file__).resolve().parent.parent
-PY = sys.executable
+from common import DEFAULT_DATABASE_URL, fresh_database, manage, percentile, setup_django, start_gunicorn, stop
 
 
 def event(n: int, run: str) -> dict:
@@ -48,37 +42,15 @@ def event(n: int, run: str) -> dict:
     }
 
 
-def admin_conn(url: str, dbname: str = "postgres") -> psycopg.Connection:
-    parsed = urlparse(url)
-    return psycopg.connect(
-        host=parsed.hostname, port=parsed.port or 5432, user=parsed.username or "postgres", dbname=dbname,
-        autocommit=True,
-    )
-
-
-def django_env(db_url: str) -> dict[str, str]:
-    env = dict(os.environ, DATABASE_URL=db_url, DJANGO_SETTINGS_MODULE="config.settings", PYTHONPATH=str(ROOT))
-    env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
-    return env
-
-
-def setup_database(base_url: str, dbname: str) -> str:
-    with admin_conn(base_url) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{dbname}"')
-        conn.execute(f'CREATE DATABASE "{dbname}"')
-    parsed = urlparse(base_url)
-    db_url = parsed._replace(path=f"/{dbname}").geturl()
-    subprocess.run([PY, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=django_env(db_url), check=True)
-    key = subprocess.run(
-        [PY, "manage.py", "tenant_create", "Bench", "--rate-limit", "100000000", "--key-only"],
-        cwd=ROOT, env=django_env(db_url), check=True, capture_output=True, text=True,
-    ).stdout.strip()
-    return db_url + "#" + key
+def setup_database(base_url: str, dbname: str) -> tuple[str, str]:
+    db_url = fresh_database(base_url, dbname)
+    key = manage("tenant_create", "Bench", "--rate-limit", "100000000", "--key-only", db_url=db_url)
+    return db_url, key
 
 
 def copy_ceiling(db_url: str, rows: list[tuple], columns: tuple[str, ...]) -> float:
     """COPY the same rows into a table of the same shape (indexes, unique constraint)."""
-    with psycopg.connect(db_url.split("#")[0]) as conn:
+    with psycopg.connect(db_url) as conn:
         conn.execute("DROP TABLE IF EXISTS bench_copy")
         conn.execute("CREATE TABLE bench_copy (LIKE interactions_interaction INCLUDING ALL)")
         conn.commit()
@@ -123,46 +95,23 @@ def _post_feedback(args: tuple[str, str, list[bytes]]) -> list[float]:
     return latencies
 
 
-def wait_for(base: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("gunicorn exited during start-up")
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError("gunicorn did not answer /health in time")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/strop"))
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL))
     parser.add_argument("--events", type=int, default=50_000)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--feedback", type=int, default=3_000)
-    parser.add_argument("--workers", type=int, default=3, help="gunicorn worker processes")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     parser.add_argument("--port", type=int, default=8765)
     args = parser.parse_args()
 
-    sys.path.insert(0, str(ROOT))
-    db_url, key = setup_database(args.database_url, "strop_bench").split("#")
+    db_url, key = setup_database(args.database_url, "strop_bench")
     run = uuid.uuid4().hex[:8]
     events = [event(n, run) for n in range(args.events)]
 
     # (a) the ceiling: the same rows as the API writes them, straight into Postgres.
-    os.environ.update(django_env(db_url))
-    import django
-
-    django.setup()
+    setup_django(db_url)
     from django.utils import timezone
 
     from apps.interactions.services import _INTERACTION_COLUMNS, _interaction_row
@@ -172,21 +121,21 @@ def main() -> None:
     tenant = Tenant.objects.get(slug="bench")
     now = timezone.now()
     ceiling_rows = [
-        _interaction_row(tenant, interaction_validate({**e, "client_id": "ceil-" + e["client_id"]}),
-                         new_id=uuid.uuid4(), source="logged", now=now)
+        _interaction_row(
+            tenant,
+            interaction_validate({**e, "client_id": "ceil-" + e["client_id"]}),
+            new_id=uuid.uuid4(),
+            source="logged",
+            now=now,
+        )
         for e in events
     ]
     copy_rate = copy_ceiling(db_url, ceiling_rows, _INTERACTION_COLUMNS)
     del ceiling_rows
 
     base = f"http://127.0.0.1:{args.port}"
-    gunicorn = subprocess.Popen(
-        [PY, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{args.port}", "-w", str(args.workers),
-         "-k", "gthread", "--threads", "4", "--log-level", "warning"],
-        cwd=ROOT, env=django_env(db_url), start_new_session=True,
-    )
+    gunicorn = start_gunicorn(db_url, args.port, args.workers)
     try:
-        wait_for(base, gunicorn)
         bodies = [orjson.dumps({"items": events[i : i + args.batch]}) for i in range(0, len(events), args.batch)]
         shards = [(base, key, bodies[c :: args.clients]) for c in range(args.clients)]
         with ProcessPoolExecutor(args.clients) as pool:
@@ -206,8 +155,7 @@ def main() -> None:
             feedback_latencies = [x for part in pool.map(_post_feedback, fshards) for x in part]
             feedback_elapsed = time.perf_counter() - start
     finally:
-        os.killpg(gunicorn.pid, signal.SIGTERM)
-        gunicorn.wait(timeout=30)
+        stop(gunicorn)
 
     with psycopg.connect(db_url) as conn:
         rows, distinct = conn.execute(
@@ -221,19 +169,27 @@ def main() -> None:
     lost = args.events - distinct
     duplicated = rows - distinct
 
-    print(f"machine: {os.cpu_count()} cores; events {args.events}, batch {args.batch}, clients {args.clients}, "
-          f"gunicorn workers {args.workers}")
+    print(
+        f"machine: {os.cpu_count()} cores; events {args.events}, batch {args.batch}, clients {args.clients}, "
+        f"gunicorn workers {args.workers}"
+    )
     print(f"(a) raw COPY ceiling:           {copy_rate:,.0f} rows/s")
-    print(f"(b) batch API:                  {api_rate:,.0f} events/s "
-          f"(batch p50 {statistics.median(batch_latencies) * 1000:.0f} ms, "
-          f"p99 {percentile(batch_latencies, 0.99) * 1000:.0f} ms)")
-    print(f"(c) single feedback:            {args.feedback / feedback_elapsed:,.0f} requests/s "
-          f"(p50 {statistics.median(feedback_latencies) * 1000:.1f} ms, "
-          f"p99 {percentile(feedback_latencies, 0.99) * 1000:.1f} ms)")
+    print(
+        f"(b) batch API:                  {api_rate:,.0f} events/s "
+        f"(batch p50 {statistics.median(batch_latencies) * 1000:.0f} ms, "
+        f"p99 {percentile(batch_latencies, 0.99) * 1000:.0f} ms)"
+    )
+    print(
+        f"(c) single feedback:            {args.feedback / feedback_elapsed:,.0f} requests/s "
+        f"(p50 {statistics.median(feedback_latencies) * 1000:.1f} ms, "
+        f"p99 {percentile(feedback_latencies, 0.99) * 1000:.1f} ms)"
+    )
     print(f"ratio (b)/(a):                  {api_rate / copy_rate:.2f} (goal >= 0.40)")
     print(f"interactions: stored {rows}, lost {lost}, duplicated {duplicated}")
-    print(f"feedback: rows {feedback_rows} (expected {expected_feedback_rows}), events {feedback_events} "
-          f"(sent {args.feedback})")
+    print(
+        f"feedback: rows {feedback_rows} (expected {expected_feedback_rows}), events {feedback_events} "
+        f"(sent {args.feedback})"
+    )
     if lost or duplicated or feedback_rows != expected_feedback_rows or feedback_events != args.feedback:
         sys.exit("FAIL: rows were lost or duplicated")
 

@@ -14,9 +14,7 @@ from apps.tenants.services import ALL_SCOPES, api_key_create, tenant_create
 
 # Plugins with heavier fixtures (models, the vLLM server), loaded when present.
 pytest_plugins = [
-    name
-    for name in ("tests.fixtures.models", "tests.fixtures.vllm")
-    if importlib.util.find_spec(name) is not None
+    name for name in ("tests.fixtures.models", "tests.fixtures.vllm") if importlib.util.find_spec(name) is not None
 ]
 
 

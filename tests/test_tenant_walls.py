@@ -18,7 +18,15 @@ pytestmark = pytest.mark.django_db
 # Routes that hold no tenant data at all.
 PUBLIC = {"health", "schema", "api-docs"}
 # Routes that only read or write the caller's own tenant and take no object id: B sees only B.
-OWN_TENANT_ONLY = {"adapters", "tenant-me", "api-keys", "audit-events", "interactions", "feedback", "editor-autocomplete"}
+OWN_TENANT_ONLY = {
+    "adapters",
+    "tenant-me",
+    "api-keys",
+    "audit-events",
+    "interactions",
+    "feedback",
+    "editor-autocomplete",
+}
 # Routes that take an object id (or name): walked below with A's ids.
 WITH_IDS = {"interaction-detail", "api-key-detail", "completions", "adapter-versions", "adapter-version-promote"}
 
@@ -69,7 +77,9 @@ def test_b_cannot_give_feedback_on_a_interaction(world):
     a, b, interaction_id, _ = world
     response = b.post("/v1/feedback", {"interaction_id": interaction_id, "outcome": "rejected"}, format="json")
     assert response.status_code == 404
-    batch = b.post("/v1/feedback", {"items": [{"interaction_id": interaction_id, "outcome": "rejected"}]}, format="json")
+    batch = b.post(
+        "/v1/feedback", {"items": [{"interaction_id": interaction_id, "outcome": "rejected"}]}, format="json"
+    )
     assert batch.json()["results"][0]["status"] == "rejected"
     row = Feedback.objects.get(tenant=a.tenant)
     assert (row.outcome, row.events_received) == ("accepted", 1)
@@ -87,8 +97,11 @@ def test_b_reusing_a_client_id_creates_its_own_interaction(world):
     response = b.post("/v1/interactions", {"client_id": "secret-1", "prompt": "B", "completion": "B"}, format="json")
     assert response.status_code == 201 and response.json()["id"] != interaction_id
     assert Interaction.objects.get(tenant=a.tenant).prompt == "A's code"
-    editor = b.post("/v1/editor/autocomplete", {"completionId": "secret-1", "prompt": "B", "completion": "B",
-                                                "accepted": False}, format="json")
+    editor = b.post(
+        "/v1/editor/autocomplete",
+        {"completionId": "secret-1", "prompt": "B", "completion": "B", "accepted": False},
+        format="json",
+    )
     assert editor.status_code == 200
     assert Feedback.objects.get(tenant=a.tenant).outcome == "accepted"
 
@@ -122,8 +135,13 @@ def test_b_cannot_list_or_promote_a_adapter_versions(world):
     base = BaseModel.objects.create(name="walls-base-2", path="/nonexistent", family="qwen")
     adapter = Adapter.objects.create(tenant=a.tenant, name="a-model", base_model=base)
     version = AdapterVersion.objects.create(
-        tenant=a.tenant, adapter=adapter, number=1, artifact_path="/nonexistent/v1", vllm_name="a--a-model--v1",
-        status="candidate", loaded_at="2026-11-21T00:00:00Z",
+        tenant=a.tenant,
+        adapter=adapter,
+        number=1,
+        artifact_path="/nonexistent/v1",
+        vllm_name="a--a-model--v1",
+        status="candidate",
+        loaded_at="2026-11-21T00:00:00Z",
     )
     assert b.get("/v1/adapters").json() == []
     assert b.get("/v1/adapters/a-model/versions").status_code == 404

@@ -21,8 +21,17 @@ class AdapterVersionOut(serializers.ModelSerializer):
 
     class Meta:
         model = AdapterVersion
-        fields = ["number", "vllm_name", "status", "status_message", "parent", "lora_rank", "metrics", "created_at",
-                  "loaded_at"]
+        fields = [
+            "number",
+            "vllm_name",
+            "status",
+            "status_message",
+            "parent",
+            "lora_rank",
+            "metrics",
+            "created_at",
+            "loaded_at",
+        ]
 
 
 class AdapterOut(serializers.ModelSerializer):

@@ -44,7 +44,9 @@ class Adapter(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tenant", "name"], name="adapter_unique_name_per_tenant"),
-            models.UniqueConstraint(fields=["tenant"], condition=Q(is_default=True), name="adapter_one_default_per_tenant"),
+            models.UniqueConstraint(
+                fields=["tenant"], condition=Q(is_default=True), name="adapter_one_default_per_tenant"
+            ),
         ]
 
     def __str__(self) -> str:

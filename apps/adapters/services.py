@@ -41,7 +41,11 @@ def adapter_create(
                 Adapter.objects.filter(tenant=tenant, is_default=True).update(is_default=False)
             adapter = Adapter.objects.create(tenant=tenant, name=name, base_model=base_model, is_default=is_default)
             audit_record(
-                tenant, actor=actor, action="adapter.create", target_type="adapter", target_id=name,
+                tenant,
+                actor=actor,
+                action="adapter.create",
+                target_type="adapter",
+                target_id=name,
                 data={"base_model": base_model.name, "is_default": is_default},
             )
     except IntegrityError:
@@ -92,13 +96,23 @@ def adapter_version_register(
         shutil.copytree(source, staging)
         staging.rename(target)
         version = AdapterVersion.objects.create(
-            tenant=tenant, adapter=adapter, number=number, parent=parent, artifact_path=str(target),
-            vllm_name=f"{adapter.tenant.slug}--{adapter.name}--{slug}", status=status, lora_rank=int(config["r"]),
+            tenant=tenant,
+            adapter=adapter,
+            number=number,
+            parent=parent,
+            artifact_path=str(target),
+            vllm_name=f"{adapter.tenant.slug}--{adapter.name}--{slug}",
+            status=status,
+            lora_rank=int(config["r"]),
             metrics=metrics or {},
         )
         audit_record(
-            tenant, actor=actor, action="adapter_version.register", target_type="adapter_version",
-            target_id=version.vllm_name, data={"parent": parent.vllm_name if parent else None},
+            tenant,
+            actor=actor,
+            action="adapter_version.register",
+            target_type="adapter_version",
+            target_id=version.vllm_name,
+            data={"parent": parent.vllm_name if parent else None},
         )
         if enqueue_load:
             transaction.on_commit(lambda: _enqueue_load(version.pk))
@@ -126,8 +140,12 @@ def adapter_version_mark_failed(version: AdapterVersion, *, message: str) -> Ada
             version.status, version.status_message = AdapterVersion.Status.FAILED, message
             version.save(update_fields=["status", "status_message"])
             audit_record(
-                version.tenant, actor="system", action="adapter_version.fail", target_type="adapter_version",
-                target_id=version.vllm_name, data={"message": message[:2000]},
+                version.tenant,
+                actor="system",
+                action="adapter_version.fail",
+                target_type="adapter_version",
+                target_id=version.vllm_name,
+                data={"message": message[:2000]},
             )
     return version
 
@@ -155,7 +173,11 @@ def adapter_version_promote(tenant: Tenant, *, version: AdapterVersion, actor: s
         adapter.production_version = version
         adapter.save(update_fields=["production_version"])
         audit_record(
-            tenant, actor=actor, action="adapter.promote", target_type="adapter", target_id=adapter.name,
+            tenant,
+            actor=actor,
+            action="adapter.promote",
+            target_type="adapter",
+            target_id=adapter.name,
             data={"from": previous.vllm_name if previous else None, "to": version.vllm_name},
         )
     return adapter

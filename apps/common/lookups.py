@@ -6,7 +6,8 @@ on the ingest hot path. Use :func:`in_values` to get the right lookup for the da
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from django.db import connection
 from django.db.models import CharField, Lookup, UUIDField

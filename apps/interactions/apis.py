@@ -84,9 +84,24 @@ class InteractionOut(serializers.ModelSerializer):
     class Meta:
         model = Interaction
         fields = [
-            "id", "client_id", "source", "prompt", "prefix", "suffix", "completion", "prompt_token_ids",
-            "completion_token_ids", "completion_logprobs", "model", "end_user_id", "opted_in", "served_at",
-            "received_at", "latency_ms", "metadata", "feedback",
+            "id",
+            "client_id",
+            "source",
+            "prompt",
+            "prefix",
+            "suffix",
+            "completion",
+            "prompt_token_ids",
+            "completion_token_ids",
+            "completion_logprobs",
+            "model",
+            "end_user_id",
+            "opted_in",
+            "served_at",
+            "received_at",
+            "latency_ms",
+            "metadata",
+            "feedback",
         ]
 
     def get_feedback(self, obj: Interaction) -> dict[str, Any] | None:
@@ -109,7 +124,7 @@ class InteractionCollectionApi(ScopedApi):
     @extend_schema(
         request=InteractionInSchema,
         responses={201: InteractionOut, 200: InteractionOut, 207: _BATCH_RESULT},
-        description="Send one interaction, or `{\"items\": [...]}` (at most STROP_MAX_BATCH_ITEMS, default 1000) "
+        description='Send one interaction, or `{"items": [...]}` (at most STROP_MAX_BATCH_ITEMS, default 1000) '
         "for a batch answered 207 with a verdict per item: created, duplicate (same client_id seen before) or "
         "rejected (with the error). Rejected items store nothing.",
     )
@@ -124,7 +139,11 @@ class InteractionCollectionApi(ScopedApi):
         return Response(InteractionOut(interaction).data, status=201 if result.status == "created" else 200)
 
     @extend_schema(
-        parameters=[OpenApiParameter("end_user_id", str), OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
+        parameters=[
+            OpenApiParameter("end_user_id", str),
+            OpenApiParameter("limit", int),
+            OpenApiParameter("offset", int),
+        ],
         responses={200: InteractionOut(many=True)},
     )
     def get(self, request: Request) -> Response:
@@ -200,12 +219,19 @@ class EditorOutcomeApi(ScopedApi):
             raise ValidationFailed(exc.message, code=exc.code, details=exc.as_dict()) from None
         if stored.status == "rejected":
             error = dict(stored.error or {})
-            names = {"client_id": "completionId", "model": "modelName", "end_user_id": "uniqueId", "latency_ms": "time",
-                     "served_at": "timestamp"}
+            names = {
+                "client_id": "completionId",
+                "model": "modelName",
+                "end_user_id": "uniqueId",
+                "latency_ms": "time",
+                "served_at": "timestamp",
+            }
             field = error.get("field", "")
             if field in names:
-                error["message"] = names[field] + error["message"][len(field):]
+                error["message"] = names[field] + error["message"][len(field) :]
                 error["field"] = names[field]
-            raise ValidationFailed(error.get("message", "invalid outcome"), code=error.get("code", "invalid"), details=error)
+            raise ValidationFailed(
+                error.get("message", "invalid outcome"), code=error.get("code", "invalid"), details=error
+            )
         body = {"interaction": stored.as_dict(), "feedback": feedback.as_dict() if feedback else None}
         return Response(body, status=201 if stored.status == "created" else 200)

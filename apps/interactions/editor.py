@@ -7,7 +7,7 @@ in the interaction's metadata.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
@@ -17,8 +17,18 @@ from apps.interactions.services import ItemResult, feedback_ingest, interactions
 from apps.interactions.validation import ItemError
 from apps.tenants.models import Tenant
 
-_MAPPED = {"completionId", "prefix", "suffix", "prompt", "completion", "modelName", "uniqueId", "time", "accepted",
-           "timestamp"}
+_MAPPED = {
+    "completionId",
+    "prefix",
+    "suffix",
+    "prompt",
+    "completion",
+    "modelName",
+    "uniqueId",
+    "time",
+    "accepted",
+    "timestamp",
+}
 
 
 def _timestamp(value: Any) -> str | None:
@@ -28,7 +38,7 @@ def _timestamp(value: Any) -> str | None:
         raise ItemError("timestamp", "must be an ISO 8601 string or milliseconds since the epoch")
     if isinstance(value, str):
         return value
-    return datetime.fromtimestamp(value / 1000, tz=timezone.utc).isoformat()
+    return datetime.fromtimestamp(value / 1000, tz=UTC).isoformat()
 
 
 def editor_outcome_ingest(tenant: Tenant, *, payload: Any) -> tuple[ItemResult, ItemResult | None]:

@@ -26,7 +26,9 @@ class Interaction(models.Model):
     completion = models.TextField(blank=True, help_text="empty = the model chose to suggest nothing")
     prompt_token_ids = models.JSONField(null=True, blank=True)
     completion_token_ids = models.JSONField(null=True, blank=True)
-    completion_logprobs = models.JSONField(null=True, blank=True, help_text="behaviour logprob of each completion token")
+    completion_logprobs = models.JSONField(
+        null=True, blank=True, help_text="behaviour logprob of each completion token"
+    )
     model_name = models.CharField(max_length=200, blank=True, help_text="model or adapter version that served it")
     adapter_version = models.ForeignKey(
         "adapters.AdapterVersion",
@@ -47,7 +49,9 @@ class Interaction(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["tenant", "client_id"], condition=Q(client_id__isnull=False), name="interaction_unique_client_id"
+                fields=["tenant", "client_id"],
+                condition=Q(client_id__isnull=False),
+                name="interaction_unique_client_id",
             )
         ]
         indexes = [
@@ -85,7 +89,9 @@ class Feedback(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["tenant", "interaction"], condition=Q(interaction__isnull=False), name="feedback_one_per_interaction"
+                fields=["tenant", "interaction"],
+                condition=Q(interaction__isnull=False),
+                name="feedback_one_per_interaction",
             ),
             models.UniqueConstraint(
                 fields=["tenant", "pending_client_id"],

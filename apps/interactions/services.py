@@ -8,9 +8,10 @@ one transaction: ``COPY`` on Postgres, a bulk insert elsewhere, never a save per
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import orjson
 from django.conf import settings
@@ -65,18 +66,51 @@ def _json(value: Any) -> str | None:
 
 
 _INTERACTION_COLUMNS = (
-    "id", "tenant_id", "client_id", "source", "prompt", "prefix", "suffix", "completion", "prompt_token_ids",
-    "completion_token_ids", "completion_logprobs", "model_name", "adapter_version_id", "experiment_arm", "end_user_id",
-    "end_user_opted_in", "served_at", "received_at", "latency_ms", "metadata",
+    "id",
+    "tenant_id",
+    "client_id",
+    "source",
+    "prompt",
+    "prefix",
+    "suffix",
+    "completion",
+    "prompt_token_ids",
+    "completion_token_ids",
+    "completion_logprobs",
+    "model_name",
+    "adapter_version_id",
+    "experiment_arm",
+    "end_user_id",
+    "end_user_opted_in",
+    "served_at",
+    "received_at",
+    "latency_ms",
+    "metadata",
 )
 
 
 def _interaction_row(tenant: Tenant, item: InteractionIn, *, new_id: uuid.UUID, source: str, now: datetime) -> tuple:
     return (
-        new_id, tenant.pk, item.client_id, source, item.prompt, item.prefix, item.suffix, item.completion,
-        _json(item.prompt_token_ids), _json(item.completion_token_ids), _json(item.completion_logprobs),
-        item.model_name, None, "", item.end_user_id, item.end_user_opted_in, item.served_at or now, now,
-        item.latency_ms, _json(item.metadata),
+        new_id,
+        tenant.pk,
+        item.client_id,
+        source,
+        item.prompt,
+        item.prefix,
+        item.suffix,
+        item.completion,
+        _json(item.prompt_token_ids),
+        _json(item.completion_token_ids),
+        _json(item.completion_logprobs),
+        item.model_name,
+        None,
+        "",
+        item.end_user_id,
+        item.end_user_opted_in,
+        item.served_at or now,
+        now,
+        item.latency_ms,
+        _json(item.metadata),
     )
 
 
@@ -125,7 +159,9 @@ def interactions_ingest(
         try:
             valid.append((index, interaction_validate(raw)))
         except ItemError as exc:
-            client_id = raw.get("client_id") if isinstance(raw, dict) and isinstance(raw.get("client_id"), str) else None
+            client_id = (
+                raw.get("client_id") if isinstance(raw, dict) and isinstance(raw.get("client_id"), str) else None
+            )
             results[index] = ItemResult(index=index, status="rejected", client_id=client_id, error=exc.as_dict())
     if valid:
         with transaction.atomic():
@@ -134,7 +170,12 @@ def interactions_ingest(
 
 
 def _interactions_store(
-    tenant: Tenant, valid: list[tuple[int, InteractionIn]], results: list[ItemResult | None], *, source: str, now: datetime
+    tenant: Tenant,
+    valid: list[tuple[int, InteractionIn]],
+    results: list[ItemResult | None],
+    *,
+    source: str,
+    now: datetime,
 ) -> None:
     client_ids = [item.client_id for _, item in valid]
     known = dict(
@@ -193,11 +234,21 @@ def _feedback_upsert(tenant: Tenant, rows: Iterable[_FeedbackRow], *, now: datet
     adapt = connection.ops.adapt_datetimefield_value
     for row in rows:
         target = "interaction_id" if row.interaction_id is not None else "pending_client_id"
-        interaction_id = Interaction._meta.pk.get_db_prep_value(row.interaction_id, connection) if row.interaction_id else None
+        interaction_id = (
+            Interaction._meta.pk.get_db_prep_value(row.interaction_id, connection) if row.interaction_id else None
+        )
         by_target[target].append(
             (
-                tenant.pk, interaction_id, row.pending_client_id, row.item.outcome, row.item.kept_text,
-                adapt(row.occurred_at), adapt(now), adapt(now), row.events, _json(row.item.metadata),
+                tenant.pk,
+                interaction_id,
+                row.pending_client_id,
+                row.item.outcome,
+                row.item.kept_text,
+                adapt(row.occurred_at),
+                adapt(now),
+                adapt(now),
+                row.events,
+                _json(row.item.metadata),
             )
         )
     table = connection.ops.quote_name(Feedback._meta.db_table)
@@ -236,7 +287,9 @@ def _feedback_store(
     )
     by_client_id = (
         dict(
-            Interaction.objects.filter(tenant=tenant, **in_values("client_id", client_ids)).values_list("client_id", "id")
+            Interaction.objects.filter(tenant=tenant, **in_values("client_id", client_ids)).values_list(
+                "client_id", "id"
+            )
         )
         if client_ids
         else {}
@@ -376,12 +429,24 @@ def interactions_record_served(
     Interaction.objects.bulk_create(
         [
             Interaction(
-                id=choice.interaction_id, tenant=tenant, source=Interaction.Source.SERVED, prompt=prompt,
-                prefix=prefix, suffix=suffix, completion=choice.completion, prompt_token_ids=prompt_token_ids,
-                completion_token_ids=choice.completion_token_ids, completion_logprobs=choice.completion_logprobs,
-                model_name=model_name, adapter_version_id=adapter_version_id, experiment_arm=experiment_arm,
-                end_user_id=end_user_id, end_user_opted_in=end_user_opted_in, served_at=served_at,
-                received_at=now, latency_ms=latency_ms,
+                id=choice.interaction_id,
+                tenant=tenant,
+                source=Interaction.Source.SERVED,
+                prompt=prompt,
+                prefix=prefix,
+                suffix=suffix,
+                completion=choice.completion,
+                prompt_token_ids=prompt_token_ids,
+                completion_token_ids=choice.completion_token_ids,
+                completion_logprobs=choice.completion_logprobs,
+                model_name=model_name,
+                adapter_version_id=adapter_version_id,
+                experiment_arm=experiment_arm,
+                end_user_id=end_user_id,
+                end_user_opted_in=end_user_opted_in,
+                served_at=served_at,
+                received_at=now,
+                latency_ms=latency_ms,
                 metadata={**metadata, "finish_reason": choice.finish_reason},
             )
             for choice in choices

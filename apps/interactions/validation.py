@@ -179,8 +179,20 @@ def _reject_unknown(item: dict[str, Any], allowed: frozenset[str]) -> None:
 
 INTERACTION_FIELDS = frozenset(
     {
-        "client_id", "prompt", "prefix", "suffix", "completion", "prompt_token_ids", "completion_token_ids",
-        "completion_logprobs", "model", "end_user_id", "opted_in", "served_at", "latency_ms", "metadata",
+        "client_id",
+        "prompt",
+        "prefix",
+        "suffix",
+        "completion",
+        "prompt_token_ids",
+        "completion_token_ids",
+        "completion_logprobs",
+        "model",
+        "end_user_id",
+        "opted_in",
+        "served_at",
+        "latency_ms",
+        "metadata",
     }
 )
 
@@ -238,7 +250,9 @@ def feedback_validate(item: Any) -> FeedbackIn:
     client_id = _id(item, "client_id")
     if (raw_id is None) == (client_id is None):
         raise ItemError(
-            "interaction_id", "name the interaction by exactly one of 'interaction_id' (Strop's id) or 'client_id'", "required"
+            "interaction_id",
+            "name the interaction by exactly one of 'interaction_id' (Strop's id) or 'client_id'",
+            "required",
         )
     interaction_id = None
     if raw_id is not None:

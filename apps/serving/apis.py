@@ -33,7 +33,9 @@ class StopField(serializers.Field):
 
 
 class CompletionIn(serializers.Serializer):
-    model = serializers.CharField(required=False, allow_blank=True, help_text="your adapter's name; default adapter if empty")
+    model = serializers.CharField(
+        required=False, allow_blank=True, help_text="your adapter's name; default adapter if empty"
+    )
     prompt = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     prefix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     suffix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, default="")
@@ -58,21 +60,28 @@ class CompletionIn(serializers.Serializer):
 
 def _choice_body(choice: CompletionChoice, interaction_id: str) -> dict[str, Any]:
     return {
-        "index": choice.index, "text": choice.text, "logprobs": None, "finish_reason": choice.finish_reason,
+        "index": choice.index,
+        "text": choice.text,
+        "logprobs": None,
+        "finish_reason": choice.finish_reason,
         "interaction_id": interaction_id,
     }
 
 
 def _body(completion: Completion | CompletionChunk, ids: list[str], model: str, version: str, created: int) -> dict:
     body: dict[str, Any] = {
-        "id": ids[0], "object": "text_completion", "created": created, "model": model,
+        "id": ids[0],
+        "object": "text_completion",
+        "created": created,
+        "model": model,
         "choices": [_choice_body(c, ids[c.index]) for c in completion.choices],
         "strop": {"version": version},
     }
     if completion.usage is not None:
         usage = completion.usage
         body["usage"] = {
-            "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
             "total_tokens": usage.total_tokens,
         }
     return body
@@ -98,9 +107,17 @@ class CompletionApi(ScopedApi):
         adapter = adapter_get_for_tenant(self.tenant, name=attrs.get("model") or None)
         route = serving_route(self.tenant, adapter=adapter, end_user_id=attrs["user"])
         served = CompletionRequest(
-            prompt=attrs.get("prompt", ""), prefix=attrs.get("prefix", ""), suffix=attrs["suffix"],
-            is_fim="prefix" in attrs, max_tokens=attrs["max_tokens"], temperature=attrs["temperature"],
-            top_p=attrs["top_p"], stop=attrs["stop"], n=attrs["n"], seed=attrs["seed"], user=attrs["user"],
+            prompt=attrs.get("prompt", ""),
+            prefix=attrs.get("prefix", ""),
+            suffix=attrs["suffix"],
+            is_fim="prefix" in attrs,
+            max_tokens=attrs["max_tokens"],
+            temperature=attrs["temperature"],
+            top_p=attrs["top_p"],
+            stop=attrs["stop"],
+            n=attrs["n"],
+            seed=attrs["seed"],
+            user=attrs["user"],
             opted_in=attrs["opted_in"],
         )
         created = int(time.time())

@@ -19,7 +19,14 @@ from django.utils import timezone
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.adapters.services import adapter_version_mark_failed, adapter_version_mark_loaded
 from apps.interactions.services import ServedCompletion, interactions_record_served
-from apps.serving.vllm_client import AdapterRejected, Completion, CompletionChunk, ModelNotLoaded, VLLMClient, merge_chunks
+from apps.serving.vllm_client import (
+    AdapterRejected,
+    Completion,
+    CompletionChunk,
+    ModelNotLoaded,
+    VLLMClient,
+    merge_chunks,
+)
 from apps.tenants.models import Tenant
 
 
@@ -132,14 +139,19 @@ def _with_load_on_demand(route: Route, call: Any) -> Any:
 
 
 def _record(
-    tenant: Tenant, route: Route, request: CompletionRequest, completion: Completion, ids: list[uuid.UUID],
-    *, served_at: Any, started: float,
+    tenant: Tenant,
+    route: Route,
+    request: CompletionRequest,
+    completion: Completion,
+    ids: list[uuid.UUID],
+    *,
+    served_at: Any,
+    started: float,
 ) -> None:
     interactions_record_served(
         tenant,
         choices=[
-            ServedCompletion(ids[c.index], c.text, c.token_ids, c.logprobs, c.finish_reason)
-            for c in completion.choices
+            ServedCompletion(ids[c.index], c.text, c.token_ids, c.logprobs, c.finish_reason) for c in completion.choices
         ],
         prompt=request.prompt,
         prefix=request.prefix,
@@ -159,9 +171,16 @@ def _record(
 def _vllm_kwargs(route: Route, request: CompletionRequest) -> dict[str, Any]:
     prompt, extra = _vllm_prompt(route, request)
     return {
-        "model": route.vllm_model, "prompt": prompt, "max_tokens": request.max_tokens,
-        "temperature": request.temperature, "top_p": request.top_p, "stop": request.stop or None, "n": request.n,
-        "seed": request.seed, "user": request.user or None, "extra": extra or None,
+        "model": route.vllm_model,
+        "prompt": prompt,
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "stop": request.stop or None,
+        "n": request.n,
+        "seed": request.seed,
+        "user": request.user or None,
+        "extra": extra or None,
     }
 
 

@@ -87,9 +87,7 @@ def api_key_revoke(tenant: Tenant, *, api_key: ApiKey, actor: str) -> ApiKey:
     if api_key.revoked_at is None:
         api_key.revoked_at = timezone.now()
         api_key.save(update_fields=["revoked_at"])
-        audit_record(
-            tenant, actor=actor, action="api_key.revoke", target_type="api_key", target_id=str(api_key.pk)
-        )
+        audit_record(tenant, actor=actor, action="api_key.revoke", target_type="api_key", target_id=str(api_key.pk))
     return api_key
 
 

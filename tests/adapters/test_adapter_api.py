@@ -12,7 +12,9 @@ def test_admin_lists_adapters_and_versions_and_promotes(client_a, adapter, make_
         client_a.tenant, adapter=adapter, source_dir=make_lora_adapter(seed=31), enqueue_load=False
     )
     assert client_a.get("/v1/adapters").json()[0] == {
-        **client_a.get("/v1/adapters").json()[0], "name": "autocomplete", "production_version": None,
+        **client_a.get("/v1/adapters").json()[0],
+        "name": "autocomplete",
+        "production_version": None,
     }
     versions = client_a.get("/v1/adapters/autocomplete/versions").json()
     assert [(v["number"], v["status"]) for v in versions] == [(1, "candidate")]

@@ -38,7 +38,9 @@ def test_versions_get_numbers_names_lineage_and_their_own_directories(tenant, ad
     first = register(tenant, adapter, make_lora_adapter(seed=1))
     second = register(tenant, adapter, make_lora_adapter(seed=2), parent=first)
     assert (first.number, second.number) == (1, 2)
-    assert first.vllm_name.startswith("acme--autocomplete--v1-") and second.vllm_name.startswith("acme--autocomplete--v2-")
+    assert first.vllm_name.startswith("acme--autocomplete--v1-") and second.vllm_name.startswith(
+        "acme--autocomplete--v2-"
+    )
     assert Path(first.artifact_path).name == first.vllm_name.rsplit("--", 1)[1]
     assert second.parent == first and first.lora_rank == 8
     assert first.artifact_path != second.artifact_path

@@ -90,7 +90,9 @@ def test_oversize_batch_is_413_and_stores_nothing(client_a):
 
 @override_settings(STROP_MAX_BODY_BYTES=1000)
 def test_oversize_body_is_413(client_a):
-    response = client_a.post("/v1/interactions", {"client_id": "c", "prompt": "p" * 2000, "completion": ""}, format="json")
+    response = client_a.post(
+        "/v1/interactions", {"client_id": "c", "prompt": "p" * 2000, "completion": ""}, format="json"
+    )
     assert response.status_code == 413
     assert error_of(response)["code"] == "payload_too_large"
 

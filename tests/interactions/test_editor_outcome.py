@@ -34,7 +34,11 @@ def test_continue_outcome_becomes_an_interaction_and_its_feedback(client_a):
     assert interaction.source == "editor"
     assert interaction.client_id == OUTCOME["completionId"]
     assert (interaction.prefix, interaction.suffix) == (OUTCOME["prefix"], OUTCOME["suffix"])
-    assert (interaction.model_name, interaction.end_user_id, interaction.latency_ms) == ("strop/acme", "machine-42", 182)
+    assert (interaction.model_name, interaction.end_user_id, interaction.latency_ms) == (
+        "strop/acme",
+        "machine-42",
+        182,
+    )
     assert interaction.metadata["filepath"] == "file:///src/app.py" and interaction.metadata["numLines"] == 1
     assert Feedback.objects.get().outcome == "accepted"
 

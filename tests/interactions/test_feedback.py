@@ -92,13 +92,23 @@ def test_feedback_batch_answers_per_item(client_a):
 
 def test_pending_feedback_merges_into_feedback_recorded_meanwhile(client_a):
     """The race the sweeper exists for: pending and recorded rows for one interaction are merged."""
-    feedback_ingest(client_a.tenant, items=[{"client_id": "race", "outcome": "rejected",
-                                             "occurred_at": "2026-11-21T10:00:09Z"}])
-    Interaction.objects.create(tenant=client_a.tenant, client_id="race", source="logged", prompt="p",
-                               completion="c", served_at="2026-11-21T10:00:00Z", received_at="2026-11-21T10:00:00Z")
+    feedback_ingest(
+        client_a.tenant, items=[{"client_id": "race", "outcome": "rejected", "occurred_at": "2026-11-21T10:00:09Z"}]
+    )
+    Interaction.objects.create(
+        tenant=client_a.tenant,
+        client_id="race",
+        source="logged",
+        prompt="p",
+        completion="c",
+        served_at="2026-11-21T10:00:00Z",
+        received_at="2026-11-21T10:00:00Z",
+    )
     interaction = Interaction.objects.get(client_id="race")
-    feedback_ingest(client_a.tenant, items=[{"interaction_id": str(interaction.pk), "outcome": "accepted",
-                                             "occurred_at": "2026-11-21T10:00:01Z"}])
+    feedback_ingest(
+        client_a.tenant,
+        items=[{"interaction_id": str(interaction.pk), "outcome": "accepted", "occurred_at": "2026-11-21T10:00:01Z"}],
+    )
     assert Feedback.objects.count() == 2
     assert sweeper_task.apply().get() == 1
     row = Feedback.objects.get()

@@ -75,7 +75,9 @@ def test_replayed_batch_adds_nothing(client_a):
 def test_batch_costs_the_same_queries_whatever_its_size(client_a):
     def queries_for(start: int, size: int) -> int:
         with CaptureQueriesContext(connection) as ctx:
-            response = client_a.post("/v1/interactions", {"items": [item(start + n) for n in range(size)]}, format="json")
+            response = client_a.post(
+                "/v1/interactions", {"items": [item(start + n) for n in range(size)]}, format="json"
+            )
         assert response.json()["created"] == size
         return len(ctx.captured_queries)
 

@@ -44,8 +44,11 @@ def loaded_version(serving_tenant, serving_adapter, make_lora_adapter):
 
     def make(seed: int, parent=None, rank: int = 8):
         version = adapter_version_register(
-            serving_tenant, adapter=serving_adapter, source_dir=make_lora_adapter(seed=seed, rank=rank),
-            parent=parent, enqueue_load=False,
+            serving_tenant,
+            adapter=serving_adapter,
+            source_dir=make_lora_adapter(seed=seed, rank=rank),
+            parent=parent,
+            enqueue_load=False,
         )
         assert adapter_version_load(version_id=version.pk) == "loaded"
         version.refresh_from_db()

@@ -42,7 +42,9 @@ def test_completion_through_strop_returns_vllms_tokens_and_records_them(serve_cl
 
 def test_feedback_can_name_the_served_completion(serve_client, serving_adapter):
     interaction_id = complete(serve_client, prompt=PROMPT).json()["id"]
-    response = serve_client.post("/v1/feedback", {"interaction_id": interaction_id, "outcome": "accepted"}, format="json")
+    response = serve_client.post(
+        "/v1/feedback", {"interaction_id": interaction_id, "outcome": "accepted"}, format="json"
+    )
     assert response.status_code == 200
 
 
@@ -80,8 +82,9 @@ def test_routing_follows_the_production_pointer(serving_tenant, serve_client, se
     assert Interaction.objects.get(pk=second["id"]).adapter_version_id == v2.pk
 
 
-def test_a_version_vllm_no_longer_has_is_loaded_on_demand(serving_tenant, serve_client, serving_adapter,
-                                                         make_lora_adapter, served):
+def test_a_version_vllm_no_longer_has_is_loaded_on_demand(
+    serving_tenant, serve_client, serving_adapter, make_lora_adapter, served
+):
     version = adapter_version_register(
         serving_tenant, adapter=serving_adapter, source_dir=make_lora_adapter(seed=13), enqueue_load=False
     )
@@ -94,8 +97,9 @@ def test_a_version_vllm_no_longer_has_is_loaded_on_demand(serving_tenant, serve_
     assert version.vllm_name in {m.id for m in vllm_client().models()}
 
 
-def test_a_version_vllm_refuses_is_marked_failed_and_never_routed(settings, serving_tenant, serving_adapter,
-                                                                  make_lora_adapter, served):
+def test_a_version_vllm_refuses_is_marked_failed_and_never_routed(
+    settings, serving_tenant, serving_adapter, make_lora_adapter, served
+):
     settings.VLLM_MAX_LORA_RANK = 64  # our check lets it through; the server (rank <= 16) refuses it
     version = adapter_version_register(
         serving_tenant, adapter=serving_adapter, source_dir=make_lora_adapter(seed=14, rank=32), enqueue_load=False
@@ -118,8 +122,12 @@ def test_another_tenants_adapter_name_is_404(serve_client, serving_adapter, make
 @pytest.mark.parametrize(
     ("patch", "field"),
     [
-        ({"n": 0}, "n"), ({"temperature": 5}, "temperature"), ({"max_tokens": "many"}, "max_tokens"),
-        ({"prefix": "x"}, "prompt"), ({"stop": [1]}, "stop"), ({"logit_bias": {}}, "logit_bias"),
+        ({"n": 0}, "n"),
+        ({"temperature": 5}, "temperature"),
+        ({"max_tokens": "many"}, "max_tokens"),
+        ({"prefix": "x"}, "prompt"),
+        ({"stop": [1]}, "stop"),
+        ({"logit_bias": {}}, "logit_bias"),
     ],
 )
 def test_bad_completion_input_is_400_naming_the_field(serve_client, serving_adapter, patch, field):
@@ -133,7 +141,7 @@ def test_streaming_sends_openai_events_and_records_the_same_tokens(serve_client,
     response = complete(serve_client, prompt=PROMPT, temperature=0, stream=True)
     assert response.status_code == 200 and response["Content-Type"] == "text/event-stream"
     raw = b"".join(response.streaming_content).decode()
-    events = [line[len("data: "):] for line in raw.split("\n\n") if line.startswith("data: ")]
+    events = [line[len("data: ") :] for line in raw.split("\n\n") if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert len({c["id"] for c in chunks}) == 1
@@ -160,8 +168,9 @@ def test_vllm_down_is_a_quick_503_with_retry_after(settings, serve_client, servi
 
 
 @pytest.mark.django_db(transaction=True)
-def test_swapping_production_under_traffic_fails_no_request(live_server, serving_tenant, serve_client,
-                                                          serving_adapter, loaded_version):
+def test_swapping_production_under_traffic_fails_no_request(
+    live_server, serving_tenant, serve_client, serving_adapter, loaded_version
+):
     v1 = loaded_version(seed=21)
     adapter_version_promote(serving_tenant, version=v1, actor="test")
     failures: list[str] = []

@@ -29,8 +29,11 @@ class Command(BaseCommand):
             return
         try:
             adapter = adapter_create(
-                tenant, name=options["name"], base_model=base_model_get(name=options["base"]),
-                is_default=options["default"], actor="operator",
+                tenant,
+                name=options["name"],
+                base_model=base_model_get(name=options["base"]),
+                is_default=options["default"],
+                actor="operator",
             )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc

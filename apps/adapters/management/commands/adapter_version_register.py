@@ -33,7 +33,11 @@ class Command(BaseCommand):
                 else None
             )
             version = adapter_version_register(
-                tenant, adapter=adapter, source_dir=options["path"], parent=parent, actor="operator",
+                tenant,
+                adapter=adapter,
+                source_dir=options["path"],
+                parent=parent,
+                actor="operator",
                 enqueue_load=False,
             )
             outcome = adapter_version_load(version_id=version.pk)

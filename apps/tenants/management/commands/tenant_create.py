@@ -24,7 +24,9 @@ class Command(BaseCommand):
         if options["exists_ok"] and options["slug"] and Tenant.objects.filter(slug=options["slug"]).exists():
             return
         try:
-            tenant = tenant_create(name=options["name"], slug=options["slug"], rate_limit_per_minute=options["rate_limit"])
+            tenant = tenant_create(
+                name=options["name"], slug=options["slug"], rate_limit_per_minute=options["rate_limit"]
+            )
             issued = api_key_create(
                 tenant, name="first key", scopes=[s.strip() for s in options["scopes"].split(",") if s.strip()]
             )

@@ -1,0 +1,124 @@
+"""What the benchmarks share: a fresh Postgres database, gunicorn, vLLM, percentiles."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/strop"
+
+
+def django_env(db_url: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, DATABASE_URL=db_url, DJANGO_SETTINGS_MODULE="config.settings", PYTHONPATH=str(ROOT))
+    env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
+    env.update(extra)
+    return env
+
+
+def fresh_database(base_url: str, dbname: str) -> str:
+    """Drop and create ``dbname`` next to ``base_url``'s database, migrate it, return its URL."""
+    parsed = urlparse(base_url)
+    admin = psycopg.connect(
+        host=parsed.hostname,
+        port=parsed.port or 5432,
+        user=parsed.username or "postgres",
+        dbname="postgres",
+        autocommit=True,
+    )
+    with admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{dbname}"')
+        admin.execute(f'CREATE DATABASE "{dbname}"')
+    db_url = parsed._replace(path=f"/{dbname}").geturl()
+    manage("migrate", "-v", "0", db_url=db_url)
+    return db_url
+
+
+def manage(*args: str, db_url: str, **extra_env: str) -> str:
+    done = subprocess.run(
+        [PY, "manage.py", *args],
+        cwd=ROOT,
+        env=django_env(db_url, **extra_env),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip()
+
+
+def setup_django(db_url: str, **extra_env: str) -> None:
+    os.environ.update(django_env(db_url, **extra_env))
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, what: str) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited during start-up")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{what} did not answer {url} within {timeout_s:.0f} s")
+
+
+def start_gunicorn(db_url: str, port: int, workers: int, **extra_env: str) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "gunicorn",
+            "config.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(workers),
+            "-k",
+            "gthread",
+            "--threads",
+            "4",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=django_env(db_url, **extra_env),
+        start_new_session=True,
+    )
+    wait_healthy(f"http://127.0.0.1:{port}/health", proc, 60, "gunicorn")
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
