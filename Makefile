@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: venv services test demo lint bench-ingest bench-trainer vllm-env clean
+.PHONY: venv services test demo lint bench-ingest bench-serving bench-trainer vllm-env clean
 
 venv: $(STAMP)
 
@@ -38,6 +38,9 @@ vllm-env:
 
 bench-ingest: venv services
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/ingest.py
+
+bench-serving: venv services
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/serving.py
 
 bench-trainer: venv
 	$(PY) benchmarks/trainer.py

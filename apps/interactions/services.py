@@ -424,31 +424,36 @@ def interactions_record_served(
     latency_ms: float,
     metadata: dict[str, Any],
 ) -> None:
-    """Record what the completion endpoint served: one interaction per choice, in one INSERT."""
+    """Record what the completion endpoint served: one interaction per choice, in one INSERT.
+
+    One choice (the common case) is a single autocommitted INSERT: no transaction round trips on
+    the serving hot path."""
     now = timezone.now()
-    Interaction.objects.bulk_create(
-        [
-            Interaction(
-                id=choice.interaction_id,
-                tenant=tenant,
-                source=Interaction.Source.SERVED,
-                prompt=prompt,
-                prefix=prefix,
-                suffix=suffix,
-                completion=choice.completion,
-                prompt_token_ids=prompt_token_ids,
-                completion_token_ids=choice.completion_token_ids,
-                completion_logprobs=choice.completion_logprobs,
-                model_name=model_name,
-                adapter_version_id=adapter_version_id,
-                experiment_arm=experiment_arm,
-                end_user_id=end_user_id,
-                end_user_opted_in=end_user_opted_in,
-                served_at=served_at,
-                received_at=now,
-                latency_ms=latency_ms,
-                metadata={**metadata, "finish_reason": choice.finish_reason},
-            )
-            for choice in choices
-        ]
-    )
+    rows = [
+        Interaction(
+            id=choice.interaction_id,
+            tenant=tenant,
+            source=Interaction.Source.SERVED,
+            prompt=prompt,
+            prefix=prefix,
+            suffix=suffix,
+            completion=choice.completion,
+            prompt_token_ids=prompt_token_ids,
+            completion_token_ids=choice.completion_token_ids,
+            completion_logprobs=choice.completion_logprobs,
+            model_name=model_name,
+            adapter_version_id=adapter_version_id,
+            experiment_arm=experiment_arm,
+            end_user_id=end_user_id,
+            end_user_opted_in=end_user_opted_in,
+            served_at=served_at,
+            received_at=now,
+            latency_ms=latency_ms,
+            metadata={**metadata, "finish_reason": choice.finish_reason},
+        )
+        for choice in choices
+    ]
+    if len(rows) == 1:
+        rows[0].save(force_insert=True)
+    else:
+        Interaction.objects.bulk_create(rows)

@@ -1,0 +1,221 @@
+"""Serving benchmark: completions straight to vLLM versus through Strop, and adapter load time.
+
+Starts a real vLLM server (CPU build here) on the small starter model (or --model DIR), the API
+under gunicorn on a fresh Postgres database, registers a LoRA version and promotes it, then sends
+the same prompts at the same concurrency (a) to vLLM directly, naming the version, and (b) to
+Strop's /v1/completions, which routes to that version and records every interaction. Rounds
+alternate (a, b, a, b) so drift on a shared machine hits both. Prints one line per figure.
+
+    make bench-serving        # or: python benchmarks/serving.py --requests 200 --concurrency 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from common import (
+    DEFAULT_DATABASE_URL,
+    ROOT,
+    free_port,
+    fresh_database,
+    manage,
+    percentile,
+    setup_django,
+    start_gunicorn,
+    stop,
+    wait_healthy,
+)
+
+sys.path.insert(0, str(ROOT))
+
+
+def prompts_from_stdlib(count: int) -> list[str]:
+    """Code prefixes cut from the standard library: realistic, and the same on every run."""
+    import sysconfig
+
+    files = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+    out: list[str] = []
+    for path in files:
+        lines = path.read_text(errors="replace").splitlines()
+        for start in range(0, len(lines) - 12, 97):
+            out.append("\n".join(lines[start : start + 12]) + "\n")
+            if len(out) == count:
+                return out
+    return out
+
+
+def start_vllm(model_dir: Path, port: int, log_path: Path) -> subprocess.Popen:
+    env = dict(
+        os.environ,
+        VLLM_PORT=str(port),
+        VLLM_SERVED_MODEL_NAME="base",
+        VLLM_KV_CACHE_BYTES="512M",
+        VLLM_MAX_MODEL_LEN="2048",
+    )
+    subprocess.run(["bash", "platform/vllm-env.sh"], cwd=ROOT, check=True)
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            ["bash", "platform/vllm.sh", str(model_dir)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    wait_healthy(f"http://127.0.0.1:{port}/health", proc, 600, f"vLLM (log: {log_path})")
+    return proc
+
+
+def run_load(url: str, bodies: list[dict], headers: dict, concurrency: int) -> tuple[float, list[float], int]:
+    """Send every body once with ``concurrency`` workers; returns (elapsed, latencies, failures)."""
+    latencies: list[float] = []
+    failures = 0
+    lock = threading.Lock()
+    queue = list(reversed(bodies))
+
+    def worker() -> None:
+        nonlocal failures
+        with httpx.Client(timeout=120, headers=headers) as http:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    body = queue.pop()
+                start = time.perf_counter()
+                response = http.post(url, json=body)
+                elapsed = time.perf_counter() - start
+                with lock:
+                    latencies.append(elapsed)
+                    failures += response.status_code != 200
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start, latencies, failures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL))
+    parser.add_argument("--model", help="base model directory (default: the small starter model)")
+    parser.add_argument("--requests", type=int, default=160, help="requests per round and side")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
+    args = parser.parse_args()
+
+    from gpu_trainer.starter import ensure_starter_model
+    from tests.fixtures.vllm import write_random_lora
+
+    model_dir = Path(args.model) if args.model else ensure_starter_model("small", progress=True)
+    work = Path(tempfile.mkdtemp(prefix="strop-bench-serving-"))
+    vllm_port, api_port = free_port(), free_port()
+    vllm_url = f"http://127.0.0.1:{vllm_port}"
+    db_url = fresh_database(args.database_url, "strop_bench_serving")
+    extra = {"VLLM_BASE_URLS": vllm_url, "STROP_ADAPTER_ROOT": str(work / "adapters")}
+    started = time.perf_counter()
+    vllm = start_vllm(model_dir, vllm_port, work / "vllm.log")
+    vllm_start_s = time.perf_counter() - started
+    api = None
+    try:
+        key = manage("tenant_create", "Bench", "--rate-limit", "100000000", "--key-only", db_url=db_url)
+        manage("base_model_register", "base", str(model_dir), db_url=db_url)
+        manage("adapter_create", "bench", "tab", "--base", "base", "--default", db_url=db_url)
+        setup_django(db_url, **extra)
+        from apps.adapters.models import Adapter
+        from apps.adapters.services import adapter_version_promote, adapter_version_register
+        from apps.serving.services import adapter_version_load, vllm_client
+        from apps.tenants.models import Tenant
+
+        tenant = Tenant.objects.get(slug="bench")
+        adapter = Adapter.objects.get(tenant=tenant, name="tab")
+        load_times, register_times = [], []
+        version = None
+        for seed in range(3):
+            source = write_random_lora(model_dir, work / f"lora-{seed}", seed=seed, rank=8)
+            t0 = time.perf_counter()
+            version = adapter_version_register(
+                tenant, adapter=adapter, source_dir=source, parent=version, enqueue_load=False
+            )
+            t1 = time.perf_counter()
+            assert adapter_version_load(version_id=version.pk) == "loaded"
+            t2 = time.perf_counter()
+            register_times.append(t1 - t0)
+            load_times.append(t2 - t1)
+            version.refresh_from_db()
+        adapter_version_promote(tenant, version=version, actor="bench")
+        assert version.vllm_name in {m.id for m in vllm_client().models()}
+
+        api = start_gunicorn(db_url, api_port, args.workers, **extra)
+        prompts = prompts_from_stdlib(args.requests)
+        common_params = {"max_tokens": args.max_tokens, "temperature": 0.0, "seed": 1}
+        direct_bodies = [
+            {"model": version.vllm_name, "prompt": p, "logprobs": 1, "return_token_ids": True, **common_params}
+            for p in prompts
+        ]
+        strop_bodies = [{"prompt": p, "user": f"dev-{i % 20}", **common_params} for i, p in enumerate(prompts)]
+        strop_headers = {"Authorization": f"Bearer {key}"}
+        run_load(f"{vllm_url}/v1/completions", direct_bodies[:8], {}, args.concurrency)  # warm both paths
+        run_load(f"http://127.0.0.1:{api_port}/v1/completions", strop_bodies[:8], strop_headers, args.concurrency)
+        results: dict[str, dict[str, list]] = {
+            "direct": {"t": [], "lat": [], "fail": []},
+            "strop": {"t": [], "lat": [], "fail": []},
+        }
+        for _ in range(args.rounds):
+            for side, url, bodies, headers in (
+                ("direct", f"{vllm_url}/v1/completions", direct_bodies, {}),
+                ("strop", f"http://127.0.0.1:{api_port}/v1/completions", strop_bodies, strop_headers),
+            ):
+                elapsed, latencies, failures = run_load(url, bodies, headers, args.concurrency)
+                results[side]["t"].append(elapsed)
+                results[side]["lat"].extend(latencies)
+                results[side]["fail"].append(failures)
+        from apps.interactions.models import Interaction
+
+        recorded = Interaction.objects.filter(tenant=tenant, adapter_version=version).count()
+    finally:
+        if api is not None:
+            stop(api)
+        stop(vllm)
+
+    n = args.requests * args.rounds
+    summary = {}
+    for side in ("direct", "strop"):
+        lat = results[side]["lat"]
+        summary[side] = (
+            n / sum(results[side]["t"]),
+            statistics.median(lat) * 1000,
+            percentile(lat, 0.99) * 1000,
+            sum(results[side]["fail"]),
+        )
+    print(
+        f"model: {model_dir.name}; {n} requests per side in {args.rounds} alternating rounds, concurrency "
+        f"{args.concurrency}, max_tokens {args.max_tokens}; {os.cpu_count()} cores; vLLM start {vllm_start_s:.0f} s"
+    )
+    for side, label in (("direct", "vLLM direct"), ("strop", "through Strop")):
+        rps, p50, p99, fails = summary[side]
+        print(f"{label:<14} {rps:6.1f} req/s   p50 {p50:7.1f} ms   p99 {p99:7.1f} ms   failed {fails}")
+    print(f"Strop adds at p50: {summary['strop'][1] - summary['direct'][1]:.1f} ms (goal <= 3 ms)")
+    print(f"throughput kept: {summary['strop'][0] / summary['direct'][0]:.2f} of direct (goal >= 0.90)")
+    print(f"interactions recorded: {recorded} of {n + 8} served through Strop")
+    print(
+        f"new adapter version: register (verify + copy) {statistics.median(register_times) * 1000:.0f} ms, "
+        f"load on vLLM {statistics.median(load_times) * 1000:.0f} ms (median of {len(load_times)})"
+    )
+
+
+if __name__ == "__main__":
+    main()
