@@ -240,6 +240,8 @@ def _raise_for(response: httpx.Response, replica: str, *, what: str) -> None:
     kwargs: dict[str, Any] = {"replica": replica, "vllm_status": status, "vllm_type": vtype}
     if status == 404 and vtype is not None:  # vLLM's NotFoundError; a bare 404 is a wrong URL
         raise ModelNotLoaded(message, **kwargs)
+    if "Out of range float values" in message:  # NaN/inf logprobs: the weights (an adapter) are broken
+        raise VLLMError(f"vLLM produced non-finite logprobs: {message}", **kwargs)
     if status in (408, 429, 502, 503, 504):
         raise VLLMUnavailable(f"vLLM {what} at {replica}: {message}", replica=replica)
     if 400 <= status < 500:

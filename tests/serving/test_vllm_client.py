@@ -209,6 +209,26 @@ def test_adapter_above_the_rank_limit_is_rejected_and_the_server_stays_up(
     assert client.health() == {vllm_server.base_url: True}
 
 
+def test_adapter_with_nan_weights_loads_but_its_completions_fail_as_server_errors(
+    client: VLLMClient, make_lora_adapter: Callable[..., Path]
+) -> None:
+    # vLLM does not check weights: the trainer must refuse to write such an adapter.
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    adapter = make_lora_adapter(seed=7)
+    weights_file = adapter / "adapter_model.safetensors"
+    weights = load_file(weights_file)
+    save_file({k: torch.full_like(v, float("nan")) for k, v in weights.items()}, weights_file)
+    client.load_adapter("t1-a1-nan", adapter)
+
+    with pytest.raises(VLLMError) as caught:
+        client.complete(model="t1-a1-nan", prompt=PROMPT, max_tokens=2)
+
+    assert not isinstance(caught.value, VLLMBadRequest)  # not the tenant's fault
+    assert caught.value.status_code == 502
+
+
 def test_unload_removes_the_adapter_and_is_idempotent(
     client: VLLMClient, make_lora_adapter: Callable[..., Path]
 ) -> None:
