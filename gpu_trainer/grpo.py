@@ -103,7 +103,8 @@ def train_grpo(config: GRPOConfig, records: list[dict[str, Any]], *, base_model_
             rewards = torch.tensor([float(score_fn(text, record)) for text in texts])
             advantages.append(group_advantages(rewards))
             samples.extend(
-                Sample(tuple(prompt_ids), tuple(c), None, float(r)) for c, r in zip(group, rewards.tolist())
+                Sample(tuple(prompt_ids), tuple(c), None, float(r))
+                for c, r in zip(group, rewards.tolist(), strict=True)
             )
         round_metrics, stopped_early = run_policy_update(
             policy, samples, torch.cat(advantages), config, progress=progress, on_step=on_step,

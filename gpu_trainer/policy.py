@@ -88,7 +88,9 @@ def attach_lora(model, config: PPOConfig, *, base_model_dir: Path, base_fingerpr
         try:
             peft_model = PeftModel.from_pretrained(model, str(parent), is_trainable=True)
         except (RuntimeError, ValueError, KeyError) as exc:  # shape mismatch: another base model
-            raise AdapterInvalidError(f"parent adapter {parent} does not fit base model {base_model_dir}: {exc}") from None
+            raise AdapterInvalidError(
+                f"parent adapter {parent} does not fit base model {base_model_dir}: {exc}"
+            ) from None
     else:
         lora = LoraConfig(
             r=config.lora_rank,
@@ -144,7 +146,10 @@ def make_batch(samples: list[Sample], *, eos_id: int, pad_id: int, max_prompt_to
                device: torch.device) -> PaddedBatch:
     """Pad ``samples`` into one batch (prompts truncated from the left)."""
     completions = [completion_tokens(s, eos_id) for s in samples]
-    sequences = [list(s.prompt_token_ids[-max_prompt_tokens:]) + list(c) for s, c in zip(samples, completions)]
+    sequences = [
+        list(s.prompt_token_ids[-max_prompt_tokens:]) + list(c)
+        for s, c in zip(samples, completions, strict=True)
+    ]
     length = max(len(seq) for seq in sequences)
     width = max(len(c) for c in completions)
     batch = len(samples)
@@ -153,7 +158,7 @@ def make_batch(samples: list[Sample], *, eos_id: int, pad_id: int, max_prompt_to
     mask = torch.zeros((batch, width))
     behaviour = torch.zeros((batch, width))
     behaviour_mask = torch.zeros((batch, width))
-    for row, (sample, seq, comp) in enumerate(zip(samples, sequences, completions)):
+    for row, (sample, seq, comp) in enumerate(zip(samples, sequences, completions, strict=True)):
         input_ids[row, length - len(seq):] = torch.tensor(seq)
         attention_mask[row, length - len(seq):] = 1
         mask[row, width - len(comp):] = 1

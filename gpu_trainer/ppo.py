@@ -159,7 +159,7 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
         ref_logprobs = old_logprobs
 
     importance_weights, mismatches = [], []
-    for batch, old in zip(batches, old_logprobs):
+    for batch, old in zip(batches, old_logprobs, strict=True):
         known = batch.behaviour_mask
         weight = torch.ones_like(old)
         if config.importance_correction:

@@ -104,7 +104,7 @@ def starter_recipe(size: str) -> StarterRecipe:
         return StarterRecipe(
             size="small", vocab_size=8192, hidden_size=256, num_layers=4, num_attention_heads=4,
             num_key_value_heads=2, intermediate_size=512, max_position_embeddings=4096,
-            seq_len=128, batch_size=16, steps=110, learning_rate=3e-3, warmup_steps=10,
+            seq_len=128, batch_size=16, steps=360, learning_rate=5e-3, warmup_steps=20,
             max_middle_tokens=32, tokenizer_corpus_bytes=4_000_000, model_corpus_bytes=4_000_000,
             **common,  # type: ignore[arg-type]
         )

@@ -9,7 +9,10 @@ from gpu_trainer.errors import TrainerInputError
 from gpu_trainer.ppo import train_ppo
 from gpu_trainer.samples import load_samples
 
-GOOD = '{"prompt_token_ids": [1, 5, 6], "completion_token_ids": [7, 8], "behaviour_logprobs": [-1.0, -0.5], "reward": 0.75}'
+GOOD = (
+    '{"prompt_token_ids": [1, 5, 6], "completion_token_ids": [7, 8], '
+    '"behaviour_logprobs": [-1.0, -0.5], "reward": 0.75}'
+)
 
 
 @pytest.mark.parametrize(
@@ -39,7 +42,9 @@ def test_bad_sample_lines_name_the_sample_and_field(tmp_path, line, message):
 
 def test_silence_with_a_logged_eos_logprob_is_accepted(tmp_path):
     path = tmp_path / "samples.jsonl"
-    path.write_text('{"prompt_token_ids": [1], "completion_token_ids": [], "behaviour_logprobs": [-0.1], "reward": 0}\n')
+    path.write_text(
+        '{"prompt_token_ids": [1], "completion_token_ids": [], "behaviour_logprobs": [-0.1], "reward": 0}\n'
+    )
     (sample,) = load_samples(path)
     assert sample.completion_token_ids == () and sample.behaviour_logprobs is None
 
