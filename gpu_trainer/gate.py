@@ -229,12 +229,14 @@ def evaluate_candidate(
     # KL is measured on held-out completions; without any, on the first token after other prompts.
     kl_samples, verdict.kl_source = samples, "heldout"
     if not samples:
-        prompts = [list(p) for p in kl_prompts or []]
+        prompts = [list(p) if isinstance(p, (list, tuple)) else p for p in kl_prompts or []]
         verdict.kl_source = "kl_prompts"
         if not prompts and fim_prompts:
             prompts = [tokenizer.encode(p, add_special_tokens=False) for p in fim_prompts]
             verdict.kl_source = "fim"
-        kl_samples = [Sample(tuple(p), (), None, 0.0) for p in prompts]
+        # An empty completion is scored as [eos]: its one position is the next-token distribution.
+        kl_samples = [Sample.from_dict({"prompt_token_ids": p, "completion_token_ids": [], "reward": 0.0}, i)
+                      for i, p in enumerate(prompts)]
         if kl_samples:
             check_samples_against_vocab(kl_samples, vocab_size)
     stats = _teacher_forced(model, kl_samples, parent, config, eos_id=eos_id, pad_id=pad_id, device=device)

@@ -4,6 +4,7 @@ stops a broken, jumpy or worse one, with the numbers that say why."""
 from __future__ import annotations
 
 import json
+import math
 import random
 import shutil
 from pathlib import Path
@@ -14,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.fim import build_fim_prompt
-from gpu_trainer.gate import GateConfig, GateVerdict, evaluate_candidate
+from gpu_trainer.gate import GateConfig, GateVerdict, evaluate_candidate, off_policy_value
 from gpu_trainer.policy import load_tokenizer, special_token_ids
 from gpu_trainer.ppo import train_ppo
 from gpu_trainer.scoring import greedy_middle
@@ -188,3 +189,12 @@ def test_same_inputs_give_the_same_verdict(tiny_starter_model, trained, heldout)
     for run in runs:
         run.pop("seconds")
     assert runs[0] == runs[1]
+
+
+def test_importance_weights_are_clipped_and_self_normalised():
+    policy = torch.tensor([math.log(10.0), 0.0], dtype=torch.float64)
+    behaviour = torch.zeros(2, dtype=torch.float64)
+    value, ess = off_policy_value(policy, behaviour, torch.tensor([1.0, 0.0], dtype=torch.float64), cap=5.0)
+    assert value == pytest.approx(5 / 6) and ess == pytest.approx(36 / 26)  # weights [5, 1], not [10, 1]
+    value, ess = off_policy_value(policy - 1e4, behaviour, torch.tensor([1.0, 0.0], dtype=torch.float64), cap=5.0)
+    assert math.isnan(value) and ess == 0.0  # the policy never produces the logged completions
