@@ -224,7 +224,7 @@ def evaluate_candidate(
     verdict.finite = True
     parent = PARENT if parent_adapter_dir is not None else None
     family = detect_family(base_dir) if fim_cases else None
-    fim_prompts = [build_fim_prompt(family, c["prefix"], c.get("suffix", "")) for c in fim_cases] if family else []
+    fim_prompts = [build_fim_prompt(family, c["prefix"], c.get("suffix") or "") for c in fim_cases] if family else []
 
     # KL is measured on held-out completions; without any, on the first token after other prompts.
     kl_samples, verdict.kl_source = samples, "heldout"
@@ -287,8 +287,8 @@ def _check_fim_cases(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for key in ("prefix", "middle"):
             if not isinstance(case.get(key), str):
                 raise TrainerInputError(f"FIM case {index}: {key!r} must be a string")
-        if not isinstance(case.get("suffix", ""), str):
-            raise TrainerInputError(f"FIM case {index}: 'suffix' must be a string")
+        if not isinstance(case.get("suffix") or "", str):
+            raise TrainerInputError(f"FIM case {index}: 'suffix' must be a string or null")
     return cases
 
 
