@@ -8,7 +8,7 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-TASK_MODULES = ["workers.ingest", "workers.serving"]
+TASK_MODULES = ["workers.ingest", "workers.serving", "workers.training"]
 
 app = Celery("strop", include=TASK_MODULES)
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -68,6 +68,7 @@ INSTALLED_APPS = [
     "apps.interactions",
     "apps.adapters",
     "apps.serving",
+    "apps.training",
 ]
 
 MIDDLEWARE = [
@@ -131,10 +132,13 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # Queues by workload: default (ingest follow-ups, stats), serving (vLLM loads), gpu (training, eval).
 CELERY_TASK_ROUTES = {
     "workers.serving.*": {"queue": "serving"},
-    "workers.training.*": {"queue": "gpu"},
+    "workers.training.training_run_execute": {"queue": "gpu"},
 }
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "attach-pending-feedback": {"task": "workers.ingest.feedback_attach_pending_all", "schedule": 60.0},
+    "training-schedule": {"task": "workers.training.training_schedule_all", "schedule": 15.0},
+    "training-reap-stale": {"task": "workers.training.training_reap_stale", "schedule": 20.0},
+    "training-sweep-queued": {"task": "workers.training.training_sweep_queued", "schedule": 60.0},
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -171,6 +175,11 @@ VLLM_MAX_LORA_RANK = env_int("VLLM_MAX_LORA_RANK", 16)
 VLLM_MAX_LORAS = env_int("VLLM_MAX_LORAS", 4)
 VLLM_MAX_CPU_LORAS = env_int("VLLM_MAX_CPU_LORAS", 16)
 VLLM_TIMEOUT_S = float(os.environ.get("VLLM_TIMEOUT_S", "30"))
+# Training: run working directories, liveness, retries.
+STROP_RUN_ROOT = Path(os.environ.get("STROP_RUN_ROOT", VAR_DIR / "runs"))
+TRAINING_HEARTBEAT_S = float(os.environ.get("TRAINING_HEARTBEAT_S", "5"))
+TRAINING_STALE_AFTER_S = env_int("TRAINING_STALE_AFTER_S", 60)
+TRAINING_MAX_ATTEMPTS = env_int("TRAINING_MAX_ATTEMPTS", 3)
 # Adapter versions live here, one directory each, never overwritten.
 STROP_ADAPTER_ROOT = Path(os.environ.get("STROP_ADAPTER_ROOT", VAR_DIR / "adapters"))
 

@@ -2,34 +2,24 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from rest_framework.test import APIClient
 
-from apps.tenants.models import Tenant
-from apps.tenants.services import ALL_SCOPES, api_key_create, tenant_create
+# Django is imported inside fixtures only, so `pytest tests/gpu_trainer -p no:django` also works.
 
-# Plugins with heavier fixtures (models, the vLLM server), loaded when present.
-pytest_plugins = [
-    name for name in ("tests.fixtures.models", "tests.fixtures.vllm") if importlib.util.find_spec(name) is not None
-]
-
-
-class KeyedClient(APIClient):
-    """An APIClient that sends one tenant's API key on every request."""
-
-    tenant: Tenant
-    raw_key: str
+# Plugins with heavier fixtures: models, the vLLM server, Celery workers.
+pytest_plugins = ["tests.fixtures.models", "tests.fixtures.vllm", "tests.fixtures.workers"]
 
 
 @pytest.fixture
-def make_tenant(db: Any) -> Callable[..., Tenant]:
+def make_tenant(db: Any) -> Callable[..., Any]:
+    from apps.tenants.services import tenant_create
+
     counter = iter(range(1, 10_000))
 
-    def make(slug: str | None = None, **kwargs: Any) -> Tenant:
+    def make(slug: str | None = None, **kwargs: Any) -> Any:
         slug = slug or f"tenant-{next(counter)}"
         return tenant_create(name=slug.title(), slug=slug, **kwargs)
 
@@ -37,10 +27,16 @@ def make_tenant(db: Any) -> Callable[..., Tenant]:
 
 
 @pytest.fixture
-def make_client(db: Any) -> Callable[..., KeyedClient]:
-    def make(tenant: Tenant, scopes: list[str] | None = None) -> KeyedClient:
+def make_client(db: Any) -> Callable[..., Any]:
+    """``make(tenant, scopes=None)``: an APIClient sending a fresh key of that tenant; it carries
+    ``.tenant`` and ``.raw_key``."""
+    from rest_framework.test import APIClient
+
+    from apps.tenants.services import ALL_SCOPES, api_key_create
+
+    def make(tenant: Any, scopes: list[str] | None = None) -> Any:
         issued = api_key_create(tenant, name="test", scopes=scopes or list(ALL_SCOPES))
-        client = KeyedClient()
+        client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.raw_key}")
         client.tenant, client.raw_key = tenant, issued.raw_key
         return client
@@ -49,28 +45,35 @@ def make_client(db: Any) -> Callable[..., KeyedClient]:
 
 
 @pytest.fixture
-def tenant(make_tenant: Callable[..., Tenant]) -> Tenant:
+def tenant(make_tenant: Callable[..., Any]) -> Any:
     return make_tenant("acme")
 
 
 @pytest.fixture
-def client_a(tenant: Tenant, make_client: Callable[..., KeyedClient]) -> KeyedClient:
+def client_a(tenant: Any, make_client: Callable[..., Any]) -> Any:
     return make_client(tenant)
 
 
-def post_json(client: APIClient, path: str, body: Any) -> Any:
-    return client.post(path, body, format="json")
-
-
 @pytest.fixture(scope="session", autouse=True)
-def _fresh_test_redis() -> None:
+def _fresh_test_redis(request: pytest.FixtureRequest) -> None:
     """Each run gets a fresh test database, whose ids restart; so must the counters keyed by them."""
+    if not request.config.pluginmanager.hasplugin("django"):
+        return
     from django.core.cache import cache
 
     cache.clear()
 
 
 @pytest.fixture(autouse=True)
-def _adapter_root(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+def _adapter_root(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Adapter versions written by a test land in a temporary folder, never in the repo's var/."""
-    settings.STROP_ADAPTER_ROOT = tmp_path_factory.mktemp("adapters")
+    if request.config.pluginmanager.hasplugin("django"):
+        request.getfixturevalue("settings").STROP_ADAPTER_ROOT = tmp_path_factory.mktemp("adapters")
+
+
+@pytest.fixture
+def served(settings, vllm_server):
+    """Django pointed at the session's real vLLM server."""
+    settings.VLLM_BASE_URLS = [vllm_server.base_url]
+    settings.VLLM_MAX_LORA_RANK = vllm_server.max_lora_rank
+    return vllm_server

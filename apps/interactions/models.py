@@ -30,6 +30,14 @@ class Interaction(models.Model):
         null=True, blank=True, help_text="behaviour logprob of each completion token"
     )
     model_name = models.CharField(max_length=200, blank=True, help_text="model or adapter version that served it")
+    adapter = models.ForeignKey(
+        "adapters.Adapter",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="the tenant adapter the request named (served interactions; logged ones may name it in `model`)",
+    )
     adapter_version = models.ForeignKey(
         "adapters.AdapterVersion",
         null=True,

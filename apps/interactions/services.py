@@ -78,6 +78,7 @@ _INTERACTION_COLUMNS = (
     "completion_token_ids",
     "completion_logprobs",
     "model_name",
+    "adapter_id",
     "adapter_version_id",
     "experiment_arm",
     "end_user_id",
@@ -103,6 +104,7 @@ def _interaction_row(tenant: Tenant, item: InteractionIn, *, new_id: uuid.UUID, 
         _json(item.completion_token_ids),
         _json(item.completion_logprobs),
         item.model_name,
+        None,
         None,
         "",
         item.end_user_id,
@@ -342,6 +344,8 @@ def _feedback_store(
         )
     if merged:
         _feedback_upsert(tenant, merged.values(), now=now)
+        if any(row.interaction_id is not None for row in merged.values()):
+            _after_commit_notify_training(tenant.pk)
 
 
 def _feedback_merge(into: Feedback, other: Feedback) -> None:
@@ -385,7 +389,20 @@ def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None 
                 feedback.interaction_id, feedback.pending_client_id = interaction_id, None
                 feedback.save(update_fields=["interaction", "pending_client_id"])
             attached += 1
+        if attached:
+            _after_commit_notify_training(tenant.pk)
     return attached
+
+
+def _after_commit_notify_training(tenant_id: int) -> None:
+    """New labelled events may be enough for a training run: ask the scheduler once committed."""
+
+    def notify() -> None:
+        from workers.training import notify_new_feedback
+
+        notify_new_feedback(tenant_id)
+
+    transaction.on_commit(notify)
 
 
 def feedback_attach_pending_all() -> int:
@@ -416,6 +433,7 @@ def interactions_record_served(
     suffix: str,
     prompt_token_ids: list[int] | None,
     model_name: str,
+    adapter_id: int,
     adapter_version_id: int | None,
     experiment_arm: str,
     end_user_id: str,
@@ -442,6 +460,7 @@ def interactions_record_served(
             completion_token_ids=choice.completion_token_ids,
             completion_logprobs=choice.completion_logprobs,
             model_name=model_name,
+            adapter_id=adapter_id,
             adapter_version_id=adapter_version_id,
             experiment_arm=experiment_arm,
             end_user_id=end_user_id,

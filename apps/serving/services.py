@@ -158,6 +158,7 @@ def _record(
         suffix=request.suffix,
         prompt_token_ids=completion.prompt_token_ids,
         model_name=route.vllm_model,
+        adapter_id=route.adapter.pk,
         adapter_version_id=route.version.pk if route.version else None,
         experiment_arm=route.arm,
         end_user_id=request.user,

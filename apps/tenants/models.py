@@ -16,6 +16,9 @@ class Tenant(models.Model):
         default=True,
         help_text="Keep feedback that names a client id not seen yet, and attach it when the interaction arrives.",
     )
+    max_concurrent_training_runs = models.PositiveIntegerField(
+        default=1, help_text="training runs of this tenant at once, so one tenant cannot starve the rest"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

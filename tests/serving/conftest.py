@@ -10,14 +10,6 @@ from apps.serving.services import adapter_version_load
 
 
 @pytest.fixture
-def served(settings, vllm_server):
-    """Django pointed at the session's real vLLM server."""
-    settings.VLLM_BASE_URLS = [vllm_server.base_url]
-    settings.VLLM_MAX_LORA_RANK = vllm_server.max_lora_rank
-    return vllm_server
-
-
-@pytest.fixture
 def base_model(served, db) -> BaseModel:
     return base_model_register(name=served.served_model_name, path=served.model_dir)
 

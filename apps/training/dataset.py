@@ -1,0 +1,101 @@
+"""Turn a run's window of interactions + feedback into trainer samples.
+
+Served interactions carry the exact token ids and behaviour logprobs vLLM produced, and the
+trainer learns on exactly those tokens. Logged ones without usable ids are tokenized with the
+base model's tokenizer (no behaviour logprobs then: the trainer treats them as on-policy).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+
+from apps.adapters.models import BaseModel
+from apps.interactions.models import Interaction
+from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
+from apps.training.selectors import training_events_eligible
+
+
+@dataclass
+class Window:
+    train: list[dict[str, Any]] = field(default_factory=list)
+    heldout: list[dict[str, Any]] = field(default_factory=list)
+
+
+@functools.cache
+def _tokenizer(model_dir: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+@functools.cache
+def _vocab_size(model_dir: str) -> int:
+    return int(json.loads((Path(model_dir) / "config.json").read_text())["vocab_size"])
+
+
+def _ids_fit(ids: list[int] | None, vocab_size: int) -> bool:
+    return ids is not None and all(0 <= t < vocab_size for t in ids)
+
+
+def interaction_to_sample(interaction: Interaction, *, base: BaseModel, reward: float) -> dict[str, Any]:
+    from gpu_trainer.fim import build_fim_prompt
+
+    vocab = _vocab_size(base.path)
+    prompt_ids, completion_ids = interaction.prompt_token_ids, interaction.completion_token_ids
+    logprobs = interaction.completion_logprobs
+    if _ids_fit(prompt_ids, vocab) and _ids_fit(completion_ids, vocab):
+        if logprobs is not None and len(logprobs) != len(completion_ids or []):
+            logprobs = None
+        return {
+            "id": str(interaction.pk),
+            "prompt_token_ids": prompt_ids,
+            "completion_token_ids": completion_ids,
+            "behaviour_logprobs": logprobs,
+            "reward": reward,
+        }
+    tokenizer = _tokenizer(base.path)
+    if interaction.prompt:
+        prompt = interaction.prompt
+    else:
+        prompt = build_fim_prompt(base.family, interaction.prefix, interaction.suffix)
+    # Ids from another tokenizer (a model served elsewhere) are useless here: tokenize the text.
+    completion_ids = completion_ids if _ids_fit(completion_ids, vocab) else None
+    return {
+        "id": str(interaction.pk),
+        "prompt_token_ids": tokenizer.encode(prompt, add_special_tokens=False),
+        "completion_token_ids": completion_ids or tokenizer.encode(interaction.completion, add_special_tokens=False),
+        "behaviour_logprobs": logprobs if completion_ids is not None and logprobs is not None else None,
+        "reward": reward,
+    }
+
+
+def dataset_export(run: TrainingRun, *, policy: TrainingPolicy) -> Window:
+    """Fix the run's window (recorded as TrainingRunEvent rows) and build its samples.
+
+    Events committed after this moment are not in the window and stay eligible for the next run.
+    """
+    base = run.adapter.base_model
+    rng = random.Random(f"heldout:{run.pk}")  # a different held-out draw per run: none is held out forever
+    window = Window()
+    with transaction.atomic():
+        events = list(
+            training_events_eligible(run.adapter, parent=run.parent_version)
+            .select_related("interaction")
+            .order_by("id")
+        )
+        rows = []
+        for feedback in events:
+            reward = policy.reward_for(feedback.outcome)
+            held_out = rng.random() < policy.heldout_fraction
+            sample = interaction_to_sample(feedback.interaction, base=base, reward=reward)
+            (window.heldout if held_out else window.train).append(sample)
+            rows.append(TrainingRunEvent(run=run, feedback=feedback, held_out=held_out, reward=reward))
+        TrainingRunEvent.objects.bulk_create(rows)
+    return window

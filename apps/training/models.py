@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from apps.adapters.models import Adapter, AdapterVersion
+from apps.interactions.models import Feedback
+from apps.tenants.models import Tenant
+
+
+class TrainingPolicy(models.Model):
+    """When and how a tenant adapter trains; the tenant admin may change it."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    adapter = models.OneToOneField(Adapter, on_delete=models.CASCADE, related_name="training_policy")
+    enabled = models.BooleanField(default=True)
+    min_new_events = models.PositiveIntegerField(default=256, help_text="new labelled events that start a run")
+    max_wait_s = models.PositiveIntegerField(
+        default=3600, help_text="start a run with fewer events once the oldest has waited this long"
+    )
+    heldout_fraction = models.FloatField(
+        default=0.1, help_text="share of each window kept out of training for the gate"
+    )
+    # The reward policy: what each outcome is worth to the learner.
+    reward_accepted = models.FloatField(default=0.75)
+    reward_rejected = models.FloatField(default=-0.25)
+    reward_not_shown = models.FloatField(default=0.0)
+    reward_edited = models.FloatField(default=0.25)
+    trainer_overrides = models.JSONField(default=dict, blank=True, help_text="PPOConfig fields to override")
+    gate_overrides = models.JSONField(default=dict, blank=True, help_text="GateConfig fields to override")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def reward_for(self, outcome: str) -> float:
+        return {
+            Feedback.Outcome.ACCEPTED: self.reward_accepted,
+            Feedback.Outcome.REJECTED: self.reward_rejected,
+            Feedback.Outcome.NOT_SHOWN: self.reward_not_shown,
+            Feedback.Outcome.EDITED: self.reward_edited,
+        }[outcome]
+
+
+ACTIVE_STATUSES = ("queued", "exporting", "training", "evaluating")
+
+
+class TrainingRun(models.Model):
+    """One PPO update of one adapter: queued → exporting → training → evaluating → candidate | rejected | failed."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        EXPORTING = "exporting"
+        TRAINING = "training"
+        EVALUATING = "evaluating"
+        CANDIDATE = "candidate"
+        REJECTED = "rejected"
+        FAILED = "failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    adapter = models.ForeignKey(Adapter, on_delete=models.CASCADE, related_name="training_runs")
+    parent_version = models.ForeignKey(
+        AdapterVersion,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="trained from this version; empty = a fresh LoRA on the base model",
+    )
+    output_version = models.ForeignKey(
+        AdapterVersion,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="produced_by",
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    attempt = models.PositiveIntegerField(default=1, help_text="bumped each time the reaper requeues the run")
+    trigger = models.CharField(max_length=64, blank=True, help_text="why it was scheduled")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    window_size = models.PositiveIntegerField(default=0, help_text="events trained on")
+    heldout_size = models.PositiveIntegerField(default=0, help_text="events kept for the gate")
+    trainer_summary = models.JSONField(default=dict, blank=True)
+    gate = models.JSONField(default=dict, blank=True, help_text="the gate's verdict and numbers")
+    stage_seconds = models.JSONField(default=dict, blank=True)
+    log = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["adapter"], condition=Q(status__in=ACTIVE_STATUSES), name="training_one_active_run_per_adapter"
+            )
+        ]
+        indexes = [models.Index(fields=["status", "heartbeat_at"])]
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+
+class TrainingRunEvent(models.Model):
+    """One labelled event in a run's window: trained on, or held out for the gate."""
+
+    run = models.ForeignKey(TrainingRun, on_delete=models.CASCADE, related_name="events")
+    feedback = models.ForeignKey(Feedback, on_delete=models.CASCADE, related_name="+")
+    held_out = models.BooleanField(default=False)
+    reward = models.FloatField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "feedback"], name="training_event_once_per_run")]
+        indexes = [models.Index(fields=["feedback", "held_out"])]

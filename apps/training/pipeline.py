@@ -1,0 +1,172 @@
+"""One training run, start to end: export → train → evaluate → register + load, or reject / fail.
+
+Called by the gpu-queue Celery task. The adapter is touched only at the very end, by
+registering a verified directory as a new version; a run that fails or is rejected leaves the
+adapter exactly as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from apps.adapters.models import AdapterVersion
+from apps.adapters.services import adapter_version_register
+from apps.serving.vllm_client import VLLMUnavailable
+from apps.training.dataset import dataset_export
+from apps.training.models import TrainingRun
+from apps.training.selectors import training_policy_get
+from apps.training.services import (
+    training_run_advance,
+    training_run_claim,
+    training_run_heartbeat,
+    training_schedule_tenant,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class _Heartbeat(threading.Thread):
+    """Beats while the run works, so the reaper can tell a dead worker from a slow one."""
+
+    def __init__(self, run: TrainingRun) -> None:
+        super().__init__(daemon=True, name=f"heartbeat-run-{run.pk}")
+        self.run_id, self.attempt = run.pk, run.attempt
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._stopped.wait(settings.TRAINING_HEARTBEAT_S):
+                if not training_run_heartbeat(self.run_id, attempt=self.attempt):
+                    return
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join(timeout=10)
+
+
+class RunTakenBack(Exception):
+    """The reaper requeued this attempt while it was working; stop quietly."""
+
+
+def _advance(run: TrainingRun, status: str, **fields: Any) -> None:
+    if not training_run_advance(run, status=status, **fields):
+        raise RunTakenBack(f"run {run.pk} attempt {run.attempt} was taken back")
+
+
+def training_run_execute(run_id: int, *, attempt: int) -> str:
+    run = training_run_claim(run_id, attempt=attempt)
+    if run is None:
+        return "skipped"
+    heartbeat = _Heartbeat(run)
+    heartbeat.start()
+    try:
+        outcome = _execute(run)
+    except RunTakenBack:
+        return "taken back"
+    except Exception as exc:  # the trainer, the gate or the export failed: record it, keep the adapter
+        logger.exception("training run %s failed", run.pk)
+        training_run_advance(
+            run,
+            status=TrainingRun.Status.FAILED,
+            error=f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()[-8000:]}",
+        )
+        outcome = "failed"
+    finally:
+        heartbeat.stop()
+    # Events that arrived while this run trained may already be enough for the next one.
+    training_schedule_tenant(run.tenant_id)
+    return outcome
+
+
+def _execute(run: TrainingRun) -> str:
+    from gpu_trainer.config import PPOConfig
+    from gpu_trainer.gate import GateConfig, evaluate_candidate
+    from gpu_trainer.ppo import train_ppo
+
+    policy = training_policy_get(run.adapter)
+    base, parent = run.adapter.base_model, run.parent_version
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    window = dataset_export(run, policy=policy)
+    seconds["export"] = time.perf_counter() - started
+    if not window.train:
+        raise ValueError("the window holds no events to train on (all were held out or none are eligible)")
+    _advance(
+        run,
+        TrainingRun.Status.TRAINING,
+        window_size=len(window.train),
+        heldout_size=len(window.heldout),
+        stage_seconds=seconds,
+    )
+
+    run_dir = Path(settings.STROP_RUN_ROOT) / run.tenant.slug / run.adapter.name / f"run-{run.pk}-attempt-{run.attempt}"
+    config = PPOConfig(**{"seed": run.pk, "max_lora_rank": settings.VLLM_MAX_LORA_RANK, **policy.trainer_overrides})
+    started = time.perf_counter()
+    result = train_ppo(
+        config,
+        window.train,
+        base_model_dir=base.path,
+        parent_adapter_dir=parent.artifact_path if parent else None,
+        out_dir=run_dir / "adapter",
+        progress=False,
+    )
+    seconds["train"] = time.perf_counter() - started
+    _advance(run, TrainingRun.Status.EVALUATING, trainer_summary=result.summary, stage_seconds=seconds)
+
+    started = time.perf_counter()
+    verdict = evaluate_candidate(
+        base_model_dir=base.path,
+        parent_adapter_dir=parent.artifact_path if parent else None,
+        candidate_adapter_dir=result.out_dir,
+        heldout=window.heldout,
+        config=GateConfig(**policy.gate_overrides),
+        max_rank=settings.VLLM_MAX_LORA_RANK,
+    )
+    seconds["gate"] = time.perf_counter() - started
+    gate = verdict.as_dict()
+    if not verdict.passed:
+        _advance(
+            run,
+            TrainingRun.Status.REJECTED,
+            gate=gate,
+            stage_seconds=seconds,
+            log=run.log + "gate: " + "; ".join(verdict.reasons) + "\n",
+        )
+        return "rejected"
+
+    started = time.perf_counter()
+    version = adapter_version_register(
+        run.tenant,
+        adapter=run.adapter,
+        source_dir=result.out_dir,
+        parent=parent,
+        status=AdapterVersion.Status.CANDIDATE,
+        metrics={"trainer": result.summary, "gate": gate, "run": run.pk},
+        actor=f"training-run:{run.pk}",
+        enqueue_load=False,
+    )
+    _load_now_or_later(version)
+    seconds["load"] = time.perf_counter() - started
+    _advance(run, TrainingRun.Status.CANDIDATE, output_version=version, gate=gate, stage_seconds=seconds)
+    return "candidate"
+
+
+def _load_now_or_later(version: AdapterVersion) -> None:
+    """Load in vLLM right away (freshness); if vLLM is down, the serving queue retries it."""
+    from apps.serving.services import adapter_version_load
+    from workers.serving import adapter_version_load as load_task
+
+    try:
+        adapter_version_load(version_id=version.pk)
+    except VLLMUnavailable:
+        load_task.delay(version.pk)

@@ -1,0 +1,89 @@
+"""Which labelled events a run may learn from.
+
+The rule: a run trains a new version from ``parent`` on every labelled, opted-in event of the
+adapter that no run in ``parent``'s lineage has trained on. It is a set difference, not a
+watermark, so an event committed late (a slow transaction, feedback that arrived before its
+interaction) is never skipped, and none is trained on twice in one lineage.
+"""
+
+from __future__ import annotations
+
+from django.db.models import Q, QuerySet
+
+from apps.adapters.models import Adapter, AdapterVersion
+from apps.common.exceptions import NotFound
+from apps.interactions.models import Feedback
+from apps.tenants.models import Tenant
+from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
+
+GOOD_VERSION_STATUSES = (
+    AdapterVersion.Status.CANDIDATE,
+    AdapterVersion.Status.IN_EXPERIMENT,
+    AdapterVersion.Status.PRODUCTION,
+)
+
+
+def adapter_lineage_head(adapter: Adapter) -> AdapterVersion | None:
+    """The version the next run trains from: the newest one still fit to serve (None = base)."""
+    return adapter.versions.filter(status__in=GOOD_VERSION_STATUSES).order_by("-number").first()
+
+
+def version_lineage_ids(version: AdapterVersion | None) -> list[int]:
+    ids: list[int] = []
+    while version is not None:
+        ids.append(version.pk)
+        version = version.parent
+    return ids
+
+
+def _belongs_to_adapter(adapter: Adapter) -> Q:
+    """Served interactions name their adapter; logged ones may name it in `model`, else go to the default."""
+    match = Q(interaction__adapter=adapter) | Q(interaction__adapter__isnull=True, interaction__model_name=adapter.name)
+    if adapter.is_default:
+        other_names = Adapter.objects.filter(tenant_id=adapter.tenant_id).exclude(pk=adapter.pk).values("name")
+        match |= Q(interaction__adapter__isnull=True) & ~Q(interaction__model_name__in=other_names)
+    return match
+
+
+def training_events_eligible(adapter: Adapter, *, parent: AdapterVersion | None) -> QuerySet[Feedback]:
+    """Labelled events of opted-in end users (the one place that filter lives) not yet learned in the lineage."""
+    trained_in_lineage = TrainingRunEvent.objects.filter(
+        run__output_version_id__in=version_lineage_ids(parent), held_out=False
+    ).values("feedback_id")
+    return (
+        Feedback.objects.filter(tenant_id=adapter.tenant_id, interaction__isnull=False)
+        .filter(interaction__end_user_opted_in=True)
+        .filter(_belongs_to_adapter(adapter))
+        .exclude(id__in=trained_in_lineage)
+    )
+
+
+def training_events_new(adapter: Adapter, *, parent: AdapterVersion | None) -> QuerySet[Feedback]:
+    """Eligible events no run from this parent has looked at yet: what makes a new run worth it.
+
+    A rejected or failed run from the same parent does not consume its events (the next
+    successful run still learns them) but they do not trigger a run again on their own.
+    """
+    seen_from_parent = TrainingRunEvent.objects.filter(run__adapter=adapter, run__parent_version=parent).values(
+        "feedback_id"
+    )
+    return training_events_eligible(adapter, parent=parent).exclude(id__in=seen_from_parent)
+
+
+def training_policy_get(adapter: Adapter) -> TrainingPolicy:
+    policy = TrainingPolicy.objects.filter(adapter=adapter).first()
+    return policy if policy is not None else TrainingPolicy(tenant_id=adapter.tenant_id, adapter=adapter)
+
+
+def training_run_list(tenant: Tenant, *, adapter: Adapter | None = None) -> QuerySet[TrainingRun]:
+    qs = TrainingRun.objects.filter(tenant=tenant).select_related("adapter", "parent_version", "output_version")
+    if adapter is not None:
+        qs = qs.filter(adapter=adapter)
+    return qs.order_by("-created_at", "-id")
+
+
+def training_run_get_for_tenant(tenant: Tenant, *, run_id: int | str) -> TrainingRun:
+    try:
+        return training_run_list(tenant).get(pk=int(run_id))
+    except (TrainingRun.DoesNotExist, ValueError, TypeError):
+        raise NotFound(f"training run {run_id} not found") from None

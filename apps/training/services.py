@@ -1,0 +1,194 @@
+"""Scheduling and the life of a training run. Every transition is a guarded UPDATE, so a task
+delivered twice, a reaper and a worker coming back from the dead cannot both move one run."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Min
+from django.utils import timezone
+
+from apps.adapters.models import Adapter
+from apps.common.exceptions import ValidationFailed
+from apps.tenants.models import Tenant
+from apps.tenants.services import audit_record
+from apps.training.models import ACTIVE_STATUSES, TrainingPolicy, TrainingRun
+from apps.training.selectors import adapter_lineage_head, training_events_new, training_policy_get
+
+logger = logging.getLogger(__name__)
+
+POLICY_FIELDS = {
+    "enabled": bool,
+    "min_new_events": int,
+    "max_wait_s": int,
+    "heldout_fraction": float,
+    "reward_accepted": float,
+    "reward_rejected": float,
+    "reward_not_shown": float,
+    "reward_edited": float,
+    "trainer_overrides": dict,
+    "gate_overrides": dict,
+}
+
+
+def training_policy_update(tenant: Tenant, *, adapter: Adapter, actor: str, changes: dict[str, Any]) -> TrainingPolicy:
+    policy = training_policy_get(adapter)
+    for name, value in changes.items():
+        kind = POLICY_FIELDS.get(name)
+        if kind is None:
+            raise ValidationFailed(f"{name}: not a training policy field ({', '.join(POLICY_FIELDS)})")
+        if kind is float and type(value) is int:
+            value = float(value)
+        if type(value) is not kind:
+            raise ValidationFailed(f"{name}: must be {kind.__name__}")
+        setattr(policy, name, value)
+    if policy.min_new_events < 1:
+        raise ValidationFailed("min_new_events: must be at least 1")
+    if not 0.0 <= policy.heldout_fraction < 0.9:
+        raise ValidationFailed("heldout_fraction: must be in [0, 0.9)")
+    with transaction.atomic():
+        policy.save()
+        audit_record(
+            tenant,
+            actor=actor,
+            action="training_policy.update",
+            target_type="adapter",
+            target_id=adapter.name,
+            data={k: v for k, v in changes.items()},
+        )
+    return policy
+
+
+def _dispatch(run: TrainingRun) -> None:
+    from workers.training import training_run_execute
+
+    run_id, attempt = run.pk, run.attempt
+    transaction.on_commit(lambda: training_run_execute.delay(run_id, attempt))
+
+
+def training_schedule(adapter: Adapter, *, force: bool = False) -> TrainingRun | None:
+    """Start a run for ``adapter`` if its policy says so and nothing stops it.
+
+    At most one active run per adapter is enforced by a partial unique index (two schedulers
+    racing create one run); the tenant's cap is checked under a lock on the tenant row.
+    """
+    policy = training_policy_get(adapter)
+    if not policy.enabled and not force:
+        return None
+    parent = adapter_lineage_head(adapter)
+    new = training_events_new(adapter, parent=parent)
+    stats = new.aggregate(oldest=Min("updated_at"))
+    count = new.count()
+    if force:
+        trigger = "forced"
+    elif count >= policy.min_new_events:
+        trigger = f"{count} new events"
+    elif count and stats["oldest"] and timezone.now() - stats["oldest"] >= timedelta(seconds=policy.max_wait_s):
+        trigger = f"{count} events waited {policy.max_wait_s} s"
+    else:
+        return None
+    try:
+        with transaction.atomic():
+            tenant = Tenant.objects.select_for_update().get(pk=adapter.tenant_id)
+            active = TrainingRun.objects.filter(tenant=tenant, status__in=ACTIVE_STATUSES).count()
+            if active >= tenant.max_concurrent_training_runs:
+                return None
+            run = TrainingRun.objects.create(tenant=tenant, adapter=adapter, parent_version=parent, trigger=trigger)
+            _dispatch(run)
+    except IntegrityError:
+        return None  # another scheduler created this adapter's active run first
+    logger.info("scheduled training run %s for %s (%s)", run.pk, adapter, trigger)
+    return run
+
+
+def training_schedule_tenant(tenant_id: int) -> list[TrainingRun]:
+    adapters = Adapter.objects.filter(tenant_id=tenant_id).select_related("tenant")
+    return [run for adapter in adapters if (run := training_schedule(adapter)) is not None]
+
+
+def training_schedule_all() -> list[TrainingRun]:
+    tenant_ids = Adapter.objects.values_list("tenant_id", flat=True).distinct()
+    return [run for tenant_id in tenant_ids for run in training_schedule_tenant(tenant_id)]
+
+
+def training_run_claim(run_id: int, *, attempt: int) -> TrainingRun | None:
+    """The worker takes a queued run (None: someone else has it, or it was requeued since)."""
+    now = timezone.now()
+    claimed = TrainingRun.objects.filter(pk=run_id, attempt=attempt, status=TrainingRun.Status.QUEUED).update(
+        status=TrainingRun.Status.EXPORTING, started_at=now, heartbeat_at=now
+    )
+    return (
+        TrainingRun.objects.select_related("adapter__base_model", "parent_version", "tenant").get(pk=run_id)
+        if claimed
+        else None
+    )
+
+
+def training_run_advance(run: TrainingRun, *, status: str, **fields: Any) -> bool:
+    """Move an active run on, if it is still this attempt's; False means the reaper took it back."""
+    fields = {**fields, "status": status, "heartbeat_at": timezone.now()}
+    if status not in ACTIVE_STATUSES:
+        fields["finished_at"] = timezone.now()
+    moved = TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(**fields)
+    if moved:
+        for name, value in fields.items():
+            setattr(run, name, value)
+    return bool(moved)
+
+
+def training_run_heartbeat(run_id: int, *, attempt: int) -> bool:
+    return bool(
+        TrainingRun.objects.filter(pk=run_id, attempt=attempt, status__in=ACTIVE_STATUSES).update(
+            heartbeat_at=timezone.now()
+        )
+    )
+
+
+def training_reap_stale(*, stale_after_s: int | None = None) -> list[int]:
+    """Requeue runs whose worker stopped beating (killed, OOM, machine lost); fail them after
+    ``TRAINING_MAX_ATTEMPTS``. Their half-made output is never registered: a version is only
+    registered from a verified, renamed directory at the end of a run."""
+    stale_after_s = settings.TRAINING_STALE_AFTER_S if stale_after_s is None else stale_after_s
+    cutoff = timezone.now() - timedelta(seconds=stale_after_s)
+    requeued: list[int] = []
+    stale = TrainingRun.objects.filter(
+        status__in=[s for s in ACTIVE_STATUSES if s != TrainingRun.Status.QUEUED], heartbeat_at__lt=cutoff
+    )
+    for run in stale:
+        with transaction.atomic():
+            if run.attempt >= settings.TRAINING_MAX_ATTEMPTS:
+                TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
+                    status=TrainingRun.Status.FAILED,
+                    finished_at=timezone.now(),
+                    error=f"the worker stopped answering {run.attempt} times; giving up",
+                )
+                continue
+            moved = TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
+                status=TrainingRun.Status.QUEUED,
+                attempt=run.attempt + 1,
+                heartbeat_at=None,
+                log=f"{run.log}requeued: no heartbeat since {run.heartbeat_at:%H:%M:%S} in {run.status}\n",
+            )
+            if moved:
+                run.attempt += 1
+                run.events.all().delete()  # the window is taken again when the run restarts
+                _dispatch(run)
+                requeued.append(run.pk)
+    return requeued
+
+
+def training_sweep_queued(*, older_than_s: int = 60) -> list[int]:
+    """Send queued runs again whose message the broker may have lost (Redis restarted).
+
+    Postgres is the record; a second message for the same attempt finds the run claimed and
+    does nothing."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    runs = list(TrainingRun.objects.filter(status=TrainingRun.Status.QUEUED, created_at__lt=cutoff))
+    for run in runs:
+        with transaction.atomic():
+            _dispatch(run)
+    return [run.pk for run in runs]

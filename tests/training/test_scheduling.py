@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from apps.training.models import TrainingPolicy, TrainingRun
+from apps.training.services import (
+    training_reap_stale,
+    training_run_advance,
+    training_run_claim,
+    training_schedule,
+    training_sweep_queued,
+)
+
+
+@pytest.mark.django_db
+def test_a_run_starts_only_with_enough_new_events(tiny_adapter, add_events):
+    add_events(7)
+    assert training_schedule(tiny_adapter) is None
+    add_events(1)
+    run = training_schedule(tiny_adapter)
+    assert run is not None and run.status == "queued" and run.trigger == "8 new events"
+
+
+@pytest.mark.django_db
+def test_a_run_starts_with_fewer_events_once_the_oldest_waited_long_enough(tiny_adapter, add_events):
+    add_events(2)
+    assert training_schedule(tiny_adapter) is None
+    TrainingPolicy.objects.filter(adapter=tiny_adapter).update(max_wait_s=0)
+    assert training_schedule(tiny_adapter) is not None
+
+
+@pytest.mark.django_db
+def test_a_disabled_policy_schedules_nothing(tiny_adapter, add_events):
+    TrainingPolicy.objects.filter(adapter=tiny_adapter).update(enabled=False)
+    add_events(20)
+    assert training_schedule(tiny_adapter) is None
+
+
+@pytest.mark.django_db
+def test_the_tenant_cap_limits_concurrent_runs(tenant, tiny_adapter, add_events):
+    from apps.adapters.services import adapter_create
+
+    second = adapter_create(tenant, name="second", base_model=tiny_adapter.base_model)
+    TrainingPolicy.objects.create(tenant=tenant, adapter=second, min_new_events=1)
+    add_events(8)
+    assert training_schedule(tiny_adapter) is not None
+    assert training_schedule(second, force=True) is None  # cap 1: the tenant already has a run going
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_schedulers_racing_create_one_run(tiny_adapter, add_events):
+    add_events(8)
+    barrier = threading.Barrier(4)
+    results: list[object] = []
+
+    def schedule() -> None:
+        try:
+            barrier.wait()
+            results.append(training_schedule(tiny_adapter))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=schedule) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert TrainingRun.objects.filter(adapter=tiny_adapter).count() == 1
+    assert sum(r is not None for r in results) == 1
+
+
+@pytest.mark.django_db
+def test_a_run_is_claimed_once_per_attempt(tiny_adapter):
+    run = TrainingRun.objects.create(tenant=tiny_adapter.tenant, adapter=tiny_adapter)
+    assert training_run_claim(run.pk, attempt=1) is not None
+    assert training_run_claim(run.pk, attempt=1) is None  # the same message delivered twice
+    assert training_run_claim(run.pk, attempt=2) is None
+
+
+@pytest.mark.django_db
+def test_the_reaper_requeues_a_silent_run_and_the_old_attempt_cannot_finish_it(tiny_adapter):
+    run = TrainingRun.objects.create(tenant=tiny_adapter.tenant, adapter=tiny_adapter)
+    claimed = training_run_claim(run.pk, attempt=1)
+    TrainingRun.objects.filter(pk=run.pk).update(status="training", heartbeat_at=timezone.now() - timedelta(minutes=5))
+    claimed.status = "training"
+    assert training_reap_stale(stale_after_s=60) == [run.pk]
+    run.refresh_from_db()
+    assert (run.status, run.attempt) == ("queued", 2)
+    assert not training_run_advance(claimed, status="candidate")  # the zombie's late result is ignored
+    assert training_run_claim(run.pk, attempt=2) is not None
+
+
+@pytest.mark.django_db
+def test_a_run_that_keeps_dying_ends_failed(settings, tiny_adapter):
+    settings.TRAINING_MAX_ATTEMPTS = 2
+    run = TrainingRun.objects.create(
+        tenant=tiny_adapter.tenant,
+        adapter=tiny_adapter,
+        attempt=2,
+        status="training",
+        heartbeat_at=timezone.now() - timedelta(minutes=5),
+    )
+    training_reap_stale(stale_after_s=60)
+    run.refresh_from_db()
+    assert run.status == "failed" and "2 times" in run.error
+
+
+@pytest.mark.django_db
+def test_the_sweeper_resends_runs_the_broker_may_have_lost(tiny_adapter):
+    old = TrainingRun.objects.create(tenant=tiny_adapter.tenant, adapter=tiny_adapter)
+    TrainingRun.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(minutes=5))
+    assert training_sweep_queued(older_than_s=60) == [old.pk]

@@ -1,0 +1,110 @@
+"""The window of a run: which labelled events it learns from, with which rewards and tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.adapters.models import AdapterVersion
+from apps.interactions.models import Feedback, Interaction
+from apps.training.dataset import dataset_export, interaction_to_sample
+from apps.training.models import TrainingPolicy, TrainingRun
+from apps.training.selectors import training_events_eligible, training_events_new
+
+pytestmark = pytest.mark.django_db
+
+
+def make_run(adapter, parent=None, status="exporting"):
+    return TrainingRun.objects.create(tenant=adapter.tenant, adapter=adapter, parent_version=parent, status=status)
+
+
+def test_only_opted_in_labelled_events_are_eligible(tiny_adapter, add_events):
+    opted = add_events(4)
+    add_events(3, opted_in=False)
+    Interaction.objects.create(  # labelled? no: an interaction without feedback is not an event
+        tenant=tiny_adapter.tenant,
+        client_id="unlabelled",
+        source="logged",
+        prompt="p",
+        completion="c",
+        served_at="2026-11-21T10:00:00Z",
+        received_at="2026-11-21T10:00:00Z",
+        end_user_opted_in=True,
+    )
+    eligible = training_events_eligible(tiny_adapter, parent=None)
+    assert sorted(str(f.interaction_id) for f in eligible) == sorted(opted)
+
+
+def test_rewards_follow_the_tenants_policy(tiny_adapter, add_events):
+    add_events(4)
+    policy = TrainingPolicy.objects.get(adapter=tiny_adapter)
+    policy.heldout_fraction = 0.0
+    policy.reward_rejected = -1.0
+    policy.save()
+    window = dataset_export(make_run(tiny_adapter), policy=policy)
+    by_outcome = {Feedback.objects.get(interaction_id=s["id"]).outcome: s["reward"] for s in window.train}
+    assert by_outcome == {"accepted": 0.75, "rejected": -1.0, "not_shown": 0.0, "edited": 0.25}
+
+
+def test_served_token_ids_and_logprobs_are_used_as_served(tiny_adapter, add_events):
+    (interaction_id,) = add_events(1)
+    interaction = Interaction.objects.get(pk=interaction_id)
+    sample = interaction_to_sample(interaction, base=tiny_adapter.base_model, reward=1.0)
+    assert sample["completion_token_ids"] == interaction.completion_token_ids
+    assert sample["behaviour_logprobs"] == interaction.completion_logprobs
+
+
+def test_logged_text_without_ids_is_tokenized_with_the_fim_prompt(tiny_adapter, tiny_starter_model):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_starter_model)
+    interaction = Interaction(
+        tenant=tiny_adapter.tenant,
+        prefix="def f():\n    ",
+        suffix="\n",
+        completion="return 1",
+        completion_token_ids=[10**6],
+        completion_logprobs=[-0.1],
+    )
+    sample = interaction_to_sample(interaction, base=tiny_adapter.base_model, reward=0.5)
+    assert sample["prompt_token_ids"][0] == tokenizer.convert_tokens_to_ids("<|fim_prefix|>")
+    assert tokenizer.decode(sample["completion_token_ids"]) == "return 1"
+    assert sample["behaviour_logprobs"] is None  # ids from another vocabulary: their logprobs mean nothing here
+
+
+def test_a_lineage_never_trains_on_an_event_twice_and_skips_none(tiny_adapter, add_events):
+    policy = TrainingPolicy.objects.get(adapter=tiny_adapter)
+    first_events = add_events(8)
+    run1 = make_run(tiny_adapter)
+    window1 = dataset_export(run1, policy=policy)
+    assert len(window1.train) + len(window1.heldout) == 8
+    version = AdapterVersion.objects.create(
+        tenant=tiny_adapter.tenant,
+        adapter=tiny_adapter,
+        number=1,
+        artifact_path="/x/v1",
+        vllm_name="x--v1",
+        status="candidate",
+    )
+    TrainingRun.objects.filter(pk=run1.pk).update(status="candidate", output_version=version)
+    later_events = add_events(5)  # arrived while run 1 trained
+    eligible = {str(f.interaction_id) for f in training_events_eligible(tiny_adapter, parent=version)}
+    trained1 = {s["id"] for s in window1.train}
+    held1 = {s["id"] for s in window1.heldout}
+    assert eligible == set(later_events) | held1  # held-out events are not consumed
+    assert not eligible & trained1
+    assert set(first_events) <= trained1 | held1
+
+
+def test_events_seen_by_a_rejected_run_do_not_trigger_again(tiny_adapter, add_events):
+    add_events(8)
+    run = make_run(tiny_adapter)
+    dataset_export(run, policy=TrainingPolicy.objects.get(adapter=tiny_adapter))
+    TrainingRun.objects.filter(pk=run.pk).update(status="rejected")
+    assert training_events_new(tiny_adapter, parent=None).count() == 0
+    assert training_events_eligible(tiny_adapter, parent=None).count() == 8  # still learnable by the next run
+
+
+def test_another_tenants_events_never_enter_a_window(tiny_adapter, add_events, make_tenant):
+    other = make_tenant("other")
+    add_events(5, tenant_=other)
+    assert training_events_eligible(tiny_adapter, parent=None).count() == 0

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from celery import shared_task
+from django.core.cache import cache
+
+
+@shared_task(name="workers.training.training_run_execute", acks_late=True, reject_on_worker_lost=True)
+def training_run_execute(run_id: int, attempt: int) -> str:
+    """Train one run (gpu queue). Idempotent: only the attempt's first delivery claims the run."""
+    from apps.training.pipeline import training_run_execute as execute
+
+    return execute(run_id, attempt=attempt)
+
+
+@shared_task(name="workers.training.training_schedule_tenant", acks_late=True, expires=60)
+def training_schedule_tenant(tenant_id: int) -> int:
+    from apps.training.services import training_schedule_tenant as schedule
+
+    return len(schedule(tenant_id))
+
+
+@shared_task(name="workers.training.training_schedule_all", acks_late=True, expires=60)
+def training_schedule_all() -> int:
+    from apps.training.services import training_schedule_all as schedule
+
+    return len(schedule())
+
+
+@shared_task(name="workers.training.training_reap_stale", acks_late=True, expires=60)
+def training_reap_stale() -> int:
+    from apps.training.services import training_reap_stale as reap
+
+    return len(reap())
+
+
+@shared_task(name="workers.training.training_sweep_queued", acks_late=True, expires=120)
+def training_sweep_queued() -> int:
+    from apps.training.services import training_sweep_queued as sweep
+
+    return len(sweep())
+
+
+def notify_new_feedback(tenant_id: int) -> None:
+    """Ask for a scheduling check soon after feedback lands: at most one per tenant a second."""
+    if cache.add(f"strop:schedule-check:{tenant_id}", 1, timeout=1):
+        training_schedule_tenant.delay(tenant_id)
