@@ -13,6 +13,12 @@ from apps.interactions.apis import (
 )
 from apps.serving.apis import CompletionApi
 from apps.tenants.apis import ApiKeyCollectionApi, ApiKeyDetailApi, AuditEventListApi, TenantMeApi
+from apps.training.apis import (
+    EvalSetApi,
+    TrainingPolicyApi,
+    TrainingRunCollectionApi,
+    TrainingRunDetailApi,
+)
 
 _public = {"authentication_classes": [], "permission_classes": [AllowAny]}
 
@@ -34,6 +40,10 @@ urlpatterns = [
         AdapterVersionPromoteApi.as_view(),
         name="adapter-version-promote",
     ),
+    path("v1/adapters/<str:adapter_name>/training-policy", TrainingPolicyApi.as_view(), name="training-policy"),
+    path("v1/adapters/<str:adapter_name>/eval-set", EvalSetApi.as_view(), name="eval-set"),
+    path("v1/adapters/<str:adapter_name>/training-runs", TrainingRunCollectionApi.as_view(), name="training-runs"),
+    path("v1/training-runs/<str:run_id>", TrainingRunDetailApi.as_view(), name="training-run-detail"),
     path("api/schema/", SpectacularAPIView.as_view(**_public), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **_public), name="api-docs"),
     path("admin/", admin.site.urls),

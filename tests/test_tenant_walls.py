@@ -28,7 +28,17 @@ OWN_TENANT_ONLY = {
     "editor-autocomplete",
 }
 # Routes that take an object id (or name): walked below with A's ids.
-WITH_IDS = {"interaction-detail", "api-key-detail", "completions", "adapter-versions", "adapter-version-promote"}
+WITH_IDS = {
+    "training-policy",
+    "eval-set",
+    "training-runs",
+    "training-run-detail",
+    "interaction-detail",
+    "api-key-detail",
+    "completions",
+    "adapter-versions",
+    "adapter-version-promote",
+}
 
 
 def _route_names(patterns, prefix: str = "") -> set[str]:
@@ -149,3 +159,22 @@ def test_b_cannot_list_or_promote_a_adapter_versions(world):
     adapter.refresh_from_db()
     assert adapter.production_version is None and AdapterVersion.objects.get(pk=version.pk).status == "candidate"
     assert a.post("/v1/adapters/a-model/versions/1/promote").status_code == 200
+
+
+def test_b_cannot_see_or_steer_a_training(world):
+    from apps.training.models import TrainingPolicy, TrainingRun
+
+    a, b, _, _ = world
+    base = BaseModel.objects.create(name="walls-base-3", path="/nonexistent", family="qwen")
+    adapter = Adapter.objects.create(tenant=a.tenant, name="a-trained", base_model=base)
+    run = TrainingRun.objects.create(tenant=a.tenant, adapter=adapter, status="failed", error="A's secret error")
+    assert b.get("/v1/adapters/a-trained/training-policy").status_code == 404
+    assert b.patch("/v1/adapters/a-trained/training-policy", {"enabled": False}, format="json").status_code == 404
+    cases = {"cases": [{"prefix": "a", "suffix": "b", "middle": "c"}]}
+    assert b.put("/v1/adapters/a-trained/eval-set", cases, format="json").status_code == 404
+    assert b.get("/v1/adapters/a-trained/training-runs").status_code == 404
+    assert b.post("/v1/adapters/a-trained/training-runs").status_code == 404
+    response = b.get(f"/v1/training-runs/{run.pk}")
+    assert response.status_code == 404 and "secret" not in response.content.decode()
+    assert not TrainingPolicy.objects.filter(adapter=adapter).exists()
+    assert TrainingRun.objects.filter(adapter=adapter).count() == 1

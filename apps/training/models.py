@@ -110,3 +110,12 @@ class TrainingRunEvent(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "feedback"], name="training_event_once_per_run")]
         indexes = [models.Index(fields=["feedback", "held_out"])]
+
+
+class EvalSet(models.Model):
+    """A tenant's fill-in-the-middle eval set for one adapter: the gate checks a candidate on it."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    adapter = models.OneToOneField(Adapter, on_delete=models.CASCADE, related_name="eval_set")
+    cases = models.JSONField(help_text='[{"prefix", "suffix", "middle"}, ...]')
+    uploaded_at = models.DateTimeField(auto_now=True)

@@ -21,7 +21,7 @@ from apps.adapters.models import AdapterVersion
 from apps.adapters.services import adapter_version_register
 from apps.serving.vllm_client import VLLMUnavailable
 from apps.training.dataset import dataset_export
-from apps.training.models import TrainingRun
+from apps.training.models import EvalSet, TrainingRun
 from apps.training.selectors import training_policy_get
 from apps.training.services import (
     training_run_advance,
@@ -124,13 +124,16 @@ def _execute(run: TrainingRun) -> str:
     _advance(run, TrainingRun.Status.EVALUATING, trainer_summary=result.summary, stage_seconds=seconds)
 
     started = time.perf_counter()
+    eval_set = EvalSet.objects.filter(adapter=run.adapter).first()
     verdict = evaluate_candidate(
         base_model_dir=base.path,
         parent_adapter_dir=parent.artifact_path if parent else None,
         candidate_adapter_dir=result.out_dir,
         heldout=window.heldout,
-        config=GateConfig(**policy.gate_overrides),
+        fim_eval=eval_set.cases if eval_set else None,
+        config=GateConfig.from_dict({"seed": run.pk, **policy.gate_overrides}),
         max_rank=settings.VLLM_MAX_LORA_RANK,
+        kl_prompts=[sample["prompt_token_ids"] for sample in window.train[:32]],
     )
     seconds["gate"] = time.perf_counter() - started
     gate = verdict.as_dict()

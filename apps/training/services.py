@@ -16,7 +16,7 @@ from apps.adapters.models import Adapter
 from apps.common.exceptions import ValidationFailed
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
-from apps.training.models import ACTIVE_STATUSES, TrainingPolicy, TrainingRun
+from apps.training.models import ACTIVE_STATUSES, EvalSet, TrainingPolicy, TrainingRun
 from apps.training.selectors import adapter_lineage_head, training_events_new, training_policy_get
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,35 @@ def training_policy_update(tenant: Tenant, *, adapter: Adapter, actor: str, chan
             data={k: v for k, v in changes.items()},
         )
     return policy
+
+
+MAX_EVAL_CASES = 500
+_EVAL_FIELDS = ("prefix", "suffix", "middle")
+
+
+def eval_set_upload(tenant: Tenant, *, adapter: Adapter, cases: Any, actor: str) -> EvalSet:
+    """Replace the adapter's FIM eval set; every case names its fields' problems."""
+    if not isinstance(cases, list) or not cases:
+        raise ValidationFailed("cases: send a non-empty list of {prefix, suffix, middle}")
+    if len(cases) > MAX_EVAL_CASES:
+        raise ValidationFailed(f"cases: at most {MAX_EVAL_CASES} cases, got {len(cases)}")
+    for index, case in enumerate(cases):
+        if not isinstance(case, dict) or set(case) != set(_EVAL_FIELDS):
+            raise ValidationFailed(f"cases[{index}]: must hold exactly prefix, suffix and middle")
+        for name in _EVAL_FIELDS:
+            if not isinstance(case[name], str) or "\x00" in case[name]:
+                raise ValidationFailed(f"cases[{index}].{name}: must be a string without NUL characters")
+    with transaction.atomic():
+        eval_set, _ = EvalSet.objects.update_or_create(adapter=adapter, defaults={"tenant": tenant, "cases": cases})
+        audit_record(
+            tenant,
+            actor=actor,
+            action="eval_set.upload",
+            target_type="adapter",
+            target_id=adapter.name,
+            data={"cases": len(cases)},
+        )
+    return eval_set
 
 
 def _dispatch(run: TrainingRun) -> None:

@@ -10,7 +10,7 @@ from apps.adapters.models import AdapterVersion
 from apps.adapters.services import adapter_create, base_model_register
 from apps.serving.services import vllm_client
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
-from apps.training.services import training_reap_stale
+from apps.training.services import training_reap_stale, training_sweep_queued
 from tests.fixtures.workers import wait_until
 
 pytestmark = [pytest.mark.vllm, pytest.mark.django_db(transaction=True)]
@@ -140,3 +140,27 @@ def test_a_worker_killed_mid_run_leaves_a_run_that_is_requeued_and_completed(loo
     run = finished_run(adapter, workers)
     assert (run.status, run.attempt) == ("candidate", 2), (run.error, run.gate)
     assert AdapterVersion.objects.filter(adapter=adapter).count() == 1  # the killed attempt registered nothing
+
+
+def test_a_run_whose_message_the_broker_lost_is_sent_again_and_completes(loop):
+    """Redis here keeps nothing on disk: a restart loses queued messages, as this purge does."""
+    from config.celery import app
+
+    tenant, adapter, client, workers = loop
+    workers.kill("gpu")  # nobody takes gpu work while the message sits in Redis
+    serve_and_label(client, 12)
+    run = wait_until(
+        lambda: TrainingRun.objects.filter(adapter=adapter).first(),
+        timeout=60,
+        what="the run to be scheduled",
+        workers=workers,
+    )
+    time.sleep(1)
+    app.control.purge()
+    workers.start("gpu", "gpu", "solo")
+    time.sleep(3)
+    run.refresh_from_db()
+    assert run.status == "queued"  # the record survived in Postgres; the message did not
+    assert run.pk in training_sweep_queued(older_than_s=0)
+    run = finished_run(adapter, workers)
+    assert run.status == "candidate", (run.error, run.gate)
