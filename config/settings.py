@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from kombu import Queue
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STROP_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -130,6 +132,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # Queues by workload: default (ingest follow-ups, stats), serving (vLLM loads), gpu (training, eval).
+CELERY_TASK_QUEUES = [Queue("default"), Queue("serving"), Queue("gpu")]
 CELERY_TASK_ROUTES = {
     "workers.serving.*": {"queue": "serving"},
     "workers.training.training_run_execute": {"queue": "gpu"},
