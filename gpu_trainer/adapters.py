@@ -76,6 +76,13 @@ def verify_adapter(adapter_dir: str | Path, *, max_rank: int | None = None) -> d
         problems.append("it is a DoRA adapter (vLLM serves plain LoRA)")
     if config.get("rank_pattern") or config.get("alpha_pattern"):
         problems.append("it has per-module rank/alpha patterns")
+    unsupported = [k for k in ("alora_invocation_tokens", "layer_replication", "use_bdlora", "use_qalora")
+                   if config.get(k)]
+    if unsupported:
+        problems.append(f"vLLM does not support {', '.join(unsupported)}")
+    init = config.get("init_lora_weights", True)
+    if isinstance(init, str) and init.lower() not in ("gaussian", "eva", "orthogonal", "mica", "lora_ga"):
+        problems.append(f"init_lora_weights={init!r} changes the base weights (vLLM refuses it)")
     rank = config.get("r")
     if not isinstance(rank, int) or rank < 1:
         problems.append(f"rank r={rank!r} is not a positive integer")

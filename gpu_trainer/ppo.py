@@ -277,6 +277,8 @@ def save_adapter(policy: Policy, out_dir: str | Path, *, config: PPOConfig, mode
         (tmp / "README.md").unlink(missing_ok=True)  # peft's model card template
         adapter_config = json.loads((tmp / ADAPTER_CONFIG).read_text())
         adapter_config["base_model_name_or_path"] = str(policy.base_model_dir)
+        if isinstance(adapter_config.get("target_modules"), list):  # peft keeps a set: hash order
+            adapter_config["target_modules"] = sorted(adapter_config["target_modules"])
         (tmp / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2) + "\n")
         record = {
             "mode": mode,
