@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: venv services test demo lint bench-ingest bench-serving bench-trainer vllm-env clean
+.PHONY: venv services test demo up lint bench-ingest bench-serving bench-trainer bench-freshness vllm-env clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,10 @@ test: venv services
 demo: venv
 	@bash platform/demo.sh
 
+# Every process (vLLM, API, workers, beat) in one terminal.
+up: venv
+	@bash platform/up.sh
+
 lint: venv
 	$(VENV)/bin/ruff check . || true
 
@@ -41,6 +45,9 @@ bench-ingest: venv services
 
 bench-serving: venv services
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/serving.py
+
+bench-freshness: venv services
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/freshness.py
 
 bench-trainer: venv
 	$(PY) benchmarks/trainer.py

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from celery import shared_task
+from celery.signals import worker_ready
 from django.core.cache import cache
 
 
@@ -44,3 +45,12 @@ def notify_new_feedback(tenant_id: int) -> None:
     """Ask for a scheduling check soon after feedback lands: at most one per tenant a second."""
     if cache.add(f"strop:schedule-check:{tenant_id}", 1, timeout=1):
         training_schedule_tenant.delay(tenant_id)
+
+
+@worker_ready.connect
+def preload_trainer(sender: object = None, **_: object) -> None:
+    """A gpu worker imports torch, transformers and peft once at start, not in its first run's clock."""
+    queues = {queue.name for queue in getattr(getattr(sender, "task_consumer", None), "queues", [])}
+    if "gpu" in queues:
+        import gpu_trainer.gate  # noqa: F401
+        import gpu_trainer.ppo  # noqa: F401

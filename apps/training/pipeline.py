@@ -93,6 +93,7 @@ def _execute(run: TrainingRun) -> str:
     from gpu_trainer.gate import GateConfig, evaluate_candidate
     from gpu_trainer.ppo import train_ppo
 
+    _limit_cpu_threads()
     policy = training_policy_get(run.adapter)
     base, parent = run.adapter.base_model, run.parent_version
     seconds: dict[str, float] = {}
@@ -162,6 +163,13 @@ def _execute(run: TrainingRun) -> str:
     seconds["load"] = time.perf_counter() - started
     _advance(run, TrainingRun.Status.CANDIDATE, output_version=version, gate=gate, stage_seconds=seconds)
     return "candidate"
+
+
+def _limit_cpu_threads() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        torch.set_num_threads(max(1, settings.TRAINER_CPU_THREADS))
 
 
 def _load_now_or_later(version: AdapterVersion) -> None:

@@ -1,0 +1,266 @@
+"""Freshness: from the Nth feedback event accepted by the API to the new version answering in vLLM.
+
+Production shape on one machine: Postgres, Redis, a real vLLM server (CPU build here) on the small
+starter model, the API under gunicorn, Celery workers for the default/serving and gpu queues.
+N completions are served to opted-in users through Strop and labelled by a simulated developer
+who accepts a suggestion when it is close to what they went on to type. The clock starts when
+the API accepts the Nth feedback event; it stops when the trained version answers a completion
+in vLLM. Traffic keeps flowing through Strop the whole time; every failed request is counted.
+
+    make bench-freshness      # or: python benchmarks/freshness.py --events 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+from common import (
+    DEFAULT_DATABASE_URL,
+    PY,
+    ROOT,
+    django_env,
+    free_port,
+    fresh_database,
+    manage,
+    setup_django,
+    start_gunicorn,
+    stop,
+)
+from serving import start_vllm
+
+sys.path.insert(0, str(ROOT))
+
+
+def fim_cases(count: int) -> list[dict[str, str]]:
+    """(prefix, suffix, middle) cut from the standard library: the line a developer typed next."""
+    import sysconfig
+
+    cases = []
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        lines = path.read_text(errors="replace").splitlines()
+        for cut in range(8, len(lines) - 4, 53):
+            middle = lines[cut]
+            if len(middle.strip()) < 8:
+                continue
+            cases.append(
+                {
+                    "prefix": "\n".join(lines[cut - 6 : cut]) + "\n",
+                    "suffix": "\n" + "\n".join(lines[cut + 1 : cut + 3]),
+                    "middle": middle,
+                }
+            )
+            if len(cases) == count:
+                return cases
+    return cases
+
+
+def developer_accepts(completion: str, middle: str) -> bool:
+    first = completion.split("\n", 1)[0]
+    # A lenient developer: the starter model is small, and this keeps about a third accepted.
+    return bool(first.strip()) and difflib.SequenceMatcher(None, first.strip(), middle.strip()).ratio() >= 0.2
+
+
+def start_worker(name: str, queues: str, pool: str, env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "-Q",
+            queues,
+            "--pool",
+            pool,
+            "-c",
+            "2",
+            "-n",
+            f"{name}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "-l",
+            "info",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL))
+    parser.add_argument("--model", help="base model directory (default: the small starter model)")
+    parser.add_argument("--events", type=int, default=256, help="labelled events that start a run (N)")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--timeout", type=float, default=900)
+    args = parser.parse_args()
+
+    from gpu_trainer.starter import ensure_starter_model
+
+    model_dir = Path(args.model) if args.model else ensure_starter_model("small", progress=True)
+    work = Path(tempfile.mkdtemp(prefix="strop-bench-freshness-"))
+    vllm_port, api_port = free_port(), free_port()
+    vllm_url, api_url = f"http://127.0.0.1:{vllm_port}", f"http://127.0.0.1:{api_port}"
+    db_url = fresh_database(args.database_url, "strop_bench_freshness")
+    extra = {
+        "VLLM_BASE_URLS": vllm_url,
+        "STROP_ADAPTER_ROOT": str(work / "adapters"),
+        "STROP_RUN_ROOT": str(work / "runs"),
+        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/13"),
+    }
+    env = django_env(db_url, **extra)
+    procs: list[subprocess.Popen] = []
+    try:
+        procs.append(start_vllm(model_dir, vllm_port, work / "vllm.log"))
+        key = manage("tenant_create", "Fresh", "--rate-limit", "100000000", "--key-only", db_url=db_url, **extra)
+        manage("base_model_register", "base", str(model_dir), db_url=db_url, **extra)
+        manage("adapter_create", "fresh", "tab", "--base", "base", "--default", db_url=db_url, **extra)
+        setup_django(db_url, **extra)
+        from config.celery import app
+
+        app.control.purge()
+        from apps.adapters.models import Adapter
+        from apps.training.models import TrainingPolicy, TrainingRun
+
+        adapter = Adapter.objects.get(name="tab", tenant__slug="fresh")
+        TrainingPolicy.objects.create(
+            tenant=adapter.tenant, adapter=adapter, min_new_events=args.events, heldout_fraction=0.1, max_wait_s=10**6
+        )
+        procs.append(start_gunicorn(db_url, api_port, 2, **extra))
+        procs.append(start_worker("default", "default,serving", "threads", env, work / "worker-default.log"))
+        procs.append(start_worker("gpu", "gpu", "solo", env, work / "worker-gpu.log"))
+
+        headers = {"Authorization": f"Bearer {key}"}
+        http = httpx.Client(base_url=api_url, headers=headers, timeout=120)
+        cases = fim_cases(args.events)
+
+        def serve(i: int) -> tuple[str, bool]:
+            case = cases[i]
+            with httpx.Client(base_url=api_url, headers=headers, timeout=120) as client:
+                body = {
+                    "prefix": case["prefix"],
+                    "suffix": case["suffix"],
+                    "max_tokens": args.max_tokens,
+                    "temperature": 0.8,
+                    "seed": i,
+                    "user": f"dev-{i % 16}",
+                    "opted_in": True,
+                }
+                response = client.post("/v1/completions", json=body)
+            response.raise_for_status()
+            data = response.json()
+            return data["id"], developer_accepts(data["choices"][0]["text"], case["middle"])
+
+        with ThreadPoolExecutor(4) as pool:
+            served = list(pool.map(serve, range(args.events)))
+        accept_rate = sum(ok for _, ok in served) / len(served)
+        labels = [{"interaction_id": i, "outcome": "accepted" if ok else "rejected"} for i, ok in served]
+        response = http.post("/v1/feedback", json={"items": labels[:-1]})
+        assert response.status_code == 207 and response.json()["recorded"] == args.events - 1, response.text
+
+        failures: list[str] = []
+        traffic_count = 0
+        stop_traffic = threading.Event()
+
+        def traffic() -> None:
+            nonlocal traffic_count
+            with httpx.Client(base_url=api_url, headers=headers, timeout=60) as client:
+                k = 0
+                while not stop_traffic.is_set():
+                    case = cases[k % len(cases)]
+                    try:
+                        r = client.post(
+                            "/v1/completions",
+                            json={
+                                "prefix": case["prefix"],
+                                "suffix": case["suffix"],
+                                "max_tokens": 8,
+                                "user": "dev-traffic",
+                            },
+                        )
+                        if r.status_code != 200:
+                            failures.append(f"{r.status_code}: {r.text[:120]}")
+                    except httpx.HTTPError as exc:
+                        failures.append(repr(exc))
+                    traffic_count += 1
+                    k += 1
+
+        traffic_thread = threading.Thread(target=traffic, daemon=True)
+        traffic_thread.start()
+        time.sleep(1)
+        response = http.post("/v1/feedback", json=labels[-1])
+        t0 = time.time()
+        assert response.status_code == 200, response.text
+
+        deadline = t0 + args.timeout
+        run = None
+        while time.time() < deadline:
+            run = TrainingRun.objects.filter(adapter=adapter).select_related("output_version").first()
+            if run is not None and run.status in ("candidate", "rejected", "failed"):
+                break
+            time.sleep(0.1)
+        if run is None or run.status != "candidate":
+            raise SystemExit(f"no candidate: {run and run.status} {run and run.error[:2000]} {run and run.gate}")
+        version = run.output_version
+        while True:  # the moment the new version answers in vLLM
+            r = httpx.post(
+                f"{vllm_url}/v1/completions",
+                json={"model": version.vllm_name, "prompt": "def f(x):\n", "max_tokens": 4},
+                timeout=60,
+            )
+            if r.status_code == 200:
+                t_answer = time.time()
+                break
+            time.sleep(0.05)
+        stop_traffic.set()
+        traffic_thread.join(timeout=120)
+    finally:
+        for proc in reversed(procs):
+            stop(proc)
+
+    def ts(value: datetime) -> float:
+        return value.timestamp()
+
+    stages = run.stage_seconds
+    print(
+        f"model: {model_dir.name}; N = {args.events} labelled events (accept rate {accept_rate:.0%}), "
+        f"{os.cpu_count()} cores, no GPU"
+    )
+    print(
+        f"window: {run.window_size} trained + {run.heldout_size} held out; trainer: "
+        f"{run.trainer_summary.get('tokens_per_second', run.trainer_summary.get('tokens_per_s', '?'))} tokens/s"
+    )
+    print(f"wait for schedule   {ts(run.created_at) - t0:6.2f} s   (Nth event accepted -> run created)")
+    print(
+        f"queue wait          {ts(run.started_at) - ts(run.created_at):6.2f} s   (run created -> gpu worker claims it)"
+    )
+    for stage in ("export", "train", "gate", "load"):
+        print(f"{stage:<19} {stages.get(stage, float('nan')):6.2f} s")
+    print(f"first answer        {t_answer - ts(run.finished_at):6.2f} s   (run finished -> version answers in vLLM)")
+    print(f"total               {t_answer - t0:6.2f} s   (goal < 60 s)")
+    print(
+        f"gate: passed={run.gate.get('passed')} kl_to_parent={run.gate.get('kl_to_parent')} "
+        f"reward candidate={run.gate.get('reward_candidate')} parent={run.gate.get('reward_parent')}"
+    )
+    print(f"serving during the cycle: {traffic_count} requests, {len(failures)} failed")
+    for failure in failures[:5]:
+        print("  failed:", failure)
+
+
+if __name__ == "__main__":
+    main()
