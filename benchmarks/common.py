@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import signal
 import socket
@@ -122,3 +123,36 @@ def stop(proc: subprocess.Popen) -> None:
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# ---- a simulated developer: what the benchmarks and the demo type and accept ----
+
+
+def fim_cases(count: int, *, start: int = 0) -> list[dict[str, str]]:
+    """(prefix, suffix, middle) cut from the standard library: the line a developer typed next.
+    ``start`` skips that many cases, for a second set that does not repeat the first."""
+    import sysconfig
+
+    cases = []
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        lines = path.read_text(errors="replace").splitlines()
+        for cut in range(8, len(lines) - 4, 53):
+            middle = lines[cut]
+            if len(middle.strip()) < 8:
+                continue
+            cases.append(
+                {
+                    "prefix": "\n".join(lines[cut - 6 : cut]) + "\n",
+                    "suffix": "\n" + "\n".join(lines[cut + 1 : cut + 3]),
+                    "middle": middle,
+                }
+            )
+            if len(cases) == start + count:
+                return cases[start:]
+    return cases[start:]
+
+
+def developer_accepts(completion: str, middle: str) -> bool:
+    first = completion.split("\n", 1)[0]
+    # A lenient developer: the starter model is small, and this keeps about a third accepted.
+    return bool(first.strip()) and difflib.SequenceMatcher(None, first.strip(), middle.strip()).ratio() >= 0.2

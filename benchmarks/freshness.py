@@ -13,7 +13,6 @@ in vLLM. Traffic keeps flowing through Strop the whole time; every failed reques
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import subprocess
 import sys
@@ -29,7 +28,9 @@ from common import (
     DEFAULT_DATABASE_URL,
     PY,
     ROOT,
+    developer_accepts,
     django_env,
+    fim_cases,
     free_port,
     fresh_database,
     manage,
@@ -40,35 +41,6 @@ from common import (
 from serving import start_vllm
 
 sys.path.insert(0, str(ROOT))
-
-
-def fim_cases(count: int) -> list[dict[str, str]]:
-    """(prefix, suffix, middle) cut from the standard library: the line a developer typed next."""
-    import sysconfig
-
-    cases = []
-    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
-        lines = path.read_text(errors="replace").splitlines()
-        for cut in range(8, len(lines) - 4, 53):
-            middle = lines[cut]
-            if len(middle.strip()) < 8:
-                continue
-            cases.append(
-                {
-                    "prefix": "\n".join(lines[cut - 6 : cut]) + "\n",
-                    "suffix": "\n" + "\n".join(lines[cut + 1 : cut + 3]),
-                    "middle": middle,
-                }
-            )
-            if len(cases) == count:
-                return cases
-    return cases
-
-
-def developer_accepts(completion: str, middle: str) -> bool:
-    first = completion.split("\n", 1)[0]
-    # A lenient developer: the starter model is small, and this keeps about a third accepted.
-    return bool(first.strip()) and difflib.SequenceMatcher(None, first.strip(), middle.strip()).ratio() >= 0.2
 
 
 def start_worker(name: str, queues: str, pool: str, env: dict[str, str], log: Path) -> subprocess.Popen:

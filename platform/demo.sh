@@ -1,26 +1,52 @@
 #!/usr/bin/env bash
-# `make demo`: the API on the embedded default (SQLite under var/, filesystem Celery broker),
-# a demo tenant with a fresh key, a short walk through ingestion, then the API keeps serving.
-#   DEMO_PORT=8000   port to serve on (loopback only)
-#   DEMO_EXIT=1      stop after the walk-through instead of serving (used by scripts)
+# `make demo`: the whole loop on the embedded default (SQLite under var/, filesystem Celery
+# broker), on this machine, with nothing else installed:
+#   vLLM (CPU build here) serves the small starter model; the API, a default/serving worker and
+#   a gpu worker run beside it; a walk-through logs interactions and feedback with curl; then a
+#   simulated developer uses completions, Strop trains the tenant's adapter on the feedback,
+#   gates it, and the demo promotes it and measures acceptance again. The API keeps serving
+#   until Ctrl-C.
+#   DEMO_PORT=8000   API port (loopback only)      DEMO_EVENTS=128   events that start a run
+#   DEMO_EXIT=1      stop at the end instead of serving
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 PORT=${DEMO_PORT:-8000}
+VLLM_PORT_DEMO=${DEMO_VLLM_PORT:-8100}
 BASE="http://127.0.0.1:$PORT"
 unset DATABASE_URL REDIS_URL CELERY_BROKER_URL  # the embedded default
+export VLLM_BASE_URLS="http://127.0.0.1:$VLLM_PORT_DEMO"
+mkdir -p var/log
+PIDS=()
+cleanup() { for pid in "${PIDS[@]}"; do kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT INT TERM
 
-echo "==> database (SQLite at var/strop.sqlite3)"
+echo "==> vLLM's environment and the small starter model (built once, then cached)"
+bash platform/vllm-env.sh
+MODEL=$($PY -m gpu_trainer starter --size small)
+echo "    base model: $MODEL"
+VLLM_PORT=$VLLM_PORT_DEMO VLLM_SERVED_MODEL_NAME=base VLLM_KV_CACHE_BYTES=512M VLLM_MAX_MODEL_LEN=2048 \
+  setsid bash platform/vllm.sh "$MODEL" > var/log/vllm.log 2>&1 &
+PIDS+=($!)
+
+echo "==> database (SQLite at var/strop.sqlite3), tenant 'demo', adapter 'tab'"
 $PY manage.py migrate -v 0
 $PY manage.py tenant_create "Demo" --slug demo --exists-ok >/dev/null
 KEY=$($PY manage.py api_key_create demo --name "make demo")
+$PY manage.py base_model_register base "$MODEL" >/dev/null
+$PY manage.py adapter_create demo tab --base base --default --exists-ok >/dev/null
 
-echo "==> API on $BASE (gunicorn)"
-.venv/bin/gunicorn config.wsgi -b "127.0.0.1:$PORT" -w 2 -k gthread --threads 4 --log-level warning &
-API_PID=$!
-trap 'kill $API_PID 2>/dev/null || true' EXIT
-for _ in $(seq 1 50); do curl -sf "$BASE/health" >/dev/null && break; sleep 0.2; done
-curl -sf "$BASE/health" >/dev/null || { echo "the API did not start" >&2; exit 1; }
+echo "==> API on $BASE, Celery workers (default+serving, gpu) on the filesystem broker"
+setsid .venv/bin/gunicorn config.wsgi -b "127.0.0.1:$PORT" -w 2 -k gthread --threads 4 --log-level warning \
+  > var/log/api.log 2>&1 &
+PIDS+=($!)
+setsid .venv/bin/celery -A config worker -Q default,serving --pool threads -c 4 -n demo-default@%h -l info \
+  > var/log/worker-default.log 2>&1 &
+PIDS+=($!)
+setsid .venv/bin/celery -A config worker -Q gpu --pool solo -n demo-gpu@%h -l info > var/log/worker-gpu.log 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 100); do curl -sf "$BASE/health" >/dev/null && break; sleep 0.2; done
+curl -sf "$BASE/health" >/dev/null || { echo "the API did not start (var/log/api.log)" >&2; exit 1; }
 
 call() {  # call METHOD PATH [JSON]
   echo "\$ curl -X $1 $BASE$2 ${3:+-d '$3'}"
@@ -28,7 +54,7 @@ call() {  # call METHOD PATH [JSON]
   echo; echo
 }
 RUN=$(date +%s)
-echo "==> walk-through"
+echo "==> ingestion walk-through"
 call POST /v1/interactions "{\"items\": [
   {\"client_id\": \"demo-$RUN-1\", \"prefix\": \"def add(a, b):\\n    \", \"suffix\": \"\\n\", \"completion\": \"return a + b\", \"end_user_id\": \"dev-1\", \"opted_in\": true},
   {\"client_id\": \"demo-$RUN-2\", \"prompt\": \"import os\\n\", \"completion\": \"\", \"end_user_id\": \"dev-2\"},
@@ -37,14 +63,22 @@ call POST /v1/feedback "{\"items\": [
   {\"client_id\": \"demo-$RUN-1\", \"outcome\": \"accepted\"},
   {\"client_id\": \"demo-$RUN-2\", \"outcome\": \"not_shown\"},
   {\"client_id\": \"demo-$RUN-9\", \"outcome\": \"rejected\"}]}"
-call GET "/v1/interactions?limit=2"
+
+echo "==> waiting for vLLM (about a minute on CPU; log: var/log/vllm.log)"
+for _ in $(seq 1 300); do curl -sf "$VLLM_BASE_URLS/health" >/dev/null && break; sleep 1; done
+curl -sf "$VLLM_BASE_URLS/health" >/dev/null || { echo "vLLM did not start (var/log/vllm.log)" >&2; exit 1; }
+call POST /v1/completions '{"prefix": "def fibonacci(n):\n    ", "suffix": "\n", "max_tokens": 16, "temperature": 0}'
+
+echo "==> the learning loop"
+$PY platform/demo_loop.py --base "$BASE" --key "$KEY" --events "${DEMO_EVENTS:-128}"
 
 cat <<MSG
-==> Strop is serving on $BASE (embedded default: SQLite, filesystem Celery broker)
+
+==> Strop is serving on $BASE (embedded default: SQLite, filesystem Celery broker; logs in var/log/)
     API key for tenant 'demo' (shown once): $KEY
     API docs:  $BASE/api/docs/
-    Try:       curl -H "Authorization: Bearer $KEY" $BASE/v1/tenant
+    Try:       curl -H "Authorization: Bearer $KEY" $BASE/v1/adapters/tab/training-runs
 MSG
 if [ "${DEMO_EXIT:-0}" = "1" ]; then exit 0; fi
 echo "    Ctrl-C to stop."
-wait $API_PID
+wait
