@@ -123,12 +123,13 @@ else:
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
 if CELERY_BROKER_URL == "filesystem://":
     _celery_dir = VAR_DIR / "celery"
-    for _folder in ("queue", "processed"):
+    for _folder in ("queue", "processed", "control"):
         (_celery_dir / _folder).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_celery_dir / "queue"),
         "data_folder_out": str(_celery_dir / "queue"),
         "processed_folder": str(_celery_dir / "processed"),
+        "control_folder": str(_celery_dir / "control"),
         "store_processed": False,
     }
 CELERY_RESULT_BACKEND = None
