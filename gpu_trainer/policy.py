@@ -185,14 +185,13 @@ def completion_logprobs(model, batch: PaddedBatch, *, with_entropy: bool = False
 
     The one log-prob function of the trainer: old, new, reference and scoring all use it.
     """
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        logits_to_keep=batch.width + 1,
-        use_cache=False,
-    )
-    logits = out.logits[:, :-1, :].float()  # position t predicts token t+1
+    inputs = dict(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                  position_ids=batch.position_ids, use_cache=False)
+    try:
+        out = model(**inputs, logits_to_keep=batch.width + 1)
+    except TypeError:  # an architecture without logits_to_keep: full logits, same slice below
+        out = model(**inputs)
+    logits = out.logits[:, -(batch.width + 1):-1, :].float()  # position t predicts token t+1
     log_probs = torch.log_softmax(logits, dim=-1)
     token_logprobs = log_probs.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1) * batch.mask
     entropy = None
