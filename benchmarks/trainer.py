@@ -43,11 +43,11 @@ def synthetic_samples(tokenizer, n: int, seed: int) -> list[Sample]:
     for _ in range(n):
         start = rng.randrange(0, len(ids) - 600)
         prefix_len, suffix_len = rng.randint(96, 320), rng.randint(16, 96)
-        prefix = tokenizer.decode(ids[start:start + prefix_len])
-        suffix = tokenizer.decode(ids[start + prefix_len + 40:start + prefix_len + 40 + suffix_len])
+        prefix = tokenizer.decode(ids[start : start + prefix_len])
+        suffix = tokenizer.decode(ids[start + prefix_len + 40 : start + prefix_len + 40 + suffix_len])
         prompt = tokenizer.encode(build_fim_prompt("qwen", prefix, suffix), add_special_tokens=False)
         completion_len = rng.choice([0, 1, 4, 8, 16, 24, 32])
-        completion = ids[start + prefix_len:start + prefix_len + completion_len]
+        completion = ids[start + prefix_len : start + prefix_len + completion_len]
         behaviour = [-rng.uniform(0.01, 3.0) for _ in completion] or None
         reward = 0.0 if not completion else rng.choice([0.75, -0.25, -0.25])
         samples.append(Sample(tuple(prompt), tuple(completion), tuple(behaviour) if behaviour else None, reward))
@@ -61,8 +61,16 @@ def bare_steps(policy, samples: list[Sample], config: PPOConfig) -> int:
     num_minibatches = min(config.num_minibatches, len(samples))
     order = torch.randperm(len(samples), generator=generator)
     parts = [p.tolist() for p in order.tensor_split(num_minibatches)]
-    batches = [make_batch([samples[i] for i in part], eos_id=policy.eos_id, pad_id=policy.pad_id,
-                          max_prompt_tokens=config.max_prompt_tokens, device=policy.device) for part in parts]
+    batches = [
+        make_batch(
+            [samples[i] for i in part],
+            eos_id=policy.eos_id,
+            pad_id=policy.pad_id,
+            max_prompt_tokens=config.max_prompt_tokens,
+            device=policy.device,
+        )
+        for part in parts
+    ]
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
     model.train()
@@ -86,9 +94,10 @@ def ppo_update(policy, samples: list[Sample], config: PPOConfig) -> int:
     return sum(m["tokens"] for m in metrics)
 
 
-def timed(run, policy, samples: list[Sample], config: PPOConfig) -> float:
-    """Tokens per second of one run, starting from the same fresh LoRA."""
-    _reset_lora(policy, config.seed)
+def timed(run, policy, samples: list[Sample], config: PPOConfig, *, parent_like: bool = False) -> float:
+    """Tokens per second of one run, starting from the same fresh LoRA (or the same trained-looking
+    one when ``parent_like``: lora_B non-zero, so the KL reference needs its own forward pass)."""
+    _reset_lora(policy, config.seed, parent_like=parent_like)
     started = time.perf_counter()
     tokens = run(policy, samples, config)
     _sync(policy.device)
@@ -100,12 +109,16 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def _reset_lora(policy, seed: int) -> None:
-    """Back to the same fresh LoRA (A random under the seed, B zero) before every timed run."""
+def _reset_lora(policy, seed: int, *, parent_like: bool = False) -> None:
+    """Back to the same LoRA before every timed run: A random under the seed, B zero (fresh)
+    or small random values (as a parent adapter would have)."""
     torch.manual_seed(seed)
     for module in policy.model.modules():
         if hasattr(module, "reset_lora_parameters") and hasattr(module, "lora_A"):
             module.reset_lora_parameters("default", True)
+            if parent_like:
+                with torch.no_grad():
+                    module.lora_B["default"].weight.normal_(0, 1e-3)
 
 
 def main() -> int:
@@ -115,6 +128,8 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per side, interleaved")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--parent-like", action="store_true",
+                        help="also time an update of a non-fresh adapter (needs the reference forward pass)")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
     args = parser.parse_args()
     if args.threads:
@@ -136,10 +151,12 @@ def main() -> int:
     # slows down many times over, at random. Runs alternate between the two sides; the best run
     # of each side estimates its uncontended speed (noise only ever adds time), and the median
     # of the paired ratios (each PPO run over the bare run just before it) is printed as well.
-    bare_runs, ppo_runs = [], []
+    bare_runs, ppo_runs, parent_runs = [], [], []
     for _ in range(args.repeats):
         bare_runs.append(timed(bare_steps, policy, samples, config))
         ppo_runs.append(timed(ppo_update, policy, samples, config))
+        if args.parent_like:
+            parent_runs.append(timed(ppo_update, policy, samples, config, parent_like=True))
     bare_best = max(bare_runs)
     ppo_best = max(ppo_runs)
     paired = statistics.median(p / b for p, b in zip(ppo_runs, bare_runs, strict=True))
@@ -151,6 +168,9 @@ def main() -> int:
     print(f"bare forward+backward+step: {bare_best:,.0f} tokens/s (best run)")
     print(f"ppo update (full):          {ppo_best:,.0f} tokens/s (best run)")
     print(f"ratio: {ppo_best / bare_best:.3f} (goal >= 0.7) | median of paired runs: {paired:.3f}")
+    if parent_runs:
+        print(f"ppo update, parent adapter (+ reference pass for KL to base): {max(parent_runs):,.0f} tokens/s "
+              f"| ratio: {max(parent_runs) / bare_best:.3f}")
     return 0
 
 

@@ -1,0 +1,60 @@
+"""The PPO loss pieces on hand-made tensors: baseline, clipping, importance weights, KL."""
+
+from __future__ import annotations
+
+import torch
+
+from gpu_trainer.ppo import clipped_policy_loss, compute_advantages, kl_to_reference, masked_mean
+
+
+def test_baseline_none_keeps_raw_rewards_and_batch_mean_centres_them():
+    rewards = torch.tensor([0.75, -0.25, -0.25, 0.0])
+    assert compute_advantages(rewards, baseline="none", normalize=False).tolist() == rewards.tolist()
+    centred = compute_advantages(rewards, baseline="batch_mean", normalize=False)
+    assert abs(float(centred.sum())) < 1e-6
+    normalized = compute_advantages(rewards, baseline="batch_mean", normalize=True)
+    assert abs(float(normalized.std()) - 1.0) < 1e-4
+
+
+def test_at_ratio_one_the_gradient_is_minus_advantage_times_the_logprob_gradient():
+    new = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    old = new.detach().clone()
+    loss, approx_kl, clip_fraction = clipped_policy_loss(
+        new, old, torch.tensor([0.5]), torch.ones(1, 2), torch.ones(1, 2), clip_eps=0.2, aggregation="token_mean")
+    loss.backward()
+    assert torch.allclose(new.grad, torch.tensor([[-0.25, -0.25]]))
+    assert float(approx_kl) == 0.0 and float(clip_fraction) == 0.0
+
+
+def test_clipping_stops_the_gradient_once_the_ratio_left_the_trust_region_in_the_advantage_direction():
+    old = torch.tensor([[-1.0, -1.0]])
+    new = (old + torch.tensor([[0.5, -0.5]])).requires_grad_(True)  # ratios e^0.5 and e^-0.5
+    loss, _, clip_fraction = clipped_policy_loss(
+        new, old, torch.tensor([1.0]), torch.ones(1, 2), torch.ones(1, 2), clip_eps=0.2, aggregation="token_mean")
+    loss.backward()
+    assert new.grad[0, 0] == 0  # already pushed up past 1 + eps: no more
+    assert new.grad[0, 1] < 0  # pushed down against the advantage: still corrected
+    assert float(clip_fraction) == 1.0
+
+
+def test_importance_weights_scale_tokens_and_padding_is_ignored():
+    new = torch.tensor([[0.0, -1.0, -1.0]], requires_grad=True)
+    mask = torch.tensor([[0.0, 1.0, 1.0]])
+    weights = torch.tensor([[1.0, 2.0, 0.5]])
+    loss, _, _ = clipped_policy_loss(new, new.detach(), torch.tensor([1.0]), mask, weights, clip_eps=0.2,
+                                     aggregation="token_mean")
+    loss.backward()
+    assert torch.allclose(new.grad, torch.tensor([[0.0, -1.0, -0.25]]))
+
+
+def test_sequence_mean_weighs_each_completion_equally():
+    values = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 3.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 1.0]])
+    assert float(masked_mean(values, mask, "token_mean")) == 1.5
+    assert float(masked_mean(values, mask, "sequence_mean")) == 2.0
+
+
+def test_kl_estimator_is_zero_at_the_reference_and_positive_elsewhere():
+    ref = torch.tensor([-1.0, -2.0])
+    assert torch.equal(kl_to_reference(ref, ref), torch.zeros(2))
+    assert (kl_to_reference(ref + torch.tensor([0.3, -0.3]), ref) > 0).all()
