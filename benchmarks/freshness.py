@@ -26,7 +26,6 @@ from pathlib import Path
 import httpx
 from common import (
     DEFAULT_DATABASE_URL,
-    PY,
     ROOT,
     developer_accepts,
     django_env,
@@ -40,37 +39,8 @@ from common import (
 )
 from serving import start_vllm
 
+
 sys.path.insert(0, str(ROOT))
-
-
-def start_worker(name: str, queues: str, pool: str, env: dict[str, str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            PY,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "worker",
-            "-Q",
-            queues,
-            "--pool",
-            pool,
-            "-c",
-            "2",
-            "-n",
-            f"{name}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "-l",
-            "info",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
 
 
 def main() -> None:
@@ -83,6 +53,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from gpu_trainer.starter import ensure_starter_model
+    from tests.fixtures.workers import Workers
 
     model_dir = Path(args.model) if args.model else ensure_starter_model("small", progress=True)
     work = Path(tempfile.mkdtemp(prefix="strop-bench-freshness-"))
@@ -114,8 +85,9 @@ def main() -> None:
             tenant=adapter.tenant, adapter=adapter, min_new_events=args.events, heldout_fraction=0.1, max_wait_s=10**6
         )
         procs.append(start_gunicorn(db_url, api_port, 2, **extra))
-        procs.append(start_worker("default", "default,serving", "threads", env, work / "worker-default.log"))
-        procs.append(start_worker("gpu", "gpu", "solo", env, work / "worker-gpu.log"))
+        workers = Workers(env=env, log_dir=work)
+        procs.append(workers.start("default", "default,serving", "threads"))
+        procs.append(workers.start("gpu", "gpu", "solo"))
 
         headers = {"Authorization": f"Bearer {key}"}
         http = httpx.Client(base_url=api_url, headers=headers, timeout=120)
