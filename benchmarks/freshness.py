@@ -13,6 +13,7 @@ in vLLM. Traffic keeps flowing through Strop the whole time; every failed reques
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -50,6 +51,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=256, help="labelled events that start a run (N)")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--traffic-rps", type=float, default=5.0, help="completions per second during the cycle")
+    parser.add_argument("--trainer", default="{}", help="JSON of PPOConfig overrides for the tenant's policy")
     args = parser.parse_args()
 
     from gpu_trainer.starter import ensure_starter_model
@@ -82,7 +85,12 @@ def main() -> None:
 
         adapter = Adapter.objects.get(name="tab", tenant__slug="fresh")
         TrainingPolicy.objects.create(
-            tenant=adapter.tenant, adapter=adapter, min_new_events=args.events, heldout_fraction=0.1, max_wait_s=10**6
+            tenant=adapter.tenant,
+            adapter=adapter,
+            min_new_events=args.events,
+            heldout_fraction=0.1,
+            max_wait_s=10**6,
+            trainer_overrides=json.loads(args.trainer),
         )
         procs.append(start_gunicorn(db_url, api_port, 2, **extra))
         workers = Workers(env=env, log_dir=work)
@@ -125,7 +133,7 @@ def main() -> None:
             nonlocal traffic_count
             with httpx.Client(base_url=api_url, headers=headers, timeout=60) as client:
                 k = 0
-                while not stop_traffic.is_set():
+                while not stop_traffic.wait(1.0 / args.traffic_rps):
                     case = cases[k % len(cases)]
                     try:
                         r = client.post(
@@ -201,7 +209,9 @@ def main() -> None:
         f"gate: passed={run.gate.get('passed')} kl_to_parent={run.gate.get('kl_to_parent')} "
         f"reward candidate={run.gate.get('reward_candidate')} parent={run.gate.get('reward_parent')}"
     )
-    print(f"serving during the cycle: {traffic_count} requests, {len(failures)} failed")
+    print(
+        f"serving during the cycle: {traffic_count} requests (paced at {args.traffic_rps:g}/s), {len(failures)} failed"
+    )
     for failure in failures[:5]:
         print("  failed:", failure)
 
