@@ -3,8 +3,8 @@
 Starts a real vLLM server (CPU build here) on the small starter model (or --model DIR), the API
 under gunicorn on a fresh Postgres database, registers a LoRA version and promotes it, then sends
 the same prompts at the same concurrency (a) to vLLM directly, naming the version, and (b) to
-Strop's /v1/completions, which routes to that version and records every interaction. Rounds
-alternate (a, b, a, b) so drift on a shared machine hits both. Prints one line per figure.
+Strop's /v1/completions, which routes to that version and records every interaction. The two
+sides alternate in short chunks so that drift on a shared machine hits both alike. Prints one line per figure.
 
     make bench-serving        # or: python benchmarks/serving.py --requests 200 --concurrency 4
 """
@@ -174,15 +174,24 @@ def main() -> None:
             "direct": {"t": [], "lat": [], "fail": []},
             "strop": {"t": [], "lat": [], "fail": []},
         }
+        # Short alternating chunks (the same prompts on both sides), so drift on a shared
+        # machine lands on both sides alike.
+        chunk = args.concurrency * 5
         for _ in range(args.rounds):
-            for side, url, bodies, headers in (
-                ("direct", f"{vllm_url}/v1/completions", direct_bodies, {}),
-                ("strop", f"http://127.0.0.1:{api_port}/v1/completions", strop_bodies, strop_headers),
-            ):
-                elapsed, latencies, failures = run_load(url, bodies, headers, args.concurrency)
-                results[side]["t"].append(elapsed)
-                results[side]["lat"].extend(latencies)
-                results[side]["fail"].append(failures)
+            for offset in range(0, len(prompts), chunk):
+                for side, url, bodies, headers in (
+                    ("direct", f"{vllm_url}/v1/completions", direct_bodies[offset : offset + chunk], {}),
+                    (
+                        "strop",
+                        f"http://127.0.0.1:{api_port}/v1/completions",
+                        strop_bodies[offset : offset + chunk],
+                        strop_headers,
+                    ),
+                ):
+                    elapsed, latencies, failures = run_load(url, bodies, headers, args.concurrency)
+                    results[side]["t"].append(elapsed)
+                    results[side]["lat"].extend(latencies)
+                    results[side]["fail"].append(failures)
         from apps.interactions.models import Interaction
 
         recorded = Interaction.objects.filter(tenant=tenant, adapter_version=version).count()
@@ -202,7 +211,7 @@ def main() -> None:
             sum(results[side]["fail"]),
         )
     print(
-        f"model: {model_dir.name}; {n} requests per side in {args.rounds} alternating rounds, concurrency "
+        f"model: {model_dir.name}; {n} requests per side, alternating in chunks of {args.concurrency * 5}, concurrency "
         f"{args.concurrency}, max_tokens {args.max_tokens}; {os.cpu_count()} cores; vLLM start {vllm_start_s:.0f} s"
     )
     for side, label in (("direct", "vLLM direct"), ("strop", "through Strop")):
