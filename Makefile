@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: venv services test demo up lint bench-ingest bench-serving bench-trainer bench-freshness vllm-env clean
+.PHONY: venv services test demo up starter lint bench-ingest bench-serving bench-trainer bench-freshness vllm-env clean
 
 venv: $(STAMP)
 
@@ -34,8 +34,11 @@ demo: venv
 up: venv
 	@bash platform/up.sh
 
+starter: venv
+	$(PY) -m gpu_trainer starter --size small
+
 lint: venv
-	$(VENV)/bin/ruff check . || true
+	$(VENV)/bin/ruff check apps config workers benchmarks tests gpu_trainer
 
 vllm-env:
 	@bash platform/vllm-env.sh

@@ -40,7 +40,6 @@ from common import (
 )
 from serving import start_vllm
 
-
 sys.path.insert(0, str(ROOT))
 
 

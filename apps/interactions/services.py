@@ -128,7 +128,7 @@ def _interactions_copy(rows: list[tuple]) -> None:
 def _interactions_bulk_insert(rows: list[tuple]) -> None:
     objects = []
     for row in rows:
-        values = dict(zip(_INTERACTION_COLUMNS, row))
+        values = dict(zip(_INTERACTION_COLUMNS, row, strict=True))
         for name in ("prompt_token_ids", "completion_token_ids", "completion_logprobs", "metadata"):
             values[name] = orjson.loads(values[name]) if values[name] is not None else None
         objects.append(Interaction(**values))
@@ -213,7 +213,8 @@ INSERT INTO {table} (tenant_id, interaction_id, pending_client_id, outcome, kept
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (tenant_id, {target}) WHERE {target} IS NOT NULL DO UPDATE SET
     outcome = CASE WHEN excluded.occurred_at >= {table}.occurred_at THEN excluded.outcome ELSE {table}.outcome END,
-    kept_text = CASE WHEN excluded.occurred_at >= {table}.occurred_at THEN excluded.kept_text ELSE {table}.kept_text END,
+    kept_text = CASE WHEN excluded.occurred_at >= {table}.occurred_at THEN excluded.kept_text
+                     ELSE {table}.kept_text END,
     metadata = CASE WHEN excluded.occurred_at >= {table}.occurred_at THEN excluded.metadata ELSE {table}.metadata END,
     occurred_at = CASE WHEN excluded.occurred_at >= {table}.occurred_at THEN excluded.occurred_at
                        ELSE {table}.occurred_at END,
