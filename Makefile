@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: venv services test demo up starter lint bench-ingest bench-serving bench-trainer bench-freshness vllm-env clean
+.PHONY: venv services test demo up starter vllm lint bench-ingest bench-serving bench-trainer bench-freshness vllm-env clean
 
 venv: $(STAMP)
 
@@ -42,6 +42,10 @@ lint: venv
 
 vllm-env:
 	@bash platform/vllm-env.sh
+
+# One vLLM server on VLLM_MODEL (default: the small starter model), LoRA on, loopback only.
+vllm: venv vllm-env
+	bash platform/vllm.sh "$${VLLM_MODEL:-$$($(PY) -m gpu_trainer starter --size small)}"
 
 bench-ingest: venv services
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/ingest.py
