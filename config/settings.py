@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from kombu import Queue
+from kombu import Exchange, Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STROP_VAR_DIR", BASE_DIR / "var"))
@@ -141,7 +141,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # Queues by workload: default (ingest follow-ups, stats), serving (vLLM loads), gpu (training, eval).
-CELERY_TASK_QUEUES = [Queue("default"), Queue("serving"), Queue("gpu")]
+# Each queue its own exchange and key: bare Queue(name)s all bind to the default exchange and key,
+# and then every message lands in every queue.
+CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in ("default", "serving", "gpu")]
 CELERY_TASK_ROUTES = {
     "workers.serving.*": {"queue": "serving"},
     "workers.training.training_run_execute": {"queue": "gpu"},
