@@ -48,12 +48,17 @@ def work(http: httpx.Client, cases: list[dict[str, str]], label: str) -> float:
     return sum(ok for _, ok in results) / len(results)
 
 
-def wait_for_run(http: httpx.Client, timeout_s: float) -> dict:
+def latest_run_id(http: httpx.Client) -> int:
+    runs = http.get("/v1/adapters/tab/training-runs").json()
+    return runs[0]["id"] if runs else 0
+
+
+def wait_for_run(http: httpx.Client, *, after_id: int, timeout_s: float) -> dict:
     started, last = time.monotonic(), None
     while time.monotonic() - started < timeout_s:
-        runs = http.get("/v1/adapters/tab/training-runs").json()
+        runs = [r for r in http.get("/v1/adapters/tab/training-runs").json() if r["id"] > after_id]
         if runs:
-            run = runs[0]
+            run = runs[-1]  # the oldest new one: the run this feedback started
             if run["status"] != last:
                 print(f"  {time.monotonic() - started:6.1f} s  training run {run['id']}: {run['status']}")
                 last = run["status"]
@@ -74,11 +79,12 @@ def main() -> None:
     policy = {"min_new_events": args.events, "heldout_fraction": 0.1}
     http.patch("/v1/adapters/tab/training-policy", json=policy).raise_for_status()
     print(f"==> training policy: a run starts after {args.events} new labelled events from opted-in developers")
-    before = work(http, fim_cases(args.events), "developers at work (base model)")
-    print(f"    accepted {before:.0%} of suggestions from the base model")
+    previous_run = latest_run_id(http)
+    before = work(http, fim_cases(args.events), "developers at work (production)")
+    print(f"    accepted {before:.0%} of suggestions from the production version")
 
     print("==> Strop trains the adapter (critic-free PPO on the feedback), then gates the candidate")
-    run = wait_for_run(http, timeout_s=900)
+    run = wait_for_run(http, after_id=previous_run, timeout_s=900)
     stages = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in run["stage_seconds"].items())
     print(f"    {run['window_size']} events trained, {run['heldout_size']} held out; {stages}")
     gate = run["gate"]
@@ -90,13 +96,17 @@ def main() -> None:
         print(f"    the run ended {run['status']}: {run['error'][:500] or '; '.join(gate.get('reasons', []))}")
         return
     version = run["output_version"]
-    http.post(f"/v1/adapters/tab/versions/{version}/promote").raise_for_status()
+    promoted = http.post(f"/v1/adapters/tab/versions/{version}/promote")
+    if promoted.status_code != 200:
+        print(f"    promotion refused ({promoted.status_code}): {promoted.json()['error']['message']}")
+        return
     print(f"==> version {version} promoted to production (the A/B gate comes with experiments)")
     after = work(http, fim_cases(args.events, start=args.events), f"developers at work (version {version})")
     print(
-        f"    accepted {after:.0%} of suggestions from version {version} (base model: {before:.0%}), "
+        f"    accepted {after:.0%} of suggestions from version {version} (before: {before:.0%}), "
         "on new code the model did not train on"
     )
+    print("    (this feedback is enough for the next run: Strop keeps learning while the demo serves)")
 
 
 if __name__ == "__main__":

@@ -68,8 +68,17 @@ class AdapterVersionPromoteApi(ScopedApi):
 
     required_scope = "admin"
 
-    @extend_schema(request=None, responses={200: AdapterOut})
+    @extend_schema(
+        request=None,
+        responses={200: AdapterOut},
+        description="A version vLLM does not hold yet is loaded first (503 when vLLM is down); a failed one is 409.",
+    )
     def post(self, request: Request, adapter_name: str, number: str) -> Response:
+        from apps.serving.services import adapter_version_load
+
         adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
         version = adapter_version_get_for_tenant(self.tenant, adapter=adapter, number=number)
+        if version.loaded_at is None and version.status != AdapterVersion.Status.FAILED:
+            adapter_version_load(version_id=version.pk)
+            version.refresh_from_db()
         return Response(AdapterOut(adapter_version_promote(self.tenant, version=version, actor=self.actor)).data)

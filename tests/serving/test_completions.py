@@ -203,3 +203,15 @@ def test_swapping_production_under_traffic_fails_no_request(
             thread.join(timeout=60)
     assert failures == []
     assert v1.vllm_name in versions and versions[-1] == v2.vllm_name
+
+
+def test_promoting_a_version_vllm_does_not_hold_loads_it_first(
+    serving_tenant, make_client, serving_adapter, make_lora_adapter, served
+):
+    admin = make_client(serving_tenant, scopes=["admin"])
+    version = adapter_version_register(
+        serving_tenant, adapter=serving_adapter, source_dir=make_lora_adapter(seed=41), enqueue_load=False
+    )
+    response = admin.post(f"/v1/adapters/autocomplete/versions/{version.number}/promote")
+    assert response.status_code == 200 and response.json()["production_version"] == version.number
+    assert version.vllm_name in {m.id for m in vllm_client().models()}
