@@ -20,7 +20,6 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
@@ -28,12 +27,13 @@ import httpx
 from common import (
     DEFAULT_DATABASE_URL,
     ROOT,
-    developer_accepts,
     django_env,
+    feedback_items,
     fim_cases,
     free_port,
     fresh_database,
     manage,
+    serve_as_developers,
     setup_django,
     start_gunicorn,
     stop,
@@ -100,27 +100,9 @@ def main() -> None:
         http = httpx.Client(base_url=api_url, headers=headers, timeout=120)
         cases = fim_cases(args.events)
 
-        def serve(i: int) -> tuple[str, bool]:
-            case = cases[i]
-            with httpx.Client(base_url=api_url, headers=headers, timeout=120) as client:
-                body = {
-                    "prefix": case["prefix"],
-                    "suffix": case["suffix"],
-                    "max_tokens": args.max_tokens,
-                    "temperature": 0.8,
-                    "seed": i,
-                    "user": f"dev-{i % 16}",
-                    "opted_in": True,
-                }
-                response = client.post("/v1/completions", json=body)
-            response.raise_for_status()
-            data = response.json()
-            return data["id"], developer_accepts(data["choices"][0]["text"], case["middle"])
-
-        with ThreadPoolExecutor(4) as pool:
-            served = list(pool.map(serve, range(args.events)))
+        served = serve_as_developers(http, cases, workers=4, max_tokens=args.max_tokens, users=16)
         accept_rate = sum(ok for _, ok in served) / len(served)
-        labels = [{"interaction_id": i, "outcome": "accepted" if ok else "rejected"} for i, ok in served]
+        labels = feedback_items(served)
         response = http.post("/v1/feedback", json={"items": labels[:-1]})
         assert response.status_code == 207 and response.json()["recorded"] == args.events - 1, response.text
 

@@ -67,31 +67,19 @@ def copy_ceiling(db_url: str, rows: list[tuple], columns: tuple[str, ...], batch
     return len(rows) / elapsed
 
 
-def _post_batches(args: tuple[str, str, list[bytes]]) -> list[float]:
-    base, key, bodies = args
+def _post_all(args: tuple[str, str, str, int, list[bytes]]) -> list[float]:
+    """One client process: POST every body in turn, fail loudly on any unexpected answer."""
+    base, key, path, expected_status, bodies = args
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     latencies = []
     with httpx.Client(base_url=base, headers=headers, timeout=120) as client:
         for body in bodies:
             start = time.perf_counter()
-            response = client.post("/v1/interactions", content=body)
+            response = client.post(path, content=body)
             latencies.append(time.perf_counter() - start)
-            if response.status_code != 207 or response.json()["rejected"]:
-                raise RuntimeError(f"batch failed: {response.status_code} {response.text[:300]}")
-    return latencies
-
-
-def _post_feedback(args: tuple[str, str, list[bytes]]) -> list[float]:
-    base, key, bodies = args
-    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    latencies = []
-    with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
-        for body in bodies:
-            start = time.perf_counter()
-            response = client.post("/v1/feedback", content=body)
-            latencies.append(time.perf_counter() - start)
-            if response.status_code != 200:
-                raise RuntimeError(f"feedback failed: {response.status_code} {response.text[:300]}")
+            rejected = expected_status == 207 and response.json()["rejected"]
+            if response.status_code != expected_status or rejected:
+                raise RuntimeError(f"{path} failed: {response.status_code} {response.text[:300]}")
     return latencies
 
 
@@ -137,11 +125,11 @@ def main() -> None:
     gunicorn = start_gunicorn(db_url, args.port, args.workers)
     try:
         bodies = [orjson.dumps({"items": events[i : i + args.batch]}) for i in range(0, len(events), args.batch)]
-        shards = [(base, key, bodies[c :: args.clients]) for c in range(args.clients)]
+        shards = [(base, key, "/v1/interactions", 207, bodies[c :: args.clients]) for c in range(args.clients)]
         with ProcessPoolExecutor(args.clients) as pool:
-            _post_batches((base, key, bodies[:1]))  # warm every import path once
+            _post_all((base, key, "/v1/interactions", 207, bodies[:1]))  # warm every import path once
             start = time.perf_counter()
-            batch_latencies = [x for part in pool.map(_post_batches, shards) for x in part]
+            batch_latencies = [x for part in pool.map(_post_all, shards) for x in part]
             api_elapsed = time.perf_counter() - start
         api_rate = (len(events) - args.batch) / api_elapsed  # the warm-up batch was not timed
 
@@ -149,10 +137,10 @@ def main() -> None:
             orjson.dumps({"client_id": f"{run}-{n % args.events}", "outcome": "accepted" if n % 3 else "rejected"})
             for n in range(args.feedback)
         ]
-        fshards = [(base, key, feedback_bodies[c :: args.clients]) for c in range(args.clients)]
+        fshards = [(base, key, "/v1/feedback", 200, feedback_bodies[c :: args.clients]) for c in range(args.clients)]
         with ProcessPoolExecutor(args.clients) as pool:
             start = time.perf_counter()
-            feedback_latencies = [x for part in pool.map(_post_feedback, fshards) for x in part]
+            feedback_latencies = [x for part in pool.map(_post_all, fshards) for x in part]
             feedback_elapsed = time.perf_counter() - start
     finally:
         stop(gunicorn)

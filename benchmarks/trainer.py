@@ -128,8 +128,11 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per side, interleaved")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--parent-like", action="store_true",
-                        help="also time an update of a non-fresh adapter (needs the reference forward pass)")
+    parser.add_argument(
+        "--parent-like",
+        action="store_true",
+        help="also time an update of a non-fresh adapter (needs the reference forward pass)",
+    )
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
     args = parser.parse_args()
     if args.threads:
@@ -161,16 +164,20 @@ def main() -> int:
     ppo_best = max(ppo_runs)
     paired = statistics.median(p / b for p, b in zip(ppo_runs, bare_runs, strict=True))
 
-    print(f"model: {base.name} | device: {policy.device} {str(dtype).removeprefix('torch.')} | "
-          f"threads: {torch.get_num_threads()} | samples: {len(samples)} | epochs x minibatches: "
-          f"{config.epochs} x {config.num_minibatches} | kl_coef: {config.kl_coef} | LoRA rank {config.lora_rank} | "
-          f"runs per side: {args.repeats}")
+    print(
+        f"model: {base.name} | device: {policy.device} {str(dtype).removeprefix('torch.')} | "
+        f"threads: {torch.get_num_threads()} | samples: {len(samples)} | epochs x minibatches: "
+        f"{config.epochs} x {config.num_minibatches} | kl_coef: {config.kl_coef} | LoRA rank {config.lora_rank} | "
+        f"runs per side: {args.repeats}"
+    )
     print(f"bare forward+backward+step: {bare_best:,.0f} tokens/s (best run)")
     print(f"ppo update (full):          {ppo_best:,.0f} tokens/s (best run)")
     print(f"ratio: {ppo_best / bare_best:.3f} (goal >= 0.7) | median of paired runs: {paired:.3f}")
     if parent_runs:
-        print(f"ppo update, parent adapter (+ reference pass for KL to base): {max(parent_runs):,.0f} tokens/s "
-              f"| ratio: {max(parent_runs) / bare_best:.3f}")
+        print(
+            f"ppo update, parent adapter (+ reference pass for KL to base): {max(parent_runs):,.0f} tokens/s "
+            f"| ratio: {max(parent_runs) / bare_best:.3f}"
+        )
     return 0
 
 

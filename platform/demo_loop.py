@@ -11,41 +11,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from common import developer_accepts, fim_cases  # noqa: E402
+from common import feedback_items, fim_cases, serve_as_developers  # noqa: E402
 
 
 def work(http: httpx.Client, cases: list[dict[str, str]], label: str) -> float:
     """Complete every case for opted-in developers, send the feedback, return the accept rate."""
-
-    def one(item: tuple[int, dict[str, str]]) -> tuple[str, bool]:
-        i, case = item
-        body = {
-            "prefix": case["prefix"],
-            "suffix": case["suffix"],
-            "max_tokens": 16,
-            "temperature": 0.8,
-            "seed": i,
-            "user": f"dev-{i % 8}",
-            "opted_in": True,
-        }
-        response = http.post("/v1/completions", json=body)
-        response.raise_for_status()
-        data = response.json()
-        return data["id"], developer_accepts(data["choices"][0]["text"], case["middle"])
-
-    with ThreadPoolExecutor(2) as pool:
-        results = list(tqdm(pool.map(one, enumerate(cases)), total=len(cases), desc=label, unit="completion"))
-    items = [{"interaction_id": i, "outcome": "accepted" if ok else "rejected"} for i, ok in results]
-    response = http.post("/v1/feedback", json={"items": items})
-    response.raise_for_status()
-    return sum(ok for _, ok in results) / len(results)
+    served = serve_as_developers(http, cases, workers=2, progress=label)
+    http.post("/v1/feedback", json={"items": feedback_items(served)}).raise_for_status()
+    return sum(ok for _, ok in served) / len(served)
 
 
 def latest_run_id(http: httpx.Client) -> int:

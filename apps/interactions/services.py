@@ -367,11 +367,11 @@ def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None 
     pending = Feedback.objects.filter(tenant=tenant, pending_client_id__isnull=False)
     if client_ids is not None:
         pending = pending.filter(**in_values("pending_client_id", client_ids))
+    if not pending.exists():  # the common case on the ingest hot path: one indexed probe, no savepoint
+        return 0
     attached = 0
     with transaction.atomic():
         waiting = list(pending.select_for_update())
-        if not waiting:
-            return 0
         ids = dict(
             Interaction.objects.filter(
                 tenant=tenant, **in_values("client_id", [f.pending_client_id for f in waiting])

@@ -362,14 +362,46 @@ class VLLMClient:
     ) -> Completion:
         """One completion (``n`` choices) with the sampled token ids and their logprobs."""
         body = self._completion_body(
-            model=model, prompt=prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-            stop=list(stop) if stop else None, n=n, seed=seed, user=user, extra=extra,
+            model=model,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop=list(stop) if stop else None,
+            n=n,
+            seed=seed,
+            user=user,
+            extra=extra,
         )
+        response, replica = self._send_completion(body, timeout, stream=False)
+        data = response.json()
+        raw_choices = data.get("choices") or []
+        return Completion(
+            id=str(data.get("id", "")),
+            model=str(data.get("model", model)),
+            choices=[_parse_choice(c, replica) for c in raw_choices],
+            prompt_token_ids=_prompt_ids(raw_choices),
+            usage=_parse_usage(data.get("usage")),
+            replica=replica,
+        )
+
+    def _send_completion(
+        self, body: dict[str, Any], timeout: float | None, *, stream: bool
+    ) -> tuple[httpx.Response, str]:
+        """POST a completion to the first replica that takes the connection.
+
+        Only a connection that never opened moves on to the next replica (nothing was sent);
+        a timeout or a dropped connection after sending is VLLMUnavailable, never retried.
+        An error status is raised as its typed error, the body read and the connection closed.
+        """
         http, timeouts = _shared_http(), self._timeouts(timeout or self._timeout)
         last_error: Exception | None = None
         for replica in self._order():
+            request = http.build_request(
+                "POST", f"{replica}/v1/completions", json=body, headers=self._headers, timeout=timeouts
+            )
             try:
-                response = http.post(f"{replica}/v1/completions", json=body, headers=self._headers, timeout=timeouts)
+                response = http.send(request, stream=stream)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
                 last_error = exc  # nothing reached this replica: the next one may take it
                 _down_until[replica] = time.monotonic() + REPLICA_COOL_OFF_S
@@ -378,17 +410,13 @@ class VLLMClient:
                 raise VLLMUnavailable(f"vLLM at {replica} did not answer in time", replica=replica) from exc
             except httpx.TransportError as exc:
                 raise VLLMUnavailable(f"vLLM at {replica} dropped the request: {exc}", replica=replica) from exc
+            if response.status_code >= 400 and stream:
+                try:
+                    response.read()
+                finally:
+                    response.close()
             _raise_for(response, replica, what="completion")
-            data = response.json()
-            raw_choices = data.get("choices") or []
-            return Completion(
-                id=str(data.get("id", "")),
-                model=str(data.get("model", model)),
-                choices=[_parse_choice(c, replica) for c in raw_choices],
-                prompt_token_ids=_prompt_ids(raw_choices),
-                usage=_parse_usage(data.get("usage")),
-                replica=replica,
-            )
+            return response, replica
         raise VLLMUnavailable(f"no vLLM replica reachable ({last_error})")
 
     def stream(
@@ -413,35 +441,21 @@ class VLLMClient:
         carries ``usage``; :func:`merge_chunks` rebuilds the whole completion.
         """
         body = self._completion_body(
-            model=model, prompt=prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-            stop=list(stop) if stop else None, n=n, seed=seed, user=user, extra=extra,
+            model=model,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop=list(stop) if stop else None,
+            n=n,
+            seed=seed,
+            user=user,
+            extra=extra,
         )
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-        http, timeouts = _shared_http(), self._timeouts(timeout or self._timeout)
-        last_error: Exception | None = None
-        for replica in self._order():
-            request = http.build_request(
-                "POST", f"{replica}/v1/completions", json=body, headers=self._headers, timeout=timeouts
-            )
-            try:
-                response = http.send(request, stream=True)
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                last_error = exc
-                _down_until[replica] = time.monotonic() + REPLICA_COOL_OFF_S
-                continue
-            except httpx.TimeoutException as exc:
-                raise VLLMUnavailable(f"vLLM at {replica} did not answer in time", replica=replica) from exc
-            except httpx.TransportError as exc:
-                raise VLLMUnavailable(f"vLLM at {replica} dropped the request: {exc}", replica=replica) from exc
-            if response.status_code >= 400:
-                try:
-                    response.read()
-                finally:
-                    response.close()
-                _raise_for(response, replica, what="completion")
-            return self._read_events(response, replica)
-        raise VLLMUnavailable(f"no vLLM replica reachable ({last_error})")
+        response, replica = self._send_completion(body, timeout, stream=True)
+        return self._read_events(response, replica)
 
     def _read_events(self, response: httpx.Response, replica: str) -> Iterator[CompletionChunk]:
         try:
@@ -479,7 +493,10 @@ class VLLMClient:
         """One admin call; connection failures and timeouts become VLLMUnavailable."""
         try:
             return _shared_http().request(
-                method, f"{replica}{path}", json=body, headers=self._headers,
+                method,
+                f"{replica}{path}",
+                json=body,
+                headers=self._headers,
                 timeout=self._timeouts(timeout or self._admin_timeout),
             )
         except httpx.TimeoutException as exc:
@@ -529,12 +546,17 @@ class VLLMClient:
                     return
                 raise AdapterConflict(
                     f"adapter {name!r} is already loaded from {loaded[name].root}, not {lora_path}",
-                    replica=replica, vllm_status=400, vllm_type=vtype,
+                    replica=replica,
+                    vllm_status=400,
+                    vllm_type=vtype,
                 )
             if response.status_code in (502, 503, 504):
                 raise VLLMUnavailable(f"vLLM at {replica} could not load {name!r}: {message}", replica=replica)
             raise AdapterRejected(
-                message, replica=replica, vllm_status=response.status_code, vllm_type=vtype,
+                message,
+                replica=replica,
+                vllm_status=response.status_code,
+                vllm_type=vtype,
                 details={"lora_name": name, "lora_path": lora_path},
             )
         card = next((m for m in self.models(replica) if m.id == name), None)

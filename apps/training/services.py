@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Min
+from django.db.models import Count, Min
 from django.utils import timezone
 
 from apps.adapters.models import Adapter
@@ -110,8 +110,8 @@ def training_schedule(adapter: Adapter, *, force: bool = False) -> TrainingRun |
         return None
     parent = adapter_lineage_head(adapter)
     new = training_events_new(adapter, parent=parent)
-    stats = new.aggregate(oldest=Min("updated_at"))
-    count = new.count()
+    stats = new.aggregate(count=Count("id"), oldest=Min("updated_at"))
+    count = stats["count"]
     if force:
         trigger = "forced"
     elif count >= policy.min_new_events:
@@ -218,6 +218,5 @@ def training_sweep_queued(*, older_than_s: int = 60) -> list[int]:
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
     runs = list(TrainingRun.objects.filter(status=TrainingRun.Status.QUEUED, created_at__lt=cutoff))
     for run in runs:
-        with transaction.atomic():
-            _dispatch(run)
+        _dispatch(run)  # outside a transaction, on_commit sends at once
     return [run.pk for run in runs]
