@@ -46,6 +46,14 @@ def training_policy_update(tenant: Tenant, *, adapter: Adapter, actor: str, chan
         if type(value) is not kind:
             raise ValidationFailed(f"{name}: must be {kind.__name__}")
         setattr(policy, name, value)
+    if "trainer_overrides" in changes:
+        from gpu_trainer.config import PPOConfig
+        from gpu_trainer.errors import TrainerInputError
+
+        try:
+            PPOConfig.from_dict(policy.trainer_overrides)
+        except (TrainerInputError, TypeError, ValueError) as exc:
+            raise ValidationFailed(f"trainer_overrides: {exc}") from None
     if policy.min_new_events < 1:
         raise ValidationFailed("min_new_events: must be at least 1")
     if not 0.0 <= policy.heldout_fraction < 0.9:

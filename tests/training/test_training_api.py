@@ -23,6 +23,8 @@ def test_admin_reads_and_changes_the_training_policy(client_a, tiny_adapter):
         ({"colour": "red"}, "colour"),
         ({"enabled": "yes"}, "enabled"),
         ({"heldout_fraction": 0.95}, "heldout_fraction"),
+        ({"trainer_overrides": {"learning_rat": 1e-4}}, "trainer_overrides"),
+        ({"trainer_overrides": {"clip_eps": -1.0}}, "trainer_overrides"),
     ],
 )
 def test_bad_policy_changes_are_400_naming_the_field(client_a, tiny_adapter, body, words):
