@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from celery import shared_task
 from celery.signals import worker_ready
-from django.core.cache import cache
 
 
 @shared_task(name="workers.training.training_run_execute", acks_late=True, reject_on_worker_lost=True)
@@ -39,12 +38,6 @@ def training_sweep_queued() -> int:
     from apps.training.services import training_sweep_queued as sweep
 
     return len(sweep())
-
-
-def notify_new_feedback(tenant_id: int) -> None:
-    """Ask for a scheduling check soon after feedback lands: at most one per tenant a second."""
-    if cache.add(f"strop:schedule-check:{tenant_id}", 1, timeout=1):
-        training_schedule_tenant.delay(tenant_id)
 
 
 @worker_ready.connect

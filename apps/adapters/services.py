@@ -13,6 +13,7 @@ from django.db.models import Max
 
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.common.exceptions import Conflict, ValidationFailed
+from apps.common.tasks import enqueue_on_commit
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 
@@ -115,14 +116,8 @@ def adapter_version_register(
             data={"parent": parent.vllm_name if parent else None},
         )
         if enqueue_load:
-            transaction.on_commit(lambda: _enqueue_load(version.pk))
+            enqueue_on_commit("workers.serving.adapter_version_load", version.pk)
     return version
-
-
-def _enqueue_load(version_id: int) -> None:
-    from workers.serving import adapter_version_load
-
-    adapter_version_load.delay(version_id)
 
 
 def adapter_version_mark_loaded(version: AdapterVersion) -> AdapterVersion:

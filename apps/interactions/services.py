@@ -399,9 +399,9 @@ def _after_commit_notify_training(tenant_id: int) -> None:
     """New labelled events may be enough for a training run: ask the scheduler once committed."""
 
     def notify() -> None:
-        from workers.training import notify_new_feedback
+        from apps.training.services import training_check_soon
 
-        notify_new_feedback(tenant_id)
+        training_check_soon(tenant_id)
 
     transaction.on_commit(notify)
 

@@ -19,6 +19,7 @@ from django.db import connection
 
 from apps.adapters.models import AdapterVersion
 from apps.adapters.services import adapter_version_register
+from apps.common.tasks import enqueue
 from apps.serving.vllm_client import VLLMUnavailable
 from apps.training.dataset import dataset_export
 from apps.training.models import EvalSet, TrainingRun
@@ -177,9 +178,8 @@ def _limit_cpu_threads() -> None:
 def _load_now_or_later(version: AdapterVersion) -> None:
     """Load in vLLM right away (freshness); if vLLM is down, the serving queue retries it."""
     from apps.serving.services import adapter_version_load
-    from workers.serving import adapter_version_load as load_task
 
     try:
         adapter_version_load(version_id=version.pk)
     except VLLMUnavailable:
-        load_task.delay(version.pk)
+        enqueue("workers.serving.adapter_version_load", version.pk)

@@ -8,12 +8,14 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Min
 from django.utils import timezone
 
 from apps.adapters.models import Adapter
 from apps.common.exceptions import ValidationFailed
+from apps.common.tasks import enqueue, enqueue_on_commit
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 from apps.training.models import ACTIVE_STATUSES, EvalSet, TrainingPolicy, TrainingRun
@@ -101,10 +103,24 @@ def eval_set_upload(tenant: Tenant, *, adapter: Adapter, cases: Any, actor: str)
 
 
 def _dispatch(run: TrainingRun) -> None:
-    from workers.training import training_run_execute
+    enqueue_on_commit("workers.training.training_run_execute", run.pk, run.attempt)
 
-    run_id, attempt = run.pk, run.attempt
-    transaction.on_commit(lambda: training_run_execute.delay(run_id, attempt))
+
+# A burst of feedback asks for one scheduling check, run a moment after the burst (trailing
+# edge): the key is set by the first event and cleared by the check itself before it counts, so
+# every event is seen by a check that starts after it committed, without waiting for beat.
+SCHEDULE_CHECK_DELAY_S = 0.5
+SCHEDULE_CHECK_KEY_TIMEOUT_S = 10  # a lost message blocks checks this long at most (beat covers it)
+
+
+def _schedule_check_key(tenant_id: int) -> str:
+    return f"strop:schedule-check:{tenant_id}"
+
+
+def training_check_soon(tenant_id: int) -> None:
+    """New labelled events may be enough for a run: check the tenant's adapters shortly."""
+    if cache.add(_schedule_check_key(tenant_id), 1, timeout=SCHEDULE_CHECK_KEY_TIMEOUT_S):
+        enqueue("workers.training.training_schedule_tenant", tenant_id, countdown=SCHEDULE_CHECK_DELAY_S, expires=60)
 
 
 def training_schedule(adapter: Adapter, *, force: bool = False) -> TrainingRun | None:
@@ -143,6 +159,8 @@ def training_schedule(adapter: Adapter, *, force: bool = False) -> TrainingRun |
 
 
 def training_schedule_tenant(tenant_id: int) -> list[TrainingRun]:
+    # Cleared before counting: an event that commits from here on asks for a check of its own.
+    cache.delete(_schedule_check_key(tenant_id))
     adapters = Adapter.objects.filter(tenant_id=tenant_id).select_related("tenant")
     return [run for adapter in adapters if (run := training_schedule(adapter)) is not None]
 

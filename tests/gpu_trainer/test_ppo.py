@@ -86,22 +86,59 @@ def test_silence_is_learnable_when_every_suggestion_is_rejected(tiny_starter_mod
     assert after > 3 * before, (before, after)
 
 
+def _silence_in_other_contexts(setting) -> list[dict]:
+    """The same data, but every silent sample sits on another prompt of the same length."""
+    samples = _silence_samples(setting)
+    other_prompt = list(reversed(setting["prompt"]))
+    return [{**s, "prompt_token_ids": other_prompt} if not s["completion_token_ids"] else s for s in samples]
+
+
+def _lora_weights(adapter_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(adapter_dir / "adapter_model.safetensors"))
+
+
+def _max_weight_difference(a: Path, b: Path) -> float:
+    wa, wb = _lora_weights(a), _lora_weights(b)
+    return max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+
+
 def test_baseline_none_gives_silence_no_learning_signal(tiny_starter_model, setting, tmp_path):
-    """The seed's weakness, reproduced by ``baseline="none"``: the rewards are all ≤ 0, silence
-    scores exactly 0, so its advantage is 0 and the EOS token gets no gradient at all. The
-    rejected completions only push their own tokens down, and the freed probability spreads
-    over the whole vocabulary (EOS gets its small proportional share) instead of going to
-    silence. The same data under the batch-mean baseline gives silence +0.75 and multiplies
-    P(EOS first) several times over."""
+    """The seed's weakness, reproduced by ``baseline="none"``: the rewards are all <= 0, silence
+    scores exactly 0, so its advantage is 0 and the silent samples give no gradient at all.
+
+    Shown exactly rather than by a threshold: under ``none``, moving every silent sample to
+    another context leaves the trained adapter unchanged (nothing about silence is learned),
+    while under the batch-mean baseline (silence +0.75) the adapter depends on where silence
+    was rewarded. Both runs share the minibatch partition and the padded shapes, so the only
+    difference is what the silent samples contribute. The KL penalty is off: it pulls every token
+    toward the base model, silent ones included, and is not the reward signal under test."""
+    config = FAST.replace(epochs=2, kl_coef=0.0)
+    trained = {}
+    for baseline in ("none", "batch_mean"):
+        for name, data in (("here", _silence_samples(setting)), ("elsewhere", _silence_in_other_contexts(setting))):
+            out = tmp_path / f"{baseline}-{name}"
+            train_ppo(config.replace(baseline=baseline), data, base_model_dir=tiny_starter_model, out_dir=out,
+                      progress=False)
+            trained[baseline, name] = out
+    moved_none = _max_weight_difference(trained["none", "here"], trained["none", "elsewhere"])
+    moved_batch_mean = _max_weight_difference(trained["batch_mean", "here"], trained["batch_mean", "elsewhere"])
+    assert moved_none < 1e-6, moved_none
+    assert moved_batch_mean > 1e-3, moved_batch_mean
+
+
+def test_batch_mean_teaches_silence_where_baseline_none_does_not(tiny_starter_model, setting, tmp_path):
+    """Behaviourally: on the same data, P(EOS first) ends far higher under the batch-mean baseline.
+    Under ``none`` EOS still drifts up a little (the rejected tokens are pushed down and LoRA
+    shares parameters), by 1.6-2.5x here across seeds and machines; under batch_mean by 8-10x."""
     eos = 0
-    before = setting["base_probs"][eos].item()
     after = {}
     for baseline in ("none", "batch_mean"):
         adapter = _train_rounds(tiny_starter_model, _silence_samples(setting), FAST.replace(baseline=baseline),
                                 tmp_path / baseline)
         after[baseline] = next_token_probs(load(tiny_starter_model, adapter), setting["prompt"])[eos].item()
-    assert after["none"] < 2 * before, (before, after)
-    assert after["batch_mean"] > 2 * after["none"], (before, after)
+    assert after["batch_mean"] > 2 * after["none"], after
 
 
 def _sha256(path: Path) -> str:

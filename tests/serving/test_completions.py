@@ -174,10 +174,10 @@ def test_swapping_production_under_traffic_fails_no_request(
     v1 = loaded_version(seed=21)
     adapter_version_promote(serving_tenant, version=v1, actor="test")
     failures: list[str] = []
-    versions: list[str] = []
+    versions: dict[int, list[str]] = {n: [] for n in range(3)}  # per client, in the order answered
     stop = threading.Event()
 
-    def traffic() -> None:
+    def traffic(n: int) -> None:
         headers = {"Authorization": f"Bearer {serve_client.raw_key}"}
         with httpx.Client(base_url=live_server.url, headers=headers, timeout=60) as http:
             while not stop.is_set():
@@ -185,24 +185,32 @@ def test_swapping_production_under_traffic_fails_no_request(
                 if response.status_code != 200:
                     failures.append(f"{response.status_code} {response.text[:200]}")
                 else:
-                    versions.append(response.json()["strop"]["version"])
+                    versions[n].append(response.json()["strop"]["version"])
 
-    threads = [threading.Thread(target=traffic) for _ in range(3)]
+    def wait_for(condition, what: str) -> None:
+        deadline = time.monotonic() + 120
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {versions}"
+            time.sleep(0.1)
+
+    threads = [threading.Thread(target=traffic, args=(n,)) for n in range(3)]
     for thread in threads:
         thread.start()
     try:
-        time.sleep(1)
+        wait_for(lambda: all(versions[n] for n in versions), "every client to be served by v1")
         v2 = loaded_version(seed=22, parent=v1)  # registered and loaded while traffic flows
         adapter_version_promote(serving_tenant, version=v2, actor="test")
-        deadline = time.monotonic() + 30
-        while v2.vllm_name not in versions[-3:] and time.monotonic() < deadline:
-            time.sleep(0.2)
+        # A request resolves its version once, at its start: each client's next request is v2's.
+        wait_for(lambda: all(versions[n] and versions[n][-1] == v2.vllm_name for n in versions), "v2 everywhere")
     finally:
         stop.set()
         for thread in threads:
             thread.join(timeout=60)
     assert failures == []
-    assert v1.vllm_name in versions and versions[-1] == v2.vllm_name
+    for answered in versions.values():
+        assert answered[0] == v1.vllm_name and answered[-1] == v2.vllm_name
+        switched = answered.index(v2.vllm_name)
+        assert set(answered[switched:]) == {v2.vllm_name}  # never back to v1 once v2 answered
 
 
 def test_promoting_a_version_vllm_does_not_hold_loads_it_first(

@@ -115,3 +115,36 @@ def test_the_sweeper_resends_runs_the_broker_may_have_lost(tiny_adapter):
     old = TrainingRun.objects.create(tenant=tiny_adapter.tenant, adapter=tiny_adapter)
     TrainingRun.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(minutes=5))
     assert training_sweep_queued(older_than_s=60) == [old.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_burst_of_single_feedback_requests_schedules_a_run_without_beat(tiny_adapter, make_client, celery_workers):
+    """The check runs after the burst (trailing edge), so the last event is always counted: a
+    check started by the first event alone would see too few and leave the rest to beat."""
+    from tests.fixtures.workers import wait_until
+
+    TrainingPolicy.objects.filter(adapter=tiny_adapter).update(min_new_events=12, max_wait_s=10**6)
+    client = make_client(tiny_adapter.tenant, scopes=["ingest", "feedback"])
+    items = [{"client_id": f"burst-{i}", "prompt": f"x{i} = ", "completion": "1", "opted_in": True} for i in range(12)]
+    assert client.post("/v1/interactions", {"items": items}, format="json").status_code == 207
+    for i in range(12):
+        response = client.post("/v1/feedback", {"client_id": f"burst-{i}", "outcome": "accepted"}, format="json")
+        assert response.status_code == 200
+    run = wait_until(
+        lambda: TrainingRun.objects.filter(adapter=tiny_adapter).first(),
+        timeout=120,
+        what="the run the 12th feedback event makes due",
+        workers=celery_workers,
+    )
+    assert run.trigger == "12 new events"
+
+
+@pytest.mark.django_db
+def test_a_scheduling_check_clears_the_debounce_so_later_events_ask_again(tiny_adapter):
+    from django.core.cache import cache
+
+    from apps.training.services import _schedule_check_key, training_schedule_tenant
+
+    cache.set(_schedule_check_key(tiny_adapter.tenant_id), 1, timeout=60)
+    training_schedule_tenant(tiny_adapter.tenant_id)
+    assert cache.get(_schedule_check_key(tiny_adapter.tenant_id)) is None
