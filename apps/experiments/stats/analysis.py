@@ -1,0 +1,145 @@
+"""One snapshot of an experiment: per-arm summaries, every metric compared, SRM, the decision."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from . import inference
+from .config import ExperimentConfig
+from .decision import decide
+from .metrics import HIGHER_IS_BETTER, METRICS, ArmData, MetricDefinition
+from .results import (
+    BETTER,
+    GUARDRAIL,
+    NO_DIRECTION,
+    PRIMARY,
+    SECONDARY,
+    WORSE,
+    ExperimentAnalysis,
+    MetricResult,
+    SrmResult,
+    finite_or_none,
+    interval,
+)
+
+
+def metric_roles(config: ExperimentConfig) -> list[tuple[str, str]]:
+    """(metric, role) in display order; a metric listed twice keeps its strongest role
+    (primary > guardrail > secondary): being a guardrail is what changes the decision."""
+    roles = [(config.primary_metric, PRIMARY)]
+    for name in config.guardrails:
+        if name not in dict(roles):
+            roles.append((name, GUARDRAIL))
+    for name in config.secondary_metrics:
+        if name not in dict(roles):
+            roles.append((name, SECONDARY))
+    return roles
+
+
+def analyze(
+    control: ArmData, candidate: ArmData, *, config: ExperimentConfig | None = None, elapsed: timedelta
+) -> ExperimentAnalysis:
+    """Compare the candidate arm with the control arm; pure and deterministic.
+
+    ``elapsed``: time since the experiment started; at ``config.max_duration`` an undecided
+    experiment is ``inconclusive``.
+    """
+    config = config or ExperimentConfig()
+    srm = _srm(control.users, candidate.users, config)
+    metrics = [_compare(METRICS[name], role, control, candidate, config) for name, role in metric_roles(config)]
+    decision = decide(
+        metrics=metrics,
+        srm=srm,
+        users=(control.users, candidate.users),
+        config=config,
+        elapsed=elapsed,
+    )
+    return ExperimentAnalysis(
+        arms={
+            "control": _arm_summary(control, config.weights[0] / sum(config.weights)),
+            "candidate": _arm_summary(candidate, config.weights[1] / sum(config.weights)),
+        },
+        metrics=metrics,
+        srm=srm,
+        decision=decision,
+        config=config,
+        elapsed=elapsed,
+    )
+
+
+def _srm(control_users: int, candidate_users: int, config: ExperimentConfig) -> SrmResult:
+    observed = [control_users, candidate_users]
+    statistic, p = inference.srm_chi_square(observed, config.weights)
+    total_weight = sum(config.weights)
+    p_value = finite_or_none(p)
+    return SrmResult(
+        observed=observed,
+        expected=[sum(observed) * w / total_weight for w in config.weights],
+        statistic=finite_or_none(statistic),
+        p=p_value,
+        blocked=p_value is not None and p_value < config.srm_p_threshold,
+    )
+
+
+def _arm_summary(arm: ArmData, weight: float) -> dict[str, Any]:
+    totals = arm.totals()
+    summary: dict[str, Any] = {"users": arm.users, "weight": weight}
+    for name, total in totals.items():
+        # Counts read better as integers; a fractional count (not expected) is kept as it is.
+        summary[name] = int(total) if name != "reward_sum" and total.is_integer() else total
+    for metric in METRICS.values():
+        den = totals[metric.denominator]
+        summary[metric.name] = totals[metric.numerator] / den if den else None
+    summary["latency_p95_ms"] = finite_or_none(arm.latency_p95_ms)
+    return summary
+
+
+def _compare(
+    metric: MetricDefinition, role: str, control: ArmData, candidate: ArmData, config: ExperimentConfig
+) -> MetricResult:
+    def moments(arm: ArmData) -> inference.RatioMoments:
+        return inference.RatioMoments.from_users(getattr(arm, metric.numerator), getattr(arm, metric.denominator))
+
+    a, b = moments(control), moments(candidate)
+    est_a, est_b = inference.ratio_estimate(a), inference.ratio_estimate(b)
+    var_a, var_b = inference.ratio_variance(a), inference.ratio_variance(b)
+    diff = est_b - est_a
+    se = np.sqrt(var_a + var_b)
+    rel = inference.relative_lift(est_a, est_b)
+    rel_se = np.sqrt(inference.relative_lift_variance(est_a, var_a, est_b, var_b))
+    n_total = control.users + candidate.users
+
+    # No inference without a standard error: both arms constant (or under 2 users) says nothing
+    # about the population, so nothing is declared significant on it.
+    testable = bool(np.isfinite(se) and se > 0)
+    z = inference.z_quantile(config.alpha)
+    p_fixed = finite_or_none(inference.fixed_p_value(diff, se)) if testable else None
+    p_av = finite_or_none(inference.always_valid_p_value(diff, se, n_total, config.n_star)) if testable else None
+    av_half = inference.always_valid_half_width(se, n_total, config.alpha, config.n_star) if testable else np.nan
+    rel_testable = bool(np.isfinite(rel_se) and rel_se > 0)
+
+    significant = testable and abs(float(diff)) > float(av_half)
+    direction = NO_DIRECTION
+    if significant:
+        higher = float(diff) > 0
+        direction = BETTER if higher == (metric.polarity == HIGHER_IS_BETTER) else WORSE
+    return MetricResult(
+        name=metric.name,
+        label=metric.label,
+        role=role,
+        polarity=metric.polarity,
+        control=finite_or_none(est_a),
+        candidate=finite_or_none(est_b),
+        abs_lift=finite_or_none(diff),
+        rel_lift=finite_or_none(rel),
+        ci_fixed_abs=interval(diff, z * se) if testable else None,
+        ci_fixed_rel=interval(rel, z * rel_se) if rel_testable else None,
+        ci_always_valid_abs=interval(diff, av_half) if testable else None,
+        p_fixed=p_fixed,
+        p_always_valid=p_av,
+        significant=significant,
+        direction=direction,
+    )

@@ -1,0 +1,79 @@
+"""From compared metrics to one action with a sentence a person can check against the numbers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from .config import ExperimentConfig
+from .results import BETTER, GUARDRAIL, PRIMARY, WORSE, Decision, MetricResult, SrmResult
+
+PROMOTE = "promote"
+ROLLBACK = "rollback"
+KEEP_RUNNING = "keep_running"
+INCONCLUSIVE = "inconclusive"
+BLOCKED_SRM = "blocked_srm"
+ACTIONS = (PROMOTE, ROLLBACK, KEEP_RUNNING, INCONCLUSIVE, BLOCKED_SRM)
+
+
+def decide(
+    *,
+    metrics: list[MetricResult],
+    srm: SrmResult,
+    users: tuple[int, int],
+    config: ExperimentConfig,
+    elapsed: timedelta,
+) -> Decision:
+    """In order: a sample-ratio mismatch blocks everything; a significantly worse primary or
+    guardrail rolls back (at any sample size: harm is not made to wait); a significantly better
+    primary with the minimum sample promotes; past the maximum duration it is inconclusive;
+    otherwise keep running. Significance is always-valid, so this may run at every look."""
+    if srm.blocked:
+        return Decision(
+            BLOCKED_SRM,
+            f"Sample ratio mismatch: {srm.observed[0]:,} control and {srm.observed[1]:,} candidate users against "
+            f"an expected {srm.expected[0]:,.0f} and {srm.expected[1]:,.0f} (chi-square p = {srm.p:.2g} < "
+            f"{config.srm_p_threshold:g}). Assignment or exposure logging is broken, so no metric can be "
+            "trusted; no decision is made until the cause is fixed.",
+        )
+    primary = next(m for m in metrics if m.role == PRIMARY)
+    harmed = [m for m in metrics if m.role in (PRIMARY, GUARDRAIL) and m.direction == WORSE]
+    if harmed:
+        return Decision(
+            ROLLBACK, "Candidate is significantly worse on " + "; ".join(_describe(m) for m in harmed) + "."
+        )
+
+    below_minimum = min(users) < config.min_users_per_arm
+    sample = f"{users[0]:,} control and {users[1]:,} candidate users (minimum {config.min_users_per_arm:,} per arm)"
+    if primary.direction == BETTER and not below_minimum:
+        return Decision(
+            PROMOTE,
+            f"Candidate is significantly better on {_describe(primary)}; no guardrail is significantly worse; "
+            f"{sample}.",
+        )
+
+    if primary.direction == BETTER:
+        status = f"{primary.name} is significantly better, but the minimum sample is not met: {sample}"
+    elif primary.control is None or primary.candidate is None:
+        status = f"{primary.name} has no data in one or both arms yet: {sample}"
+    elif primary.p_always_valid is None:
+        status = (
+            f"{primary.name} cannot be tested yet (under 2 users in an arm, or no variance between users): {sample}"
+        )
+    else:
+        status = (
+            f"{primary.name} shows no significant difference yet ({_numbers(primary)}, always-valid p = "
+            f"{primary.p_always_valid:.3g}, needs < {config.alpha:g}); {sample}"
+        )
+    if elapsed >= config.max_duration:
+        days = config.max_duration.total_seconds() / 86400
+        return Decision(INCONCLUSIVE, f"Maximum duration of {days:g} days reached without a decision: {status}.")
+    return Decision(KEEP_RUNNING, f"{status}.")
+
+
+def _numbers(m: MetricResult) -> str:
+    rel = f", {m.rel_lift:+.1%}" if m.rel_lift is not None else ""
+    return f"{m.candidate:.4g} vs {m.control:.4g}{rel}"
+
+
+def _describe(m: MetricResult) -> str:
+    return f"{m.name} ({m.role}): {_numbers(m)}, always-valid p = {m.p_always_valid:.3g}"

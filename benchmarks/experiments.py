@@ -1,0 +1,102 @@
+"""Experiments: does watching the page at every peek keep its error rate, and how fast is a snapshot?
+
+Peeking simulation (no database): ``--experiments`` simulated A/B experiments of ``--users``
+users each (assigned 50/50 at random, users that look like the product), looked at after every
+``--users / --peeks`` users with the always-valid inference of ``apps.experiments.stats``.
+
+- false_positive_rate: share of experiments with no true difference that were ever declared
+  significant on the primary metric (mean reward per request); should be ≤ alpha.
+- false_positive_rate_fixed_horizon_peeking: the same peeks with fixed-horizon intervals.
+- detection_rate: share of experiments with a true relative lift of ``--lift`` in reward per
+  request (the accept rate of shown suggestions rising as printed) ever declared better.
+- snapshot_seconds_100k_users_stats_only: median time of ``analyze()`` on 100,000 users in all,
+  from per-user sums already in memory.
+
+    python benchmarks/experiments.py --experiments 400 --users 5000 --peeks 20 --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from datetime import timedelta
+
+import numpy as np
+from common import ROOT
+
+sys.path.insert(0, str(ROOT))
+
+SNAPSHOT_USERS = 100_000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--experiments", type=int, default=400, help="simulated experiments per scenario")
+    parser.add_argument("--users", type=int, default=5000, help="users per experiment, both arms together")
+    parser.add_argument("--peeks", type=int, default=20, help="looks at the page per experiment")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lift", type=float, default=0.6, help="true relative lift of reward per request")
+    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--n-star", type=float, default=5000.0, help="tuning sample size of the confidence sequence")
+    args = parser.parse_args()
+
+    from apps.experiments.stats.simulate import UserBehaviour, peeking_simulation
+
+    rng = np.random.default_rng(args.seed)
+    control = UserBehaviour()
+    candidate = control.with_reward_lift(args.lift)
+    scenario = {
+        "experiments": args.experiments,
+        "users": args.users,
+        "peeks": args.peeks,
+        "alpha": args.alpha,
+        "n_star": args.n_star,
+    }
+    null = peeking_simulation(control, control, rng=rng, **scenario)
+    lifted = peeking_simulation(control, candidate, rng=rng, **scenario)
+
+    print(f"alpha: {args.alpha}")
+    print(f"experiments: {args.experiments}")
+    print(f"users: {args.users}")
+    print(f"peeks: {args.peeks}")
+    print(f"n_star: {args.n_star:g}")
+    print(f"seed: {args.seed}")
+    print(f"false_positive_rate: {null.ever_significant.mean():.4f}")
+    print(f"false_positive_rate_fixed_horizon_peeking: {null.ever_significant_fixed.mean():.4f}")
+    print(f"true_relative_lift: {args.lift}")
+    print(f"accept_rate_control: {control.accept_rate:.4f}")
+    print(f"accept_rate_candidate: {candidate.accept_rate:.4f}")
+    print(f"detection_rate: {lifted.ever_better.mean():.4f}")
+    print(f"snapshot_seconds_100k_users_stats_only: {snapshot_seconds_stats_only(SNAPSHOT_USERS, args.seed):.4f}")
+    db_seconds = snapshot_seconds_db_aggregation(SNAPSHOT_USERS, args.seed)
+    if db_seconds is not None:
+        print(f"snapshot_seconds_100k_exposures_db_aggregation: {db_seconds:.4f}")
+
+
+def snapshot_seconds_stats_only(users: int, seed: int, repeats: int = 5) -> float:
+    """Median seconds of ``analyze()`` on ``users`` simulated users (both arms), data in memory."""
+    from apps.experiments.stats import analyze
+    from apps.experiments.stats.simulate import UserBehaviour, simulate_experiment
+
+    behaviour = UserBehaviour()
+    control, candidate = simulate_experiment(behaviour, behaviour, users=users, rng=np.random.default_rng(seed))
+    timings = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        analyze(control, candidate, elapsed=timedelta(days=7))
+        timings.append(time.perf_counter() - started)
+    return statistics.median(timings)
+
+
+def snapshot_seconds_db_aggregation(users: int, seed: int) -> float | None:
+    """Seconds to aggregate ``users`` exposures and their requests from the database into the two
+    arms' ``ArmData`` (per-user sums, the control's p95, slow requests): the other half of a
+    snapshot. None until the experiments app (models, the aggregation selector) exists; extend it
+    then to load that many exposures into a fresh database and time the selector."""
+    return None
+
+
+if __name__ == "__main__":
+    main()
