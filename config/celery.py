@@ -6,6 +6,8 @@ import os
 
 from celery import Celery
 
+from apps.common.observability import celery_signals  # noqa: F401  (request ids into tasks, task metrics, logs)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 TASK_MODULES = ["workers.ingest", "workers.serving", "workers.training"]

@@ -82,6 +82,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "apps.common.observability.middleware.RequestObservabilityMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -231,11 +232,28 @@ SPECTACULAR_SETTINGS = {
     "SECURITY": [{"ApiKey": []}],
 }
 
+# Operators: one JSON object per line (json, the default) or text for a terminal (plain); every
+# line carries the request id, which follows a request into the Celery tasks it enqueues.
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "json")
+if LOG_FORMAT not in {"json", "plain"}:
+    raise ValueError(f"LOG_FORMAT must be 'json' or 'plain', not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "apps.common.observability.logs.ContextFilter"}},
+    "formatters": {
+        "json": {"()": "apps.common.observability.logs.JsonFormatter"},
+        "plain": {"()": "apps.common.observability.logs.PlainFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.request": {"level": "ERROR"}, "httpx": {"level": "WARNING"}},
 }
+
+# Prometheus: every process (gunicorn workers, Celery) counts into its own files in this folder and
+# GET /metrics adds them all up. Exported before anything loads prometheus_client, which reads it at
+# import. Empty it only when no Strop process runs (platform/up.sh does, before starting them all).
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "prometheus"))
+Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+# GET /metrics: with a token, callers send "Authorization: Bearer <token>"; without, loopback only.
+STROP_METRICS_TOKEN = os.environ.get("STROP_METRICS_TOKEN", "")

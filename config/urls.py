@@ -5,6 +5,7 @@ from rest_framework.permissions import AllowAny
 
 from apps.adapters.apis import AdapterListApi, AdapterVersionListApi, AdapterVersionPromoteApi
 from apps.common.apis import HealthApi
+from apps.common.observability.views import metrics_view
 from apps.interactions.apis import (
     EditorOutcomeApi,
     FeedbackIngestApi,
@@ -24,6 +25,7 @@ _public = {"authentication_classes": [], "permission_classes": [AllowAny]}
 
 urlpatterns = [
     path("health", HealthApi.as_view(), name="health"),
+    path("metrics", metrics_view, name="metrics"),
     path("v1/tenant", TenantMeApi.as_view(), name="tenant-me"),
     path("v1/keys", ApiKeyCollectionApi.as_view(), name="api-keys"),
     path("v1/keys/<str:key_id>", ApiKeyDetailApi.as_view(), name="api-key-detail"),

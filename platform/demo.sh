@@ -37,6 +37,7 @@ $PY manage.py base_model_register base "$MODEL" >/dev/null
 $PY manage.py adapter_create demo tab --base base --default --exists-ok >/dev/null
 
 echo "==> API on $BASE, Celery workers (default+serving, gpu) on the filesystem broker"
+rm -f "${PROMETHEUS_MULTIPROC_DIR:-${STROP_VAR_DIR:-var}/prometheus}"/*.db  # metrics start from zero with them
 setsid .venv/bin/gunicorn config.wsgi -b "127.0.0.1:$PORT" -w 2 -k gthread --threads 4 --log-level warning \
   > var/log/api.log 2>&1 &
 PIDS+=($!)

@@ -13,4 +13,6 @@ export VLLM_PORT=${VLLM_PORT:-8100}
 export VLLM_BASE_URLS=${VLLM_BASE_URLS:-http://127.0.0.1:$VLLM_PORT}
 $PY manage.py migrate -v 0
 $PY manage.py base_model_register "$VLLM_SERVED_MODEL_NAME" "$VLLM_MODEL"
+# Every process starts now and no old one still writes counters: start the metrics from zero.
+rm -f "${PROMETHEUS_MULTIPROC_DIR:-${STROP_VAR_DIR:-var}/prometheus}"/*.db
 exec .venv/bin/honcho -f platform/Procfile -d . start

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+# Each run counts its metrics in a folder of its own (var/prometheus belongs to `make up`); this must
+# happen before anything loads prometheus_client, which reads the variable at import.
+assert "prometheus_client" not in sys.modules, "prometheus_client was loaded before tests/conftest.py"
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="strop-test-metrics-")
+atexit.register(shutil.rmtree, os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
 
 # Django is imported inside fixtures only, so `pytest tests/gpu_trainer -p no:django` also works.
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
 from apps.common.exceptions import NotFound
 from apps.interactions.models import Feedback, Interaction
@@ -36,3 +36,14 @@ def feedback_for_interaction(tenant: Tenant, *, interaction: Interaction) -> Fee
 
 def feedback_pending_list(tenant: Tenant) -> QuerySet[Feedback]:
     return Feedback.objects.filter(tenant=tenant, pending_client_id__isnull=False).order_by("received_at")
+
+
+def feedback_pending_counts() -> dict[str, int]:
+    """Feedback still waiting for its interaction, per tenant slug, across tenants (for operators)."""
+    rows = (
+        Feedback.objects.filter(pending_client_id__isnull=False)
+        .values_list("tenant__slug")
+        .annotate(count=Count("id"))
+        .order_by()
+    )
+    return dict(rows)

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from apps.common.exceptions import PayloadTooLarge
 from apps.common.lookups import in_values
+from apps.common.observability.metrics import ingest_counted
 from apps.interactions.models import Feedback, Interaction
 from apps.interactions.validation import (
     FeedbackIn,
@@ -168,7 +169,9 @@ def interactions_ingest(
     if valid:
         with transaction.atomic():
             _interactions_store(tenant, valid, results, source=source, now=now)
-    return [r for r in results if r is not None]
+    verdicts = [r for r in results if r is not None]
+    ingest_counted("interactions", tenant.slug, verdicts)
+    return verdicts
 
 
 def _interactions_store(
@@ -275,7 +278,9 @@ def feedback_ingest(tenant: Tenant, *, items: Sequence[Any]) -> list[ItemResult]
     if valid:
         with transaction.atomic():
             _feedback_store(tenant, valid, results, now=now)
-    return [r for r in results if r is not None]
+    verdicts = [r for r in results if r is not None]
+    ingest_counted("feedback", tenant.slug, verdicts)
+    return verdicts
 
 
 def _feedback_store(

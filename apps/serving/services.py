@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.adapters.services import adapter_version_mark_failed, adapter_version_mark_loaded
+from apps.common.observability.metrics import adapter_load_counted
 from apps.interactions.services import ServedCompletion, interactions_record_served
 from apps.serving.vllm_client import (
     AdapterRejected,
@@ -25,6 +26,8 @@ from apps.serving.vllm_client import (
     CompletionChunk,
     ModelNotLoaded,
     VLLMClient,
+    VLLMError,
+    VLLMUnavailable,
     merge_chunks,
 )
 from apps.tenants.models import Tenant
@@ -68,8 +71,16 @@ def adapter_version_load(*, version_id: int) -> str:
     try:
         vllm_client().load_adapter(version.vllm_name, version.artifact_path)
     except AdapterRejected as exc:
+        adapter_load_counted("rejected")
         adapter_version_mark_failed(version, message=f"vLLM refused the adapter: {exc.message}")
         return "failed"
+    except VLLMUnavailable:
+        adapter_load_counted("unavailable")
+        raise
+    except VLLMError:
+        adapter_load_counted("error")
+        raise
+    adapter_load_counted("loaded")
     adapter_version_mark_loaded(version)
     return "loaded"
 

@@ -514,12 +514,12 @@ class VLLMClient:
             for m in response.json().get("data", [])
         ]
 
-    def health(self) -> dict[str, bool]:
+    def health(self, *, timeout: float = 5.0) -> dict[str, bool]:
         """Each replica's ``/health`` (200 means the engine is up)."""
         status: dict[str, bool] = {}
         for replica in self.base_urls:
             try:
-                status[replica] = self._admin(replica, "GET", "/health", timeout=5.0).status_code == 200
+                status[replica] = self._admin(replica, "GET", "/health", timeout=timeout).status_code == 200
             except VLLMUnavailable:
                 status[replica] = False
         return status

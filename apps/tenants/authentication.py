@@ -7,6 +7,7 @@ from django.conf import settings
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from apps.common.observability.context import bind_tenant
 from apps.tenants.keys import key_matches, parse_key
 from apps.tenants.models import ApiKey, Tenant
 from apps.tenants.selectors import api_key_find_by_prefix
@@ -48,6 +49,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("this API key was revoked")
         api_key_touch(api_key=api_key, resolution_s=settings.STROP_KEY_LAST_USED_RESOLUTION_S)
         principal = ApiPrincipal(tenant=api_key.tenant, api_key=api_key, scopes=frozenset(api_key.scopes))
+        bind_tenant(api_key.tenant.slug)  # for this request's log lines and metrics
         return principal, api_key
 
     def authenticate_header(self, request: Any) -> str:

@@ -19,6 +19,7 @@ from django.db import connection
 
 from apps.adapters.models import AdapterVersion
 from apps.adapters.services import adapter_version_register
+from apps.common.observability.metrics import training_run_finished
 from apps.common.tasks import enqueue
 from apps.serving.vllm_client import VLLMUnavailable
 from apps.training.dataset import dataset_export
@@ -84,6 +85,7 @@ def training_run_execute(run_id: int, *, attempt: int) -> str:
         outcome = "failed"
     finally:
         heartbeat.stop()
+    training_run_finished(run.stage_seconds)
     # Events that arrived while this run trained may already be enough for the next one.
     training_schedule_tenant(run.tenant_id)
     return outcome

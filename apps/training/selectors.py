@@ -8,7 +8,7 @@ interaction) is never skipped, and none is trained on twice in one lineage.
 
 from __future__ import annotations
 
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.common.exceptions import NotFound
@@ -87,3 +87,8 @@ def training_run_get_for_tenant(tenant: Tenant, *, run_id: int | str) -> Trainin
         return training_run_list(tenant).get(pk=int(run_id))
     except (TrainingRun.DoesNotExist, ValueError, TypeError):
         raise NotFound(f"training run {run_id} not found") from None
+
+
+def training_run_counts() -> dict[str, int]:
+    """Training runs per state, across tenants (for operators)."""
+    return dict(TrainingRun.objects.values_list("status").annotate(count=Count("id")).order_by())

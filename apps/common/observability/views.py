@@ -1,0 +1,69 @@
+"""``GET /metrics``: for operators only.
+
+With ``STROP_METRICS_TOKEN`` set, the caller must send ``Authorization: Bearer <token>``. Without
+it, only a loopback caller that came through no proxy is served: a reverse proxy on the same
+host connects from loopback too, so a forwarded request is refused (set the token, or scrape the
+API's own port from the host).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from apps.common.exception_handler import error_body
+from apps.common.observability import metrics
+
+_PROXY_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
+
+
+def _is_direct_loopback(request: HttpRequest) -> bool:
+    if any(header in request.META for header in _PROXY_HEADERS):
+        return False
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def _refusal(request: HttpRequest) -> JsonResponse | None:
+    token: str = settings.STROP_METRICS_TOKEN
+    if token:
+        scheme, _, sent = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(sent.strip().encode(), token.encode()):
+            return None
+        response = JsonResponse(
+            error_body("not_authenticated", "send the metrics token: 'Authorization: Bearer <STROP_METRICS_TOKEN>'"),
+            status=401,
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="strop-metrics"'
+        return response
+    if _is_direct_loopback(request):
+        return None
+    return JsonResponse(
+        error_body(
+            "forbidden",
+            "metrics are served to loopback callers only; set STROP_METRICS_TOKEN to scrape from elsewhere",
+        ),
+        status=403,
+    )
+
+
+@csrf_exempt  # no session, no form: any other method gets our 405, not a CSRF page
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    if request.method not in ("GET", "HEAD"):
+        response = JsonResponse(error_body("method_not_allowed", f"method {request.method} is not allowed"), status=405)
+        response["Allow"] = "GET, HEAD"
+        return response
+    refusal = _refusal(request)
+    if refusal is not None:
+        return refusal
+    body, content_type = metrics.exposition()
+    return HttpResponse(body, content_type=content_type)

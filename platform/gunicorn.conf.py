@@ -1,0 +1,18 @@
+# Gunicorn settings for Strop's API: `gunicorn -c platform/gunicorn.conf.py config.wsgi` (the
+# Procfile keeps bind, workers and threads on its command line).
+import importlib
+import os
+
+# The settings export PROMETHEUS_MULTIPROC_DIR (default var/prometheus). Loading them here, in the
+# master, gives child_exit below the same folder as the workers it forks. (Not `import config...`:
+# gunicorn reads every top-level name of this file as a setting, and `config` is one.)
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+importlib.import_module("config.settings")
+
+
+def child_exit(server, worker):
+    """A worker is gone (exit, crash or timeout): prometheus_client's bookkeeping for its pid.
+    Its counters stay in the totals; only per-process live gauges are dropped."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
