@@ -12,7 +12,7 @@ from apps.interactions.apis import (
     InteractionCollectionApi,
     InteractionDetailApi,
 )
-from apps.serving.apis import CompletionApi
+from apps.serving.apis import CompletionApi, ModelListApi
 from apps.tenants.apis import ApiKeyCollectionApi, ApiKeyDetailApi, AuditEventListApi, TenantMeApi
 from apps.training.apis import (
     EvalSetApi,
@@ -35,6 +35,7 @@ urlpatterns = [
     path("v1/feedback", FeedbackIngestApi.as_view(), name="feedback"),
     path("v1/editor/autocomplete", EditorOutcomeApi.as_view(), name="editor-autocomplete"),
     path("v1/completions", CompletionApi.as_view(), name="completions"),
+    path("v1/models", ModelListApi.as_view(), name="models"),
     path("v1/adapters", AdapterListApi.as_view(), name="adapters"),
     path("v1/adapters/<str:adapter_name>/versions", AdapterVersionListApi.as_view(), name="adapter-versions"),
     path(
@@ -50,3 +51,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **_public), name="api-docs"),
     path("admin/", admin.site.urls),
 ]
+
+handler404 = "apps.common.apis.not_found"
+handler500 = "apps.common.apis.server_error"

@@ -28,6 +28,7 @@ OWN_TENANT_ONLY = {
     "interactions",
     "feedback",
     "editor-autocomplete",
+    "models",
 }
 # Routes that take an object id (or name): walked below with A's ids.
 WITH_IDS = {
@@ -156,6 +157,8 @@ def test_b_cannot_list_or_promote_a_adapter_versions(world):
         loaded_at="2026-11-21T00:00:00Z",
     )
     assert b.get("/v1/adapters").json() == []
+    assert b.get("/v1/models").json()["data"] == []
+    assert [m["id"] for m in a.get("/v1/models").json()["data"]] == ["a-model"]
     assert b.get("/v1/adapters/a-model/versions").status_code == 404
     assert b.post("/v1/adapters/a-model/versions/1/promote").status_code == 404
     adapter.refresh_from_db()

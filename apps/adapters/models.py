@@ -31,6 +31,11 @@ class Adapter(models.Model):
     name = models.SlugField(max_length=64, help_text="what tenants put in `model`; unique per tenant")
     base_model = models.ForeignKey(BaseModel, on_delete=models.PROTECT, related_name="adapters")
     is_default = models.BooleanField(default=False, help_text="serves requests that name no model")
+    max_completion_tokens = models.PositiveIntegerField(
+        default=256,
+        help_text="the most tokens one completion may generate; a request asking for more (editor plugins "
+        "send 4096) is served this many instead of being refused",
+    )
     production_version = models.ForeignKey(
         "AdapterVersion",
         null=True,

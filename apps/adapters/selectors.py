@@ -4,6 +4,7 @@ from django.db.models import QuerySet
 
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.common.exceptions import NotFound
+from apps.common.parsing import parse_id
 from apps.tenants.models import Tenant
 
 
@@ -34,7 +35,10 @@ def adapter_version_list(tenant: Tenant, *, adapter: Adapter) -> QuerySet[Adapte
 
 
 def adapter_version_get_for_tenant(tenant: Tenant, *, adapter: Adapter, number: int | str) -> AdapterVersion:
+    what = f"adapter {adapter.name} version"
     try:
-        return AdapterVersion.objects.select_related("adapter").get(tenant=tenant, adapter=adapter, number=int(number))
-    except (AdapterVersion.DoesNotExist, ValueError, TypeError):
+        return AdapterVersion.objects.select_related("adapter").get(
+            tenant=tenant, adapter=adapter, number=parse_id(number, what=what)
+        )
+    except AdapterVersion.DoesNotExist:
         raise NotFound(f"adapter {adapter.name} has no version {number}") from None

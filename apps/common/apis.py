@@ -4,12 +4,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connection
-from drf_spectacular.utils import extend_schema
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.defaults import page_not_found
+from django.views.defaults import server_error as default_server_error
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.common.exception_handler import error_body
 from apps.common.exceptions import ValidationFailed
 
 
@@ -52,8 +57,76 @@ class HealthApi(APIView):
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
 
-    @extend_schema(responses={200: dict}, auth=[])
+    @extend_schema(
+        responses={
+            200: inline_serializer(
+                name="Health", fields={"status": serializers.CharField(), "database": serializers.CharField()}
+            )
+        },
+        auth=[],
+    )
     def get(self, request: Request) -> Response:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         return Response({"status": "ok", "database": connection.vendor})
+
+
+def _is_api_path(path: str) -> bool:
+    return path == "/v1" or path.startswith(("/v1/", "/api/"))
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """404 for a path no route matches: the API's JSON error shape under /v1/, Django's page elsewhere."""
+    if _is_api_path(request.path):
+        body = error_body("not_found", f"no API endpoint at {request.path}; see /api/docs/ for the API")
+        return JsonResponse(body, status=404)
+    return page_not_found(request, exception or Http404())
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """500 (already logged by Django): the JSON error shape under /v1/, Django's page elsewhere."""
+    if _is_api_path(request.path):
+        return JsonResponse(error_body("server_error", "the server failed; the error was logged"), status=500)
+    return default_server_error(request)
+
+
+def paginated(
+    request: Request, queryset: Any, serialize: Any, *, default_limit: int = 50, max_limit: int = 500
+) -> Response:
+    """``{"count", "next", "previous", "results"}`` with strict ``limit`` / ``offset`` (a bad one is a 400)."""
+    from apps.common.parsing import query_int
+
+    limit = query_int(request.query_params, "limit", default=default_limit, minimum=1, maximum=max_limit)
+    offset = query_int(request.query_params, "offset", default=0, minimum=0, maximum=10**12)
+    count = queryset.count()
+    page = list(queryset[offset : offset + limit])
+
+    def link(at: int) -> str:
+        params = request.query_params.copy()
+        params["limit"], params["offset"] = str(limit), str(at)
+        return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+
+    return Response(
+        {
+            "count": count,
+            "next": link(offset + limit) if offset + limit < count else None,
+            "previous": link(max(0, offset - limit)) if offset > 0 else None,
+            "results": serialize(page),
+        }
+    )
+
+
+def paginated_schema(name: str, item: Any) -> Any:
+    """The OpenAPI shape of :func:`paginated`'s answer."""
+    from drf_spectacular.utils import inline_serializer
+    from rest_framework import serializers
+
+    return inline_serializer(
+        name=name,
+        fields={
+            "count": serializers.IntegerField(),
+            "next": serializers.URLField(allow_null=True),
+            "previous": serializers.URLField(allow_null=True),
+            "results": item,
+        },
+    )

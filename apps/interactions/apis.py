@@ -2,14 +2,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
 from rest_framework import serializers
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.common.apis import ScopedApi, batch_items, batch_response
+from apps.common.apis import ScopedApi, batch_items, batch_response, paginated, paginated_schema
 from apps.common.exceptions import NotFound, ValidationFailed
+from apps.common.parsing import query_text, reject_unknown_query
 from apps.interactions.editor import editor_outcome_ingest
 from apps.interactions.models import Feedback, Interaction
 from apps.interactions.selectors import interaction_get_for_tenant, interaction_list
@@ -47,27 +54,27 @@ class FeedbackInSchema(serializers.Serializer):
     metadata = serializers.DictField(required=False)
 
 
-def _batch_schema(name: str, item: type[serializers.Serializer]) -> Any:
-    return inline_serializer(name=name, fields={"items": serializers.ListField(child=item())})
+def _one_or_batch(name: str, item: type[serializers.Serializer]) -> Any:
+    """One item, or ``{"items": [...]}``: the two bodies every ingest endpoint takes."""
+    batch = inline_serializer(name=f"{name}Batch", fields={"items": serializers.ListField(child=item())})
+    return PolymorphicProxySerializer(component_name=name, serializers=[item, batch], resource_type_field_name=None)
 
 
-_BATCH_RESULT = inline_serializer(
-    name="BatchResult",
-    fields={
-        "results": serializers.ListField(
-            child=inline_serializer(
-                name="BatchItemResult",
-                fields={
-                    "index": serializers.IntegerField(),
-                    "status": serializers.CharField(),
-                    "id": serializers.CharField(required=False),
-                    "client_id": serializers.CharField(required=False),
-                    "error": serializers.DictField(required=False),
-                },
-            )
-        )
-    },
-)
+class ItemResultOut(serializers.Serializer):
+    index = serializers.IntegerField()
+    status = serializers.CharField(help_text="created, duplicate, recorded, pending or rejected")
+    id = serializers.CharField(required=False)
+    client_id = serializers.CharField(required=False)
+    error = serializers.DictField(required=False, help_text="{code, message, field} of a rejected item")
+
+
+def _item_result() -> Any:
+    return ItemResultOut()
+
+
+def _batch_result(name: str, statuses: tuple[str, ...]) -> Any:
+    counts = {status: serializers.IntegerField(help_text=f"items {status}") for status in statuses}
+    return inline_serializer(name=name, fields={**counts, "results": serializers.ListField(child=_item_result())})
 
 
 class FeedbackOutSchema(serializers.ModelSerializer):
@@ -104,6 +111,7 @@ class InteractionOut(serializers.ModelSerializer):
             "feedback",
         ]
 
+    @extend_schema_field(FeedbackOutSchema(allow_null=True))
     def get_feedback(self, obj: Interaction) -> dict[str, Any] | None:
         rows = list(obj.feedback.all())
         return FeedbackOutSchema(rows[0]).data if rows else None
@@ -122,8 +130,12 @@ class InteractionCollectionApi(ScopedApi):
     required_scope = "ingest"
 
     @extend_schema(
-        request=InteractionInSchema,
-        responses={201: InteractionOut, 200: InteractionOut, 207: _BATCH_RESULT},
+        request=_one_or_batch("InteractionIn", InteractionInSchema),
+        responses={
+            201: InteractionOut,
+            200: OpenApiResponse(InteractionOut, description="a replay: the interaction first stored"),
+            207: _batch_result("InteractionBatchResult", ("created", "duplicate", "rejected")),
+        },
         description='Send one interaction, or `{"items": [...]}` (at most STROP_MAX_BATCH_ITEMS, default 1000) '
         "for a batch answered 207 with a verdict per item: created, duplicate (same client_id seen before) or "
         "rejected (with the error). Rejected items store nothing.",
@@ -140,20 +152,18 @@ class InteractionCollectionApi(ScopedApi):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("end_user_id", str),
-            OpenApiParameter("limit", int),
-            OpenApiParameter("offset", int),
+            OpenApiParameter("end_user_id", str, description="only this end user's interactions"),
+            OpenApiParameter("limit", int, description="1 to 500, default 50"),
+            OpenApiParameter("offset", int, description="default 0"),
         ],
-        responses={200: InteractionOut(many=True)},
+        responses={200: paginated_schema("PaginatedInteractionList", InteractionOut(many=True))},
+        operation_id="v1_interactions_list",
     )
     def get(self, request: Request) -> Response:
-        paginator = LimitOffsetPagination()
-        paginator.default_limit, paginator.max_limit = 50, 500
-        queryset = interaction_list(self.tenant, end_user_id=request.query_params.get("end_user_id")).prefetch_related(
-            "feedback"
-        )
-        page = paginator.paginate_queryset(queryset, request, view=self)
-        return paginator.get_paginated_response(InteractionOut(page, many=True).data)
+        reject_unknown_query(request.query_params, {"end_user_id", "limit", "offset"})
+        end_user_id = query_text(request.query_params, "end_user_id")
+        queryset = interaction_list(self.tenant, end_user_id=end_user_id).prefetch_related("feedback")
+        return paginated(request, queryset, lambda page: InteractionOut(page, many=True).data)
 
 
 class InteractionDetailApi(ScopedApi):
@@ -170,8 +180,12 @@ class FeedbackIngestApi(ScopedApi):
     required_scope = "feedback"
 
     @extend_schema(
-        request=FeedbackInSchema,
-        responses={200: dict, 202: dict, 207: _BATCH_RESULT},
+        request=_one_or_batch("FeedbackIn", FeedbackInSchema),
+        responses={
+            200: _item_result(),
+            202: OpenApiResponse(_item_result(), description="kept as pending until the interaction arrives"),
+            207: _batch_result("FeedbackBatchResult", ("recorded", "pending", "rejected")),
+        },
         description="Name the interaction by `interaction_id` (Strop's id) or `client_id` (yours). Feedback sent "
         "twice is counted once: the event with the latest `occurred_at` wins. Feedback for a client_id not seen "
         "yet is kept as pending (202) and attached when the interaction arrives, unless the tenant turned that "

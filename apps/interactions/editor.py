@@ -38,7 +38,12 @@ def _timestamp(value: Any) -> str | None:
         raise ItemError("timestamp", "must be an ISO 8601 string or milliseconds since the epoch")
     if isinstance(value, str):
         return value
-    return datetime.fromtimestamp(value / 1000, tz=UTC).isoformat()
+    try:
+        return datetime.fromtimestamp(value / 1000, tz=UTC).isoformat()
+    except (OverflowError, OSError, ValueError):
+        raise ItemError(
+            "timestamp", f"{value!r} milliseconds since the epoch is not a date from year 1 to 9999"
+        ) from None
 
 
 def editor_outcome_ingest(tenant: Tenant, *, payload: Any) -> tuple[ItemResult, ItemResult | None]:

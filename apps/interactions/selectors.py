@@ -5,14 +5,17 @@ import uuid
 from django.db.models import Count, QuerySet
 
 from apps.common.exceptions import NotFound
+from apps.common.parsing import is_uuid
 from apps.interactions.models import Feedback, Interaction
 from apps.tenants.models import Tenant
 
 
 def interaction_get_for_tenant(tenant: Tenant, *, interaction_id: str | uuid.UUID) -> Interaction:
+    if not isinstance(interaction_id, uuid.UUID) and not is_uuid(interaction_id):
+        raise NotFound(f"interaction {str(interaction_id)[:64]!r} not found")
     try:
         return Interaction.objects.get(tenant=tenant, pk=uuid.UUID(str(interaction_id)))
-    except (Interaction.DoesNotExist, ValueError):
+    except Interaction.DoesNotExist:
         raise NotFound(f"interaction {interaction_id} not found") from None
 
 

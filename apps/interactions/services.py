@@ -461,7 +461,9 @@ def interactions_record_served(
             prompt=prompt,
             prefix=prefix,
             suffix=suffix,
-            completion=choice.completion,
+            # A byte-level model can sample the byte 0x00, which Postgres cannot store in text;
+            # the token ids keep what was really sampled.
+            completion=choice.completion.replace("\x00", "\ufffd"),
             prompt_token_ids=prompt_token_ids,
             completion_token_ids=choice.completion_token_ids,
             completion_logprobs=choice.completion_logprobs,

@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from apps.common.parsing import is_uuid, json_problem
 from apps.interactions.models import Feedback
 
 MAX_ID_LEN = 200
@@ -143,7 +144,10 @@ def _datetime(item: dict[str, Any], name: str) -> datetime | None:
         raise ItemError(name, f"{value!r} is not an ISO 8601 date-time") from None
     if parsed.tzinfo is None:
         raise ItemError(name, "must include a timezone (for example a trailing Z for UTC)")
-    return parsed
+    try:  # 0001-01-01T00:00+01:00 parses, but is before year 1 in UTC
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise ItemError(name, f"{value!r} is outside the years 1 to 9999 once converted to UTC") from None
 
 
 def _metadata(item: dict[str, Any], name: str = "metadata") -> dict[str, Any]:
@@ -152,22 +156,10 @@ def _metadata(item: dict[str, Any], name: str = "metadata") -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise ItemError(name, "must be a JSON object")
-    _reject_nul(value, name)
+    problem = json_problem(value, name)
+    if problem is not None:
+        raise ItemError(*problem)
     return value
-
-
-def _reject_nul(value: Any, path: str) -> None:
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise ItemError(path, "contains a NUL character, which cannot be stored")
-    elif isinstance(value, dict):
-        for key, inner in value.items():
-            if "\x00" in key:
-                raise ItemError(path, "has a key with a NUL character")
-            _reject_nul(inner, f"{path}.{key}")
-    elif isinstance(value, list):
-        for index, inner in enumerate(value):
-            _reject_nul(inner, f"{path}[{index}]")
 
 
 def _reject_unknown(item: dict[str, Any], allowed: frozenset[str]) -> None:
@@ -256,10 +248,9 @@ def feedback_validate(item: Any) -> FeedbackIn:
         )
     interaction_id = None
     if raw_id is not None:
-        try:
-            interaction_id = uuid.UUID(raw_id)
-        except ValueError:
-            raise ItemError("interaction_id", f"{raw_id!r} is not a Strop interaction id (a UUID)") from None
+        if not is_uuid(raw_id):
+            raise ItemError("interaction_id", f"{raw_id!r} is not a Strop interaction id (a UUID)")
+        interaction_id = uuid.UUID(raw_id)
     outcome = _text(item, "outcome", required=True)
     if outcome not in OUTCOMES:
         raise ItemError("outcome", f"{outcome!r} is not one of {', '.join(sorted(OUTCOMES))}")

@@ -1,3 +1,9 @@
+"""OpenAI-compatible completions and model listing, served by the tenant's adapters on vLLM.
+
+The official ``openai`` client and editor plugins (Continue) are the references: every field of
+OpenAI's completion request is taken, and what vLLM cannot do is a clear 400.
+"""
+
 from __future__ import annotations
 
 import time
@@ -6,85 +12,213 @@ from typing import Any
 
 import orjson
 from django.http import StreamingHttpResponse
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.adapters.selectors import adapter_get_for_tenant
+from apps.adapters.selectors import adapter_get_for_tenant, adapter_list
 from apps.common.apis import ScopedApi
-from apps.serving.services import CompletionRequest, completion_serve, completion_stream, serving_route
+from apps.common.parsing import StrictSerializer
+from apps.serving.completions import (
+    CompletionRequest,
+    completion_request_build,
+    completion_serve,
+    completion_stream,
+    suffix_shown,
+)
+from apps.serving.services import Route, serving_route
 from apps.serving.vllm_client import Completion, CompletionChoice, CompletionChunk, VLLMError
 
-MAX_STOP = 4
+MAX_STOP = 64
+MAX_STOP_CHARS = 256
+MAX_LOGIT_BIAS = 300
+VLLM_MAX_LOGPROBS = 20
+INT64 = 2**63 - 1
 
 
+@extend_schema_field(
+    {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "maxItems": MAX_STOP}]}
+)
 class StopField(serializers.Field):
+    """``stop``: a string or a list of strings; any number up to MAX_STOP (vLLM's four are not the client's limit)."""
+
     def to_internal_value(self, data: Any) -> list[str]:
         values = [data] if isinstance(data, str) else data
         if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
             raise serializers.ValidationError("must be a non-empty string or a list of them")
         if len(values) > MAX_STOP:
             raise serializers.ValidationError(f"at most {MAX_STOP} stop sequences")
+        if any(len(v) > MAX_STOP_CHARS for v in values):
+            raise serializers.ValidationError(f"a stop sequence is at most {MAX_STOP_CHARS} characters")
         return values
 
     def to_representation(self, value: Any) -> Any:
         return value
 
 
-class CompletionIn(serializers.Serializer):
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "number"}})
+class LogitBiasField(serializers.Field):
+    """``logit_bias``: token id (as a string, as JSON objects need) → bias in [-100, 100]."""
+
+    def to_internal_value(self, data: Any) -> dict[str, float]:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("must be an object of token id to bias")
+        if len(data) > MAX_LOGIT_BIAS:
+            raise serializers.ValidationError(f"at most {MAX_LOGIT_BIAS} entries")
+        out: dict[str, float] = {}
+        for key, value in data.items():
+            if not (key.isascii() and key.isdigit() and len(key) <= 10):
+                raise serializers.ValidationError(f"key {key[:40]!r} is not a token id")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
+                raise serializers.ValidationError(f"the bias of token {key} must be a number from -100 to 100")
+            out[key] = float(value)
+        return out
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class StreamOptionsIn(StrictSerializer):
+    include_usage = serializers.BooleanField(required=False, default=False)
+
+
+class CompletionIn(StrictSerializer):
     model = serializers.CharField(
         required=False, allow_blank=True, help_text="your adapter's name; default adapter if empty"
     )
-    prompt = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    prompt = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="the prompt; a FIM prompt in another model's convention (<fim_prefix>…) is recognised and "
+        "rebuilt for the base model",
+    )
     prefix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     suffix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, default="")
-    max_tokens = serializers.IntegerField(required=False, min_value=1, max_value=4096, default=16)
+    max_tokens = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=2**31 - 1,
+        default=16,
+        help_text="served at most the adapter's max_completion_tokens (requests for more are capped, not refused)",
+    )
     temperature = serializers.FloatField(required=False, min_value=0.0, max_value=2.0, default=1.0)
     top_p = serializers.FloatField(required=False, min_value=0.0001, max_value=1.0, default=1.0)
     stop = StopField(required=False, default=list)
     n = serializers.IntegerField(required=False, min_value=1, max_value=8, default=1)
-    seed = serializers.IntegerField(required=False, allow_null=True, default=None)
+    best_of = serializers.IntegerField(required=False, min_value=1, max_value=8)
+    seed = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=-INT64, max_value=INT64)
     user = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
     stream = serializers.BooleanField(required=False, default=False)
-    opted_in = serializers.BooleanField(required=False, default=False, help_text="the end user opted in to learning")
+    stream_options = StreamOptionsIn(required=False)
+    logprobs = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=VLLM_MAX_LOGPROBS)
+    echo = serializers.BooleanField(required=False, default=False)
+    frequency_penalty = serializers.FloatField(required=False, min_value=-2.0, max_value=2.0)
+    presence_penalty = serializers.FloatField(required=False, min_value=-2.0, max_value=2.0)
+    logit_bias = LogitBiasField(required=False)
+    opted_in = serializers.BooleanField(required=False, help_text="the end user's consent to learning, now")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("prompt" in attrs) == ("prefix" in attrs):
             raise serializers.ValidationError({"prompt": "send either `prompt`, or `prefix` (+ `suffix`) for FIM"})
-        unknown = set(self.initial_data) - set(self.fields)
-        if unknown:
-            raise serializers.ValidationError({sorted(unknown)[0]: "is not a supported field"})
+        if attrs.get("best_of") is not None and attrs["best_of"] < attrs["n"]:
+            raise serializers.ValidationError({"best_of": "must be at least n"})
+        if attrs["echo"] and attrs.get("logprobs") is not None:
+            raise serializers.ValidationError(
+                {"echo": "echo with logprobs is not supported: Strop returns the logprobs of the completion only"}
+            )
         return attrs
 
 
-def _choice_body(choice: CompletionChoice, interaction_id: str) -> dict[str, Any]:
+def _logprobs_body(choice: CompletionChoice) -> dict[str, Any]:
     return {
-        "index": choice.index,
-        "text": choice.text,
-        "logprobs": None,
-        "finish_reason": choice.finish_reason,
-        "interaction_id": interaction_id,
+        "tokens": choice.tokens,
+        "token_logprobs": choice.logprobs,
+        "top_logprobs": choice.top_logprobs,
+        "text_offset": choice.text_offset,
     }
 
 
-def _body(completion: Completion | CompletionChunk, ids: list[str], model: str, version: str, created: int) -> dict:
-    body: dict[str, Any] = {
-        "id": ids[0],
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [_choice_body(c, ids[c.index]) for c in completion.choices],
-        "strop": {"version": version},
-    }
-    if completion.usage is not None:
-        usage = completion.usage
-        body["usage"] = {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens,
+class _Answer:
+    """Shapes vLLM's answer (or stream chunks) as OpenAI's completion objects, Strop's fields added."""
+
+    def __init__(self, request: CompletionRequest, route: Route, ids: list[str], model: str) -> None:
+        self.request, self.route, self.ids, self.model = request, route, ids, model
+        self.created = int(time.time())
+        self.echoed: set[int] = set()
+        self.strop: dict[str, Any] = {"version": route.vllm_model, "max_tokens": request.max_tokens}
+        if request.max_tokens_requested is not None:
+            self.strop["max_tokens_requested"] = request.max_tokens_requested
+        if request.is_fim:
+            self.strop["fim"] = {
+                "convention": request.fim_convention or "prefix/suffix",
+                "suffix_shown_to_model": suffix_shown(route.adapter.base_model, request),
+            }
+
+    def choice(self, choice: CompletionChoice) -> dict[str, Any]:
+        text = choice.text
+        if self.request.echo and choice.index not in self.echoed:
+            self.echoed.add(choice.index)
+            text = (self.request.prompt or self.request.prefix) + text
+        return {
+            "index": choice.index,
+            "text": text,
+            "logprobs": _logprobs_body(choice) if self.request.logprobs is not None else None,
+            "finish_reason": choice.finish_reason,
+            "interaction_id": self.ids[choice.index],
         }
-    return body
+
+    def body(self, completion: Completion | CompletionChunk) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": self.ids[0],
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [self.choice(c) for c in completion.choices],
+            "strop": self.strop,
+        }
+        if completion.usage is not None:
+            usage = completion.usage
+            body["usage"] = {
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "total_tokens": usage.total_tokens,
+            }
+        return body
+
+    def events(self, chunks: Iterator[CompletionChunk]) -> Iterator[bytes]:
+        try:
+            for chunk in chunks:
+                yield b"data: " + orjson.dumps(self.body(chunk)) + b"\n\n"
+        except VLLMError as exc:  # the openai client raises APIError on an error event
+            yield b"data: " + orjson.dumps({"error": exc.as_dict()}) + b"\n\n"
+        yield b"data: [DONE]\n\n"
+
+
+_COMPLETION_OUT = inline_serializer(
+    name="CompletionOut",
+    fields={
+        "id": serializers.CharField(help_text="the interaction to send feedback on (the first choice's)"),
+        "object": serializers.CharField(),
+        "created": serializers.IntegerField(),
+        "model": serializers.CharField(),
+        "choices": serializers.ListField(
+            child=inline_serializer(
+                name="CompletionChoiceOut",
+                fields={
+                    "index": serializers.IntegerField(),
+                    "text": serializers.CharField(allow_blank=True),
+                    "logprobs": serializers.DictField(allow_null=True),
+                    "finish_reason": serializers.CharField(allow_null=True),
+                    "interaction_id": serializers.CharField(),
+                },
+            )
+        ),
+        "usage": serializers.DictField(required=False),
+        "strop": serializers.DictField(),
+    },
+)
 
 
 class CompletionApi(ScopedApi):
@@ -94,11 +228,24 @@ class CompletionApi(ScopedApi):
 
     @extend_schema(
         request=CompletionIn,
-        responses={200: inline_serializer(name="CompletionOut", fields={"id": serializers.CharField()})},
+        responses={
+            (200, "application/json"): OpenApiResponse(_COMPLETION_OUT, description="a completion"),
+            (200, "text/event-stream"): OpenApiResponse(
+                {  # one server-sent event
+                    "type": "object",
+                    "required": ["data"],
+                    "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+                },
+                description="With `stream: true`, server-sent events (`text/event-stream`): one "
+                '`data: <CompletionOut>` per chunk, `data: {"error": …}` if vLLM fails mid-stream, then '
+                "`data: [DONE]`. The usage chunk (empty `choices`) comes only with "
+                '`stream_options: {"include_usage": true}`.',
+            ),
+        },
         description="`model` names your adapter (empty: your default). Send `prompt`, or `prefix` + `suffix` and "
         "Strop builds the base model's fill-in-the-middle prompt. `id` (and each choice's `interaction_id`) is "
         "the interaction to send feedback on. An empty `text` means the model chose to suggest nothing. "
-        "`stream: true` answers with server-sent events as OpenAI does. 503 with Retry-After when vLLM is down.",
+        "503 with Retry-After when vLLM is down.",
     )
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         data = CompletionIn(data=request.data)
@@ -106,11 +253,14 @@ class CompletionApi(ScopedApi):
         attrs = data.validated_data
         adapter = adapter_get_for_tenant(self.tenant, name=attrs.get("model") or None)
         route = serving_route(self.tenant, adapter=adapter, end_user_id=attrs["user"])
-        served = CompletionRequest(
-            prompt=attrs.get("prompt", ""),
-            prefix=attrs.get("prefix", ""),
+        sampling = {
+            k: attrs[k] for k in ("frequency_penalty", "presence_penalty", "logit_bias", "best_of") if k in attrs
+        }
+        served = completion_request_build(
+            adapter,
+            prompt=attrs.get("prompt"),
+            prefix=attrs.get("prefix"),
             suffix=attrs["suffix"],
-            is_fim="prefix" in attrs,
             max_tokens=attrs["max_tokens"],
             temperature=attrs["temperature"],
             top_p=attrs["top_p"],
@@ -118,24 +268,54 @@ class CompletionApi(ScopedApi):
             n=attrs["n"],
             seed=attrs["seed"],
             user=attrs["user"],
-            opted_in=attrs["opted_in"],
+            opted_in=attrs.get("opted_in", False),
+            logprobs=attrs.get("logprobs"),
+            echo=attrs["echo"],
+            include_usage=attrs.get("stream_options", {}).get("include_usage", False),
+            sampling=sampling,
         )
-        created = int(time.time())
         if attrs["stream"]:
             ids, chunks = completion_stream(self.tenant, route=route, request=served)
-            events = _sse(chunks, [str(i) for i in ids], adapter.name, route.vllm_model, created)
-            response = StreamingHttpResponse(events, content_type="text/event-stream")
+            answer = _Answer(served, route, [str(i) for i in ids], adapter.name)
+            response = StreamingHttpResponse(answer.events(chunks), content_type="text/event-stream")
             response["Cache-Control"] = "no-cache"
             response["X-Accel-Buffering"] = "no"
             return response
         completion, ids = completion_serve(self.tenant, route=route, request=served)
-        return Response(_body(completion, [str(i) for i in ids], adapter.name, route.vllm_model, created))
+        return Response(_Answer(served, route, [str(i) for i in ids], adapter.name).body(completion))
 
 
-def _sse(chunks: Iterator[CompletionChunk], ids: list[str], model: str, version: str, created: int) -> Iterator[bytes]:
-    try:
-        for chunk in chunks:
-            yield b"data: " + orjson.dumps(_body(chunk, ids, model, version, created)) + b"\n\n"
-    except VLLMError as exc:
-        yield b"data: " + orjson.dumps({"error": exc.as_dict()}) + b"\n\n"
-    yield b"data: [DONE]\n\n"
+class ModelOut(serializers.Serializer):
+    id = serializers.CharField(help_text="the adapter's name: what `model` takes")
+    object = serializers.CharField(default="model")
+    created = serializers.IntegerField()
+    owned_by = serializers.CharField()
+    root = serializers.CharField(help_text="the base model the adapter is trained on")
+    parent = serializers.CharField(allow_null=True)
+
+
+class ModelListApi(ScopedApi):
+    """The tenant's adapters in OpenAI's model-list shape (what `client.models.list()` reads)."""
+
+    required_scope = "any"
+
+    @extend_schema(
+        responses={
+            200: inline_serializer(
+                name="ModelList", fields={"object": serializers.CharField(), "data": ModelOut(many=True)}
+            ),
+        }
+    )
+    def get(self, request: Request) -> Response:
+        data = [
+            {
+                "id": adapter.name,
+                "object": "model",
+                "created": int(adapter.created_at.timestamp()),
+                "owned_by": self.tenant.slug,
+                "root": adapter.base_model.name,
+                "parent": None,
+            }
+            for adapter in adapter_list(self.tenant)
+        ]
+        return Response({"object": "list", "data": data})

@@ -21,13 +21,32 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpx
 
-from apps.common.exceptions import ApplicationError, ServiceUnavailable
+from apps.serving.vllm_errors import (
+    AdapterConflict,
+    AdapterRejected,
+    ModelNotLoaded,
+    VLLMBadRequest,
+    VLLMError,
+    VLLMUnavailable,
+    error_parts,
+    raise_for,
+)
+from apps.serving.vllm_types import (
+    Completion,
+    CompletionChoice,
+    CompletionChunk,
+    ModelCard,
+    Usage,
+    merge_chunks,
+    parse_choice,
+    parse_usage,
+    prompt_ids,
+)
 
 __all__ = [
     "AdapterConflict",
@@ -44,149 +63,6 @@ __all__ = [
     "VLLMUnavailable",
     "merge_chunks",
 ]
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class VLLMError(ApplicationError):
-    """vLLM answered with an error we have no better name for (its own 5xx, an odd body)."""
-
-    status_code = 502
-    code = "vllm_error"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        replica: str | None = None,
-        vllm_status: int | None = None,
-        vllm_type: str | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> None:
-        extra = {"replica": replica, "vllm_status": vllm_status, "vllm_type": vllm_type}
-        super().__init__(message, details={**extra, **(details or {})})
-        self.replica = replica
-        self.vllm_status = vllm_status
-        self.vllm_type = vllm_type
-
-
-class VLLMBadRequest(VLLMError):
-    """vLLM refused the request's parameters (too many tokens, token id out of vocabulary...)."""
-
-    status_code = 400
-    code = "invalid"
-
-
-class ModelNotLoaded(VLLMError):
-    """The base model or adapter named in the request is not loaded on that replica."""
-
-    status_code = 404
-    code = "model_not_loaded"
-
-
-class AdapterRejected(VLLMError):
-    """vLLM refused to load a LoRA adapter (missing path, bad config, rank too big, DoRA...)."""
-
-    status_code = 422
-    code = "adapter_rejected"
-
-
-class AdapterConflict(VLLMError):
-    """The adapter name is already loaded from a different path (names are never reused)."""
-
-    status_code = 409
-    code = "adapter_conflict"
-
-
-class VLLMUnavailable(ServiceUnavailable):
-    """No replica could be reached or one did not answer in time; the caller may retry later."""
-
-    code = "vllm_unavailable"
-
-    def __init__(self, message: str, *, replica: str | None = None, retry_after_s: int = 5) -> None:
-        super().__init__(message, retry_after_s=retry_after_s, details={"replica": replica})
-        self.replica = replica
-
-
-# --------------------------------------------------------------------------- responses
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class CompletionChoice:
-    index: int
-    text: str
-    token_ids: list[int]  # sampled ids; includes EOS and a stop string's token (text does not)
-    logprobs: list[float]  # logprob of each sampled token under the model (vLLM raw_logprobs)
-    finish_reason: str | None  # "stop" (EOS or stop string), "length"; None mid-stream
-    stop_reason: str | int | None  # the stop string or stop token id that matched, if any
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    id: str
-    model: str
-    choices: list[CompletionChoice]
-    prompt_token_ids: list[int] | None
-    usage: Usage | None
-    replica: str
-
-    @property
-    def choice(self) -> CompletionChoice:
-        return self.choices[0]
-
-
-@dataclass(frozen=True, slots=True)
-class CompletionChunk:
-    """One server-sent event of a streamed completion: the new tokens of one or more choices."""
-
-    id: str
-    model: str
-    choices: list[CompletionChoice]
-    prompt_token_ids: list[int] | None  # only on the first chunk of each choice
-    usage: Usage | None  # only on the last chunk
-    replica: str
-
-
-@dataclass(frozen=True, slots=True)
-class ModelCard:
-    id: str
-    root: str | None  # the base model's or adapter's path
-    parent: str | None  # for an adapter, the base model's served name
-    max_model_len: int | None
-
-
-def merge_chunks(chunks: Iterable[CompletionChunk]) -> Completion:
-    """Join a stream's chunks into the completion a non-streamed call would have returned."""
-    parts: dict[int, dict[str, Any]] = {}
-    first: CompletionChunk | None = None
-    prompt_ids: list[int] | None = None
-    usage: Usage | None = None
-    for chunk in chunks:
-        first = first or chunk
-        prompt_ids = prompt_ids or chunk.prompt_token_ids
-        usage = chunk.usage or usage
-        for c in chunk.choices:
-            part = parts.setdefault(c.index, {"text": [], "ids": [], "lps": [], "finish": None, "stop": None})
-            part["text"].append(c.text)
-            part["ids"].extend(c.token_ids)
-            part["lps"].extend(c.logprobs)
-            part["finish"] = c.finish_reason or part["finish"]
-            part["stop"] = c.stop_reason if c.stop_reason is not None else part["stop"]
-    if first is None:
-        raise VLLMError("vLLM sent an empty stream")
-    choices = [
-        CompletionChoice(i, "".join(p["text"]), p["ids"], p["lps"], p["finish"], p["stop"])
-        for i, p in sorted(parts.items())
-    ]
-    return Completion(first.id, first.model, choices, prompt_ids, usage, first.replica)
 
 
 # --------------------------------------------------------------------------- transport
@@ -211,73 +87,6 @@ def _shared_http() -> httpx.Client:
                 _http = httpx.Client(limits=limits, http1=True, trust_env=False)
                 _http_pid = pid
     return _http
-
-
-def _error_parts(response: httpx.Response) -> tuple[str, str | None]:
-    """vLLM's message and type from its error JSON, or whatever else the body holds."""
-    try:
-        body = response.json()
-    except ValueError:
-        return (response.text.strip()[:1000] or f"HTTP {response.status_code}"), None
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict):
-            return str(err.get("message") or err), (str(err["type"]) if err.get("type") else None)
-        if isinstance(err, str):
-            return err, None
-        for key in ("message", "detail"):
-            if body.get(key):
-                return str(body[key]), None
-    return json.dumps(body)[:1000], None
-
-
-def _raise_for(response: httpx.Response, replica: str, *, what: str) -> None:
-    """Map a non-2xx answer of a completion or listing call to our errors."""
-    status = response.status_code
-    if status < 400:
-        return
-    message, vtype = _error_parts(response)
-    kwargs: dict[str, Any] = {"replica": replica, "vllm_status": status, "vllm_type": vtype}
-    if status == 404 and vtype is not None:  # vLLM's NotFoundError; a bare 404 is a wrong URL
-        raise ModelNotLoaded(message, **kwargs)
-    if "Out of range float values" in message:  # NaN/inf logprobs: the weights (an adapter) are broken
-        raise VLLMError(f"vLLM produced non-finite logprobs: {message}", **kwargs)
-    if status in (408, 429, 502, 503, 504):
-        raise VLLMUnavailable(f"vLLM {what} at {replica}: {message}", replica=replica)
-    if 400 <= status < 500:
-        raise VLLMBadRequest(message, **kwargs)
-    raise VLLMError(f"vLLM {what} failed: {message}", **kwargs)
-
-
-def _parse_usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, dict):
-        return None
-    counts = [int(raw.get(key) or 0) for key in ("prompt_tokens", "completion_tokens", "total_tokens")]
-    return Usage(*counts)
-
-
-def _parse_choice(raw: dict[str, Any], replica: str) -> CompletionChoice:
-    token_ids = raw.get("token_ids")
-    logprobs = (raw.get("logprobs") or {}).get("token_logprobs")
-    if token_ids is None or logprobs is None:
-        raise VLLMError("vLLM returned no token ids or logprobs (is it older than 0.10.2?)", replica=replica)
-    if len(token_ids) != len(logprobs):
-        raise VLLMError(f"vLLM returned {len(token_ids)} token ids but {len(logprobs)} logprobs", replica=replica)
-    return CompletionChoice(
-        index=int(raw.get("index", 0)),
-        text=raw.get("text") or "",
-        token_ids=[int(t) for t in token_ids],
-        logprobs=[float(lp) for lp in logprobs],
-        finish_reason=raw.get("finish_reason"),
-        stop_reason=raw.get("stop_reason"),
-    )
-
-
-def _prompt_ids(choices: list[dict[str, Any]]) -> list[int] | None:
-    for raw in choices:
-        if raw.get("prompt_token_ids") is not None:
-            return [int(t) for t in raw["prompt_token_ids"]]
-    return None
 
 
 # --------------------------------------------------------------------------- client
@@ -335,7 +144,9 @@ class VLLMClient:
             "temperature": kw.pop("temperature"),
             "top_p": kw.pop("top_p"),
             "n": kw.pop("n"),
-            "logprobs": 1,
+            # At least 1: the sampled token's own logprob is what training needs; a client may
+            # want more alternatives (OpenAI allows 5, vLLM 20).
+            "logprobs": max(1, int(kw.pop("logprobs") or 1)),
             "return_token_ids": True,
         }
         for key in ("stop", "seed", "user"):
@@ -359,6 +170,7 @@ class VLLMClient:
         user: str | None = None,
         timeout: float | None = None,
         extra: dict[str, Any] | None = None,
+        logprobs: int = 1,
     ) -> Completion:
         """One completion (``n`` choices) with the sampled token ids and their logprobs."""
         body = self._completion_body(
@@ -372,6 +184,7 @@ class VLLMClient:
             seed=seed,
             user=user,
             extra=extra,
+            logprobs=logprobs,
         )
         response, replica = self._send_completion(body, timeout, stream=False)
         data = response.json()
@@ -379,9 +192,9 @@ class VLLMClient:
         return Completion(
             id=str(data.get("id", "")),
             model=str(data.get("model", model)),
-            choices=[_parse_choice(c, replica) for c in raw_choices],
-            prompt_token_ids=_prompt_ids(raw_choices),
-            usage=_parse_usage(data.get("usage")),
+            choices=[parse_choice(c, replica) for c in raw_choices],
+            prompt_token_ids=prompt_ids(raw_choices),
+            usage=parse_usage(data.get("usage")),
             replica=replica,
         )
 
@@ -415,7 +228,7 @@ class VLLMClient:
                     response.read()
                 finally:
                     response.close()
-            _raise_for(response, replica, what="completion")
+            raise_for(response, replica, what="completion")
             return response, replica
         raise VLLMUnavailable(f"no vLLM replica reachable ({last_error})")
 
@@ -433,6 +246,7 @@ class VLLMClient:
         user: str | None = None,
         timeout: float | None = None,
         extra: dict[str, Any] | None = None,
+        logprobs: int = 1,
     ) -> Iterator[CompletionChunk]:
         """A streamed completion, one :class:`CompletionChunk` per server-sent event.
 
@@ -451,6 +265,7 @@ class VLLMClient:
             seed=seed,
             user=user,
             extra=extra,
+            logprobs=logprobs,
         )
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -473,9 +288,9 @@ class VLLMClient:
                 yield CompletionChunk(
                     id=str(data.get("id", "")),
                     model=str(data.get("model", "")),
-                    choices=[_parse_choice(c, replica) for c in raw_choices],
-                    prompt_token_ids=_prompt_ids(raw_choices),
-                    usage=_parse_usage(data.get("usage")),
+                    choices=[parse_choice(c, replica) for c in raw_choices],
+                    prompt_token_ids=prompt_ids(raw_choices),
+                    usage=parse_usage(data.get("usage")),
                     replica=replica,
                 )
         except httpx.TimeoutException as exc:
@@ -508,7 +323,7 @@ class VLLMClient:
         """What one replica serves (default: the first): the base model and every loaded adapter."""
         replica = replica or self.base_urls[0]
         response = self._admin(replica, "GET", "/v1/models")
-        _raise_for(response, replica, what="model listing")
+        raise_for(response, replica, what="model listing")
         return [
             ModelCard(str(m["id"]), m.get("root"), m.get("parent"), m.get("max_model_len"))
             for m in response.json().get("data", [])
@@ -539,7 +354,7 @@ class VLLMClient:
     def _load_on(self, replica: str, name: str, lora_path: str) -> None:
         response = self._admin(replica, "POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": lora_path})
         if response.status_code >= 400:
-            message, vtype = _error_parts(response)
+            message, vtype = error_parts(response)
             loaded = {m.id: m for m in self.models(replica)}
             if response.status_code == 400 and name in loaded:
                 if loaded[name].root == lora_path:
@@ -572,4 +387,4 @@ class VLLMClient:
             response = self._admin(replica, "POST", "/v1/unload_lora_adapter", {"lora_name": name})
             if response.status_code == 404:
                 continue
-            _raise_for(response, replica, what="adapter unload")
+            raise_for(response, replica, what="adapter unload")

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.common.apis import ScopedApi
+from apps.common.parsing import StrictSerializer
 from apps.tenants.models import ApiKey, AuditEvent, Tenant
 from apps.tenants.selectors import api_key_get_for_tenant, api_key_list, audit_event_list
 from apps.tenants.services import ALL_SCOPES, api_key_create, api_key_revoke
@@ -30,7 +31,7 @@ class ApiKeyCreatedOut(ApiKeyOut):
         fields = [*ApiKeyOut.Meta.fields, "key"]
 
 
-class ApiKeyCreateIn(serializers.Serializer):
+class ApiKeyCreateIn(StrictSerializer):
     name = serializers.CharField(max_length=200)
     scopes = serializers.ListField(child=serializers.CharField(), allow_empty=False, help_text=", ".join(ALL_SCOPES))
 
@@ -46,7 +47,9 @@ class TenantMeApi(ScopedApi):
 
     required_scope = "any"
 
-    @extend_schema(responses={200: TenantOut})
+    @extend_schema(
+        responses={200: inline_serializer(name="TenantMe", fields={**TenantOut().fields, "key": ApiKeyOut()})}
+    )
     def get(self, request: Request) -> Response:
         return Response({**TenantOut(self.tenant).data, "key": ApiKeyOut(request.auth).data})
 

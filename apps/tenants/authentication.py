@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
@@ -54,3 +55,13 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Any) -> str:
         return 'Bearer realm="strop"'
+
+
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+    """The API key in the OpenAPI schema: ``Authorization: Bearer strop_…``."""
+
+    target_class = "apps.tenants.authentication.ApiKeyAuthentication"
+    name = "ApiKey"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer", "description": "strop_… API key"}

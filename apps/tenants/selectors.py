@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from apps.common.exceptions import NotFound
+from apps.common.parsing import parse_id
 from apps.tenants.models import ApiKey, AuditEvent, Tenant
 
 
@@ -16,8 +17,8 @@ def api_key_list(tenant: Tenant) -> QuerySet[ApiKey]:
 
 def api_key_get_for_tenant(tenant: Tenant, *, key_id: int | str) -> ApiKey:
     try:
-        return ApiKey.objects.get(tenant=tenant, pk=int(key_id))
-    except (ApiKey.DoesNotExist, ValueError, TypeError):
+        return ApiKey.objects.get(tenant=tenant, pk=parse_id(key_id, what="API key"))
+    except ApiKey.DoesNotExist:
         raise NotFound(f"API key {key_id} not found") from None
 
 

@@ -71,7 +71,7 @@ class TrainingPolicyApi(ScopedApi):
         adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
         return Response(TrainingPolicyOut(training_policy_get(adapter)).data)
 
-    @extend_schema(request=TrainingPolicyOut, responses={200: TrainingPolicyOut})
+    @extend_schema(request=TrainingPolicyOut(partial=True), responses={200: TrainingPolicyOut})
     def patch(self, request: Request, adapter_name: str) -> Response:
         adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
         if not isinstance(request.data, dict):
@@ -89,7 +89,12 @@ class EvalSetApi(ScopedApi):
         request=inline_serializer(
             name="EvalSetIn", fields={"cases": serializers.ListField(child=serializers.DictField())}
         ),
-        responses={200: dict},
+        responses={
+            200: inline_serializer(
+                name="EvalSetOut",
+                fields={"cases": serializers.IntegerField(), "uploaded_at": serializers.DateTimeField()},
+            )
+        },
     )
     def put(self, request: Request, adapter_name: str) -> Response:
         adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)

@@ -12,6 +12,7 @@ from django.db.models import Count, Q, QuerySet
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.common.exceptions import NotFound
+from apps.common.parsing import parse_id
 from apps.interactions.models import Feedback
 from apps.tenants.models import Tenant
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
@@ -84,8 +85,8 @@ def training_run_list(tenant: Tenant, *, adapter: Adapter | None = None) -> Quer
 
 def training_run_get_for_tenant(tenant: Tenant, *, run_id: int | str) -> TrainingRun:
     try:
-        return training_run_list(tenant).get(pk=int(run_id))
-    except (TrainingRun.DoesNotExist, ValueError, TypeError):
+        return training_run_list(tenant).get(pk=parse_id(run_id, what="training run"))
+    except TrainingRun.DoesNotExist:
         raise NotFound(f"training run {run_id} not found") from None
 
 

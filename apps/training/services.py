@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from apps.adapters.models import Adapter
 from apps.common.exceptions import ValidationFailed
+from apps.common.parsing import json_problem
 from apps.common.tasks import enqueue, enqueue_on_commit
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
@@ -36,10 +37,24 @@ POLICY_FIELDS = {
     "gate_overrides": dict,
 }
 
+# Bounds of the numeric policy fields: what the database column holds and what a run can use.
+POLICY_RANGES: dict[str, tuple[float, float]] = {
+    "min_new_events": (1, 1_000_000),
+    "max_wait_s": (0, 366 * 24 * 3600),
+    "heldout_fraction": (0.0, 0.9),
+    "reward_accepted": (-10.0, 10.0),
+    "reward_rejected": (-10.0, 10.0),
+    "reward_not_shown": (-10.0, 10.0),
+    "reward_edited": (-10.0, 10.0),
+}
+
 
 def training_policy_update(tenant: Tenant, *, adapter: Adapter, actor: str, changes: dict[str, Any]) -> TrainingPolicy:
     policy = training_policy_get(adapter)
     for name, value in changes.items():
+        problem = json_problem(value, name)  # before anything walks it: overrides are free-form JSON
+        if problem is not None:
+            raise ValidationFailed(f"{problem[0]}: {problem[1]}")
         kind = POLICY_FIELDS.get(name)
         if kind is None:
             raise ValidationFailed(f"{name}: not a training policy field ({', '.join(POLICY_FIELDS)})")
@@ -56,9 +71,11 @@ def training_policy_update(tenant: Tenant, *, adapter: Adapter, actor: str, chan
             PPOConfig.from_dict(policy.trainer_overrides)
         except (TrainerInputError, TypeError, ValueError) as exc:
             raise ValidationFailed(f"trainer_overrides: {exc}") from None
-    if policy.min_new_events < 1:
-        raise ValidationFailed("min_new_events: must be at least 1")
-    if not 0.0 <= policy.heldout_fraction < 0.9:
+    for name, (low, high) in POLICY_RANGES.items():
+        value = getattr(policy, name)
+        if not low <= value <= high:
+            raise ValidationFailed(f"{name}: must be from {low} to {high}, not {value}")
+    if policy.heldout_fraction >= 0.9:
         raise ValidationFailed("heldout_fraction: must be in [0, 0.9)")
     with transaction.atomic():
         policy.save()

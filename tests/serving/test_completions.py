@@ -14,6 +14,7 @@ from apps.adapters.models import AdapterVersion
 from apps.adapters.services import adapter_create, adapter_version_promote, adapter_version_register
 from apps.common.exceptions import Conflict
 from apps.interactions.models import Interaction
+from apps.serving.models import ServingFailure
 from apps.serving.services import adapter_version_load, vllm_client
 
 pytestmark = [pytest.mark.vllm, pytest.mark.django_db]
@@ -127,7 +128,16 @@ def test_another_tenants_adapter_name_is_404(serve_client, serving_adapter, make
         ({"max_tokens": "many"}, "max_tokens"),
         ({"prefix": "x"}, "prompt"),
         ({"stop": [1]}, "stop"),
-        ({"logit_bias": {}}, "logit_bias"),
+        ({"logit_bias": {"abc": 1}}, "logit_bias"),
+        ({"logit_bias": {"12": 101}}, "logit_bias"),
+        ({"logprobs": 25}, "logprobs"),
+        ({"n": 2, "best_of": 1}, "best_of"),
+        ({"echo": True, "logprobs": 1}, "echo"),
+        ({"stream_options": {"include_everything": True}}, "stream_options"),
+        ({"seed": 2**70}, "seed"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"stop": ["x"] * 65}, "stop"),
+        ({"suffixx": "typo"}, "suffixx"),
     ],
 )
 def test_bad_completion_input_is_400_naming_the_field(serve_client, serving_adapter, patch, field):
@@ -164,7 +174,9 @@ def test_vllm_down_is_a_quick_503_with_retry_after(settings, serve_client, servi
     assert time.monotonic() - started < 5
     assert response.status_code == 503 and int(response["Retry-After"]) > 0
     assert response.json()["error"]["code"] == "vllm_unavailable"
-    assert not Interaction.objects.exists()
+    assert not Interaction.objects.exists()  # nothing was served: no interaction, half or whole
+    failure = ServingFailure.objects.get()
+    assert failure.kind == "vllm_unavailable" and failure.adapter == serving_adapter and not failure.streamed
 
 
 @pytest.mark.django_db(transaction=True)
@@ -223,3 +235,23 @@ def test_promoting_a_version_vllm_does_not_hold_loads_it_first(
     response = admin.post(f"/v1/adapters/autocomplete/versions/{version.number}/promote")
     assert response.status_code == 200 and response.json()["production_version"] == version.number
     assert version.vllm_name in {m.id for m in vllm_client().models()}
+
+
+def test_a_plugins_fim_prompt_in_another_convention_is_rebuilt_for_the_base_model(
+    serve_client, serving_adapter, served
+):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(served.model_dir)
+    continue_prompt = "<fim_prefix># Path: a.py\ndef add(a, b):\n    <fim_suffix>\n\nprint(add(1, 2))\n<fim_middle>"
+    response = complete(serve_client, prompt=continue_prompt, max_tokens=4096, stop=["\n\n", "<fim_prefix>"] * 6)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["strop"]["fim"] == {"convention": "starcoder", "suffix_shown_to_model": True}
+    assert body["strop"]["max_tokens"] == serving_adapter.max_completion_tokens
+    interaction = Interaction.objects.get(pk=body["id"])
+    assert (interaction.prefix, interaction.suffix) == ("# Path: a.py\ndef add(a, b):\n    ", "\n\nprint(add(1, 2))\n")
+    assert interaction.prompt == continue_prompt
+    assert interaction.prompt_token_ids[0] == tokenizer.convert_tokens_to_ids("<|fim_prefix|>")
+    assert interaction.prompt_token_ids[-1] == tokenizer.convert_tokens_to_ids("<|fim_middle|>")
+    assert "<fim_prefix>" not in tokenizer.decode(interaction.prompt_token_ids)

@@ -1,0 +1,116 @@
+"""Strict parsing of what arrives outside JSON bodies: path ids and query parameters; and strict
+serializers for what arrives inside them.
+
+Python's ``int()`` takes ``" 2"``, ``"0_2"`` and ``"２"`` (a full-width digit), so a lenient id
+parse lets many spellings reach one object and hides typos in query parameters. Here an id is
+ASCII digits only, and a query parameter that is not what it should be is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rest_framework import serializers
+
+from apps.common.exceptions import NotFound, ValidationFailed
+
+_DIGITS = re.compile(r"(?:0|[1-9][0-9]{0,17})")  # fits a signed 64-bit integer
+
+
+def parse_id(value: str, *, what: str) -> int:
+    """A numeric id from a URL path; anything but plain ASCII digits is a 404 for ``what``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if not isinstance(value, str) or not _DIGITS.fullmatch(value):
+        raise NotFound(f"{what} {str(value)[:64]!r} not found")
+    return int(value)
+
+
+def query_int(params: Any, name: str, *, default: int, minimum: int, maximum: int) -> int:
+    """An integer query parameter in [minimum, maximum]; absent gives ``default``, anything else a 400."""
+    raw = params.get(name)
+    if raw is None:
+        return default
+    if not _DIGITS.fullmatch(raw) or not minimum <= int(raw) <= maximum:
+        raise ValidationFailed(f"{name}: must be an integer from {minimum} to {maximum}, not {raw[:64]!r}")
+    return int(raw)
+
+
+def query_bool(params: Any, name: str) -> bool | None:
+    """``true``/``false`` (also 1/0); absent gives None, anything else a 400."""
+    raw = params.get(name)
+    if raw is None:
+        return None
+    lowered = raw.lower()
+    if lowered in ("true", "1"):
+        return True
+    if lowered in ("false", "0"):
+        return False
+    raise ValidationFailed(f"{name}: must be true or false, not {raw[:64]!r}")
+
+
+def query_text(params: Any, name: str, *, max_length: int = 200) -> str | None:
+    raw = params.get(name)
+    if raw is not None and (len(raw) > max_length or "\x00" in raw):
+        raise ValidationFailed(f"{name}: must be at most {max_length} characters without NUL")
+    return raw
+
+
+def reject_unknown_query(params: Any, allowed: set[str]) -> None:
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise ValidationFailed(
+            f"{unknown[0]}: is not a query parameter here (known: {', '.join(sorted(allowed)) or 'none'})",
+            code="unknown_field",
+        )
+
+
+class StrictSerializer(serializers.Serializer):
+    """A serializer that refuses fields it does not know, naming the first one (nested ones too)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = set(data) - set(self.fields)
+            if unknown:
+                raise serializers.ValidationError({sorted(unknown)[0]: "is not a supported field"})
+        return super().to_internal_value(data)
+
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def is_uuid(value: Any) -> bool:
+    """The canonical 36-character form only (``uuid.UUID`` also takes braces, URNs and no dashes)."""
+    return isinstance(value, str) and _UUID.fullmatch(value) is not None
+
+
+# Deeper metadata is refused rather than stored: nothing we read goes this deep, and walking (or
+# letting Postgres parse) thousands of levels is a way to make a request expensive.
+MAX_JSON_DEPTH = 32
+
+
+def json_problem(value: Any, path: str) -> tuple[str, str] | None:
+    """(where, problem) of the first NUL character (Postgres cannot store them) or nesting deeper
+    than MAX_JSON_DEPTH in a JSON value; None when there is neither.
+
+    Iterative, so no nesting the JSON parser accepts can exhaust Python's recursion limit."""
+    stack: list[tuple[Any, str, int]] = [(value, path, 1)]
+    while stack:
+        current, where, depth = stack.pop()
+        if isinstance(current, str):
+            if "\x00" in current:
+                return where, "contains a NUL character, which cannot be stored"
+            continue
+        if not isinstance(current, (dict, list)):
+            continue
+        if depth > MAX_JSON_DEPTH:
+            return path, f"is nested deeper than {MAX_JSON_DEPTH} levels"
+        if isinstance(current, dict):
+            for key, inner in current.items():
+                if "\x00" in key:
+                    return where, "has a key with a NUL character"
+                stack.append((inner, f"{where}.{key}", depth + 1))
+        else:
+            stack.extend((inner, f"{where}[{index}]", depth + 1) for index, inner in enumerate(current))
+    return None

@@ -1,0 +1,112 @@
+"""vLLM's failures as typed errors, and the mapping from its HTTP answers to them.
+
+vLLM answers errors as ``{"error": {"message", "type", "code"}}`` with the HTTP status in
+``code``. Each becomes an :class:`~apps.common.exceptions.ApplicationError` subclass, so the API
+answers it in its one error shape: the tenant's mistakes as 4xx, vLLM down or too slow as 503
+with Retry-After, anything else as 502.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from apps.common.exceptions import ApplicationError, ServiceUnavailable
+
+
+class VLLMError(ApplicationError):
+    """vLLM answered with an error we have no better name for (its own 5xx, an odd body)."""
+
+    status_code = 502
+    code = "vllm_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        replica: str | None = None,
+        vllm_status: int | None = None,
+        vllm_type: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        extra = {"replica": replica, "vllm_status": vllm_status, "vllm_type": vllm_type}
+        super().__init__(message, details={**extra, **(details or {})})
+        self.replica = replica
+        self.vllm_status = vllm_status
+        self.vllm_type = vllm_type
+
+
+class VLLMBadRequest(VLLMError):
+    """vLLM refused the request's parameters (too many tokens, token id out of vocabulary...)."""
+
+    status_code = 400
+    code = "invalid"
+
+
+class ModelNotLoaded(VLLMError):
+    """The base model or adapter named in the request is not loaded on that replica."""
+
+    status_code = 404
+    code = "model_not_loaded"
+
+
+class AdapterRejected(VLLMError):
+    """vLLM refused to load a LoRA adapter (missing path, bad config, rank too big, DoRA...)."""
+
+    status_code = 422
+    code = "adapter_rejected"
+
+
+class AdapterConflict(VLLMError):
+    """The adapter name is already loaded from a different path (names are never reused)."""
+
+    status_code = 409
+    code = "adapter_conflict"
+
+
+class VLLMUnavailable(ServiceUnavailable):
+    """No replica could be reached or one did not answer in time; the caller may retry later."""
+
+    code = "vllm_unavailable"
+
+    def __init__(self, message: str, *, replica: str | None = None, retry_after_s: int = 5) -> None:
+        super().__init__(message, retry_after_s=retry_after_s, details={"replica": replica})
+        self.replica = replica
+
+
+def error_parts(response: httpx.Response) -> tuple[str, str | None]:
+    """vLLM's message and type from its error JSON, or whatever else the body holds."""
+    try:
+        body = response.json()
+    except ValueError:
+        return (response.text.strip()[:1000] or f"HTTP {response.status_code}"), None
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            return str(err.get("message") or err), (str(err["type"]) if err.get("type") else None)
+        if isinstance(err, str):
+            return err, None
+        for key in ("message", "detail"):
+            if body.get(key):
+                return str(body[key]), None
+    return json.dumps(body)[:1000], None
+
+
+def raise_for(response: httpx.Response, replica: str, *, what: str) -> None:
+    """Map a non-2xx answer of a completion or listing call to our errors."""
+    status = response.status_code
+    if status < 400:
+        return
+    message, vtype = error_parts(response)
+    kwargs: dict[str, Any] = {"replica": replica, "vllm_status": status, "vllm_type": vtype}
+    if status == 404 and vtype is not None:  # vLLM's NotFoundError; a bare 404 is a wrong URL
+        raise ModelNotLoaded(message, **kwargs)
+    if "Out of range float values" in message:  # NaN/inf logprobs: the weights (an adapter) are broken
+        raise VLLMError(f"vLLM produced non-finite logprobs: {message}", **kwargs)
+    if status in (408, 429, 502, 503, 504):
+        raise VLLMUnavailable(f"vLLM {what} at {replica}: {message}", replica=replica)
+    if 400 <= status < 500:
+        raise VLLMBadRequest(message, **kwargs)
+    raise VLLMError(f"vLLM {what} failed: {message}", **kwargs)

@@ -1,0 +1,153 @@
+"""What vLLM answers, parsed: completions, stream chunks, model cards (plain dataclasses)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from apps.serving.stops import tokens_through
+from apps.serving.vllm_errors import VLLMError
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionChoice:
+    index: int
+    text: str
+    token_ids: list[int]  # sampled ids; includes EOS and a stop string's token (text does not)
+    logprobs: list[float]  # logprob of each sampled token under the model (vLLM raw_logprobs)
+    finish_reason: str | None  # "stop" (EOS or stop string), "length"; None mid-stream
+    stop_reason: str | int | None  # the stop string or stop token id that matched, if any
+    # OpenAI's logprobs detail, one entry per sampled token: its text, where it starts in
+    # ``text``, and the top alternatives (the sampled one plus the k a client asked for).
+    tokens: list[str] = field(default_factory=list)
+    text_offset: list[int] = field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = field(default_factory=list)
+
+    def cut(self, at: int, stop: str) -> CompletionChoice:
+        """This choice stopped by ``stop`` starting at character ``at`` of its text: the text
+        before it, and the tokens up to the one the stop string starts in (as vLLM keeps them)."""
+        kept = tokens_through(self.text_offset, at) if self.text_offset else len(self.token_ids)
+        return replace(
+            self,
+            text=self.text[:at],
+            token_ids=self.token_ids[:kept],
+            logprobs=self.logprobs[:kept],
+            finish_reason="stop",
+            stop_reason=stop,
+            tokens=self.tokens[:kept],
+            text_offset=self.text_offset[:kept],
+            top_logprobs=self.top_logprobs[:kept],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    id: str
+    model: str
+    choices: list[CompletionChoice]
+    prompt_token_ids: list[int] | None
+    usage: Usage | None
+    replica: str
+
+    @property
+    def choice(self) -> CompletionChoice:
+        return self.choices[0]
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionChunk:
+    """One server-sent event of a streamed completion: the new tokens of one or more choices."""
+
+    id: str
+    model: str
+    choices: list[CompletionChoice]
+    prompt_token_ids: list[int] | None  # only on the first chunk of each choice
+    usage: Usage | None  # only on the last chunk
+    replica: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCard:
+    id: str
+    root: str | None  # the base model's or adapter's path
+    parent: str | None  # for an adapter, the base model's served name
+    max_model_len: int | None
+
+
+def merge_chunks(chunks: Iterable[CompletionChunk]) -> Completion:
+    """Join a stream's chunks into the completion a non-streamed call would have returned."""
+    parts: dict[int, dict[str, Any]] = {}
+    first: CompletionChunk | None = None
+    prompt_ids: list[int] | None = None
+    usage: Usage | None = None
+    for chunk in chunks:
+        first = first or chunk
+        prompt_ids = prompt_ids or chunk.prompt_token_ids
+        usage = chunk.usage or usage
+        for c in chunk.choices:
+            part = parts.setdefault(
+                c.index,
+                {"text": [], "ids": [], "lps": [], "finish": None, "stop": None, "tok": [], "off": [], "top": []},
+            )
+            # Offsets restart with each chunk or run on: either way, shift them to the joined text.
+            before, first_offset = sum(len(t) for t in part["text"]), c.text_offset[0] if c.text_offset else 0
+            part["off"].extend(before + offset - first_offset for offset in c.text_offset)
+            part["text"].append(c.text)
+            part["ids"].extend(c.token_ids)
+            part["lps"].extend(c.logprobs)
+            part["tok"].extend(c.tokens)
+            part["top"].extend(c.top_logprobs)
+            part["finish"] = c.finish_reason or part["finish"]
+            part["stop"] = c.stop_reason if c.stop_reason is not None else part["stop"]
+    if first is None:
+        raise VLLMError("vLLM sent an empty stream")
+    choices = [
+        CompletionChoice(
+            i, "".join(p["text"]), p["ids"], p["lps"], p["finish"], p["stop"], p["tok"], p["off"], p["top"]
+        )
+        for i, p in sorted(parts.items())
+    ]
+    return Completion(first.id, first.model, choices, prompt_ids, usage, first.replica)
+
+
+def parse_usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    counts = [int(raw.get(key) or 0) for key in ("prompt_tokens", "completion_tokens", "total_tokens")]
+    return Usage(*counts)
+
+
+def parse_choice(raw: dict[str, Any], replica: str) -> CompletionChoice:
+    token_ids = raw.get("token_ids")
+    detail = raw.get("logprobs") or {}
+    logprobs = detail.get("token_logprobs")
+    if token_ids is None or logprobs is None:
+        raise VLLMError("vLLM returned no token ids or logprobs (is it older than 0.10.2?)", replica=replica)
+    if len(token_ids) != len(logprobs):
+        raise VLLMError(f"vLLM returned {len(token_ids)} token ids but {len(logprobs)} logprobs", replica=replica)
+    return CompletionChoice(
+        index=int(raw.get("index", 0)),
+        text=raw.get("text") or "",
+        token_ids=[int(t) for t in token_ids],
+        logprobs=[float(lp) for lp in logprobs],
+        finish_reason=raw.get("finish_reason"),
+        stop_reason=raw.get("stop_reason"),
+        tokens=[str(t) for t in detail.get("tokens") or []],
+        text_offset=[int(o) for o in detail.get("text_offset") or []],
+        top_logprobs=list(detail.get("top_logprobs") or []),
+    )
+
+
+def prompt_ids(choices: list[dict[str, Any]]) -> list[int] | None:
+    for raw in choices:
+        if raw.get("prompt_token_ids") is not None:
+            return [int(t) for t in raw["prompt_token_ids"]]
+    return None
