@@ -1,0 +1,273 @@
+"""Every endpoint, described once as a :class:`Call`: path, body, answer parsing, idempotency.
+The sync and the asyncio resources only run these."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from strop._core import Call, encode_json, read_json, without_none
+from strop._management_types import Adapter, Assignment, EndUser, Experiment, Model
+from strop._types import (
+    BatchResult,
+    Completion,
+    Interaction,
+    ItemResult,
+    Page,
+    items_of,
+)
+
+
+def path_id(value: Any, name: str) -> str:
+    """A path segment from a caller's id, percent-encoded (``/`` included)."""
+    text = str(value)
+    if not text:
+        raise ValueError(f"{name} must not be empty")
+    return quote(text, safe="")
+
+
+def batch_content(encoded_items: Sequence[bytes]) -> bytes:
+    """``{"items": [...]}`` from items already encoded (the batcher encodes each once, at enqueue)."""
+    return b'{"items":[' + b",".join(encoded_items) + b"]}"
+
+
+def _batch(path: str, items: Iterable[Mapping[str, Any]]) -> Call[BatchResult]:
+    return Call(
+        "POST",
+        path,
+        parse=lambda r: BatchResult.from_json(read_json(r)),
+        content=batch_content([encode_json(dict(item)) for item in items]),
+    )
+
+
+def _page(parse: Any) -> Any:
+    return lambda r: Page.from_json(read_json(r), parse)
+
+
+def _list(parse: Any) -> Any:
+    return lambda r: [parse(item) for item in items_of(read_json(r))]
+
+
+# ---- completions ----
+
+
+def completion_create(
+    *,
+    model: str | None,
+    prompt: str | None,
+    prefix: str | None,
+    suffix: str | None,
+    max_tokens: int | None,
+    temperature: float | None,
+    top_p: float | None,
+    stop: str | Sequence[str] | None,
+    n: int | None,
+    seed: int | None,
+    user: str | None,
+    opted_in: bool | None,
+    stream: bool,
+) -> Call[Any]:
+    body = without_none(
+        model=model,
+        prompt=prompt,
+        prefix=prefix,
+        suffix=suffix,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        stop=stop if stop is None or isinstance(stop, str) else list(stop),
+        n=n,
+        seed=seed,
+        user=user,
+        opted_in=opted_in,
+    )
+    if stream:
+        body["stream"] = True
+        return Call("POST", "/v1/completions", parse=lambda r: r, body=body, idempotent=False, stream=True)
+    return Call(
+        "POST",
+        "/v1/completions",
+        parse=lambda r: Completion.from_json(read_json(r)),
+        body=body,
+        idempotent=False,
+    )
+
+
+# ---- interactions ----
+
+
+def interaction_item(
+    *,
+    client_id: str,
+    completion: str,
+    prompt: str | None = None,
+    prefix: str | None = None,
+    suffix: str | None = None,
+    prompt_token_ids: Sequence[int] | None = None,
+    completion_token_ids: Sequence[int] | None = None,
+    completion_logprobs: Sequence[float] | None = None,
+    model: str | None = None,
+    end_user_id: str | None = None,
+    opted_in: bool | None = None,
+    served_at: datetime | str | None = None,
+    latency_ms: float | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One interaction as the API takes it (None fields left out)."""
+    return without_none(
+        client_id=client_id,
+        prompt=prompt,
+        prefix=prefix,
+        suffix=suffix,
+        completion=completion,
+        prompt_token_ids=None if prompt_token_ids is None else list(prompt_token_ids),
+        completion_token_ids=None if completion_token_ids is None else list(completion_token_ids),
+        completion_logprobs=None if completion_logprobs is None else list(completion_logprobs),
+        model=model,
+        end_user_id=end_user_id,
+        opted_in=opted_in,
+        served_at=served_at,
+        latency_ms=latency_ms,
+        metadata=None if metadata is None else dict(metadata),
+    )
+
+
+def interaction_log(item: Mapping[str, Any]) -> Call[Interaction]:
+    def parse(response: httpx.Response) -> Interaction:
+        return Interaction.from_json(read_json(response), created=response.status_code == 201)
+
+    return Call("POST", "/v1/interactions", parse=parse, body=dict(item))
+
+
+def interaction_log_batch(items: Iterable[Mapping[str, Any]]) -> Call[BatchResult]:
+    return _batch("/v1/interactions", items)
+
+
+def interaction_get(interaction_id: str) -> Call[Interaction]:
+    path = f"/v1/interactions/{path_id(interaction_id, 'interaction_id')}"
+    return Call("GET", path, parse=lambda r: Interaction.from_json(read_json(r)))
+
+
+def interaction_list(*, end_user_id: str | None, limit: int | None, offset: int | None) -> Call[Page[Interaction]]:
+    params = {"end_user_id": end_user_id, "limit": limit, "offset": offset}
+    return Call("GET", "/v1/interactions", parse=_page(Interaction.from_json), params=params)
+
+
+# ---- feedback ----
+
+
+def feedback_item(
+    *,
+    outcome: str,
+    interaction_id: str | None = None,
+    client_id: str | None = None,
+    kept_text: str | None = None,
+    occurred_at: datetime | str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One feedback event as the API takes it. Name the interaction by exactly one of
+    ``interaction_id`` (Strop's id) or ``client_id`` (yours); the API says which is wrong."""
+    return without_none(
+        interaction_id=None if interaction_id is None else str(interaction_id),
+        client_id=client_id,
+        outcome=outcome,
+        kept_text=kept_text,
+        occurred_at=occurred_at,
+        metadata=None if metadata is None else dict(metadata),
+    )
+
+
+def feedback_send(item: Mapping[str, Any]) -> Call[ItemResult]:
+    return Call("POST", "/v1/feedback", parse=lambda r: ItemResult.from_json(read_json(r)), body=dict(item))
+
+
+def feedback_send_batch(items: Iterable[Mapping[str, Any]]) -> Call[BatchResult]:
+    return _batch("/v1/feedback", items)
+
+
+def feedback_send_encoded(encoded_items: Sequence[bytes]) -> Call[BatchResult]:
+    return Call(
+        "POST",
+        "/v1/feedback",
+        parse=lambda r: BatchResult.from_json(read_json(r)),
+        content=batch_content(encoded_items),
+    )
+
+
+# ---- cohorts ----
+
+
+def _user_path(end_user_id: str, tail: str = "") -> str:
+    return f"/v1/users/{path_id(end_user_id, 'end_user_id')}{tail}"
+
+
+def user_opt_in(end_user_id: str) -> Call[EndUser]:
+    return Call("POST", _user_path(end_user_id, "/opt-in"), parse=lambda r: EndUser.from_json(read_json(r)))
+
+
+def user_opt_out(end_user_id: str) -> Call[EndUser]:
+    return Call("POST", _user_path(end_user_id, "/opt-out"), parse=lambda r: EndUser.from_json(read_json(r)))
+
+
+def user_get(end_user_id: str) -> Call[EndUser]:
+    return Call("GET", _user_path(end_user_id), parse=lambda r: EndUser.from_json(read_json(r)))
+
+
+def user_list(
+    *, search: str | None, opted_in: bool | None, limit: int | None, offset: int | None
+) -> Call[Page[EndUser]]:
+    params = {"search": search, "opted_in": opted_in, "limit": limit, "offset": offset}
+    return Call("GET", "/v1/users", parse=_page(EndUser.from_json), params=params)
+
+
+def user_import(items: Iterable[Mapping[str, Any]]) -> Call[BatchResult]:
+    return _batch("/v1/users/import", items)
+
+
+def user_erase(end_user_id: str) -> Call[dict[str, Any]]:
+    def parse(response: httpx.Response) -> dict[str, Any]:
+        if response.status_code == 204 or not response.content:
+            return {}
+        body = read_json(response)
+        return body if isinstance(body, dict) else {"result": body}
+
+    return Call("DELETE", _user_path(end_user_id), parse=parse)
+
+
+# ---- experiments, adapters, models ----
+
+
+def _adapter_path(adapter: str, tail: str) -> str:
+    return f"/v1/adapters/{path_id(adapter, 'adapter')}{tail}"
+
+
+def experiment_list(adapter: str) -> Call[list[Experiment]]:
+    return Call("GET", _adapter_path(adapter, "/experiments"), parse=_list(Experiment.from_json))
+
+
+def experiment_get(experiment_id: str | int) -> Call[Experiment]:
+    path = f"/v1/experiments/{path_id(experiment_id, 'experiment_id')}"
+    return Call("GET", path, parse=lambda r: Experiment.from_json(read_json(r)))
+
+
+def experiment_assignment(adapter: str, user: str) -> Call[Assignment]:
+    if not user:
+        raise ValueError("user must not be empty")
+    return Call(
+        "GET",
+        _adapter_path(adapter, "/assignment"),
+        parse=lambda r: Assignment.from_json(read_json(r)),
+        params={"user": user},
+    )
+
+
+def adapter_list() -> Call[list[Adapter]]:
+    return Call("GET", "/v1/adapters", parse=_list(Adapter.from_json))
+
+
+def model_list() -> Call[list[Model]]:
+    return Call("GET", "/v1/models", parse=_list(Model.from_json))

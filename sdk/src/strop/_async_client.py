@@ -1,0 +1,350 @@
+"""The asyncio client: the sync client's calls (``_api``), run with ``await``. Nothing else differs."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal, TypeVar, overload
+
+import httpx
+
+from strop import _api
+from strop._async_batcher import AsyncFeedbackBatcher
+from strop._batch_core import BatcherOptions
+from strop._core import DEFAULT_MAX_RETRIES, Call, ClientConfig, RetryPolicy, attempts
+from strop._drivers import run_async
+from strop._management_types import Adapter, Assignment, EndUser, Experiment, Model
+from strop._streaming import AsyncCompletionStream
+from strop._types import (
+    BatchResult,
+    Completion,
+    Interaction,
+    ItemResult,
+    Page,
+)
+
+T = TypeVar("T")
+
+__all__ = ["AsyncStrop"]
+
+
+class AsyncStrop:
+    """Asyncio client of the Strop API: the same calls as :class:`strop.Strop`, awaited; streams are
+    :class:`AsyncCompletionStream`; ``feedback.enqueue`` stays a plain call that never blocks, and
+    the batcher runs as a task on the running loop. Close it with ``await client.close()`` or
+    ``async with``.
+
+    ``base_url`` defaults to ``$STROP_BASE_URL`` (else ``http://127.0.0.1:8000``), ``api_key`` to
+    ``$STROP_API_KEY``. ``timeout`` is seconds (or an ``httpx.Timeout``); ``max_retries`` is how
+    many times a failed call is tried again (429, 502, 503, 504, connection errors). Pass your own
+    ``http_client`` (an ``httpx.AsyncClient``) for proxies, certificates or transports; the client then
+    leaves closing it to you. ``feedback_batching`` configures ``client.feedback.enqueue``.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        http_client: httpx.AsyncClient | None = None,
+        feedback_batching: BatcherOptions | None = None,
+    ) -> None:
+        self._config = ClientConfig.build(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
+        self._policy = RetryPolicy(max_retries=max_retries)
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.AsyncClient(timeout=self._config.http_timeout)
+        self.completions = Completions(self)
+        self.interactions = Interactions(self)
+        self.feedback = Feedback(self, feedback_batching)
+        self.users = Users(self)
+        self.experiments = Experiments(self)
+        self.adapters = Adapters(self)
+        self.models = Models(self)
+
+    @property
+    def base_url(self) -> str:
+        return self._config.base_url
+
+    async def _run(self, call: Call[T]) -> T:
+        request = call.build(self._config, self._http)
+        steps = attempts(request, self._policy, idempotent=call.idempotent)
+        return call.parse(await run_async(self._http, steps, stream=call.stream))
+
+    async def close(self) -> None:
+        """Flush queued feedback (within its ``close_timeout``), then close the HTTP client if it is ours."""
+        await self.feedback._close()
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncStrop:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class _Resource:
+    def __init__(self, client: AsyncStrop) -> None:
+        self._client = client
+
+
+class Completions(_Resource):
+    @overload
+    async def create(
+        self,
+        *,
+        model: str | None = None,
+        prompt: str | None = None,
+        prefix: str | None = None,
+        suffix: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: str | Sequence[str] | None = None,
+        n: int | None = None,
+        seed: int | None = None,
+        user: str | None = None,
+        opted_in: bool | None = None,
+        stream: Literal[False] = False,
+    ) -> Completion: ...
+
+    @overload
+    async def create(
+        self,
+        *,
+        model: str | None = None,
+        prompt: str | None = None,
+        prefix: str | None = None,
+        suffix: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: str | Sequence[str] | None = None,
+        n: int | None = None,
+        seed: int | None = None,
+        user: str | None = None,
+        opted_in: bool | None = None,
+        stream: Literal[True],
+    ) -> AsyncCompletionStream: ...
+
+    async def create(
+        self,
+        *,
+        model: str | None = None,
+        prompt: str | None = None,
+        prefix: str | None = None,
+        suffix: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: str | Sequence[str] | None = None,
+        n: int | None = None,
+        seed: int | None = None,
+        user: str | None = None,
+        opted_in: bool | None = None,
+        stream: bool = False,
+    ) -> Completion | AsyncCompletionStream:
+        """A completion from the tenant's adapter (``model``; None: the default adapter). Send
+        ``prompt``, or ``prefix`` (+ ``suffix``) for fill-in-the-middle. ``stream=True`` returns a
+        :class:`AsyncCompletionStream` of chunks."""
+        call = _api.completion_create(
+            model=model,
+            prompt=prompt,
+            prefix=prefix,
+            suffix=suffix,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop=stop,
+            n=n,
+            seed=seed,
+            user=user,
+            opted_in=opted_in,
+            stream=stream,
+        )
+        result = await self._client._run(call)
+        return AsyncCompletionStream(result) if stream else result
+
+
+class Interactions(_Resource):
+    async def log(
+        self,
+        *,
+        client_id: str,
+        completion: str,
+        prompt: str | None = None,
+        prefix: str | None = None,
+        suffix: str | None = None,
+        prompt_token_ids: Sequence[int] | None = None,
+        completion_token_ids: Sequence[int] | None = None,
+        completion_logprobs: Sequence[float] | None = None,
+        model: str | None = None,
+        end_user_id: str | None = None,
+        opted_in: bool | None = None,
+        served_at: datetime | str | None = None,
+        latency_ms: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Interaction:
+        """Log one completion served elsewhere. Sending a ``client_id`` again stores nothing and
+        returns the first interaction (``created`` False)."""
+        item = _api.interaction_item(
+            client_id=client_id,
+            completion=completion,
+            prompt=prompt,
+            prefix=prefix,
+            suffix=suffix,
+            prompt_token_ids=prompt_token_ids,
+            completion_token_ids=completion_token_ids,
+            completion_logprobs=completion_logprobs,
+            model=model,
+            end_user_id=end_user_id,
+            opted_in=opted_in,
+            served_at=served_at,
+            latency_ms=latency_ms,
+            metadata=metadata,
+        )
+        return await self._client._run(_api.interaction_log(item))
+
+    async def log_batch(self, items: Iterable[Mapping[str, Any]]) -> BatchResult:
+        """Log up to 1000 interactions (dicts with ``log``'s fields) in one call; one verdict each."""
+        return await self._client._run(_api.interaction_log_batch(items))
+
+    async def get(self, interaction_id: str) -> Interaction:
+        return await self._client._run(_api.interaction_get(interaction_id))
+
+    async def list(
+        self, *, end_user_id: str | None = None, limit: int | None = None, offset: int | None = None
+    ) -> Page[Interaction]:
+        """One page, newest first (``limit`` default 50, at most 500); next: ``offset=page.next_offset``."""
+        return await self._client._run(_api.interaction_list(end_user_id=end_user_id, limit=limit, offset=offset))
+
+
+class Feedback(_Resource):
+    def __init__(self, client: AsyncStrop, options: BatcherOptions | None) -> None:
+        super().__init__(client)
+        self._options = options
+        self._batcher: AsyncFeedbackBatcher | None = None
+
+    async def send(
+        self,
+        *,
+        outcome: str,
+        interaction_id: str | None = None,
+        client_id: str | None = None,
+        kept_text: str | None = None,
+        occurred_at: datetime | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ItemResult:
+        """Record one event now: ``status`` is ``recorded``, or ``pending`` when its interaction
+        (named by ``client_id``) has not arrived yet."""
+        item = _api.feedback_item(
+            outcome=outcome,
+            interaction_id=interaction_id,
+            client_id=client_id,
+            kept_text=kept_text,
+            occurred_at=occurred_at,
+            metadata=metadata,
+        )
+        return await self._client._run(_api.feedback_send(item))
+
+    async def send_batch(self, items: Iterable[Mapping[str, Any]]) -> BatchResult:
+        """Record up to 1000 events (dicts with ``send``'s fields) in one call; one verdict each."""
+        return await self._client._run(_api.feedback_send_batch(items))
+
+    def enqueue(
+        self,
+        *,
+        outcome: str,
+        interaction_id: str | None = None,
+        client_id: str | None = None,
+        kept_text: str | None = None,
+        occurred_at: datetime | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Queue one event for the background task and return at once (a plain call: never blocks,
+        never awaits; call it from the event loop's thread)."""
+        item = _api.feedback_item(
+            outcome=outcome,
+            interaction_id=interaction_id,
+            client_id=client_id,
+            kept_text=kept_text,
+            occurred_at=occurred_at,
+            metadata=metadata,
+        )
+        self.batcher.enqueue(item)
+
+    async def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every event enqueued so far was delivered, rejected or failed."""
+        return await self._batcher.flush(timeout) if self._batcher is not None else True
+
+    @property
+    def batcher(self) -> AsyncFeedbackBatcher:
+        """The background batcher (created on first use): ``stats``, ``rejected``, ``failures``."""
+        if self._batcher is None:
+            self._batcher = AsyncFeedbackBatcher(
+                http=self._client._http, config=self._client._config, options=self._options
+            )
+        return self._batcher
+
+    async def _close(self) -> None:
+        if self._batcher is not None:
+            await self._batcher.close()
+
+
+class Users(_Resource):
+    """End users of the tenant (by your own id) and their consent to be learned from."""
+
+    async def opt_in(self, end_user_id: str) -> EndUser:
+        return await self._client._run(_api.user_opt_in(end_user_id))
+
+    async def opt_out(self, end_user_id: str) -> EndUser:
+        return await self._client._run(_api.user_opt_out(end_user_id))
+
+    async def get(self, end_user_id: str) -> EndUser:
+        return await self._client._run(_api.user_get(end_user_id))
+
+    async def list(
+        self,
+        *,
+        search: str | None = None,
+        opted_in: bool | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> Page[EndUser]:
+        return await self._client._run(_api.user_list(search=search, opted_in=opted_in, limit=limit, offset=offset))
+
+    async def import_(self, items: Iterable[Mapping[str, Any]]) -> BatchResult:
+        """Set many users' opt-in state: items ``{"end_user_id", "opted_in"}``; one verdict each."""
+        return await self._client._run(_api.user_import(items))
+
+    async def erase(self, end_user_id: str) -> dict[str, Any]:
+        """Delete the user's interactions, feedback and history; the API's report (may be empty)."""
+        return await self._client._run(_api.user_erase(end_user_id))
+
+
+class Experiments(_Resource):
+    async def list(self, adapter: str) -> builtins.list[Experiment]:
+        return await self._client._run(_api.experiment_list(adapter))
+
+    async def get(self, experiment_id: str | int) -> Experiment:
+        return await self._client._run(_api.experiment_get(experiment_id))
+
+    async def assignment(self, adapter: str, user: str) -> Assignment:
+        """Which arm serves ``user`` (your end-user id) on ``adapter`` now."""
+        return await self._client._run(_api.experiment_assignment(adapter, user))
+
+
+class Adapters(_Resource):
+    async def list(self) -> builtins.list[Adapter]:
+        return await self._client._run(_api.adapter_list())
+
+
+class Models(_Resource):
+    async def list(self) -> builtins.list[Model]:
+        return await self._client._run(_api.model_list())

@@ -1,0 +1,82 @@
+"""Drive a step generator (:func:`strop._core.attempts` and what wraps it) with real I/O: send the
+requests it yields, sleep the sleeps it yields, hand back responses or throw transport errors in.
+The only code that differs between the sync and the asyncio client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Generator
+from typing import Any, Callable, Optional, TypeVar
+
+import httpx
+
+from strop._core import Sleep, Step
+
+R = TypeVar("R")
+
+Steps = Generator[Step, Optional[httpx.Response], R]
+
+
+def run_sync(
+    http: httpx.Client,
+    steps: Steps[R],
+    *,
+    stream: bool = False,
+    sleep: Callable[[float], Any] = time.sleep,
+    before_send: Callable[[httpx.Request], None] | None = None,
+) -> R:
+    try:
+        step = next(steps)
+        while True:
+            if isinstance(step, Sleep):
+                sleep(step.seconds)
+                step = steps.send(None)
+                continue
+            if before_send is not None:
+                before_send(step)
+            try:
+                response = http.send(step, stream=stream)
+            except httpx.TransportError as exc:
+                step = steps.throw(exc)
+                continue
+            if stream and response.status_code >= 400:
+                try:
+                    response.read()  # the error body, for the typed error
+                finally:
+                    response.close()
+            step = steps.send(response)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def run_async(
+    http: httpx.AsyncClient,
+    steps: Steps[R],
+    *,
+    stream: bool = False,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    before_send: Callable[[httpx.Request], None] | None = None,
+) -> R:
+    try:
+        step = next(steps)
+        while True:
+            if isinstance(step, Sleep):
+                await sleep(step.seconds)
+                step = steps.send(None)
+                continue
+            if before_send is not None:
+                before_send(step)
+            try:
+                response = await http.send(step, stream=stream)
+            except httpx.TransportError as exc:
+                step = steps.throw(exc)
+                continue
+            if stream and response.status_code >= 400:
+                try:
+                    await response.aread()
+                finally:
+                    await response.aclose()
+            step = steps.send(response)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]

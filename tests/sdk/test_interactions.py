@@ -1,0 +1,118 @@
+"""Logging and reading interactions with the sync client."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from strop import BatchResult, NotFoundError, Page
+from strop import Interaction as SdkInteraction
+
+from apps.interactions.models import Interaction
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def item(client_id: str, **fields):
+    return {
+        "client_id": client_id,
+        "prefix": "def add(a, b):\n    ",
+        "suffix": "\n",
+        "completion": "return a + b",
+        **fields,
+    }
+
+
+def test_log_returns_the_stored_interaction_and_a_replay_returns_the_same_one(strop_client, api):
+    served_at = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+    first = strop_client.interactions.log(
+        client_id="cmp-1",
+        prefix="def add(a, b):\n    ",
+        suffix="\n",
+        completion="return a + b",
+        completion_token_ids=[689, 264, 489, 293],
+        completion_logprobs=[-0.1, -0.3, -0.05, -0.2],
+        model="qwen",
+        end_user_id="dev-42",
+        opted_in=True,
+        served_at=served_at,
+        latency_ms=41,
+        metadata={"language": "python"},
+    )
+    assert isinstance(first, SdkInteraction) and first.created is True
+    assert (first.client_id, first.end_user_id, first.opted_in, first.served_at) == ("cmp-1", "dev-42", True, served_at)
+    assert first.completion_token_ids == [689, 264, 489, 293] and first.metadata == {"language": "python"}
+
+    replay = strop_client.interactions.log(client_id="cmp-1", prompt="something else", completion="x")
+    assert replay.created is False and replay.id == first.id and replay.completion == "return a + b"
+    assert Interaction.objects.filter(tenant=api.tenant).count() == 1
+
+
+def test_log_batch_gives_a_verdict_per_item_and_stores_only_the_valid_ones(strop_client, api):
+    strop_client.interactions.log(**item("known"))
+    result = strop_client.interactions.log_batch(
+        [
+            item("a"),
+            item("known"),
+            item("b", completion_token_ids=[1, 2, 3], completion_logprobs=[-0.1]),
+            item("a"),
+        ]
+    )
+    assert isinstance(result, BatchResult)
+    assert result.counts == {"created": 1, "duplicate": 2, "rejected": 1}
+    assert [r.status for r in result.results] == ["created", "duplicate", "rejected", "duplicate"]
+    assert result.results[3].id == result.results[0].id
+    (rejected,) = result.rejected
+    assert (rejected.index, rejected.client_id) == (2, "b")
+    assert (rejected.error.code, rejected.error.field) == ("length_mismatch", "completion_logprobs")
+    stored = set(Interaction.objects.filter(tenant=api.tenant).values_list("client_id", flat=True))
+    assert stored == {"known", "a"}
+
+
+def test_replaying_a_batch_stores_nothing_new(strop_client, api):
+    batch = [item(f"r-{i}") for i in range(5)]
+    first = strop_client.interactions.log_batch(batch)
+    again = strop_client.interactions.log_batch(batch)
+    assert first.counts["created"] == 5 and again.counts == {"created": 0, "duplicate": 5, "rejected": 0}
+    assert [r.id for r in again.results] == [r.id for r in first.results]
+    assert Interaction.objects.filter(tenant=api.tenant).count() == 5
+
+
+def test_get_reads_an_interaction_back_with_its_feedback(strop_client):
+    logged = strop_client.interactions.log(**item("g-1"))
+    strop_client.feedback.send(interaction_id=logged.id, outcome="edited", kept_text="return a+b")
+    read = strop_client.interactions.get(logged.id)
+    assert read.id == logged.id and read.created is None and read.prefix == "def add(a, b):\n    "
+    assert read.feedback is not None
+    assert (read.feedback.outcome, read.feedback.kept_text, read.feedback.events_received) == (
+        "edited",
+        "return a+b",
+        1,
+    )
+
+
+def test_another_tenants_interaction_is_not_found(strop_client, make_api):
+    from strop import Strop
+
+    other = make_api()
+    with Strop(base_url=other.url, api_key=other.key) as other_client:
+        theirs = other_client.interactions.log(**item("theirs"))
+    with pytest.raises(NotFoundError) as caught:
+        strop_client.interactions.get(theirs.id)
+    assert caught.value.status == 404 and caught.value.code == "not_found"
+
+
+def test_list_pages_through_every_interaction_newest_first(strop_client):
+    ids = [strop_client.interactions.log(**item(f"p-{i}", end_user_id="dev-1")).id for i in range(7)]
+    strop_client.interactions.log(**item("someone-else", end_user_id="dev-2"))
+    seen: list[str] = []
+    page = strop_client.interactions.list(end_user_id="dev-1", limit=3)
+    pages = 1
+    while page.next_offset is not None:
+        assert isinstance(page, Page) and page.count == 7 and len(page.results) == 3
+        seen += [interaction.id for interaction in page.results]
+        page = strop_client.interactions.list(end_user_id="dev-1", limit=3, offset=page.next_offset)
+        pages += 1
+    seen += [interaction.id for interaction in page.results]
+    assert pages == 3 and page.previous_offset == 3
+    assert seen == list(reversed(ids))
