@@ -84,10 +84,12 @@ def line_chart(
     y_format: Callable[[float], str] = format_number,
     y_min: float | None = None,
     y_max: float | None = None,
+    x_max: XValue | None = None,
     empty_text: str = "No data in this range",
 ) -> SafeString:
     """A line over ``points`` (x ascending), broken where y is None, with dots when points are few,
-    and a dashed vertical line for each marker inside the x range."""
+    and a dashed vertical line for each marker inside the x range (which ``x_max`` may extend
+    past the last point: the current, unfinished bucket)."""
     chart_id = f"c{uuid.uuid4().hex[:8]}"
     out = [_svg_open(chart_id, title, WIDTH, HEIGHT, "chart--line")]
     plot_w, plot_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
@@ -96,7 +98,7 @@ def line_chart(
         out.append(f'<text class="chart__empty" x="{WIDTH / 2}" y="{HEIGHT / 2}">{escape(empty_text)}</text></svg>')
         return mark_safe("".join(out))
     xs = [_num(x) for x, _ in points]
-    x_lo, x_hi = xs[0], xs[-1]
+    x_lo, x_hi = xs[0], max(xs[-1], _num(x_max)) if x_max is not None else xs[-1]
     if x_hi <= x_lo:
         x_lo, x_hi = x_lo - 1, x_hi + 1
     lo = min(finite) if finite else 0.0

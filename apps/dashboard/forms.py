@@ -34,7 +34,7 @@ class ApiKeyCreateForm(forms.Form):
 
 
 class JSONObjectField(forms.JSONField):
-    widget = forms.Textarea
+    widget = forms.Textarea(attrs={"rows": 4, "spellcheck": "false"})
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("required", False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django import template
@@ -28,7 +28,7 @@ def pct(value: float | None, digits: int = 1) -> str:
 @register.filter
 def num(value: Any, digits: int = 3) -> str:
     """A float to ``digits`` significant figures; ints and strings unchanged; None → "–"."""
-    if value is None:
+    if value is None or value == "":
         return "–"
     if isinstance(value, bool) or not isinstance(value, int | float):
         return str(value)
@@ -100,12 +100,12 @@ def query_with(context: dict[str, Any], **changes: Any) -> str:
     return f"?{encoded}" if encoded else "?"
 
 
-def _time_format(kind: str) -> Any:
+def _time_format(kind: str, span: timedelta) -> Any:
     def fmt(moment: datetime) -> str:
         if kind == "minute":
             return moment.strftime("%H:%M")
-        if kind == "hour":
-            return moment.strftime("%d %b %H:00")
+        if kind == "hour" and span <= timedelta(days=1):
+            return moment.strftime("%H:00")
         return moment.strftime("%d %b")
 
     return fmt
@@ -120,7 +120,8 @@ def timeseries_chart(ts: Timeseries, name: str, title: str, kind: str = "number"
         ts.series(name),
         title=title,
         markers=markers,
-        x_format=_time_format(ts.range.bucket),
+        x_format=_time_format(ts.range.bucket, ts.range.span),
+        x_max=ts.until,
         y_format=y_format,
         y_min=0.0 if kind in ("percent", "count") else None,
         y_max=1.0 if kind == "percent" else None,
