@@ -147,7 +147,7 @@ def interaction_search(tenant: Tenant, *, filters: InteractionFilters) -> QueryS
     (prompt, token ids, logprobs) stay in the database until one interaction is opened."""
     qs = (
         Interaction.objects.filter(tenant=tenant)
-        .select_related("adapter_version", "adapter")
+        .select_related("adapter_version__adapter", "adapter")
         .annotate(outcome=F("feedback__outcome"))
         .defer("prompt", "suffix", "prompt_token_ids", "completion_token_ids", "completion_logprobs", "metadata")
         .order_by("-served_at", "-id")

@@ -193,15 +193,16 @@ def build_world(
     )
     ids = log_events(a, outcomes=["accepted", "rejected", "edited", "not_shown", None], version=v1)
     log_events(b, outcomes=["accepted"], completion="B's secret completion")
-    key = api_key_create(a, name="editor plugin", scopes=["ingest", "feedback"]).api_key
-    world = World(a=a, b=b, adapter=adapter, v1=v1, v2=v2, run=run, interaction_id=ids[0], key=key)
-    world.users = {
+    users = {
         "owner": make_user("olivia", a, "owner"),
         "admin": make_user("adam", a, "admin"),
         "viewer": make_user("vera", a, "viewer"),
         "outsider": make_user("bob", b, "admin"),
     }
-    return world
+    key = api_key_create(
+        a, name="editor plugin", scopes=["ingest", "feedback"], actor=f"user:{users['owner'].pk}"
+    ).api_key
+    return World(a=a, b=b, adapter=adapter, v1=v1, v2=v2, run=run, interaction_id=ids[0], key=key, users=users)
 
 
 @pytest.fixture
