@@ -106,6 +106,8 @@ def tour_page(page: Page, name: str) -> None:
     for label, size in VIEWPORTS.items():
         page.set_viewport_size(size)
         expect(page.locator("body")).to_be_visible()
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{page.url} is {overflow}px wider than a {label} screen"
         check_accessibility(page)
         path = SCREENSHOTS / f"{name}-{label}.png"
         page.screenshot(path=str(path), full_page=True)
