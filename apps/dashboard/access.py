@@ -96,5 +96,4 @@ def tenant_context(request: HttpRequest, tenant_slug: str) -> TenantContext:
         raise Http404("no such tenant")
     ctx = TenantContext(tenant=membership.tenant, membership=membership, memberships=memberships)
     ctx.adapters = list(adapter_list(ctx.tenant))
-    request.dashboard = ctx  # type: ignore[attr-defined]
     return ctx

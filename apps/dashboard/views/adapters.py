@@ -10,11 +10,12 @@ from django.views.decorators.http import require_POST
 from apps.adapters.models import AdapterVersion
 from apps.adapters.selectors import adapter_version_get_for_tenant
 from apps.adapters.services import adapter_version_promote
-from apps.common.exceptions import ApplicationError, NotFound, ValidationFailed
+from apps.common.exceptions import ApplicationError, ValidationFailed
 from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.forms import TrainingPolicyForm, attach_service_error
 from apps.dashboard.selectors import adapter_lineage
 from apps.dashboard.views.common import tenant_render
+from apps.serving.services import adapter_version_load
 from apps.training.selectors import training_policy_get
 from apps.training.services import training_policy_update, training_run_start
 
@@ -43,13 +44,9 @@ def version_promote(request: HttpRequest, ctx: TenantContext, adapter_name: str,
     if request.method == "POST":
         try:
             if version.loaded_at is None and version.status != AdapterVersion.Status.FAILED:
-                from apps.serving.services import adapter_version_load
-
                 adapter_version_load(version_id=version.pk)
                 version.refresh_from_db()
             adapter_version_promote(ctx.tenant, version=version, actor=ctx.actor)
-        except NotFound:
-            raise
         except ApplicationError as exc:
             messages.error(request, f"Nothing changed: {exc.message}")
         else:
