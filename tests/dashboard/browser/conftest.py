@@ -78,6 +78,15 @@ def live_world(transactional_db: Any, make_tenant, make_user, tiny_starter_model
         log_events(
             world.a, outcomes=mixes[hour % 3], minutes_ago=hour * 60 - 5, user=f"dev-{hour % 4}", version=world.v1
         )
+    # Long text must wrap or be cut with an ellipsis, never widen a page.
+    long_line = "    result_{0} = compute_something_rather_long(argument_{0}, option={0})"
+    log_events(
+        world.a,
+        outcomes=["edited"],
+        minutes_ago=2,
+        completion="\n".join(long_line.format(i) for i in range(40)),
+        user="an-end-user-id-from-the-tenants-own-directory-service-0123456789abcdef-0123456789abcdef",
+    )
     return world
 
 

@@ -23,13 +23,14 @@ def test_overview_shows_the_numbers_and_refreshes_them_without_a_reload(page, li
     sign_in(page, live_world.users["admin"])
     expect(page).to_have_url(f"{page.url.split('/dashboard/')[0]}/dashboard/t/{live_world.a.slug}/")
     expect(_stat(page, "production")).to_have_text("v1")
-    # The last hour holds the world's five events (accepted, rejected, edited, not shown, no feedback)
-    # and the traffic of 55 minutes ago (accepted, accepted, edited, rejected): 3 accepted of 7 shown.
-    expect(_stat(page, "acceptance")).to_have_text("42.9 %")
+    # The last hour holds the world's five events (accepted, rejected, edited, not shown, no feedback),
+    # the traffic of 55 minutes ago (accepted, accepted, edited, rejected) and one long edited
+    # completion: 3 accepted of 8 shown.
+    expect(_stat(page, "acceptance")).to_have_text("37.5 %")
     expect(page.locator("svg.chart--line")).to_have_count(4)
     page.evaluate("window.__notReloaded = true")
     log_events(live_world.a, outcomes=["accepted", "accepted", "accepted"], minutes_ago=1, version=live_world.v1)
-    expect(_stat(page, "acceptance")).to_have_text("60.0 %")  # 6 of 10, swapped in by htmx polling
+    expect(_stat(page, "acceptance")).to_have_text("54.5 %")  # 6 of 11, swapped in by htmx polling
     assert page.evaluate("window.__notReloaded") is True
     tour_page(page, "flow-overview-after-refresh")
 
@@ -139,3 +140,23 @@ def served_models(served) -> set[str]:
     import httpx
 
     return {m["id"] for m in httpx.get(f"{served.base_url}/v1/models", timeout=30).json()["data"]}
+
+
+def test_keyboard_skip_link_and_menus(page, live_world):
+    from apps.tenants.services import membership_create
+
+    membership_create(live_world.b, user=live_world.users["admin"], role="viewer")
+    sign_in(page, live_world.users["admin"])
+    page.goto(url_for("overview", live_world))
+    page.keyboard.press("Tab")
+    skip = page.get_by_role("link", name="Skip to content")
+    expect(skip).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator("main#main")).to_be_focused()
+    switcher = page.locator("details.menu--tenant > summary")
+    switcher.focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("link", name=live_world.b.name)).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(page.get_by_role("link", name=live_world.b.name)).to_be_hidden()
+    expect(switcher).to_be_focused()
