@@ -151,3 +151,9 @@ def widget(field: Any) -> SafeString:
     if field.errors:
         attrs["aria-invalid"] = "true"
     return field.as_widget(attrs=attrs)
+
+
+@register.filter
+def label(value: Any) -> str:
+    """A stored choice as words: ``not_shown`` → ``not shown``."""
+    return str(value).replace("_", " ") if value is not None else "–"
