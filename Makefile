@@ -5,12 +5,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
+# The dashboard's front-end libraries, fetched with npm into var/vendor (never committed).
+HTMX_VERSION := 2.0.11
+AXE_VERSION := 4.14.1
+ASSETS_STAMP := var/vendor/.htmx-$(HTMX_VERSION)-axe-$(AXE_VERSION)
 
 # The suite runs against the real Postgres and Redis of this machine.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: venv services test demo up starter vllm lint bench-ingest bench-serving bench-trainer bench-freshness vllm-env clean
+.PHONY: venv assets browser services test demo up starter vllm lint bench-ingest bench-serving bench-trainer bench-freshness vllm-env clean
 
 venv: $(STAMP)
 
@@ -21,17 +25,27 @@ $(STAMP): requirements.lock
 	$(PIP) install --quiet --disable-pip-version-check -r requirements.lock
 	@touch $@
 
+assets: $(ASSETS_STAMP)
+
+$(ASSETS_STAMP):
+	@bash platform/vendor-assets.sh $(HTMX_VERSION) $(AXE_VERSION)
+	@touch $@
+
 services:
 	@bash platform/ensure-services.sh
 
-test: venv services
+# Debian's Chromium for the dashboard's browser tests (Playwright drives it).
+browser:
+	@bash platform/ensure-browser.sh
+
+test: venv assets browser services
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
-demo: venv
+demo: venv assets
 	@bash platform/demo.sh
 
 # Every process (vLLM, API, workers, beat) in one terminal.
-up: venv
+up: venv assets
 	@bash platform/up.sh
 
 starter: venv

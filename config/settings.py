@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "apps.adapters",
     "apps.serving",
     "apps.training",
+    "apps.dashboard",
 ]
 
 MIDDLEWARE = [
@@ -181,6 +182,15 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+# Front-end libraries (htmx, axe-core) fetched by `make assets` with npm; never committed.
+VENDOR_STATIC_DIR = Path(os.environ.get("STROP_VENDOR_STATIC_DIR", BASE_DIR / "var" / "vendor" / "static"))
+VENDOR_STATIC_DIR.mkdir(parents=True, exist_ok=True)
+STATICFILES_DIRS = [("vendor", VENDOR_STATIC_DIR)]
+
+# The dashboard: Django's session login; tenant admins sign in at /dashboard/login/.
+LOGIN_URL = "dashboard:login"
+LOGIN_REDIRECT_URL = "dashboard:home"
+LOGOUT_REDIRECT_URL = "dashboard:login"
 
 # Requests larger than this are refused with 413 before they are parsed.
 STROP_MAX_BODY_BYTES = env_int("STROP_MAX_BODY_BYTES", 16 * 1024 * 1024)

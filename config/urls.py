@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
@@ -50,6 +50,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(**_public), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **_public), name="api-docs"),
     path("admin/", admin.site.urls),
+    path("dashboard/", include("apps.dashboard.urls")),
 ]
 
 handler404 = "apps.common.apis.not_found"

@@ -9,7 +9,7 @@ from django.utils.text import slugify
 
 from apps.common.exceptions import Conflict, ValidationFailed
 from apps.tenants.keys import generate_key, hash_key
-from apps.tenants.models import ApiKey, AuditEvent, Tenant
+from apps.tenants.models import ApiKey, AuditEvent, Membership, Tenant
 
 ALL_SCOPES = [choice.value for choice in ApiKey.Scope]
 
@@ -97,3 +97,20 @@ def api_key_touch(*, api_key: ApiKey, resolution_s: int) -> None:
     if api_key.last_used_at is None or (now - api_key.last_used_at).total_seconds() >= resolution_s:
         ApiKey.objects.filter(pk=api_key.pk).update(last_used_at=now)
         api_key.last_used_at = now
+
+
+@transaction.atomic
+def membership_create(tenant: Tenant, *, user: Any, role: str, actor: str = "system") -> Membership:
+    """Give a dashboard user a role in ``tenant`` (a user already in it gets the new role)."""
+    if role not in Membership.Role.values:
+        raise ValidationFailed(f"role: {role!r} is not a role; choose from {', '.join(Membership.Role.values)}")
+    membership, created = Membership.objects.update_or_create(tenant=tenant, user=user, defaults={"role": role})
+    audit_record(
+        tenant,
+        actor=actor,
+        action="membership.create" if created else "membership.update",
+        target_type="user",
+        target_id=str(user.pk),
+        data={"username": user.get_username(), "role": role},
+    )
+    return membership

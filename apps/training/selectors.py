@@ -37,13 +37,24 @@ def version_lineage_ids(version: AdapterVersion | None) -> list[int]:
     return ids
 
 
-def _belongs_to_adapter(adapter: Adapter) -> Q:
-    """Served interactions name their adapter; logged ones may name it in `model`, else go to the default."""
-    match = Q(interaction__adapter=adapter) | Q(interaction__adapter__isnull=True, interaction__model_name=adapter.name)
+def _belongs_to_adapter(adapter: Adapter, *, via: str = "interaction__") -> Q:
+    """Served interactions name their adapter; logged ones may name it in `model`, else go to the default.
+
+    ``via`` is the path to the interaction: ``interaction__`` from Feedback, empty from Interaction."""
+    match = Q(**{f"{via}adapter": adapter}) | Q(**{f"{via}adapter__isnull": True, f"{via}model_name": adapter.name})
     if adapter.is_default:
         other_names = Adapter.objects.filter(tenant_id=adapter.tenant_id).exclude(pk=adapter.pk).values("name")
-        match |= Q(interaction__adapter__isnull=True) & ~Q(interaction__model_name__in=other_names)
+        match |= Q(**{f"{via}adapter__isnull": True}) & ~Q(**{f"{via}model_name__in": other_names})
     return match
+
+
+def interaction_belongs_to_adapter(adapter: Adapter) -> Q:
+    """The same attribution rule as training's, as a filter on Interaction (the dashboard's figures)."""
+    return _belongs_to_adapter(adapter, via="")
+
+
+def feedback_belongs_to_adapter(adapter: Adapter) -> Q:
+    return _belongs_to_adapter(adapter)
 
 
 def training_events_eligible(adapter: Adapter, *, parent: AdapterVersion | None) -> QuerySet[Feedback]:

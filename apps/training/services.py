@@ -175,6 +175,25 @@ def training_schedule(adapter: Adapter, *, force: bool = False) -> TrainingRun |
     return run
 
 
+def training_run_start(tenant: Tenant, *, adapter: Adapter, actor: str) -> TrainingRun | None:
+    """A person starts a run now, whatever the policy says; audited. None: one is already going
+    for this adapter, or the tenant is at its cap."""
+    if adapter.tenant_id != tenant.pk:
+        raise ValueError("adapter belongs to another tenant")
+    with transaction.atomic():
+        run = training_schedule(adapter, force=True)
+        if run is not None:
+            audit_record(
+                tenant,
+                actor=actor,
+                action="training_run.start",
+                target_type="training_run",
+                target_id=str(run.pk),
+                data={"adapter": adapter.name, "parent": run.parent_version.vllm_name if run.parent_version else None},
+            )
+    return run
+
+
 def training_schedule_tenant(tenant_id: int) -> list[TrainingRun]:
     # Cleared before counting: an event that commits from here on asks for a check of its own.
     cache.delete(_schedule_check_key(tenant_id))

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from apps.common.exceptions import ApplicationError
+from apps.tenants.models import Membership, Tenant
+from apps.tenants.services import membership_create
+
+
+class Command(BaseCommand):
+    help = (
+        "Create a dashboard user with a role in a tenant (an existing user gets the role). "
+        "Prints the password when it was generated."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("username")
+        parser.add_argument("--tenant", required=True, help="the tenant's slug")
+        parser.add_argument("--role", default=Membership.Role.VIEWER, choices=Membership.Role.values)
+        parser.add_argument("--password", help="default: a generated one, printed once")
+        parser.add_argument("--email", default="")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        tenant = Tenant.objects.filter(slug=options["tenant"]).first()
+        if tenant is None:
+            raise CommandError(f"no tenant with slug {options['tenant']!r}")
+        users = get_user_model().objects
+        generated = None
+        with transaction.atomic():
+            user = users.filter(username=options["username"]).first()
+            if user is None:
+                password = options["password"] or (generated := secrets.token_urlsafe(12))
+                user = users.create_user(username=options["username"], email=options["email"], password=password)
+            elif options["password"]:
+                user.set_password(options["password"])
+                user.save(update_fields=["password"])
+            try:
+                membership_create(tenant, user=user, role=options["role"], actor="operator")
+            except ApplicationError as exc:
+                raise CommandError(exc.message) from exc
+        self.stdout.write(f"user {user.get_username()} is {options['role']} of {tenant.slug}")
+        if generated:
+            self.stdout.write(f"password (shown once): {generated}")

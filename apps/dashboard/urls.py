@@ -1,0 +1,52 @@
+"""The dashboard's pages, under /dashboard/. Tenant pages live under t/<tenant_slug>/."""
+
+from __future__ import annotations
+
+from django.contrib.auth import views as auth_views
+from django.urls import include, path, reverse_lazy
+
+from apps.dashboard.views import adapters, home, interactions, keys, overview, runs
+
+app_name = "dashboard"
+
+tenant_patterns = [
+    path("", overview.overview, name="overview"),
+    path("adapters/<slug:adapter_name>/", overview.overview, name="adapter-overview"),
+    path("adapters/<slug:adapter_name>/live/", overview.overview_live, name="overview-live"),
+    path("adapters/<slug:adapter_name>/versions/", adapters.versions, name="versions"),
+    path(
+        "adapters/<slug:adapter_name>/versions/<int:number>/promote/",
+        adapters.version_promote,
+        name="version-promote",
+    ),
+    path("adapters/<slug:adapter_name>/training-policy/", adapters.training_policy, name="training-policy"),
+    path("adapters/<slug:adapter_name>/runs/start/", adapters.training_run_start_view, name="run-start"),
+    path("runs/", runs.run_list, name="runs"),
+    path("runs/<int:run_id>/", runs.run_detail, name="run-detail"),
+    path("runs/<int:run_id>/status/", runs.run_status, name="run-status"),
+    path("interactions/", interactions.interaction_list, name="interactions"),
+    path("interactions/<uuid:interaction_id>/", interactions.interaction_detail, name="interaction-detail"),
+    path("keys/", keys.keys, name="keys"),
+    path("keys/<int:key_id>/revoke/", keys.key_revoke, name="key-revoke"),
+    path("audit/", keys.audit_log, name="audit"),
+]
+
+urlpatterns = [
+    path("", home.home, name="home"),
+    path("login/", auth_views.LoginView.as_view(template_name="dashboard/auth/login.html"), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(
+        "password/",
+        auth_views.PasswordChangeView.as_view(
+            template_name="dashboard/auth/password_change.html",
+            success_url=reverse_lazy("dashboard:password-change-done"),
+        ),
+        name="password-change",
+    ),
+    path(
+        "password/done/",
+        auth_views.PasswordChangeDoneView.as_view(template_name="dashboard/auth/password_change_done.html"),
+        name="password-change-done",
+    ),
+    path("t/<slug:tenant_slug>/", include(tenant_patterns)),
+]

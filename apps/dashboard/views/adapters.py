@@ -1,0 +1,97 @@
+"""An adapter's versions (lineage, promotion) and its training policy."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
+
+from apps.adapters.models import AdapterVersion
+from apps.adapters.selectors import adapter_version_get_for_tenant
+from apps.adapters.services import adapter_version_promote
+from apps.common.exceptions import ApplicationError, ValidationFailed
+from apps.dashboard.access import TenantContext, tenant_page
+from apps.dashboard.forms import TrainingPolicyForm, attach_service_error
+from apps.dashboard.selectors import adapter_lineage
+from apps.dashboard.views.common import tenant_render
+from apps.serving.services import adapter_version_load
+from apps.training.selectors import training_policy_get
+from apps.training.services import training_policy_update, training_run_start
+
+PROMOTABLE = (AdapterVersion.Status.CANDIDATE, AdapterVersion.Status.IN_EXPERIMENT)
+
+
+@tenant_page()
+def versions(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> HttpResponse:
+    adapter = ctx.adapter(adapter_name)
+    context = {
+        "adapter": adapter,
+        "nodes": adapter_lineage(ctx.tenant, adapter=adapter),
+        "promotable": PROMOTABLE,
+        "nav_adapter": adapter,
+    }
+    return tenant_render(request, ctx, "dashboard/versions/page.html", context, section="versions")
+
+
+@tenant_page(action=True)
+def version_promote(request: HttpRequest, ctx: TenantContext, adapter_name: str, number: int) -> HttpResponse:
+    """GET states exactly what will change; POST moves the production pointer (loading the version
+    into vLLM first when it is not loaded yet, as the API does)."""
+    adapter = ctx.adapter(adapter_name)
+    version = adapter_version_get_for_tenant(ctx.tenant, adapter=adapter, number=number)
+    current = adapter.production_version
+    if request.method == "POST":
+        try:
+            if version.loaded_at is None and version.status != AdapterVersion.Status.FAILED:
+                adapter_version_load(version_id=version.pk)
+                version.refresh_from_db()
+            adapter_version_promote(ctx.tenant, version=version, actor=ctx.actor)
+        except ApplicationError as exc:
+            messages.error(request, f"Nothing changed: {exc.message}")
+        else:
+            was = f"v{current.number}" if current else "the base model"
+            messages.success(request, f"v{version.number} now serves {adapter.name} in production (was {was}).")
+        return redirect("dashboard:versions", tenant_slug=ctx.tenant.slug, adapter_name=adapter.name)
+    context = {"adapter": adapter, "version": version, "current": current, "nav_adapter": adapter}
+    return tenant_render(request, ctx, "dashboard/versions/promote.html", context, section="versions")
+
+
+@tenant_page()
+def training_policy(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> HttpResponse:
+    """Everyone reads the policy; admins and owners change it (through training_policy_update)."""
+    adapter = ctx.adapter(adapter_name)
+    policy = training_policy_get(adapter)
+    form = TrainingPolicyForm.for_policy(policy, data=request.POST if request.method == "POST" else None)
+    if request.method == "POST":
+        if not ctx.can_act:
+            return tenant_render(request, ctx, "dashboard/forbidden.html", status=403)
+        if form.is_valid():
+            changes = form.changes(policy)
+            if not changes:
+                messages.info(request, "Nothing to save: the policy already says that.")
+                return redirect("dashboard:training-policy", tenant_slug=ctx.tenant.slug, adapter_name=adapter.name)
+            try:
+                training_policy_update(ctx.tenant, adapter=adapter, actor=ctx.actor, changes=changes)
+            except ValidationFailed as exc:
+                attach_service_error(form, exc)
+            else:
+                messages.success(request, f"Training policy saved: {', '.join(sorted(changes))}.")
+                return redirect("dashboard:training-policy", tenant_slug=ctx.tenant.slug, adapter_name=adapter.name)
+    context = {"adapter": adapter, "policy": policy, "form": form, "nav_adapter": adapter}
+    status = 400 if form.is_bound and form.errors else 200
+    return tenant_render(request, ctx, "dashboard/training/policy.html", context, section="runs", status=status)
+
+
+@tenant_page(action=True)
+@require_POST
+def training_run_start_view(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> HttpResponse:
+    adapter = ctx.adapter(adapter_name)
+    run = training_run_start(ctx.tenant, adapter=adapter, actor=ctx.actor)
+    if run is None:
+        messages.error(
+            request, f"No run started: one is already going for {adapter.name}, or the tenant is at its cap."
+        )
+        return redirect("dashboard:runs", tenant_slug=ctx.tenant.slug)
+    messages.success(request, f"Training run #{run.pk} queued for {adapter.name}.")
+    return redirect("dashboard:run-detail", tenant_slug=ctx.tenant.slug, run_id=run.pk)

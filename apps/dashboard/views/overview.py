@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from apps.adapters.models import Adapter
+from apps.dashboard.access import TenantContext, tenant_page
+from apps.dashboard.stats import (
+    DEFAULT_RANGE,
+    TIME_RANGES,
+    adapter_active_run,
+    adapter_last_finished_run,
+    adapter_live_numbers,
+    adapter_timeseries,
+)
+from apps.dashboard.views.common import tenant_render
+from apps.training.selectors import training_policy_get
+
+
+def _live_context(adapter: Adapter) -> dict[str, object]:
+    policy = training_policy_get(adapter)
+    return {
+        "adapter": adapter,
+        "policy": policy,
+        "live": adapter_live_numbers(adapter, policy=policy),
+        "active_run": adapter_active_run(adapter),
+    }
+
+
+@tenant_page()
+def overview(request: HttpRequest, ctx: TenantContext, adapter_name: str | None = None) -> HttpResponse:
+    """Per adapter: production version, the live numbers, rates over time with version changes marked."""
+    adapter = ctx.adapter(adapter_name) if adapter_name else ctx.default_adapter
+    if adapter is None:
+        return tenant_render(request, ctx, "dashboard/overview/empty.html", section="overview")
+    range_key = request.GET.get("range", DEFAULT_RANGE)
+    range_key = range_key if range_key in TIME_RANGES else DEFAULT_RANGE
+    context = _live_context(adapter)
+    context.update(
+        ranges=TIME_RANGES.values(),
+        range_key=range_key,
+        timeseries=adapter_timeseries(adapter, policy=context["policy"], range_key=range_key),  # type: ignore[arg-type]
+        last_run=adapter_last_finished_run(adapter),
+        nav_adapter=adapter,
+    )
+    return tenant_render(request, ctx, "dashboard/overview/page.html", context, section="overview")
+
+
+@tenant_page()
+def overview_live(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> HttpResponse:
+    """The live numbers alone, for htmx to swap in every few seconds."""
+    adapter = ctx.adapter(adapter_name)
+    return render(request, "dashboard/overview/_live.html", {"ctx": ctx, **_live_context(adapter)})

@@ -1,0 +1,129 @@
+"""Browser tests: Playwright (Python) driving Debian's Chromium against pytest-django's live server.
+
+Chromium comes from ``platform/ensure-browser.sh`` (``make test`` runs it); Playwright's own browser
+download cannot run here, so the session launches ``/usr/bin/chromium``. Every page visited through
+:func:`tour_page` is screenshot at desktop and phone width under ``$STROP_TEST_ARTIFACTS/screenshots``
+(default ``var/test-artifacts/screenshots``) and checked with axe-core for serious or critical
+accessibility violations. Waiting is Playwright's own (auto-waiting locators, ``expect`` with a
+generous timeout): never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# Playwright's sync API runs its event loop in this thread; Django's ORM, used by the tests to make
+# their data, would otherwise refuse to run beside it.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+
+from tests.dashboard.conftest import PASSWORD, World, build_world, log_events  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CHROMIUM = os.environ.get("STROP_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(os.environ.get("STROP_TEST_ARTIFACTS", REPO_ROOT / "var" / "test-artifacts"))
+SCREENSHOTS = ARTIFACTS / "screenshots"
+AXE = Path(os.environ.get("STROP_VENDOR_STATIC_DIR", REPO_ROOT / "var" / "vendor" / "static")) / "axe.min.js"
+VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+# Generous: the machine is a shared 2-core box and the live server runs in the test's process.
+TIMEOUT_MS = 30_000
+_shots: list[Path] = []
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(f"{CHROMIUM} is missing: run `bash platform/ensure-browser.sh` (make test does)", pytrace=False)
+    if not AXE.is_file():
+        pytest.fail(f"{AXE} is missing: run `make assets` (make test does)", pytrace=False)
+    expect.set_options(timeout=TIMEOUT_MS)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser, live_server: Any) -> Iterator[Page]:
+    context = browser.new_context(viewport=VIEWPORTS["desktop"], base_url=live_server.url)
+    context.set_default_timeout(TIMEOUT_MS)
+    context.set_default_navigation_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def live_world(transactional_db: Any, make_tenant, make_user, tiny_starter_model, lora_source) -> World:
+    """The dashboard test world, committed so the live server sees it, with a day of traffic."""
+    world = build_world(make_tenant, make_user, tiny_starter_model, lora_source)
+    mixes = [["accepted", "rejected", "not_shown"], ["accepted", "accepted", "edited", "rejected"], ["rejected", None]]
+    for hour in range(1, 22):
+        log_events(
+            world.a, outcomes=mixes[hour % 3], minutes_ago=hour * 60 - 5, user=f"dev-{hour % 4}", version=world.v1
+        )
+    # Long text must wrap or be cut with an ellipsis, never widen a page.
+    long_line = "    result_{0} = compute_something_rather_long(argument_{0}, option={0})"
+    log_events(
+        world.a,
+        outcomes=["edited"],
+        minutes_ago=2,
+        completion="\n".join(long_line.format(i) for i in range(40)),
+        user="an-end-user-id-from-the-tenants-own-directory-service-0123456789abcdef-0123456789abcdef",
+    )
+    return world
+
+
+def sign_in(page: Page, user: Any) -> None:
+    page.goto("/dashboard/login/")
+    page.get_by_label("Username").fill(user.username)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", level=1)).to_be_visible()
+
+
+def check_accessibility(page: Page) -> None:
+    """axe-core on the page as it is: no serious or critical violation."""
+    page.add_script_tag(path=str(AXE))
+    results = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+    bad = [v for v in results["violations"] if v.get("impact") in ("serious", "critical")]
+    report = "\n".join(
+        f"{v['impact']}: {v['id']} ({v['help']}): " + "; ".join(n["target"][0] for n in v["nodes"][:5]) for v in bad
+    )
+    assert not bad, f"{page.url}:\n{report}"
+
+
+def tour_page(page: Page, name: str) -> None:
+    """Screenshot the current page at desktop and phone width, checking accessibility at each."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for label, size in VIEWPORTS.items():
+        page.set_viewport_size(size)
+        expect(page.locator("body")).to_be_visible()
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{page.url} is {overflow}px wider than a {label} screen"
+        check_accessibility(page)
+        path = SCREENSHOTS / f"{name}-{label}.png"
+        page.screenshot(path=str(path), full_page=True)
+        _shots.append(path)
+    page.set_viewport_size(VIEWPORTS["desktop"])
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _shots:
+        terminalreporter.write_line(f"dashboard screenshots ({len(_shots)}): {SCREENSHOTS}")

@@ -1,0 +1,61 @@
+"""Every dashboard page, at desktop and phone width: a screenshot each, and no serious or critical
+accessibility violation (axe-core). The list of pages is checked against the URL resolver."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.dashboard.browser.conftest import sign_in, tour_page
+from tests.dashboard.routes import ACCOUNT, CONFIRM, PUBLIC, READ, dashboard_routes, url_for
+
+# Fragments that htmx swaps into a page; they are seen inside the overview and the run page.
+FRAGMENTS = {"overview-live", "run-status"}
+# Routes that only answer POST.
+POST_ONLY = {"logout", "run-start"}
+PAGES = sorted((READ | CONFIRM | ACCOUNT | PUBLIC) - FRAGMENTS - POST_ONLY - {"login"})
+
+
+def test_the_tour_covers_every_page_route():
+    assert set(dashboard_routes()) == set(PAGES) | FRAGMENTS | POST_ONLY | {"login"}
+
+
+@pytest.mark.slow
+def test_every_page_at_desktop_and_phone_width(page, live_world):
+    page.goto("/dashboard/login/")
+    tour_page(page, "login")
+    # The owner is in two tenants, so the header shows the tenant switcher and home lists both.
+    from apps.tenants.services import membership_create
+
+    membership_create(live_world.b, user=live_world.users["owner"], role="viewer")
+    sign_in(page, live_world.users["owner"])
+    for name in PAGES:
+        page.goto(url_for(name, live_world))
+        expect(page.get_by_role("heading", level=1)).to_be_visible()
+        tour_page(page, name)
+
+
+@pytest.mark.slow
+def test_empty_states_and_not_found(page, live_world, make_tenant, make_user):
+    empty = make_tenant("empty-co")
+    user = make_user("erin", empty, "admin")
+    sign_in(page, user)
+    for name in ("overview", "interactions", "runs"):
+        page.goto(f"/dashboard/t/empty-co/{'' if name == 'overview' else name + '/'}")
+        expect(page.locator(".empty-state")).to_be_visible()
+        tour_page(page, f"empty-{name}")
+    response = page.goto(f"/dashboard/t/{live_world.a.slug}/")
+    assert response is not None and response.status == 404
+    expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+    tour_page(page, "not-found")
+
+
+@pytest.mark.slow
+def test_a_viewer_sees_no_action_and_gets_a_message_when_acting(page, live_world):
+    sign_in(page, live_world.users["viewer"])
+    page.goto(url_for("versions", live_world))
+    expect(page.get_by_role("heading", name="v2")).to_be_visible()
+    expect(page.get_by_role("link", name="Promote v2…")).to_have_count(0)
+    page.goto(url_for("version-promote", live_world))
+    expect(page.get_by_role("heading", name="Your role can read, not act")).to_be_visible()
+    tour_page(page, "forbidden")

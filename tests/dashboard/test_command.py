@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.contrib.auth import authenticate
+from django.core.management import CommandError, call_command
+
+from apps.tenants.models import AuditEvent, Membership
+
+pytestmark = pytest.mark.django_db
+
+
+def _run(*args: str) -> str:
+    out = StringIO()
+    call_command("dashboard_user_create", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_creates_a_user_with_a_role_and_prints_the_generated_password(make_tenant):
+    tenant = make_tenant("acme")
+    out = _run("alice", "--tenant", "acme", "--role", "admin")
+    password = out.split("password (shown once): ")[1].strip()
+    user = authenticate(username="alice", password=password)
+    assert user is not None
+    assert Membership.objects.get(user=user, tenant=tenant).role == "admin"
+    assert AuditEvent.objects.filter(tenant=tenant, action="membership.create", target_id=str(user.pk)).exists()
+
+
+def test_a_given_password_is_not_printed_and_an_existing_user_gets_the_role(make_tenant):
+    make_tenant("acme")
+    other = make_tenant("other")
+    assert "password" not in _run("bob", "--tenant", "acme", "--password", "s3cret-enough")
+    _run("bob", "--tenant", "other", "--role", "owner")
+    user = authenticate(username="bob", password="s3cret-enough")
+    assert Membership.objects.get(user=user, tenant=other).role == "owner"
+
+
+def test_an_unknown_tenant_is_an_error(db):
+    with pytest.raises(CommandError, match="no tenant"):
+        _run("carol", "--tenant", "nope")

@@ -1,0 +1,234 @@
+"""What the pages say and what their forms do (Django test client)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from apps.adapters.models import AdapterVersion
+from apps.tenants.models import ApiKey, AuditEvent
+from apps.training.models import TrainingPolicy, TrainingRun
+from tests.dashboard.conftest import log_events
+from tests.dashboard.routes import ACTIONS, url_for
+
+pytestmark = pytest.mark.django_db
+
+
+def _policy_data(**changes):
+    return {**ACTIONS["training-policy"][1], **changes}
+
+
+def test_home_goes_to_the_only_tenant_lists_several_and_explains_none(client, world, make_user):
+    client.force_login(world.users["admin"])
+    assert client.get("/dashboard/").url == f"/dashboard/t/{world.a.slug}/"
+    from apps.tenants.services import membership_create
+
+    membership_create(world.b, user=world.users["admin"], role="viewer")
+    body = client.get("/dashboard/").content.decode()
+    assert world.a.name in body and world.b.name in body
+    page = client.get(url_for("overview", world)).content.decode()
+    assert "Switch tenant" in page
+    client.force_login(make_user("nobody"))
+    assert "not a member of any tenant" in client.get("/dashboard/").content.decode()
+
+
+def test_the_overview_states_its_definitions_and_the_production_version(login, world):
+    body = login(world.users["viewer"]).get(url_for("overview", world)).content.decode()
+    assert "accepted ÷ shown" in body and "How these are counted" in body
+    assert 'data-stat="production">v1' in body
+    assert 'hx-trigger="every 5s"' in body
+    assert "Start training run" not in body  # a viewer sees no action
+
+
+def test_the_live_fragment_is_the_live_section_alone(login, world):
+    body = login(world.users["viewer"]).get(url_for("overview-live", world)).content.decode()
+    assert body.lstrip().startswith('<section id="live"') and "<html" not in body
+
+
+def test_the_versions_page_shows_the_lineage_gate_and_the_promote_link_for_admins(login, world):
+    body = login(world.users["admin"]).get(url_for("versions", world)).content.decode()
+    assert "trained from v1" in body and "0.012" in body and "Promote v2…" in body
+    assert body.index("v1-title") < body.index("v2-title")  # v2 is listed under its parent
+    viewer_body = login(world.users["viewer"]).get(url_for("versions", world)).content.decode()
+    assert "Promote v2" not in viewer_body
+
+
+def test_the_promote_confirmation_says_exactly_what_changes(login, world):
+    body = login(world.users["admin"]).get(url_for("version-promote", world)).content.decode()
+    assert "moves from\n      <strong>v1</strong> to <strong>v2</strong>" in body
+    assert "v1 becomes <em>retired</em>" in body and "requests that name no model" in body
+
+
+def test_promoting_an_unloaded_version_with_vllm_down_changes_nothing(login, world, settings, lora_source):
+    from apps.adapters.services import adapter_version_register
+
+    settings.VLLM_BASE_URLS = ["http://127.0.0.1:9"]  # nothing listens there
+    settings.VLLM_TIMEOUT_S = 2.0
+    v3 = adapter_version_register(world.a, adapter=world.adapter, source_dir=lora_source, enqueue_load=False)
+    client = login(world.users["admin"])
+    url = f"/dashboard/t/{world.a.slug}/adapters/tab/versions/{v3.number}/promote/"
+    response = client.post(url, follow=True)
+    assert "Nothing changed" in response.content.decode()
+    world.adapter.refresh_from_db()
+    assert world.adapter.production_version_id == world.v1.pk
+    assert AdapterVersion.objects.get(pk=v3.pk).status == "candidate"
+    assert not AuditEvent.objects.filter(tenant=world.a, action="adapter.promote", actor__startswith="user:").exists()
+
+
+def test_policy_errors_from_the_service_sit_beside_their_field(login, world):
+    client = login(world.users["admin"])
+    url = url_for("training-policy", world)
+    response = client.post(url, _policy_data(heldout_fraction="0.95"))
+    assert response.status_code == 400
+    assert response.context["form"].errors == {"heldout_fraction": ["must be in [0, 0.9)"]}
+    response = client.post(url, _policy_data(trainer_overrides='{"no_such_setting": 1}'))
+    assert list(response.context["form"].errors) == ["trainer_overrides"]
+    response = client.post(url, _policy_data(gate_overrides="[1, 2]"))
+    assert list(response.context["form"].errors) == ["gate_overrides"]
+    response = client.post(url, _policy_data(max_wait_s="-5"))
+    assert list(response.context["form"].errors) == ["max_wait_s"]
+    assert not TrainingPolicy.objects.filter(adapter=world.adapter).exists()
+    assert not AuditEvent.objects.filter(tenant=world.a, action="training_policy.update").exists()
+
+
+def test_saving_the_policy_audits_only_what_changed(login, world):
+    client = login(world.users["admin"])
+    data = _policy_data(
+        min_new_events="256",
+        max_wait_s="3600",
+        heldout_fraction="0.1",
+        reward_accepted="0.75",
+        reward_rejected="-0.25",
+        reward_edited="0.25",
+        reward_not_shown="0",
+    )
+    response = client.post(url_for("training-policy", world), {**data, "min_new_events": "32"}, follow=True)
+    assert "Training policy saved: min_new_events." in response.content.decode()
+    event = AuditEvent.objects.get(tenant=world.a, action="training_policy.update")
+    assert event.data == {"min_new_events": 32}
+    assert TrainingPolicy.objects.get(adapter=world.adapter).min_new_events == 32
+
+
+def test_a_new_key_is_shown_once_and_never_cached(login, world):
+    client = login(world.users["admin"])
+    response = client.post(url_for("keys", world), {"name": "ci", "scopes": ["ingest", "serve"]})
+    assert response.status_code == 201 and response["Cache-Control"] == "no-store"
+    raw = response.context["issued"].raw_key
+    assert raw in response.content.decode()
+    key = ApiKey.objects.get(tenant=world.a, name="ci")
+    assert key.scopes == ["ingest", "serve"] and key.prefix in raw
+    listing = client.get(url_for("keys", world)).content.decode()
+    assert raw not in listing and f"strop_{key.prefix}_…" in listing
+
+
+def test_a_key_needs_a_name_and_a_scope(login, world):
+    response = login(world.users["admin"]).post(url_for("keys", world), {"name": ""})
+    assert response.status_code == 400 and set(response.context["form"].errors) == {"name", "scopes"}
+    assert ApiKey.objects.filter(tenant=world.a).count() == 1
+
+
+def test_starting_a_run_while_one_is_going_says_so_and_changes_nothing(login, world):
+    client = login(world.users["admin"])
+    client.post(url_for("run-start", world))
+    runs = TrainingRun.objects.filter(adapter=world.adapter).count()
+    audits = AuditEvent.objects.filter(tenant=world.a, action="training_run.start").count()
+    response = client.post(url_for("run-start", world), follow=True)
+    assert "No run started: one is already going" in response.content.decode()
+    assert TrainingRun.objects.filter(adapter=world.adapter).count() == runs
+    assert AuditEvent.objects.filter(tenant=world.a, action="training_run.start").count() == audits
+    assert client.get(url_for("run-start", world)).status_code == 405
+
+
+def test_the_run_page_shows_curves_gate_and_the_full_error(login, world):
+    client = login(world.users["viewer"])
+    body = client.get(url_for("run-detail", world)).content.decode()
+    assert body.count('class="card chart-card"') == 5 and "1 unreadable line skipped" in body
+    failed = TrainingRun.objects.create(
+        tenant=world.a,
+        adapter=world.adapter,
+        status="failed",
+        error="Traceback (most recent call last):\n" + "x" * 5000,
+    )
+    body = client.get(f"/dashboard/t/{world.a.slug}/runs/{failed.pk}/").content.decode()
+    assert "x" * 5000 in body and "no output version" in body and "never reached the gate" in body
+
+
+def test_an_active_run_polls_its_state_and_a_finished_one_does_not(login, world):
+    client = login(world.users["viewer"])
+    assert "hx-trigger" not in client.get(url_for("run-status", world)).content.decode()
+    from apps.training.services import training_run_start
+
+    run = training_run_start(world.a, adapter=world.adapter, actor="system")
+    body = client.get(f"/dashboard/t/{world.a.slug}/runs/{run.pk}/status/").content.decode()
+    assert 'hx-trigger="every 5s"' in body and "queued" in body
+
+
+def test_interaction_filters(login, world):
+    log_events(world.a, outcomes=["accepted"] * 3, user="dev-9", minutes_ago=120)
+    client = login(world.users["viewer"])
+    url = url_for("interactions", world)
+
+    def rows(**query):
+        return list(client.get(url, query).context["page"].object_list)
+
+    assert len(rows()) == 8
+    assert {i.end_user_id for i in rows(user="dev-9")} == {"dev-9"}
+    assert [i.outcome for i in rows(outcome="none")] == [None]
+    assert len(rows(outcome="accepted")) == 4
+    assert len(rows(version=str(world.v1.pk))) == 5
+    oldest = rows()[-1].served_at + timedelta(seconds=1)  # the form reads whole seconds
+    assert len(rows(until=oldest.strftime("%Y-%m-%dT%H:%M:%S"))) == 3
+    assert len(rows(since=oldest.strftime("%Y-%m-%dT%H:%M:%S"))) == 5
+    assert "No interaction matches" in client.get(url, {"user": "nobody"}).content.decode()
+
+
+def test_interactions_are_paginated(login, world):
+    log_events(world.a, outcomes=[None] * 60, minutes_ago=30)
+    client = login(world.users["viewer"])
+    first = client.get(url_for("interactions", world))
+    assert len(first.context["page"].object_list) == 50 and "Page 1 of 2" in first.content.decode()
+    second = client.get(url_for("interactions", world), {"page": 2})
+    assert len(second.context["page"].object_list) == 15
+
+
+def test_one_interaction_whole(login, world):
+    body = login(world.users["viewer"]).get(url_for("interaction-detail", world)).content.decode()
+    for text in ("def add(a, b):", "return a + b", "689", "-0.1", "0.905", "accepted", "0.75"):
+        assert text in body, text
+
+
+def test_audit_log_filters_and_names_users(login, world):
+    client = login(world.users["viewer"])
+    url = url_for("audit", world)
+    response = client.get(url, {"action": "api_key.create"})
+    events = list(response.context["page"].object_list)
+    assert [e.action for e in events] == ["api_key.create"]
+    assert f"olivia (user:{world.users['owner'].pk})" in response.content.decode()
+    assert all(e.actor == "system" for e in client.get(url, {"actor": "system"}).context["page"].object_list)
+
+
+def test_sign_in_sign_out_and_change_password(client, world):
+    from tests.dashboard.conftest import PASSWORD
+
+    response = client.post("/dashboard/login/", {"username": "adam", "password": PASSWORD}, follow=True)
+    assert response.redirect_chain[-1][0] == f"/dashboard/t/{world.a.slug}/"
+    response = client.post(
+        "/dashboard/password/",
+        {"old_password": PASSWORD, "new_password1": "another-long-secret", "new_password2": "another-long-secret"},
+    )
+    assert response.url == "/dashboard/password/done/"
+    client.post("/dashboard/logout/")
+    assert client.get(url_for("overview", world)).status_code == 302
+    bad = client.post("/dashboard/login/", {"username": "adam", "password": PASSWORD})
+    assert bad.status_code == 200 and "correct username and password" in bad.content.decode()
+
+
+def test_forms_are_csrf_protected(world):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(world.users["admin"])
+    assert client.post(url_for("run-start", world)).status_code == 403
+    assert client.post(url_for("keys", world), {"name": "x", "scopes": ["ingest"]}).status_code == 403
+    assert ApiKey.objects.filter(tenant=world.a).count() == 1
