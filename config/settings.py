@@ -79,6 +79,8 @@ INSTALLED_APPS = [
     "apps.adapters",
     "apps.serving",
     "apps.training",
+    "apps.cohorts",
+    "apps.experiments",
     "apps.dashboard",
 ]
 
@@ -163,6 +165,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "training-schedule": {"task": "workers.training.training_schedule_all", "schedule": 15.0},
     "training-reap-stale": {"task": "workers.training.training_reap_stale", "schedule": 20.0},
     "training-sweep-queued": {"task": "workers.training.training_sweep_queued", "schedule": 60.0},
+    "experiment-snapshots": {
+        "task": "workers.experiments.experiment_snapshot_all",
+        "schedule": float(os.environ.get("STROP_EXPERIMENT_SNAPSHOT_S", "60")),
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -217,6 +223,10 @@ TRAINING_MAX_ATTEMPTS = env_int("TRAINING_MAX_ATTEMPTS", 3)
 # workers to every core but one; a trainer that also spreads over them runs ~7x slower (measured
 # here: 27 s vs 3.8 s for one run). The default takes the one core vLLM leaves free.
 TRAINER_CPU_THREADS = env_int("TRAINER_CPU_THREADS", 1)
+# Starting an experiment checks that vLLM serves the candidate's weights: the largest difference
+# allowed between vLLM's and the trainer's log-prob of a probe token (nats). fp32 on CPU agrees to
+# about 1e-4; bf16 on a GPU to a few hundredths.
+STROP_PROBE_TOLERANCE = float(os.environ.get("STROP_PROBE_TOLERANCE", "0.05"))
 # Adapter versions live here, one directory each, never overwritten.
 STROP_ADAPTER_ROOT = Path(os.environ.get("STROP_ADAPTER_ROOT", VAR_DIR / "adapters"))
 

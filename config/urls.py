@@ -4,8 +4,17 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
 from apps.adapters.apis import AdapterListApi, AdapterVersionListApi, AdapterVersionPromoteApi
+from apps.cohorts.apis import EndUserConsentApi, EndUserDetailApi, EndUserImportApi, EndUserListApi
 from apps.common.apis import HealthApi
 from apps.common.observability.views import metrics_view
+from apps.experiments.apis import (
+    AdapterRollbackApi,
+    AssignmentApi,
+    ExperimentActionApi,
+    ExperimentCollectionApi,
+    ExperimentDetailApi,
+    ExperimentSnapshotListApi,
+)
 from apps.interactions.apis import (
     EditorOutcomeApi,
     FeedbackIngestApi,
@@ -47,6 +56,26 @@ urlpatterns = [
     path("v1/adapters/<str:adapter_name>/eval-set", EvalSetApi.as_view(), name="eval-set"),
     path("v1/adapters/<str:adapter_name>/training-runs", TrainingRunCollectionApi.as_view(), name="training-runs"),
     path("v1/training-runs/<str:run_id>", TrainingRunDetailApi.as_view(), name="training-run-detail"),
+    path("v1/users", EndUserListApi.as_view(), name="end-users"),
+    path("v1/users/import", EndUserImportApi.as_view(), name="end-users-import"),
+    path("v1/users/<str:end_user_id>", EndUserDetailApi.as_view(), name="end-user-detail"),
+    path("v1/users/<str:end_user_id>/opt-in", EndUserConsentApi.as_view(opted_in=True), name="end-user-opt-in"),
+    path("v1/users/<str:end_user_id>/opt-out", EndUserConsentApi.as_view(opted_in=False), name="end-user-opt-out"),
+    path("v1/adapters/<str:adapter_name>/experiments", ExperimentCollectionApi.as_view(), name="experiments"),
+    path("v1/adapters/<str:adapter_name>/assignment", AssignmentApi.as_view(), name="assignment"),
+    path("v1/adapters/<str:adapter_name>/rollback", AdapterRollbackApi.as_view(), name="adapter-rollback"),
+    path("v1/experiments/<str:experiment_id>", ExperimentDetailApi.as_view(), name="experiment-detail"),
+    path(
+        "v1/experiments/<str:experiment_id>/snapshots", ExperimentSnapshotListApi.as_view(), name="experiment-snapshots"
+    ),
+    *[
+        path(
+            f"v1/experiments/<str:experiment_id>/{action}",
+            ExperimentActionApi.as_view(action=action),
+            name=f"experiment-{action}",
+        )
+        for action in ("start", "stop", "promote", "rollback", "snapshot")
+    ],
     path("api/schema/", SpectacularAPIView.as_view(**_public), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **_public), name="api-docs"),
     path("admin/", admin.site.urls),

@@ -29,6 +29,8 @@ OWN_TENANT_ONLY = {
     "feedback",
     "editor-autocomplete",
     "models",
+    "end-users",
+    "end-users-import",
 }
 # Routes that take an object id (or name): walked below with A's ids.
 WITH_IDS = {
@@ -41,6 +43,19 @@ WITH_IDS = {
     "completions",
     "adapter-versions",
     "adapter-version-promote",
+    "end-user-detail",
+    "end-user-opt-in",
+    "end-user-opt-out",
+    "experiments",
+    "assignment",
+    "adapter-rollback",
+    "experiment-detail",
+    "experiment-snapshots",
+    "experiment-start",
+    "experiment-stop",
+    "experiment-promote",
+    "experiment-rollback",
+    "experiment-snapshot",
 }
 
 
@@ -185,3 +200,43 @@ def test_b_cannot_see_or_steer_a_training(world):
     assert response.status_code == 404 and "secret" not in response.content.decode()
     assert not TrainingPolicy.objects.filter(adapter=adapter).exists()
     assert TrainingRun.objects.filter(adapter=adapter).count() == 1
+
+
+def test_b_cannot_see_touch_or_erase_a_end_users(world):
+    from apps.cohorts.models import EndUser
+
+    a, b, _, _ = world
+    assert a.post("/v1/users/dev-a/opt-in").status_code == 200
+    assert b.get("/v1/users/dev-a").status_code == 404
+    assert b.delete("/v1/users/dev-a").status_code == 404
+    assert b.get("/v1/users").json()["results"] == []
+    # B opting in its own "dev-a" makes B's user, not A's
+    assert b.post("/v1/users/dev-a/opt-out").status_code == 200
+    assert EndUser.objects.get(tenant=a.tenant, external_id="dev-a").opted_in is True
+    b.post("/v1/users/import", {"items": [{"end_user_id": "dev-a", "opted_in": False}]}, format="json")
+    assert EndUser.objects.get(tenant=a.tenant, external_id="dev-a").opted_in is True
+
+
+def test_b_cannot_see_or_act_on_a_experiments(world):
+    from apps.experiments.models import Experiment
+
+    a, b, _, _ = world
+    base = BaseModel.objects.create(name="walls-base-4", path="/nonexistent", family="qwen")
+    adapter = Adapter.objects.create(tenant=a.tenant, name="a-exp", base_model=base)
+    version = AdapterVersion.objects.create(
+        tenant=a.tenant, adapter=adapter, number=1, artifact_path="/nonexistent/e1", vllm_name="a--a-exp--v1",
+        status="candidate",
+    )
+    experiment = Experiment.objects.create(
+        tenant=a.tenant, adapter=adapter, candidate_version=version, created_by="test", status="running", salt="s"
+    )
+    assert b.get("/v1/adapters/a-exp/experiments").status_code == 404
+    assert b.post("/v1/adapters/a-exp/experiments", {"candidate_version": 1}, format="json").status_code == 404
+    assert b.get("/v1/adapters/a-exp/assignment?user=x").status_code == 404
+    assert b.post("/v1/adapters/a-exp/rollback", {"version": 1}, format="json").status_code == 404
+    assert b.get(f"/v1/experiments/{experiment.pk}").status_code == 404
+    assert b.get(f"/v1/experiments/{experiment.pk}/snapshots").status_code == 404
+    for action in ("start", "stop", "promote", "rollback", "snapshot"):
+        assert b.post(f"/v1/experiments/{experiment.pk}/{action}").status_code == 404, action
+    experiment.refresh_from_db()
+    assert experiment.status == "running"

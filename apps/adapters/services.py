@@ -120,6 +120,33 @@ def adapter_version_register(
     return version
 
 
+# The probe sequence of a version registered without a training sample: code any base model reads.
+PROBE_TEXT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    if n < 2:\n        return n\n'
+
+
+def adapter_serve_probe(
+    base: BaseModel, adapter_dir: str | Path, *, sample: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The trainer's log-probs of a probe sequence under base + adapter (stored in the version's
+    metrics as ``serve_probe``; an experiment only starts once vLLM reproduces them).
+
+    Loads the model with torch: call it from the gpu worker, a management command or a test,
+    never from an API process. ``sample`` (a training sample) gives the probe real served tokens.
+    """
+    from transformers import AutoTokenizer
+
+    from gpu_trainer.probe import probe_tokens, serve_probe
+
+    tokenizer = AutoTokenizer.from_pretrained(base.path)
+    eos_id = int(tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0)
+    if sample is not None:
+        tokens = probe_tokens(sample["prompt_token_ids"], sample["completion_token_ids"], eos_id=eos_id)
+    else:
+        ids = tokenizer.encode(PROBE_TEXT, add_special_tokens=False)
+        tokens = probe_tokens(ids[:-8], ids[-8:], eos_id=eos_id)
+    return serve_probe(base_model_dir=base.path, adapter_dir=adapter_dir, **tokens)
+
+
 def adapter_version_mark_loaded(version: AdapterVersion) -> AdapterVersion:
     from django.utils import timezone
 

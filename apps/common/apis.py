@@ -130,3 +130,19 @@ def paginated_schema(name: str, item: Any) -> Any:
             "results": item,
         },
     )
+
+
+def end_user_of_request(request: Request, attrs: dict[str, Any]) -> tuple[str, bool | None]:
+    """(end user id, consent flag or None) of a serving request: the body's ``user`` and
+    ``opted_in``, else the ``X-Strop-User`` and ``X-Strop-Opt-In`` headers, which editor plugins
+    can send from their configuration (Continue: ``requestOptions.headers``)."""
+    user = attrs.get("user") or request.headers.get("X-Strop-User", "")
+    if len(user) > 200 or "\x00" in user:
+        raise ValidationFailed("X-Strop-User: at most 200 characters, without NUL")
+    flag = attrs.get("opted_in")
+    if flag is None and "X-Strop-Opt-In" in request.headers:
+        raw = request.headers["X-Strop-Opt-In"].strip().lower()
+        if raw not in ("true", "false", "1", "0"):
+            raise ValidationFailed("X-Strop-Opt-In: must be true or false")
+        flag = raw in ("true", "1")
+    return user.strip(), flag

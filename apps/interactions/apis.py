@@ -14,6 +14,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.cohorts.selectors import consent_default
 from apps.common.apis import ScopedApi, batch_items, batch_response, paginated, paginated_schema
 from apps.common.exceptions import NotFound, ValidationFailed
 from apps.common.parsing import query_text, reject_unknown_query
@@ -142,9 +143,11 @@ class InteractionCollectionApi(ScopedApi):
     )
     def post(self, request: Request) -> Response:
         items = batch_items(request.data)
+        consent = {"consent_default": consent_default(self.tenant, api_key=request.auth), "actor": self.actor}
         if items is not None:
-            return batch_response(interactions_ingest(self.tenant, items=items), ("created", "duplicate", "rejected"))
-        (result,) = interactions_ingest(self.tenant, items=[request.data])
+            results = interactions_ingest(self.tenant, items=items, **consent)
+            return batch_response(results, ("created", "duplicate", "rejected"))
+        (result,) = interactions_ingest(self.tenant, items=[request.data], **consent)
         if result.status == "rejected":
             _raise_item_error(result)
         interaction = interaction_get_for_tenant(self.tenant, interaction_id=result.id or "")

@@ -46,6 +46,14 @@ class Interaction(models.Model):
         related_name="+",
         help_text="the Strop adapter version that served it (empty: the base model, or served elsewhere)",
     )
+    experiment = models.ForeignKey(
+        "experiments.Experiment",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="the experiment that chose the version (opted-in users of a running experiment)",
+    )
     experiment_arm = models.CharField(max_length=64, blank=True, help_text="the experiment arm that chose the version")
     end_user_id = models.CharField(max_length=200, blank=True, help_text="the tenant's external id of the end user")
     end_user_opted_in = models.BooleanField(default=False)
@@ -65,6 +73,7 @@ class Interaction(models.Model):
         indexes = [
             models.Index(fields=["tenant", "received_at"]),
             models.Index(fields=["tenant", "end_user_id"]),
+            models.Index(fields=["experiment", "end_user_id"]),
         ]
 
 

@@ -81,6 +81,7 @@ _INTERACTION_COLUMNS = (
     "model_name",
     "adapter_id",
     "adapter_version_id",
+    "experiment_id",
     "experiment_arm",
     "end_user_id",
     "end_user_opted_in",
@@ -91,7 +92,16 @@ _INTERACTION_COLUMNS = (
 )
 
 
-def _interaction_row(tenant: Tenant, item: InteractionIn, *, new_id: uuid.UUID, source: str, now: datetime) -> tuple:
+def _interaction_row(
+    tenant: Tenant,
+    item: InteractionIn,
+    *,
+    new_id: uuid.UUID,
+    source: str,
+    now: datetime,
+    opted_in: bool,
+    experiment: tuple[int, str] | None,
+) -> tuple:
     return (
         new_id,
         tenant.pk,
@@ -107,9 +117,10 @@ def _interaction_row(tenant: Tenant, item: InteractionIn, *, new_id: uuid.UUID, 
         item.model_name,
         None,
         None,
-        "",
+        experiment[0] if experiment else None,
+        experiment[1] if experiment else "",
         item.end_user_id,
-        item.end_user_opted_in,
+        opted_in,
         item.served_at or now,
         now,
         item.latency_ms,
@@ -151,9 +162,17 @@ def _interactions_write(rows: list[tuple]) -> bool:
 
 
 def interactions_ingest(
-    tenant: Tenant, *, items: Sequence[Any], source: str = Interaction.Source.LOGGED
+    tenant: Tenant,
+    *,
+    items: Sequence[Any],
+    source: str = Interaction.Source.LOGGED,
+    consent_default: bool = False,
+    actor: str = "system",
 ) -> list[ItemResult]:
-    """Store a batch of interactions; replaying a batch stores nothing new (idempotent on client_id)."""
+    """Store a batch of interactions; replaying a batch stores nothing new (idempotent on client_id).
+
+    Each item's ``opted_in`` flag is its end user's consent now (see apps.cohorts.services);
+    ``consent_default`` is the consent of users seen for the first time without one."""
     batch_check_size(items)
     now = timezone.now()
     results: list[ItemResult | None] = [None] * len(items)
@@ -168,7 +187,9 @@ def interactions_ingest(
             results[index] = ItemResult(index=index, status="rejected", client_id=client_id, error=exc.as_dict())
     if valid:
         with transaction.atomic():
-            _interactions_store(tenant, valid, results, source=source, now=now)
+            _interactions_store(
+                tenant, valid, results, source=source, now=now, consent_default=consent_default, actor=actor
+            )
     verdicts = [r for r in results if r is not None]
     ingest_counted("interactions", tenant.slug, verdicts)
     return verdicts
@@ -181,24 +202,50 @@ def _interactions_store(
     *,
     source: str,
     now: datetime,
+    consent_default: bool,
+    actor: str,
 ) -> None:
+    from apps.cohorts.services import end_users_observe
+    from apps.experiments.selectors import experiment_arms_of_logged
+
     client_ids = [item.client_id for _, item in valid]
     known = dict(
         Interaction.objects.filter(tenant=tenant, **in_values("client_id", client_ids)).values_list("client_id", "id")
     )
-    rows: list[tuple] = []
+    new: list[tuple[int, InteractionIn]] = []
     new_ids: dict[str, uuid.UUID] = {}
     for index, item in valid:
         if item.client_id in known or item.client_id in new_ids:
             existing = known.get(item.client_id) or new_ids[item.client_id]
             results[index] = ItemResult(index=index, status="duplicate", id=str(existing), client_id=item.client_id)
             continue
-        new_id = uuid.uuid4()
-        new_ids[item.client_id] = new_id
-        rows.append(_interaction_row(tenant, item, new_id=new_id, source=source, now=now))
-        results[index] = ItemResult(index=index, status="created", id=str(new_id), client_id=item.client_id)
-    if not rows:
+        new_ids[item.client_id] = uuid.uuid4()
+        new.append((index, item))
+    if not new:
         return
+    consent = end_users_observe(
+        tenant,
+        observations=[(item.end_user_id, item.end_user_opted_in) for _, item in new],
+        source="request",
+        actor=actor,
+        default=consent_default,
+    )
+    arms = experiment_arms_of_logged(tenant, [(item.model_name, item.end_user_id) for _, item in new])
+    rows: list[tuple] = []
+    for (index, item), opted_in, arm in zip(new, consent, arms, strict=True):
+        new_id = new_ids[item.client_id]
+        rows.append(
+            _interaction_row(
+                tenant,
+                item,
+                new_id=new_id,
+                source=source,
+                now=now,
+                opted_in=opted_in,
+                experiment=arm if opted_in else None,
+            )
+        )
+        results[index] = ItemResult(index=index, status="created", id=str(new_id), client_id=item.client_id)
     if not _interactions_write(rows):
         stored = dict(
             Interaction.objects.filter(tenant=tenant, **in_values("client_id", new_ids)).values_list("client_id", "id")
@@ -441,6 +488,7 @@ def interactions_record_served(
     model_name: str,
     adapter_id: int,
     adapter_version_id: int | None,
+    experiment_id: int | None,
     experiment_arm: str,
     end_user_id: str,
     end_user_opted_in: bool,
@@ -470,6 +518,7 @@ def interactions_record_served(
             model_name=model_name,
             adapter_id=adapter_id,
             adapter_version_id=adapter_version_id,
+            experiment_id=experiment_id,
             experiment_arm=experiment_arm,
             end_user_id=end_user_id,
             end_user_opted_in=end_user_opted_in,

@@ -44,7 +44,7 @@ class InteractionIn:
     completion_logprobs: list[float] | None
     model_name: str
     end_user_id: str
-    end_user_opted_in: bool
+    end_user_opted_in: bool | None  # the request's flag; None: the user's current consent applies
     served_at: datetime | None
     latency_ms: float | None
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -82,9 +82,9 @@ def _id(item: dict[str, Any], name: str, *, required: bool = False) -> str | Non
     return value
 
 
-def _bool(item: dict[str, Any], name: str) -> bool:
-    value = item.get(name, False)
-    if not isinstance(value, bool):
+def _optional_bool(item: dict[str, Any], name: str) -> bool | None:
+    value = item.get(name)
+    if value is not None and not isinstance(value, bool):
         raise ItemError(name, f"must be true or false, not {type(value).__name__}")
     return value
 
@@ -223,7 +223,7 @@ def interaction_validate(item: Any) -> InteractionIn:
         completion_logprobs=logprobs,
         model_name=_text(item, "model", max_len=200) or "",
         end_user_id=_text(item, "end_user_id", max_len=200) or "",
-        end_user_opted_in=_bool(item, "opted_in"),
+        end_user_opted_in=_optional_bool(item, "opted_in"),
         served_at=_datetime(item, "served_at"),
         latency_ms=_number(item, "latency_ms"),
         metadata=_metadata(item),

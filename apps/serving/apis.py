@@ -18,7 +18,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.adapters.selectors import adapter_get_for_tenant, adapter_list
-from apps.common.apis import ScopedApi
+from apps.cohorts.selectors import consent_default
+from apps.cohorts.services import end_user_consent_now
+from apps.common.apis import ScopedApi, end_user_of_request
 from apps.common.parsing import StrictSerializer
 from apps.serving.completions import (
     CompletionRequest,
@@ -252,7 +254,15 @@ class CompletionApi(ScopedApi):
         data.is_valid(raise_exception=True)
         attrs = data.validated_data
         adapter = adapter_get_for_tenant(self.tenant, name=attrs.get("model") or None)
-        route = serving_route(self.tenant, adapter=adapter, end_user_id=attrs["user"])
+        user, flag = end_user_of_request(request, attrs)
+        consent = end_user_consent_now(
+            self.tenant,
+            external_id=user,
+            flag=flag,
+            default=consent_default(self.tenant, api_key=request.auth),
+            actor=self.actor,
+        )
+        route = serving_route(self.tenant, adapter=adapter, end_user_id=user, opted_in=consent)
         sampling = {
             k: attrs[k] for k in ("frequency_penalty", "presence_penalty", "logit_bias", "best_of") if k in attrs
         }
@@ -267,8 +277,8 @@ class CompletionApi(ScopedApi):
             stop=attrs["stop"],
             n=attrs["n"],
             seed=attrs["seed"],
-            user=attrs["user"],
-            opted_in=attrs.get("opted_in", False),
+            user=user,
+            opted_in=consent,
             logprobs=attrs.get("logprobs"),
             echo=attrs["echo"],
             include_usage=attrs.get("stream_options", {}).get("include_usage", False),

@@ -17,6 +17,9 @@ class ServingFailure(models.Model):
     adapter_version = models.ForeignKey(
         "adapters.AdapterVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    experiment = models.ForeignKey(
+        "experiments.Experiment", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     experiment_arm = models.CharField(max_length=64, blank=True)
     end_user_id = models.CharField(max_length=200, blank=True)
     kind = models.CharField(max_length=32, help_text="the error code: vllm_unavailable, vllm_error, ...")
@@ -26,4 +29,4 @@ class ServingFailure(models.Model):
     latency_ms = models.FloatField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["tenant", "occurred_at"])]
+        indexes = [models.Index(fields=["tenant", "occurred_at"]), models.Index(fields=["experiment", "end_user_id"])]

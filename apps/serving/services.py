@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 
@@ -40,17 +41,32 @@ class Route:
     adapter: Adapter
     version: AdapterVersion | None
     arm: str = ""
+    experiment: Any = None  # the running Experiment that chose the arm, if any
 
     @property
     def vllm_model(self) -> str:
         return self.version.vllm_name if self.version is not None else self.adapter.base_model.name
 
 
-def serving_route(tenant: Tenant, *, adapter: Adapter, end_user_id: str) -> Route:
-    """Production today. The experiments domain hooks in here to send opted-in users to an arm."""
+def serving_route(tenant: Tenant, *, adapter: Adapter, end_user_id: str, opted_in: bool) -> Route:
+    """Production, or for an opted-in end user the arm of the adapter's running experiment.
+
+    Only opted-in users are randomised (one rule with training: apps.cohorts.selectors); their
+    arm is a hash of the experiment's salt and their id, so it never moves; the exposure is
+    recorded once. Everyone else gets production."""
+    from apps.experiments.assignment import assign_arm
+    from apps.experiments.selectors import experiment_running_for
+    from apps.experiments.services import exposure_record
+
     version = adapter.production_version
     if version is not None and version.status == AdapterVersion.Status.FAILED:
         version = None  # never route to a version vLLM refused; the base model still answers
+    if opted_in and end_user_id:
+        experiment = experiment_running_for(adapter)
+        if experiment is not None:
+            arm = assign_arm(experiment.salt, end_user_id, candidate_weight=experiment.candidate_weight)
+            exposure_record(experiment, external_id=end_user_id, arm=arm)
+            return Route(adapter=adapter, version=experiment.version_of(arm), arm=arm, experiment=experiment)
     return Route(adapter=adapter, version=version)
 
 

@@ -319,6 +319,26 @@ class VLLMClient:
         except httpx.TransportError as exc:
             raise VLLMUnavailable(f"vLLM at {replica} is unreachable: {exc}", replica=replica) from exc
 
+    def prompt_logprobs(self, replica: str, *, model: str, token_ids: Sequence[int]) -> list[float | None]:
+        """The log-prob of each given token after those before it (None for the first), on one
+        replica: vLLM's ``prompt_logprobs``, read for exactly the tokens sent."""
+        body = {
+            "model": model,
+            "prompt": [int(t) for t in token_ids],
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "prompt_logprobs": 0,
+        }
+        response = self._admin(replica, "POST", "/v1/completions", body, timeout=self._timeout)
+        raise_for(response, replica, what="probe")
+        choices = response.json().get("choices") or [{}]
+        entries = choices[0].get("prompt_logprobs") or []
+        out: list[float | None] = []
+        for token, entry in zip(token_ids, entries, strict=False):
+            chosen = (entry or {}).get(str(int(token)))
+            out.append(float(chosen["logprob"]) if isinstance(chosen, dict) else None)
+        return out
+
     def models(self, replica: str | None = None) -> list[ModelCard]:
         """What one replica serves (default: the first): the base model and every loaded adapter."""
         replica = replica or self.base_urls[0]

@@ -9,19 +9,35 @@ from apps.common.apis import ScopedApi
 from apps.common.parsing import StrictSerializer
 from apps.tenants.models import ApiKey, AuditEvent, Tenant
 from apps.tenants.selectors import api_key_get_for_tenant, api_key_list, audit_event_list
-from apps.tenants.services import ALL_SCOPES, api_key_create, api_key_revoke
+from apps.tenants.services import ALL_SCOPES, api_key_create, api_key_revoke, tenant_settings_update
 
 
 class TenantOut(serializers.ModelSerializer):
     class Meta:
         model = Tenant
-        fields = ["slug", "name", "rate_limit_per_minute", "accept_pending_feedback", "created_at"]
+        fields = [
+            "slug",
+            "name",
+            "rate_limit_per_minute",
+            "accept_pending_feedback",
+            "default_opt_in",
+            "experiment_auto_promote",
+            "experiment_auto_rollback",
+            "created_at",
+        ]
+
+
+class TenantSettingsIn(StrictSerializer):
+    default_opt_in = serializers.BooleanField(required=False)
+    experiment_auto_promote = serializers.BooleanField(required=False)
+    experiment_auto_rollback = serializers.BooleanField(required=False)
+    accept_pending_feedback = serializers.BooleanField(required=False)
 
 
 class ApiKeyOut(serializers.ModelSerializer):
     class Meta:
         model = ApiKey
-        fields = ["id", "name", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+        fields = ["id", "name", "prefix", "scopes", "default_opt_in", "created_at", "last_used_at", "revoked_at"]
 
 
 class ApiKeyCreatedOut(ApiKeyOut):
@@ -34,6 +50,13 @@ class ApiKeyCreatedOut(ApiKeyOut):
 class ApiKeyCreateIn(StrictSerializer):
     name = serializers.CharField(max_length=200)
     scopes = serializers.ListField(child=serializers.CharField(), allow_empty=False, help_text=", ".join(ALL_SCOPES))
+    default_opt_in = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="consent of end users first seen through this key without a flag (editor plugins send none); "
+        "null: the tenant's default",
+    )
 
 
 class AuditEventOut(serializers.ModelSerializer):
@@ -43,15 +66,26 @@ class AuditEventOut(serializers.ModelSerializer):
 
 
 class TenantMeApi(ScopedApi):
-    """The tenant this key belongs to, and the key's scopes."""
+    """The tenant this key belongs to, and the key's scopes; PATCH changes the tenant's settings
+    (key scope ``admin``)."""
 
     required_scope = "any"
+
+    def get_required_scope(self) -> str:
+        return "admin" if self.request.method == "PATCH" else "any"
 
     @extend_schema(
         responses={200: inline_serializer(name="TenantMe", fields={**TenantOut().fields, "key": ApiKeyOut()})}
     )
     def get(self, request: Request) -> Response:
         return Response({**TenantOut(self.tenant).data, "key": ApiKeyOut(request.auth).data})
+
+    @extend_schema(request=TenantSettingsIn, responses={200: TenantOut})
+    def patch(self, request: Request) -> Response:
+        data = TenantSettingsIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        tenant = tenant_settings_update(self.tenant, actor=self.actor, changes=dict(data.validated_data))
+        return Response(TenantOut(tenant).data)
 
 
 class ApiKeyCollectionApi(ScopedApi):

@@ -16,6 +16,17 @@ class Tenant(models.Model):
         default=True,
         help_text="Keep feedback that names a client id not seen yet, and attach it when the interaction arrives.",
     )
+    default_opt_in = models.BooleanField(
+        default=False,
+        help_text="consent of an end user Strop sees for the first time without an opted_in flag "
+        "(a key may say otherwise: editor plugins send no flag)",
+    )
+    experiment_auto_promote = models.BooleanField(
+        default=False, help_text="promote a candidate as soon as its experiment decides 'promote'"
+    )
+    experiment_auto_rollback = models.BooleanField(
+        default=False, help_text="roll a candidate back as soon as its experiment decides 'rollback'"
+    )
     max_concurrent_training_runs = models.PositiveIntegerField(
         default=1, help_text="training runs of this tenant at once, so one tenant cannot starve the rest"
     )
@@ -56,6 +67,11 @@ class ApiKey(models.Model):
     prefix = models.CharField(max_length=16, unique=True)
     key_hash = models.CharField(max_length=64)
     scopes = models.JSONField(default=list)
+    default_opt_in = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="consent of new end users seen through this key without a flag; empty = the tenant's default",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

@@ -19,7 +19,8 @@ class HasScope(permissions.BasePermission):
         principal = request.user
         if principal is None or not getattr(principal, "is_authenticated", False) or not hasattr(principal, "tenant"):
             raise exceptions.NotAuthenticated("send an API key: 'Authorization: Bearer <API key>'")
-        required = getattr(view, "required_scope", "")
+        scope_of = getattr(view, "get_required_scope", None)
+        required = scope_of() if scope_of is not None else getattr(view, "required_scope", "")
         if not required:
             raise exceptions.PermissionDenied("this endpoint declares no scope")
         if required != "any" and required not in principal.scopes:

@@ -62,12 +62,45 @@ def _validated_scopes(scopes: list[str]) -> list[str]:
     return [scope for scope in ALL_SCOPES if scope in scopes]
 
 
+TENANT_SETTINGS = ("default_opt_in", "experiment_auto_promote", "experiment_auto_rollback", "accept_pending_feedback")
+
+
 @transaction.atomic
-def api_key_create(tenant: Tenant, *, name: str, scopes: list[str], actor: str = "system") -> IssuedKey:
+def tenant_settings_update(tenant: Tenant, *, actor: str, changes: dict[str, Any]) -> Tenant:
+    """Change the tenant's own settings (all true/false), audited with before and after."""
+    for name, value in changes.items():
+        if name not in TENANT_SETTINGS:
+            raise ValidationFailed(f"{name}: not a tenant setting ({', '.join(TENANT_SETTINGS)})", code="unknown_field")
+        if not isinstance(value, bool):
+            raise ValidationFailed(f"{name}: must be true or false")
+    before = {name: getattr(tenant, name) for name in changes}
+    for name, value in changes.items():
+        setattr(tenant, name, value)
+    tenant.save(update_fields=list(changes) or None)
+    audit_record(
+        tenant,
+        actor=actor,
+        action="tenant.settings",
+        target_type="tenant",
+        target_id=tenant.slug,
+        data={"before": before, "after": changes},
+    )
+    return tenant
+
+
+@transaction.atomic
+def api_key_create(
+    tenant: Tenant, *, name: str, scopes: list[str], actor: str = "system", default_opt_in: bool | None = None
+) -> IssuedKey:
     ordered = _validated_scopes(scopes)
     generated = generate_key()
     api_key = ApiKey.objects.create(
-        tenant=tenant, name=name, prefix=generated.prefix, key_hash=hash_key(generated.raw), scopes=ordered
+        tenant=tenant,
+        name=name,
+        prefix=generated.prefix,
+        key_hash=hash_key(generated.raw),
+        scopes=ordered,
+        default_opt_in=default_opt_in,
     )
     audit_record(
         tenant,
@@ -75,7 +108,7 @@ def api_key_create(tenant: Tenant, *, name: str, scopes: list[str], actor: str =
         action="api_key.create",
         target_type="api_key",
         target_id=str(api_key.pk),
-        data={"name": name, "scopes": ordered, "prefix": api_key.prefix},
+        data={"name": name, "scopes": ordered, "prefix": api_key.prefix, "default_opt_in": default_opt_in},
     )
     return IssuedKey(api_key=api_key, raw_key=generated.raw)
 

@@ -27,6 +27,7 @@ class TrainingPolicyOut(serializers.ModelSerializer):
             "reward_rejected",
             "reward_not_shown",
             "reward_edited",
+            "auto_experiment",
             "trainer_overrides",
             "gate_overrides",
         ]

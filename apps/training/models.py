@@ -26,6 +26,9 @@ class TrainingPolicy(models.Model):
     reward_rejected = models.FloatField(default=-0.25)
     reward_not_shown = models.FloatField(default=0.0)
     reward_edited = models.FloatField(default=0.25)
+    auto_experiment = models.BooleanField(
+        default=False, help_text="start an A/B experiment with each candidate that passes the gate"
+    )
     trainer_overrides = models.JSONField(default=dict, blank=True, help_text="PPOConfig fields to override")
     gate_overrides = models.JSONField(default=dict, blank=True, help_text="GateConfig fields to override")
     updated_at = models.DateTimeField(auto_now=True)

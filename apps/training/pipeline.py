@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection
 
 from apps.adapters.models import AdapterVersion
-from apps.adapters.services import adapter_version_register
+from apps.adapters.services import adapter_serve_probe, adapter_version_register
 from apps.common.observability.metrics import training_run_finished
 from apps.common.tasks import enqueue
 from apps.serving.vllm_client import VLLMUnavailable
@@ -27,6 +27,7 @@ from apps.training.models import EvalSet, TrainingRun
 from apps.training.selectors import training_policy_get
 from apps.training.services import (
     training_run_advance,
+    training_run_advance_log,
     training_run_claim,
     training_run_heartbeat,
     training_schedule_tenant,
@@ -154,20 +155,40 @@ def _execute(run: TrainingRun) -> str:
         return "rejected"
 
     started = time.perf_counter()
+    probe = adapter_serve_probe(base, result.out_dir, sample=window.train[0])
     version = adapter_version_register(
         run.tenant,
         adapter=run.adapter,
         source_dir=result.out_dir,
         parent=parent,
         status=AdapterVersion.Status.CANDIDATE,
-        metrics={"trainer": result.summary, "gate": gate, "run": run.pk},
+        metrics={"trainer": result.summary, "gate": gate, "run": run.pk, "serve_probe": probe},
         actor=f"training-run:{run.pk}",
         enqueue_load=False,
     )
     _load_now_or_later(version)
     seconds["load"] = time.perf_counter() - started
     _advance(run, TrainingRun.Status.CANDIDATE, output_version=version, gate=gate, stage_seconds=seconds)
+    if policy.auto_experiment:
+        _start_experiment(run, version)
     return "candidate"
+
+
+def _start_experiment(run: TrainingRun, version: AdapterVersion) -> None:
+    """The policy asks for every candidate to meet users in an A/B test at once (unless one runs)."""
+    from apps.common.exceptions import ApplicationError
+    from apps.experiments.selectors import experiment_running_for
+    from apps.experiments.services import experiment_create, experiment_start
+
+    if experiment_running_for(run.adapter) is not None:
+        logger.info("run %s: candidate %s waits, an experiment is already running", run.pk, version.vllm_name)
+        return
+    actor = f"training-run:{run.pk}"
+    try:
+        experiment = experiment_create(run.tenant, adapter=run.adapter, candidate_version=version, actor=actor)
+        experiment_start(run.tenant, experiment=experiment, actor=actor)
+    except ApplicationError as exc:  # recorded on the run; the candidate stays, for a person to test
+        training_run_advance_log(run, f"experiment not started: {exc.message}")
 
 
 def _limit_cpu_threads() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.db.models import Count, Q, QuerySet
 
 from apps.adapters.models import Adapter, AdapterVersion
+from apps.cohorts.selectors import consented_events
 from apps.common.exceptions import NotFound
 from apps.common.parsing import parse_id
 from apps.interactions.models import Feedback
@@ -58,13 +59,13 @@ def feedback_belongs_to_adapter(adapter: Adapter) -> Q:
 
 
 def training_events_eligible(adapter: Adapter, *, parent: AdapterVersion | None) -> QuerySet[Feedback]:
-    """Labelled events of opted-in end users (the one place that filter lives) not yet learned in the lineage."""
+    """Labelled events the consent rule allows (apps.cohorts.selectors) not yet learned in the lineage."""
     trained_in_lineage = TrainingRunEvent.objects.filter(
         run__output_version_id__in=version_lineage_ids(parent), held_out=False
     ).values("feedback_id")
     return (
         Feedback.objects.filter(tenant_id=adapter.tenant_id, interaction__isnull=False)
-        .filter(interaction__end_user_opted_in=True)
+        .filter(consented_events("interaction__"))
         .filter(_belongs_to_adapter(adapter))
         .exclude(id__in=trained_in_lineage)
     )

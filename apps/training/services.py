@@ -10,7 +10,8 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Min
+from django.db.models import Count, F, Min, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from apps.adapters.models import Adapter
@@ -33,6 +34,7 @@ POLICY_FIELDS = {
     "reward_rejected": float,
     "reward_not_shown": float,
     "reward_edited": float,
+    "auto_experiment": bool,
     "trainer_overrides": dict,
     "gate_overrides": dict,
 }
@@ -41,7 +43,6 @@ POLICY_FIELDS = {
 POLICY_RANGES: dict[str, tuple[float, float]] = {
     "min_new_events": (1, 1_000_000),
     "max_wait_s": (0, 366 * 24 * 3600),
-    "heldout_fraction": (0.0, 0.9),
     "reward_accepted": (-10.0, 10.0),
     "reward_rejected": (-10.0, 10.0),
     "reward_not_shown": (-10.0, 10.0),
@@ -75,7 +76,7 @@ def training_policy_update(tenant: Tenant, *, adapter: Adapter, actor: str, chan
         value = getattr(policy, name)
         if not low <= value <= high:
             raise ValidationFailed(f"{name}: must be from {low} to {high}, not {value}")
-    if policy.heldout_fraction >= 0.9:
+    if not 0.0 <= policy.heldout_fraction < 0.9:
         raise ValidationFailed("heldout_fraction: must be in [0, 0.9)")
     with transaction.atomic():
         policy.save()
@@ -229,6 +230,11 @@ def training_run_advance(run: TrainingRun, *, status: str, **fields: Any) -> boo
         for name, value in fields.items():
             setattr(run, name, value)
     return bool(moved)
+
+
+def training_run_advance_log(run: TrainingRun, line: str) -> None:
+    """Append a line to a run's log (a finished run included)."""
+    TrainingRun.objects.filter(pk=run.pk).update(log=Concat(F("log"), Value(line + "\n")))
 
 
 def training_run_heartbeat(run_id: int, *, attempt: int) -> bool:

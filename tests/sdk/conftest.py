@@ -14,9 +14,6 @@ import httpx
 import pytest
 from strop import Strop
 
-# The serving fixtures (a tenant, the session's base model, a default adapter) for the vLLM tests.
-from tests.serving.conftest import base_model, serving_adapter, serving_tenant  # noqa: F401
-
 
 @dataclass
 class Api:

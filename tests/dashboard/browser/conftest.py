@@ -46,7 +46,9 @@ TIMEOUT_MS = 30_000
 _shots: list[Path] = []
 
 
-@pytest.fixture(scope="session")
+# Package scope: Playwright's sync API keeps an event loop running in this thread while it lives,
+# and later tests that call asyncio.run() (the SDK's async client) must not meet it.
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).is_file():
         pytest.fail(f"{CHROMIUM} is missing: run `bash platform/ensure-browser.sh` (make test does)", pytrace=False)

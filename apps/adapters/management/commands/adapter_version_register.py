@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.adapters.selectors import adapter_get_for_tenant, adapter_version_get_for_tenant
-from apps.adapters.services import adapter_version_promote, adapter_version_register
+from apps.adapters.services import adapter_serve_probe, adapter_version_promote, adapter_version_register
 from apps.common.exceptions import ApplicationError
 from apps.serving.services import adapter_version_load
 from apps.tenants.models import Tenant
@@ -32,6 +32,7 @@ class Command(BaseCommand):
                 if options["parent"]
                 else None
             )
+            probe = adapter_serve_probe(adapter.base_model, options["path"])
             version = adapter_version_register(
                 tenant,
                 adapter=adapter,
@@ -39,6 +40,7 @@ class Command(BaseCommand):
                 parent=parent,
                 actor="operator",
                 enqueue_load=False,
+                metrics={"serve_probe": probe},
             )
             outcome = adapter_version_load(version_id=version.pk)
             version.refresh_from_db()

@@ -1,0 +1,227 @@
+"""End users and their consent. Key scopes: ``ingest`` reads, opts in or out and imports (the
+party that logs a user's interactions is the one that knows their consent); ``admin`` erases
+(destructive and irreversible)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.parsers import BaseParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.cohorts.models import ConsentChange, EndUser
+from apps.cohorts.selectors import end_user_counts, end_user_detail, end_user_get_for_tenant, end_user_list
+from apps.cohorts.services import MAX_IMPORT_ITEMS, end_user_consent_set, end_user_erase, end_users_import
+from apps.common.apis import ScopedApi, batch_items, paginated, paginated_schema
+from apps.common.exceptions import ValidationFailed
+from apps.common.parsers import StrictJSONParser
+from apps.common.parsing import query_bool, query_text, reject_unknown_query
+
+
+class EndUserOut(serializers.ModelSerializer):
+    end_user_id = serializers.CharField(source="external_id")
+
+    class Meta:
+        model = EndUser
+        fields = ["end_user_id", "opted_in", "opted_in_changed_at", "created_at"]
+
+
+class ConsentChangeOut(serializers.ModelSerializer):
+    class Meta:
+        model = ConsentChange
+        fields = ["opted_in", "source", "actor", "changed_at"]
+
+
+class ExposureOut(serializers.Serializer):
+    experiment = serializers.IntegerField(source="experiment_id")
+    adapter = serializers.CharField(source="experiment.adapter.name")
+    status = serializers.CharField(source="experiment.status")
+    arm = serializers.CharField()
+    first_exposed_at = serializers.DateTimeField()
+
+
+class RecentInteractionOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    received_at = serializers.DateTimeField()
+    completion = serializers.CharField()
+    model = serializers.CharField(source="model_name")
+    experiment_arm = serializers.CharField()
+    opted_in = serializers.BooleanField(source="end_user_opted_in")
+    outcome = serializers.SerializerMethodField()
+
+    def get_outcome(self, obj: Any) -> str | None:
+        rows = list(obj.feedback.all())
+        return rows[0].outcome if rows else None
+
+
+class EndUserDetailOut(serializers.Serializer):
+    end_user_id = serializers.CharField()
+    opted_in = serializers.BooleanField()
+    opted_in_changed_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    history = ConsentChangeOut(many=True)
+    exposures = ExposureOut(many=True)
+    interactions = serializers.IntegerField(help_text="all of this user's interactions")
+    recent_interactions = RecentInteractionOut(many=True)
+
+
+class CsvParser(BaseParser):
+    """``text/csv`` with a header row holding ``end_user_id`` and ``opted_in`` (true/false)."""
+
+    media_type = "text/csv"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        from django.conf import settings
+
+        raw = stream.read(settings.STROP_MAX_BODY_BYTES + 1) if stream is not None else b""
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ValidationFailed("body: the CSV is not valid UTF-8", code="invalid_utf8") from None
+        reader = csv.DictReader(io.StringIO(text))
+        if reader.fieldnames is None or not {"end_user_id", "opted_in"} <= set(reader.fieldnames):
+            raise ValidationFailed("body: the CSV needs a header row with end_user_id and opted_in")
+        items = []
+        for row in reader:
+            flag = (row.get("opted_in") or "").strip().lower()
+            opted_in: Any = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(
+                flag, flag
+            )
+            items.append({"end_user_id": row.get("end_user_id"), "opted_in": opted_in})
+        return {"items": items}
+
+
+_COUNTS = inline_serializer(
+    name="EndUserCounts",
+    fields={n: serializers.IntegerField() for n in ("total", "opted_in", "opted_out")},
+)
+
+
+class EndUserListApi(ScopedApi):
+    """The tenant's end users, searchable, with counts."""
+
+    required_scope = "ingest"
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("search", str, description="part of the end user id"),
+            OpenApiParameter("opted_in", bool),
+            OpenApiParameter("limit", int),
+            OpenApiParameter("offset", int),
+        ],
+        responses={
+            200: inline_serializer(
+                name="EndUserPage",
+                fields={**paginated_schema("EndUserList", EndUserOut(many=True)).fields, "counts": _COUNTS},
+            )
+        },
+    )
+    def get(self, request: Request) -> Response:
+        params = request.query_params
+        reject_unknown_query(params, {"search", "opted_in", "limit", "offset"})
+        users = end_user_list(self.tenant, search=query_text(params, "search"), opted_in=query_bool(params, "opted_in"))
+        response = paginated(request, users, lambda page: EndUserOut(page, many=True).data)
+        response.data["counts"] = end_user_counts(self.tenant)
+        return response
+
+
+class EndUserImportApi(ScopedApi):
+    """Set many end users' consent at once: JSON ``{"items": [...]}`` or a CSV upload; 207 per item."""
+
+    required_scope = "ingest"
+    parser_classes = [StrictJSONParser, CsvParser]
+
+    @extend_schema(
+        request={
+            "application/json": inline_serializer(
+                name="EndUserImportIn",
+                fields={
+                    "items": serializers.ListField(
+                        child=inline_serializer(
+                            name="EndUserImportItem",
+                            fields={"end_user_id": serializers.CharField(), "opted_in": serializers.BooleanField()},
+                        ),
+                        max_length=MAX_IMPORT_ITEMS,
+                    )
+                },
+            ),
+            "text/csv": {"type": "string", "description": "header row: end_user_id,opted_in"},
+        },
+        responses={
+            207: inline_serializer(
+                name="EndUserImportResult",
+                fields={
+                    "opted_in": serializers.IntegerField(),
+                    "opted_out": serializers.IntegerField(),
+                    "rejected": serializers.IntegerField(),
+                    "results": serializers.ListField(child=serializers.DictField()),
+                },
+            )
+        },
+    )
+    def post(self, request: Request) -> Response:
+        items = batch_items(request.data)
+        if items is None:
+            raise ValidationFailed('body: send {"items": [{"end_user_id", "opted_in"}, ...]} or a CSV file')
+        results = end_users_import(self.tenant, items=items, actor=self.actor)
+        counts = {status: sum(r.status == status for r in results) for status in ("opted_in", "opted_out", "rejected")}
+        return Response({**counts, "results": [r.as_dict() for r in results]}, status=207)
+
+
+class EndUserDetailApi(ScopedApi):
+    """One end user: consent, its history, experiment assignments and recent interactions;
+    DELETE erases everything held about them (key scope ``admin``)."""
+
+    required_scope = "ingest"
+
+    def get_required_scope(self) -> str:
+        return "admin" if self.request.method == "DELETE" else "ingest"
+
+    @extend_schema(responses={200: EndUserDetailOut})
+    def get(self, request: Request, end_user_id: str) -> Response:
+        user = end_user_get_for_tenant(self.tenant, external_id=end_user_id)
+        detail = end_user_detail(self.tenant, end_user=user)
+        state = {
+            "end_user_id": user.external_id,
+            "opted_in": user.opted_in,
+            "opted_in_changed_at": user.opted_in_changed_at,
+            "created_at": user.created_at,
+        }
+        return Response(EndUserDetailOut({**state, **detail}).data)
+
+    @extend_schema(
+        responses={
+            200: OpenApiResponse(
+                inline_serializer(
+                    name="EraseReport",
+                    fields={
+                        "deleted": serializers.DictField(child=serializers.IntegerField()),
+                        "versions_trained_on": serializers.ListField(child=serializers.DictField()),
+                        "versions_evaluated_on": serializers.ListField(child=serializers.DictField()),
+                    },
+                ),
+                description="What was deleted, per table, and the versions whose training used this user's events.",
+            )
+        }
+    )
+    def delete(self, request: Request, end_user_id: str) -> Response:
+        return Response(end_user_erase(self.tenant, external_id=end_user_id, actor=self.actor).as_dict())
+
+
+class EndUserConsentApi(ScopedApi):
+    """Opt one end user in (``…/opt-in``) or out (``…/opt-out``); created when new."""
+
+    required_scope = "ingest"
+    opted_in = True
+
+    @extend_schema(request=None, responses={200: EndUserOut})
+    def post(self, request: Request, end_user_id: str) -> Response:
+        user = end_user_consent_set(
+            self.tenant, external_id=end_user_id, opted_in=self.opted_in, source="api", actor=self.actor
+        )
+        return Response(EndUserOut(user).data)

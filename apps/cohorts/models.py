@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from django.db import models
+
+from apps.tenants.models import Tenant
+
+
+class EndUser(models.Model):
+    """One of a tenant's end users, known by the tenant's own id, and their consent to learning."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="end_users")
+    external_id = models.CharField(max_length=200, help_text="the tenant's id for this user")
+    opted_in = models.BooleanField(default=False, help_text="consents, now, to their events training models")
+    opted_in_changed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "external_id"], name="end_user_unique_external_id"),
+        ]
+        indexes = [models.Index(fields=["tenant", "opted_in"])]
+
+
+class ConsentChange(models.Model):
+    """Append-only history of an end user's consent: who or what changed it, when, and how."""
+
+    class Source(models.TextChoices):
+        API = "api"
+        IMPORT = "import"
+        REQUEST = "request", "a request's opted_in flag"
+        EDITOR = "editor", "an editor plugin's outcome"
+        DASHBOARD = "dashboard"
+        DEFAULT = "default", "the key's or tenant's default for new users"
+        MIGRATION = "migration"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="consent_history")
+    opted_in = models.BooleanField()
+    source = models.CharField(max_length=16, choices=Source.choices)
+    actor = models.CharField(max_length=200, help_text="key:<prefix>, user:<id> or system")
+    changed_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["end_user", "changed_at"])]

@@ -1,0 +1,269 @@
+"""End users: consent as requests and admins change it, bulk import, and erasure.
+
+What a request's ``opted_in`` means: it states the end user's consent *now*, as the tenant's
+product knows it (source "request"): ``true`` opts them in, ``false`` opts them out, and either is
+written to the history when it changes the state. A request without the flag leaves the state as
+it is; a user seen for the first time without one takes the key's default, else the tenant's.
+Each interaction records the state at the moment it happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.cohorts.models import ConsentChange, EndUser
+from apps.common.exceptions import NotFound, ValidationFailed
+from apps.common.lookups import in_values
+from apps.tenants.models import Tenant
+from apps.tenants.services import audit_record
+
+MAX_EXTERNAL_ID = 200
+
+
+def _history(tenant: Tenant, user: EndUser, opted_in: bool, *, source: str, actor: str, at: datetime) -> ConsentChange:
+    return ConsentChange(tenant=tenant, end_user=user, opted_in=opted_in, source=source, actor=actor, changed_at=at)
+
+
+def end_users_observe(
+    tenant: Tenant,
+    *,
+    observations: Sequence[tuple[str, bool | None]],
+    source: str,
+    actor: str,
+    default: bool,
+) -> list[bool]:
+    """Apply (external id, flag or None) in order and answer each one's consent at that moment.
+
+    The ingest and serving hot path: one query for the users a batch names, more only for users
+    seen for the first time or whose consent changes. An empty id is nobody: never consenting.
+    Runs in the caller's transaction.
+    """
+    ids = {external_id for external_id, _ in observations if external_id}
+    if not ids:
+        return [False] * len(observations)
+    now = timezone.now()
+    users = {u.external_id: u for u in EndUser.objects.filter(tenant=tenant, **in_values("external_id", ids))}
+    missing = ids - users.keys()
+    history: list[ConsentChange] = []
+    if missing:
+        first_flag: dict[str, bool | None] = {}
+        for external_id, flag in observations:
+            if external_id in missing and external_id not in first_flag:
+                first_flag[external_id] = flag
+        EndUser.objects.bulk_create(
+            [
+                EndUser(
+                    tenant=tenant,
+                    external_id=external_id,
+                    opted_in=default if first_flag[external_id] is None else bool(first_flag[external_id]),
+                    opted_in_changed_at=now,
+                )
+                for external_id in missing
+            ],
+            ignore_conflicts=True,  # another request created some of them first: theirs stand
+        )
+        created = EndUser.objects.filter(tenant=tenant, **in_values("external_id", missing))
+        for user in created:
+            users[user.external_id] = user
+            if user.opted_in and user.opted_in_changed_at == now:
+                flagged = first_flag.get(user.external_id) is not None
+                history.append(
+                    _history(tenant, user, True, source=source if flagged else "default", actor=actor, at=now)
+                )
+    state = {external_id: user.opted_in for external_id, user in users.items()}
+    states: list[bool] = []
+    changed: set[str] = set()
+    for external_id, flag in observations:
+        if not external_id:
+            states.append(False)
+            continue
+        if flag is not None and flag != state[external_id]:
+            state[external_id] = flag
+            changed.add(external_id)
+            history.append(_history(tenant, users[external_id], flag, source=source, actor=actor, at=now))
+        states.append(state[external_id])
+    for external_id in changed:
+        if state[external_id] != users[external_id].opted_in:
+            EndUser.objects.filter(pk=users[external_id].pk).update(
+                opted_in=state[external_id], opted_in_changed_at=now
+            )
+    if history:
+        ConsentChange.objects.bulk_create(history)
+    return states
+
+
+def end_user_consent_now(tenant: Tenant, *, external_id: str, flag: bool | None, default: bool, actor: str) -> bool:
+    """The consent of the end user a request names, after applying its flag (see the module docstring)."""
+    return end_users_observe(
+        tenant, observations=[(external_id, flag)], source=ConsentChange.Source.REQUEST, actor=actor, default=default
+    )[0]
+
+
+@transaction.atomic
+def end_user_consent_set(tenant: Tenant, *, external_id: str, opted_in: bool, source: str, actor: str) -> EndUser:
+    """Opt one end user in or out (created if new), and audit it."""
+    _check_external_id(external_id)
+    end_users_observe(tenant, observations=[(external_id, opted_in)], source=source, actor=actor, default=opted_in)
+    user = EndUser.objects.get(tenant=tenant, external_id=external_id)
+    audit_record(
+        tenant,
+        actor=actor,
+        action="end_user.opt_in" if opted_in else "end_user.opt_out",
+        target_type="end_user",
+        target_id=str(user.pk),
+        data={"source": source},
+    )
+    return user
+
+
+def _check_external_id(external_id: Any, field_name: str = "end_user_id") -> str:
+    if not isinstance(external_id, str) or not external_id.strip():
+        raise ValidationFailed(f"{field_name}: must be a non-blank string")
+    if len(external_id) > MAX_EXTERNAL_ID or "\x00" in external_id:
+        raise ValidationFailed(f"{field_name}: at most {MAX_EXTERNAL_ID} characters, without NUL")
+    return external_id
+
+
+@dataclass
+class ImportResult:
+    index: int
+    status: str  # "opted_in", "opted_out" or "rejected"
+    end_user_id: str | None = None
+    error: dict[str, str] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": self.index, "status": self.status}
+        if self.end_user_id is not None:
+            out["end_user_id"] = self.end_user_id
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+MAX_IMPORT_ITEMS = 10_000
+
+
+def end_users_import(tenant: Tenant, *, items: Sequence[Any], actor: str) -> list[ImportResult]:
+    """Set the consent of many end users, each item judged alone (answered 207)."""
+    if len(items) > MAX_IMPORT_ITEMS:
+        from apps.common.exceptions import PayloadTooLarge
+
+        raise PayloadTooLarge(f"items: at most {MAX_IMPORT_ITEMS} per import, got {len(items)}; split it")
+    results: list[ImportResult] = []
+    valid: list[tuple[str, bool]] = []
+    for index, item in enumerate(items):
+        try:
+            if not isinstance(item, dict) or set(item) - {"end_user_id", "opted_in"}:
+                raise ValidationFailed('item: must be {"end_user_id": ..., "opted_in": true|false}')
+            external_id = _check_external_id(item.get("end_user_id"))
+            if not isinstance(item.get("opted_in"), bool):
+                raise ValidationFailed("opted_in: must be true or false")
+        except ValidationFailed as exc:
+            field_name = exc.message.split(":", 1)[0]
+            results.append(
+                ImportResult(index, "rejected", error={"code": "invalid", "message": exc.message, "field": field_name})
+            )
+            continue
+        valid.append((external_id, item["opted_in"]))
+        results.append(ImportResult(index, "opted_in" if item["opted_in"] else "opted_out", external_id))
+    if valid:
+        with transaction.atomic():
+            end_users_observe(
+                tenant, observations=valid, source=ConsentChange.Source.IMPORT, actor=actor, default=False
+            )
+            audit_record(
+                tenant,
+                actor=actor,
+                action="end_user.import",
+                target_type="end_user",
+                target_id="*",
+                data={"items": len(valid)},
+            )
+    return results
+
+
+@dataclass
+class EraseReport:
+    """What an erase removed, per table, and the versions whose training used the user's events."""
+
+    deleted: dict[str, int] = field(default_factory=dict)
+    versions_trained_on: list[dict[str, Any]] = field(default_factory=list)
+    versions_evaluated_on: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "deleted": self.deleted,
+            "versions_trained_on": self.versions_trained_on,
+            "versions_evaluated_on": self.versions_evaluated_on,
+        }
+
+
+@transaction.atomic
+def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseReport:
+    """Delete everything Strop holds about one end user, and say which versions learned from them.
+
+    Interactions, their feedback, feedback still waiting for them, serving failures, experiment
+    exposures and consent history go; the audit row records that an erase happened, with the
+    counts, never the erased data. A model version trained on their events is not retrained:
+    the report names those versions so the tenant can retire them.
+    """
+    from apps.experiments.models import ExperimentExposure
+    from apps.interactions.models import Feedback, Interaction
+    from apps.serving.models import ServingFailure
+    from apps.training.models import TrainingRunEvent
+
+    user = EndUser.objects.select_for_update().filter(tenant=tenant, external_id=external_id).first()
+    interactions = Interaction.objects.filter(tenant=tenant, end_user_id=external_id)
+    if user is None and not interactions.exists():
+        raise NotFound(f"no end user {external_id[:200]!r}")
+    report = EraseReport()
+    events = TrainingRunEvent.objects.filter(feedback__interaction__in=interactions, run__output_version__isnull=False)
+    for held_out, target in ((False, report.versions_trained_on), (True, report.versions_evaluated_on)):
+        rows = (
+            events.filter(held_out=held_out)
+            .values("run__output_version__number", "run__output_version__vllm_name", "run__adapter__name")
+            .distinct()
+        )
+        target.extend(
+            {
+                "adapter": r["run__adapter__name"],
+                "version": r["run__output_version__number"],
+                "vllm_name": r["run__output_version__vllm_name"],
+            }
+            for r in sorted(rows, key=lambda r: (r["run__adapter__name"], r["run__output_version__number"]))
+        )
+    client_ids = [c for c in interactions.values_list("client_id", flat=True) if c]
+    report.deleted["feedback"] = (
+        Feedback.objects.filter(tenant=tenant, interaction__in=interactions).delete()[1].get("interactions.Feedback", 0)
+    )
+    report.deleted["pending_feedback"] = (
+        Feedback.objects.filter(tenant=tenant, **in_values("pending_client_id", client_ids)).delete()[0]
+        if client_ids
+        else 0
+    )
+    report.deleted["interactions"] = interactions.delete()[1].get("interactions.Interaction", 0)
+    report.deleted["serving_failures"] = ServingFailure.objects.filter(tenant=tenant, end_user_id=external_id).delete()[
+        0
+    ]
+    if user is not None:
+        report.deleted["exposures"] = ExperimentExposure.objects.filter(end_user=user).delete()[0]
+        report.deleted["consent_history"] = ConsentChange.objects.filter(end_user=user).delete()[0]
+        user.delete()
+        report.deleted["end_users"] = 1
+    else:
+        report.deleted.update(exposures=0, consent_history=0, end_users=0)
+    audit_record(
+        tenant,
+        actor=actor,
+        action="end_user.erase",
+        target_type="end_user",
+        target_id="erased",
+        data={"deleted": report.deleted, "versions_trained_on": [v["vllm_name"] for v in report.versions_trained_on]},
+    )
+    return report

@@ -1,0 +1,262 @@
+"""Experiments over the API (key scope ``admin``), and the assignment a tenant that serves
+elsewhere asks for (any key)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.adapters.apis import AdapterOut
+from apps.adapters.selectors import adapter_get_for_tenant, adapter_version_get_for_tenant
+from apps.cohorts.selectors import consent_default
+from apps.cohorts.services import end_user_consent_now
+from apps.common.apis import ScopedApi
+from apps.common.exceptions import ValidationFailed
+from apps.common.parsing import StrictSerializer, query_text, reject_unknown_query
+from apps.experiments.assignment import assign_arm
+from apps.experiments.models import Experiment, ExperimentSnapshot
+from apps.experiments.selectors import (
+    experiment_get_for_tenant,
+    experiment_latest_snapshot,
+    experiment_list,
+    experiment_running_for,
+    experiment_snapshots,
+)
+from apps.experiments.services import (
+    adapter_rollback,
+    experiment_create,
+    experiment_promote,
+    experiment_rollback,
+    experiment_snapshot_take,
+    experiment_start,
+    experiment_stop,
+    exposure_record,
+)
+from apps.experiments.stats import METRICS
+
+
+class ExperimentOut(serializers.ModelSerializer):
+    adapter = serializers.CharField(source="adapter.name")
+    control_version = serializers.IntegerField(source="control_version.number", allow_null=True, default=None)
+    candidate_version = serializers.IntegerField(source="candidate_version.number")
+    latest = serializers.SerializerMethodField(help_text="the latest statistics snapshot (null before the first)")
+
+    class Meta:
+        model = Experiment
+        fields = [
+            "id",
+            "adapter",
+            "status",
+            "control_version",
+            "candidate_version",
+            "candidate_weight",
+            "config",
+            "auto_promote",
+            "auto_rollback",
+            "decision",
+            "decision_reason",
+            "created_by",
+            "created_at",
+            "started_at",
+            "ended_at",
+            "ended_by",
+            "latest",
+        ]
+
+    def get_latest(self, obj: Experiment) -> dict[str, Any] | None:
+        if not self.context.get("with_latest"):
+            return None
+        snapshot = experiment_latest_snapshot(obj)
+        return SnapshotOut(snapshot).data if snapshot is not None else None
+
+
+class SnapshotOut(serializers.ModelSerializer):
+    class Meta:
+        model = ExperimentSnapshot
+        fields = ["computed_at", "users", "action", "analysis", "seconds"]
+
+
+class ExperimentCreateIn(StrictSerializer):
+    candidate_version = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
+    candidate_weight = serializers.FloatField(required=False, default=0.5, min_value=0.01, max_value=0.99)
+    primary_metric = serializers.ChoiceField(choices=sorted(METRICS), required=False)
+    guardrails = serializers.ListField(child=serializers.ChoiceField(choices=sorted(METRICS)), required=False)
+    min_users_per_arm = serializers.IntegerField(required=False, min_value=2, max_value=10**7)
+    max_duration_s = serializers.IntegerField(required=False, min_value=60, max_value=366 * 24 * 3600)
+    alpha = serializers.FloatField(required=False, min_value=0.001, max_value=0.2)
+    start = serializers.BooleanField(required=False, default=False, help_text="start it at once")
+
+
+class ExperimentCollectionApi(ScopedApi):
+    """An adapter's experiments (newest first), and creating one from a gated candidate."""
+
+    required_scope = "admin"
+
+    @extend_schema(responses={200: ExperimentOut(many=True)})
+    def get(self, request: Request, adapter_name: str) -> Response:
+        adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
+        return Response(ExperimentOut(experiment_list(self.tenant, adapter=adapter)[:100], many=True).data)
+
+    @extend_schema(request=ExperimentCreateIn, responses={201: ExperimentOut})
+    def post(self, request: Request, adapter_name: str) -> Response:
+        adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
+        data = ExperimentCreateIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        attrs = data.validated_data
+        candidate = adapter_version_get_for_tenant(self.tenant, adapter=adapter, number=attrs["candidate_version"])
+        config = {
+            k: attrs[k]
+            for k in ("primary_metric", "guardrails", "min_users_per_arm", "max_duration_s", "alpha")
+            if k in attrs
+        }
+        experiment = experiment_create(
+            self.tenant,
+            adapter=adapter,
+            candidate_version=candidate,
+            actor=self.actor,
+            candidate_weight=attrs["candidate_weight"],
+            config=config,
+        )
+        if attrs["start"]:
+            experiment = experiment_start(self.tenant, experiment=experiment, actor=self.actor)
+        return Response(ExperimentOut(experiment, context={"with_latest": True}).data, status=201)
+
+
+class ExperimentDetailApi(ScopedApi):
+    """One experiment with its latest statistics."""
+
+    required_scope = "admin"
+
+    @extend_schema(responses={200: ExperimentOut})
+    def get(self, request: Request, experiment_id: str) -> Response:
+        experiment = experiment_get_for_tenant(self.tenant, experiment_id=experiment_id)
+        return Response(ExperimentOut(experiment, context={"with_latest": True}).data)
+
+
+class ExperimentSnapshotListApi(ScopedApi):
+    """Every statistics snapshot, oldest first: the experiment over time."""
+
+    required_scope = "admin"
+
+    @extend_schema(responses={200: SnapshotOut(many=True)})
+    def get(self, request: Request, experiment_id: str) -> Response:
+        experiment = experiment_get_for_tenant(self.tenant, experiment_id=experiment_id)
+        return Response(SnapshotOut(experiment_snapshots(experiment)[:2000], many=True).data)
+
+
+class ActionIn(StrictSerializer):
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class ExperimentActionApi(ScopedApi):
+    """``start``, ``stop``, ``promote``, ``rollback`` or ``snapshot`` (compute the statistics now)."""
+
+    required_scope = "admin"
+    action = ""
+
+    @extend_schema(request=ActionIn, responses={200: ExperimentOut})
+    def post(self, request: Request, experiment_id: str) -> Response:
+        experiment = experiment_get_for_tenant(self.tenant, experiment_id=experiment_id)
+        data = ActionIn(data=request.data if request.data else {})
+        data.is_valid(raise_exception=True)
+        reason = data.validated_data["reason"]
+        if self.action == "start":
+            experiment = experiment_start(self.tenant, experiment=experiment, actor=self.actor)
+        elif self.action == "stop":
+            experiment = experiment_stop(self.tenant, experiment=experiment, actor=self.actor, reason=reason)
+        elif self.action == "promote":
+            experiment = experiment_promote(self.tenant, experiment=experiment, actor=self.actor, reason=reason)
+        elif self.action == "rollback":
+            experiment = experiment_rollback(self.tenant, experiment=experiment, actor=self.actor, reason=reason)
+        elif self.action == "snapshot":
+            if experiment.status != Experiment.Status.RUNNING:
+                raise ValidationFailed(
+                    f"experiment {experiment.pk} is {experiment.status}; snapshots are of running ones"
+                )
+            experiment_snapshot_take(experiment.pk)
+            experiment.refresh_from_db()
+        return Response(ExperimentOut(experiment, context={"with_latest": True}).data)
+
+
+class AssignmentApi(ScopedApi):
+    """For tenants that serve elsewhere: which version this end user should get now. Opted-in users
+    of a running experiment get their arm (and the exposure is recorded); everyone else production."""
+
+    required_scope = "any"
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("user", str, required=True, description="the end user's id"),
+            OpenApiParameter("opted_in", bool, description="their consent now, if you know it"),
+        ],
+        responses={
+            200: inline_serializer(
+                name="Assignment",
+                fields={
+                    "adapter": serializers.CharField(),
+                    "user": serializers.CharField(),
+                    "opted_in": serializers.BooleanField(),
+                    "experiment": serializers.IntegerField(allow_null=True),
+                    "arm": serializers.CharField(allow_null=True),
+                    "version": serializers.IntegerField(allow_null=True),
+                    "model": serializers.CharField(help_text="the vLLM name of the version to serve"),
+                },
+            )
+        },
+    )
+    def get(self, request: Request, adapter_name: str) -> Response:
+        from apps.common.parsing import query_bool
+
+        reject_unknown_query(request.query_params, {"user", "opted_in"})
+        user = query_text(request.query_params, "user") or ""
+        if not user.strip():
+            raise ValidationFailed("user: required, the end user's id")
+        adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
+        consent = end_user_consent_now(
+            self.tenant,
+            external_id=user,
+            flag=query_bool(request.query_params, "opted_in"),
+            default=consent_default(self.tenant, api_key=request.auth),
+            actor=self.actor,
+        )
+        experiment = experiment_running_for(adapter) if consent else None
+        arm, version = None, adapter.production_version
+        if experiment is not None:
+            arm = assign_arm(experiment.salt, user, candidate_weight=experiment.candidate_weight)
+            exposure_record(experiment, external_id=user, arm=arm)
+            version = experiment.version_of(arm)
+        return Response(
+            {
+                "adapter": adapter.name,
+                "user": user,
+                "opted_in": consent,
+                "experiment": experiment.pk if experiment is not None else None,
+                "arm": arm,
+                "version": version.number if version is not None else None,
+                "model": version.vllm_name if version is not None else adapter.base_model.name,
+            }
+        )
+
+
+class AdapterRollbackIn(StrictSerializer):
+    version = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
+
+
+class AdapterRollbackApi(ScopedApi):
+    """Move production back to an earlier good version (a running experiment is stopped first)."""
+
+    required_scope = "admin"
+
+    @extend_schema(request=AdapterRollbackIn, responses={200: AdapterOut})
+    def post(self, request: Request, adapter_name: str) -> Response:
+        adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
+        data = AdapterRollbackIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        version = adapter_version_get_for_tenant(self.tenant, adapter=adapter, number=data.validated_data["version"])
+        return Response(
+            AdapterOut(adapter_rollback(self.tenant, adapter=adapter, to_version=version, actor=self.actor)).data
+        )

@@ -1,0 +1,94 @@
+"""Per-user sums of each arm, aggregated in the database, for the statistics.
+
+Every exposed user is one row of their arm, also without a request yet. A request is a served
+interaction of the experiment or a serving failure of it; a suggestion is *shown* when its
+completion is not empty and the user's feedback says they saw it (accepted, rejected or
+edited); *accepted* counts accepted ones; the reward is the adapter's reward policy applied to
+the feedback (no feedback yet: 0, as silence); *slow* requests are those above the control
+arm's pooled p95 latency.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from django.db import connection
+from django.db.models import Case, Count, F, FloatField, Q, QuerySet, Sum, Value, When
+
+from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentExposure
+from apps.experiments.stats import ArmData
+from apps.interactions.models import Feedback, Interaction
+from apps.serving.models import ServingFailure
+from apps.training.selectors import training_policy_get
+
+SHOWN_OUTCOMES = (Feedback.Outcome.ACCEPTED, Feedback.Outcome.REJECTED, Feedback.Outcome.EDITED)
+
+
+def _p95(latencies: QuerySet[Interaction], experiment: Experiment, arm: str) -> float | None:
+    rows = latencies.filter(experiment_arm=arm, latency_ms__isnull=False)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms) FROM "
+                f"{connection.ops.quote_name(Interaction._meta.db_table)} WHERE experiment_id = %s "
+                f"AND experiment_arm = %s AND latency_ms IS NOT NULL",
+                [experiment.pk, arm],
+            )
+            value = cursor.fetchone()[0]
+        return float(value) if value is not None else None
+    values = np.array(list(rows.values_list("latency_ms", flat=True)), dtype=np.float64)
+    return float(np.percentile(values, 95)) if values.size else None
+
+
+def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
+    """(control, candidate) per-user sums, in a handful of grouped queries whatever the traffic."""
+    policy = training_policy_get(experiment.adapter)
+    interactions = Interaction.objects.filter(experiment=experiment)
+    threshold = _p95(interactions, experiment, CONTROL)
+    reward = Case(
+        When(feedback__outcome=Feedback.Outcome.ACCEPTED, then=Value(policy.reward_accepted)),
+        When(feedback__outcome=Feedback.Outcome.REJECTED, then=Value(policy.reward_rejected)),
+        When(feedback__outcome=Feedback.Outcome.EDITED, then=Value(policy.reward_edited)),
+        When(feedback__outcome=Feedback.Outcome.NOT_SHOWN, then=Value(policy.reward_not_shown)),
+        default=Value(0.0),
+        output_field=FloatField(),
+    )
+    per_user = interactions.values("experiment_arm", "end_user_id").annotate(
+        requests=Count("id"),
+        shown=Count("id", filter=~Q(completion="") & Q(feedback__outcome__in=SHOWN_OUTCOMES)),
+        accepted=Count("id", filter=~Q(completion="") & Q(feedback__outcome=Feedback.Outcome.ACCEPTED)),
+        reward=Sum(reward),
+        slow=Count("id", filter=Q(latency_ms__gt=threshold)) if threshold is not None else Value(0),
+    )
+    failures = (
+        ServingFailure.objects.filter(experiment=experiment)
+        .values("experiment_arm", "end_user_id")
+        .annotate(errors=Count("id"), slow=Count("id", filter=Q(latency_ms__gt=threshold)) if threshold else Value(0))
+    )
+    arms: dict[str, dict[str, int]] = {CONTROL: {}, CANDIDATE: {}}
+    for arm, user in ExperimentExposure.objects.filter(experiment=experiment).values_list(
+        "arm", F("end_user__external_id")
+    ):
+        arms[arm][user] = len(arms[arm])
+    columns = ("requests", "shown", "accepted", "reward_sum", "errors", "slow_requests")
+    sums = {arm: {c: np.zeros(len(users)) for c in columns} for arm, users in arms.items()}
+    for row in per_user:
+        index = arms.get(row["experiment_arm"], {}).get(row["end_user_id"])
+        if index is None:
+            continue  # served before an exposure row existed (cannot happen) or after an erase
+        target = sums[row["experiment_arm"]]
+        target["requests"][index] += row["requests"]
+        target["shown"][index] += row["shown"]
+        target["accepted"][index] += row["accepted"]
+        target["reward_sum"][index] += row["reward"] or 0.0
+        target["slow_requests"][index] += row["slow"]
+    for row in failures:
+        index = arms.get(row["experiment_arm"], {}).get(row["end_user_id"])
+        if index is None:
+            continue
+        target = sums[row["experiment_arm"]]
+        target["requests"][index] += row["errors"]
+        target["errors"][index] += row["errors"]
+        target["slow_requests"][index] += row["slow"]
+    control = ArmData(**sums[CONTROL], latency_p95_ms=threshold)
+    candidate = ArmData(**sums[CANDIDATE], latency_p95_ms=_p95(interactions, experiment, CANDIDATE))
+    return control, candidate

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from apps.adapters.models import Adapter, AdapterVersion
+from apps.cohorts.models import EndUser
+from apps.experiments.assignment import ARMS, CANDIDATE, CONTROL  # noqa: F401  (re-exported)
+from apps.tenants.models import Tenant
+
+
+
+class Experiment(models.Model):
+    """A candidate version against production, on the adapter's opted-in end users."""
+
+    class Status(models.TextChoices):
+        DRAFT = "draft"
+        RUNNING = "running"
+        STOPPED = "stopped"
+        DECIDED = "decided"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    adapter = models.ForeignKey(Adapter, on_delete=models.CASCADE, related_name="experiments")
+    control_version = models.ForeignKey(
+        AdapterVersion,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="production when the experiment started; empty = the base model alone",
+    )
+    candidate_version = models.ForeignKey(AdapterVersion, on_delete=models.PROTECT, related_name="+")
+    candidate_weight = models.FloatField(default=0.5, help_text="share of the opted-in users the candidate serves")
+    salt = models.CharField(max_length=32, help_text="fixed at start: assignments never move while it runs")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
+    config = models.JSONField(default=dict, help_text="the statistics' configuration (ExperimentConfig)")
+    auto_promote = models.BooleanField(default=False, help_text="act on 'promote' without a person")
+    auto_rollback = models.BooleanField(default=False, help_text="act on 'rollback' without a person")
+    decision = models.CharField(max_length=32, blank=True, help_text="promote, rollback or inconclusive")
+    decision_reason = models.TextField(blank=True)
+    created_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_by = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["adapter"], condition=Q(status="running"), name="experiment_one_running_per_adapter"
+            ),
+            models.CheckConstraint(
+                condition=Q(candidate_weight__gt=0) & Q(candidate_weight__lt=1), name="experiment_weight_in_0_1"
+            ),
+        ]
+        indexes = [models.Index(fields=["tenant", "status"])]
+
+    def version_of(self, arm: str) -> AdapterVersion | None:
+        return self.candidate_version if arm == CANDIDATE else self.control_version
+
+
+class ExperimentExposure(models.Model):
+    """An opted-in end user met the experiment: once per user, with the arm they were assigned."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="exposures")
+    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="exposures")
+    arm = models.CharField(max_length=16)
+    first_exposed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["experiment", "end_user"], name="exposure_once_per_user"),
+        ]
+        indexes = [models.Index(fields=["experiment", "arm"])]
+
+
+class ExperimentSnapshot(models.Model):
+    """The statistics at one moment, kept so the dashboard can draw them over time."""
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="snapshots")
+    computed_at = models.DateTimeField()
+    users = models.PositiveIntegerField(default=0)
+    action = models.CharField(max_length=32, help_text="the decision at that moment")
+    analysis = models.JSONField(help_text="apps.experiments.stats analysis, as_dict()")
+    seconds = models.FloatField(default=0.0, help_text="time to compute it")
+
+    class Meta:
+        indexes = [models.Index(fields=["experiment", "computed_at"])]

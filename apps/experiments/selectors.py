@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db.models import QuerySet
+
+from apps.adapters.models import Adapter
+from apps.common.exceptions import NotFound
+from apps.common.parsing import parse_id
+from apps.experiments.models import Experiment, ExperimentExposure, ExperimentSnapshot
+from apps.tenants.models import Tenant
+
+
+def experiment_running_for(adapter: Adapter) -> Experiment | None:
+    """The adapter's running experiment (at most one: a database constraint), with its versions."""
+    return (
+        Experiment.objects.filter(adapter=adapter, status=Experiment.Status.RUNNING)
+        .select_related("control_version", "candidate_version")
+        .first()
+    )
+
+
+def experiment_list(tenant: Tenant, *, adapter: Adapter | None = None) -> QuerySet[Experiment]:
+    experiments = Experiment.objects.filter(tenant=tenant).select_related(
+        "adapter", "control_version", "candidate_version"
+    )
+    if adapter is not None:
+        experiments = experiments.filter(adapter=adapter)
+    return experiments.order_by("-created_at", "-id")
+
+
+def experiment_get_for_tenant(tenant: Tenant, *, experiment_id: int | str) -> Experiment:
+    try:
+        return experiment_list(tenant).get(pk=parse_id(experiment_id, what="experiment"))
+    except Experiment.DoesNotExist:
+        raise NotFound(f"experiment {experiment_id} not found") from None
+
+
+def experiment_latest_snapshot(experiment: Experiment) -> ExperimentSnapshot | None:
+    return experiment.snapshots.order_by("-computed_at", "-id").first()
+
+
+def experiment_snapshots(experiment: Experiment) -> QuerySet[ExperimentSnapshot]:
+    return experiment.snapshots.order_by("computed_at", "id")
+
+
+def experiment_arms_of_logged(tenant: Tenant, items: Sequence[tuple[str, str]]) -> list[tuple[int, str] | None]:
+    """For interactions logged by a tenant that serves elsewhere, as (model, end user id): the
+    running experiment and arm each belongs to, when its user was exposed (through the
+    assignment endpoint) to the running experiment of the adapter ``model`` names (else the
+    default adapter's). One query when nothing runs, the common case."""
+    running = list(Experiment.objects.filter(tenant=tenant, status=Experiment.Status.RUNNING).select_related("adapter"))
+    if not running:
+        return [None] * len(items)
+    by_adapter = {experiment.adapter.name: experiment for experiment in running}
+    default = next((e for e in running if e.adapter.is_default), None)
+    users = {user for _, user in items if user}
+    exposed = {
+        (row["experiment_id"], row["end_user__external_id"]): row["arm"]
+        for row in ExperimentExposure.objects.filter(experiment__in=running, end_user__external_id__in=users).values(
+            "experiment_id", "end_user__external_id", "arm"
+        )
+    }
+    out: list[tuple[int, str] | None] = []
+    for model, user in items:
+        experiment = by_adapter.get(model) or default
+        arm = exposed.get((experiment.pk, user)) if experiment is not None and user else None
+        out.append((experiment.pk, arm) if arm is not None else None)
+    return out
