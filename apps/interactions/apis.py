@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.cohorts.selectors import consent_default
-from apps.common.apis import ScopedApi, batch_items, batch_response, paginated, paginated_schema
+from apps.common.apis import ScopedApi, batch_items, batch_response, end_user_of_request, paginated, paginated_schema
 from apps.common.exceptions import NotFound, ValidationFailed
 from apps.common.parsing import query_text, reject_unknown_query
 from apps.interactions.editor import editor_outcome_ingest
@@ -204,51 +204,71 @@ class FeedbackIngestApi(ScopedApi):
         return Response(result.as_dict(), status=200 if result.status == "recorded" else 202)
 
 
+# Our field names in an error become the outcome's own.
+_OUTCOME_NAMES = {
+    "client_id": "completionId",
+    "model": "modelName",
+    "end_user_id": "uniqueId",
+    "latency_ms": "time",
+    "served_at": "timestamp",
+}
+_EDITOR_RESULT = inline_serializer(
+    name="EditorOutcomeResult",
+    fields={
+        "status": serializers.CharField(help_text="created, duplicate, linked or ignored"),
+        "linked_to_served": serializers.BooleanField(required=False),
+        "interaction": serializers.DictField(required=False),
+        "feedback": serializers.DictField(required=False, allow_null=True),
+        "reason": serializers.CharField(required=False),
+    },
+)
+
+
 class EditorOutcomeApi(ScopedApi):
-    """Continue-style autocomplete outcome: one interaction plus its accept/reject, in one call."""
+    """Editor plugins' autocomplete outcomes (Continue's data logging posts here): the feedback lands
+    on the completion Strop served when it can be matched, else a logged interaction is made."""
 
     required_scope = "ingest"
 
     @extend_schema(
-        request=inline_serializer(
-            name="AutocompleteOutcome",
-            fields={
-                "completionId": serializers.CharField(),
-                "prefix": serializers.CharField(required=False),
-                "suffix": serializers.CharField(required=False),
-                "prompt": serializers.CharField(required=False),
-                "completion": serializers.CharField(allow_blank=True),
-                "accepted": serializers.BooleanField(required=False),
-                "modelName": serializers.CharField(required=False),
-                "uniqueId": serializers.CharField(required=False),
-                "time": serializers.FloatField(required=False),
-                "timestamp": serializers.CharField(required=False),
-                "numLines": serializers.IntegerField(required=False),
-                "filepath": serializers.CharField(required=False),
-            },
-        ),
-        responses={200: dict, 201: dict},
+        request={"application/json": {"type": "object", "additionalProperties": True}},
+        responses={
+            200: _EDITOR_RESULT,
+            201: _EDITOR_RESULT,
+            202: OpenApiResponse(_EDITOR_RESULT, description="an event that is not an autocomplete outcome: ignored"),
+        },
+        description="Continue's event envelope `{name, data, schema (0.1.0 | 0.2.0), level (all | noCode), "
+        "profileId}` or a bare AutocompleteOutcome. `completionId` names the outcome; `accepted` records the "
+        "feedback. The developer is the `X-Strop-User` header when sent, else `userId`, else `uniqueId`.",
     )
     def post(self, request: Request) -> Response:
+        user, _ = end_user_of_request(request, {})
         try:
-            stored, feedback = editor_outcome_ingest(self.tenant, payload=request.data)
+            result = editor_outcome_ingest(
+                self.tenant,
+                payload=request.data,
+                end_user=user,
+                consent_default=consent_default(self.tenant, api_key=request.auth),
+                actor=self.actor,
+            )
         except ItemError as exc:
             raise ValidationFailed(exc.message, code=exc.code, details=exc.as_dict()) from None
+        if result.ignored:
+            return Response({"status": "ignored", "reason": result.ignored}, status=202)
+        stored = result.interaction
         if stored.status == "rejected":
             error = dict(stored.error or {})
-            names = {
-                "client_id": "completionId",
-                "model": "modelName",
-                "end_user_id": "uniqueId",
-                "latency_ms": "time",
-                "served_at": "timestamp",
-            }
             field = error.get("field", "")
-            if field in names:
-                error["message"] = names[field] + error["message"][len(field) :]
-                error["field"] = names[field]
+            if field in _OUTCOME_NAMES:
+                error["message"] = _OUTCOME_NAMES[field] + error["message"][len(field) :]
+                error["field"] = _OUTCOME_NAMES[field]
             raise ValidationFailed(
                 error.get("message", "invalid outcome"), code=error.get("code", "invalid"), details=error
             )
-        body = {"interaction": stored.as_dict(), "feedback": feedback.as_dict() if feedback else None}
+        body = {
+            "status": stored.status,
+            "linked_to_served": result.linked,
+            "interaction": stored.as_dict(),
+            "feedback": result.feedback.as_dict() if result.feedback else None,
+        }
         return Response(body, status=201 if stored.status == "created" else 200)

@@ -1,22 +1,32 @@
-"""The autocomplete outcome an editor plugin (Continue's ``AutocompleteOutcome``) reports.
+"""The autocomplete outcome an editor plugin reports (Continue's ``AutocompleteOutcome``).
 
-Mapped onto one interaction (idempotent on ``completionId``) plus, when ``accepted`` is present,
-its feedback. Fields we do not model (the plugin's options, ``numLines``, ``filepath``…) are kept
-in the interaction's metadata.
+Continue posts every dev-data event to one destination URL inside an envelope
+``{"name", "data", "schema", "level", "profileId"}`` (schemas "0.1.0" and "0.2.0"; level "all",
+or "noCode" without prefix, suffix, prompt and completion). The bare outcome is taken too.
+
+An outcome becomes feedback on the completion Strop served, when there is one: Continue's
+``completionId`` is its own, but the ``prompt`` it logs is exactly the prompt it sent, so the
+served interaction is the recent one of this tenant with that prompt whose completion the shown
+text begins. That interaction takes the ``completionId`` as its client id (a replay finds it
+again), and the feedback lands on the tokens vLLM sampled. Without such a match the outcome is
+logged as an interaction of its own. A noCode outcome has no text: it is recorded, with its
+feedback, but there is nothing in it to learn from or to count as a shown suggestion.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from apps.interactions.models import Interaction
 from apps.interactions.services import ItemResult, feedback_ingest, interactions_ingest
 from apps.interactions.validation import ItemError
-from apps.tenants.models import Tenant
 
+# The outcome fields Strop maps onto an interaction; everything else is kept in its metadata.
 _MAPPED = {
     "completionId",
     "prefix",
@@ -25,10 +35,23 @@ _MAPPED = {
     "completion",
     "modelName",
     "uniqueId",
+    "userId",
     "time",
     "accepted",
     "timestamp",
 }
+_ENVELOPE = {"name", "data", "schema", "level", "profileId"}
+SERVED_MATCH_WINDOW = timedelta(minutes=30)  # Continue logs a rejection 10 s after display
+
+
+@dataclass
+class EditorOutcome:
+    """What one posted body became."""
+
+    ignored: str | None = None  # why nothing was stored (an event that is not an autocomplete outcome)
+    interaction: ItemResult | None = None
+    feedback: ItemResult | None = None
+    linked: bool = False  # the feedback landed on a completion Strop served
 
 
 def _timestamp(value: Any) -> str | None:
@@ -41,36 +64,123 @@ def _timestamp(value: Any) -> str | None:
     try:
         return datetime.fromtimestamp(value / 1000, tz=UTC).isoformat()
     except (OverflowError, OSError, ValueError):
-        raise ItemError(
-            "timestamp", f"{value!r} milliseconds since the epoch is not a date from year 1 to 9999"
-        ) from None
+        raise ItemError("timestamp", f"{value!r} ms since the epoch is not a date from year 1 to 9999") from None
 
 
-def editor_outcome_ingest(tenant: Tenant, *, payload: Any) -> tuple[ItemResult, ItemResult | None]:
+def _unwrap(payload: Any) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
+    """(event name, the outcome, envelope fields worth keeping) of an enveloped or bare body."""
     if not isinstance(payload, dict):
-        raise ItemError("body", "must be a JSON object (an autocomplete outcome)")
-    accepted = payload.get("accepted")
+        raise ItemError("body", "must be a JSON object (an autocomplete outcome, or Continue's event envelope)")
+    if "data" in payload and "name" in payload and set(payload) <= _ENVELOPE:
+        name, data = payload["name"], payload["data"]
+        if not isinstance(name, str):
+            raise ItemError("name", "must be the event's name, a string")
+        if not isinstance(data, dict):
+            raise ItemError("data", "must be a JSON object")
+        level = payload.get("level", "all")
+        if level not in ("all", "noCode"):
+            raise ItemError("level", "must be 'all' or 'noCode'")
+        envelope = {k: payload[k] for k in ("schema", "level", "profileId") if k in payload}
+        return name, data, envelope
+    return "autocomplete", payload, {}
+
+
+def _served_match(tenant: Any, outcome: dict[str, Any]) -> Interaction | None:
+    """The recent completion Strop served for this prompt whose text the shown completion begins."""
+    prompt, shown = outcome.get("prompt"), outcome.get("completion")
+    if not isinstance(prompt, str) or not prompt or not isinstance(shown, str) or not shown.strip():
+        return None
+    candidates = Interaction.objects.filter(
+        tenant=tenant,
+        source=Interaction.Source.SERVED,
+        client_id__isnull=True,
+        prompt=prompt,
+        received_at__gte=timezone.now() - SERVED_MATCH_WINDOW,
+    ).order_by("-received_at")[:20]
+    wanted = shown.strip()
+    for candidate in candidates:
+        served = candidate.completion.strip()
+        if served.startswith(wanted) or wanted.startswith(served) and served:
+            return candidate
+    return None
+
+
+def editor_outcome_ingest(
+    tenant: Any, *, payload: Any, end_user: str = "", consent_default: bool = False, actor: str = "system"
+) -> EditorOutcome:
+    """Record one posted outcome (see the module docstring). ``end_user`` (the X-Strop-User header)
+    names the developer when the plugin's configuration sends it; else the outcome's user id."""
+    name, outcome, envelope = _unwrap(payload)
+    if name != "autocomplete":
+        return EditorOutcome(ignored=f"event {name[:100]!r} is not an autocomplete outcome; nothing to learn from it")
+    accepted = outcome.get("accepted")
     if accepted is not None and not isinstance(accepted, bool):
         raise ItemError("accepted", "must be true, false or absent")
-    latency = payload.get("time")
-    interaction = {
-        "client_id": payload.get("completionId"),
-        "prompt": payload.get("prompt"),
-        "prefix": payload.get("prefix"),
-        "suffix": payload.get("suffix"),
-        "completion": payload.get("completion"),
-        "model": payload.get("modelName"),
-        "end_user_id": payload.get("uniqueId"),
-        "served_at": _timestamp(payload.get("timestamp")),
-        "latency_ms": latency,
-        "metadata": {key: value for key, value in payload.items() if key not in _MAPPED},
-    }
-    interaction = {key: value for key, value in interaction.items() if value is not None}
+    user = end_user or outcome.get("userId") or outcome.get("uniqueId")
+    no_code = envelope.get("level") == "noCode"
+    metadata = {key: value for key, value in outcome.items() if key not in _MAPPED}
+    if envelope:
+        metadata["continue"] = envelope
     with transaction.atomic():
-        (stored,) = interactions_ingest(tenant, items=[interaction], source=Interaction.Source.EDITOR)
+        served = None if no_code else _served_match(tenant, outcome)
+        if served is not None:
+            return _link(tenant, served, outcome, accepted, user, metadata, consent_default, actor)
+        interaction = {
+            "client_id": outcome.get("completionId"),
+            "prompt": outcome.get("prompt") if not no_code else "",
+            "prefix": outcome.get("prefix"),
+            "suffix": outcome.get("suffix"),
+            "completion": outcome.get("completion") if not no_code else "",
+            "model": outcome.get("modelName"),
+            "end_user_id": user,
+            "served_at": _timestamp(outcome.get("timestamp")),
+            "latency_ms": outcome.get("time"),
+            "metadata": {**metadata, "text_withheld": True} if no_code else metadata,
+        }
+        interaction = {key: value for key, value in interaction.items() if value is not None}
+        (stored,) = interactions_ingest(
+            tenant, items=[interaction], source=Interaction.Source.EDITOR, consent_default=consent_default, actor=actor
+        )
         if stored.status == "rejected" or accepted is None:
-            return stored, None
+            return EditorOutcome(interaction=stored)
         (feedback,) = feedback_ingest(
             tenant, items=[{"client_id": stored.client_id, "outcome": "accepted" if accepted else "rejected"}]
         )
-    return stored, feedback
+    return EditorOutcome(interaction=stored, feedback=feedback)
+
+
+def _link(
+    tenant: Any,
+    served: Interaction,
+    outcome: dict[str, Any],
+    accepted: bool | None,
+    user: Any,
+    metadata: dict[str, Any],
+    consent_default: bool,
+    actor: str,
+) -> EditorOutcome:
+    """The outcome is about ``served``: name it by the plugin's id, fill in the developer, and put
+    the feedback on it."""
+    from apps.cohorts.services import end_users_observe
+
+    client_id = outcome.get("completionId")
+    if not isinstance(client_id, str) or not client_id.strip() or len(client_id) > 200:
+        raise ItemError("client_id", "must be a non-blank string of at most 200 characters")
+    served.client_id = client_id
+    served.metadata = {**served.metadata, "editor_outcome": metadata}
+    fields = ["client_id", "metadata"]
+    if not served.end_user_id and isinstance(user, str) and user.strip() and len(user) <= 200:
+        # Continue sends no user with completions; the outcome is the first time Strop learns who it was.
+        served.end_user_id = user.strip()
+        (served.end_user_opted_in,) = end_users_observe(
+            tenant, observations=[(served.end_user_id, None)], source="editor", actor=actor, default=consent_default
+        )
+        fields += ["end_user_id", "end_user_opted_in"]
+    served.save(update_fields=fields)
+    stored = ItemResult(index=0, status="linked", id=str(served.pk), client_id=client_id)
+    if accepted is None:
+        return EditorOutcome(interaction=stored, linked=True)
+    (feedback,) = feedback_ingest(
+        tenant, items=[{"interaction_id": str(served.pk), "outcome": "accepted" if accepted else "rejected"}]
+    )
+    return EditorOutcome(interaction=stored, feedback=feedback, linked=True)
