@@ -171,7 +171,13 @@ def test_a_finished_training_run_observes_the_durations_of_its_stages(client, se
     # Exported, then the trainer refuses its configuration: a run that ends failed after one stage.
     TrainingPolicy.objects.create(tenant=tenant, adapter=adapter, trainer_overrides={"no_such_option": 1})
     events = [
-        {**interaction(f"t-{i}"), "prompt_token_ids": [5, 6, 7], "completion_token_ids": [8, 9], "opted_in": True}
+        {
+            **interaction(f"t-{i}"),
+            "prompt_token_ids": [5, 6, 7],
+            "completion_token_ids": [8, 9],
+            "end_user_id": "dev-1",
+            "opted_in": True,
+        }
         for i in range(8)
     ]
     interactions_ingest(tenant, items=events)

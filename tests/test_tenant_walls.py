@@ -224,7 +224,11 @@ def test_b_cannot_see_or_act_on_a_experiments(world):
     base = BaseModel.objects.create(name="walls-base-4", path="/nonexistent", family="qwen")
     adapter = Adapter.objects.create(tenant=a.tenant, name="a-exp", base_model=base)
     version = AdapterVersion.objects.create(
-        tenant=a.tenant, adapter=adapter, number=1, artifact_path="/nonexistent/e1", vllm_name="a--a-exp--v1",
+        tenant=a.tenant,
+        adapter=adapter,
+        number=1,
+        artifact_path="/nonexistent/e1",
+        vllm_name="a--a-exp--v1",
         status="candidate",
     )
     experiment = Experiment.objects.create(

@@ -20,8 +20,12 @@ WEIGHTS = "adapter_model.safetensors"
 
 def _samples(prompt: list[int]) -> list[dict]:
     return [
-        {"prompt_token_ids": prompt, "completion_token_ids": [100 + i, 7], "behaviour_logprobs": [-3.0, -2.0],
-         "reward": 1.0 if i % 2 else -0.25}
+        {
+            "prompt_token_ids": prompt,
+            "completion_token_ids": [100 + i, 7],
+            "behaviour_logprobs": [-3.0, -2.0],
+            "reward": 1.0 if i % 2 else -0.25,
+        }
         for i in range(8)
     ]
 
@@ -30,8 +34,9 @@ def _samples(prompt: list[int]) -> list[dict]:
 def adapter(tiny_starter_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("adapters") / "v1"
     config = PPOConfig(learning_rate=5e-3, epochs=2, num_minibatches=2, target_kl=None)
-    return train_ppo(config, _samples(prompt_ids(tiny_starter_model)), base_model_dir=tiny_starter_model,
-                     out_dir=out, progress=False).out_dir
+    return train_ppo(
+        config, _samples(prompt_ids(tiny_starter_model)), base_model_dir=tiny_starter_model, out_dir=out, progress=False
+    ).out_dir
 
 
 def test_written_adapter_loads_in_peft_and_changes_the_output(tiny_starter_model, adapter):
@@ -69,8 +74,14 @@ def test_nan_adapter_is_refused_as_a_parent(tiny_starter_model, adapter, tmp_pat
     with pytest.raises(AdapterInvalidError, match="non-finite"):
         verify_adapter(poisoned)
     with pytest.raises(AdapterInvalidError, match="non-finite"):
-        train_ppo(PPOConfig(), _samples(prompt_ids(tiny_starter_model)), base_model_dir=tiny_starter_model,
-                  out_dir=tmp_path / "child", parent_adapter_dir=poisoned, progress=False)
+        train_ppo(
+            PPOConfig(),
+            _samples(prompt_ids(tiny_starter_model)),
+            base_model_dir=tiny_starter_model,
+            out_dir=tmp_path / "child",
+            parent_adapter_dir=poisoned,
+            progress=False,
+        )
     assert not (tmp_path / "child").exists()
 
 
@@ -92,15 +103,26 @@ def test_parent_adapter_of_another_base_model_is_refused(tiny_starter_model, ada
         tensor.mul_(1.01)
     save_file(weights, str(other_base / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(AdapterInvalidError, match="was trained on base model"):
-        train_ppo(PPOConfig(), _samples(prompt_ids(tiny_starter_model)), base_model_dir=other_base,
-                  out_dir=tmp_path / "child", parent_adapter_dir=adapter, progress=False)
+        train_ppo(
+            PPOConfig(),
+            _samples(prompt_ids(tiny_starter_model)),
+            base_model_dir=other_base,
+            out_dir=tmp_path / "child",
+            parent_adapter_dir=adapter,
+            progress=False,
+        )
     assert not (tmp_path / "child").exists()
 
 
 def test_parent_adapter_continues_and_is_recorded(tiny_starter_model, adapter, tmp_path):
-    result = train_ppo(PPOConfig(epochs=1, num_minibatches=1), _samples(prompt_ids(tiny_starter_model)),
-                       base_model_dir=tiny_starter_model, out_dir=tmp_path / "v2", parent_adapter_dir=adapter,
-                       progress=False)
+    result = train_ppo(
+        PPOConfig(epochs=1, num_minibatches=1),
+        _samples(prompt_ids(tiny_starter_model)),
+        base_model_dir=tiny_starter_model,
+        out_dir=tmp_path / "v2",
+        parent_adapter_dir=adapter,
+        progress=False,
+    )
     record = json.loads((result.out_dir / "strop_train_config.json").read_text())
     assert record["parent_adapter"] == str(adapter.resolve())
     rows = [json.loads(line) for line in (result.out_dir / "metrics.jsonl").read_text().splitlines()]
@@ -115,6 +137,7 @@ def test_non_finite_weights_are_never_written(tiny_starter_model, tmp_path):
     with torch.no_grad():
         lora_b[0, 0] = float("inf")
     with pytest.raises(TrainingDivergedError, match="non-finite"):
-        save_adapter(policy, tmp_path / "out", config=config, mode="ppo", parent_adapter_dir=None, metrics=[],
-                     summary={})
+        save_adapter(
+            policy, tmp_path / "out", config=config, mode="ppo", parent_adapter_dir=None, metrics=[], summary={}
+        )
     assert list(tmp_path.iterdir()) == []

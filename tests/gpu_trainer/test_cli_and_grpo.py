@@ -31,14 +31,35 @@ def test_help_works_without_a_model():
 def test_cli_trains_an_adapter_then_scores_it(tiny_starter_model, tmp_path):
     prompt = prompt_ids(tiny_starter_model)
     data = tmp_path / "samples.jsonl"
-    data.write_text("".join(
-        json.dumps({"prompt_token_ids": prompt, "completion_token_ids": [50 + i], "behaviour_logprobs": None,
-                    "reward": 0.75 if i % 2 else -0.25}) + "\n"
-        for i in range(8)
-    ))
+    data.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "prompt_token_ids": prompt,
+                    "completion_token_ids": [50 + i],
+                    "behaviour_logprobs": None,
+                    "reward": 0.75 if i % 2 else -0.25,
+                }
+            )
+            + "\n"
+            for i in range(8)
+        )
+    )
     out = tmp_path / "adapter"
-    trained = _cli("train", "--data", str(data), "--base", str(tiny_starter_model), "--out", str(out),
-                   "--set", "epochs=1", "--set", "num_minibatches=2", "--no-progress")
+    trained = _cli(
+        "train",
+        "--data",
+        str(data),
+        "--base",
+        str(tiny_starter_model),
+        "--out",
+        str(out),
+        "--set",
+        "epochs=1",
+        "--set",
+        "num_minibatches=2",
+        "--no-progress",
+    )
     assert trained.returncode == 0, trained.stderr
     assert json.loads(trained.stdout)["steps"] == 2
     again = _cli("train", "--data", str(data), "--base", str(tiny_starter_model), "--out", str(out))
@@ -46,8 +67,9 @@ def test_cli_trains_an_adapter_then_scores_it(tiny_starter_model, tmp_path):
 
     cases = tmp_path / "cases.jsonl"
     cases.write_text("".join(json.dumps(c) + "\n" for c in FIM_CASES) + data.read_text())
-    scored = _cli("score", "--data", str(cases), "--base", str(tiny_starter_model), "--adapter", str(out),
-                  "--max-new-tokens", "8")
+    scored = _cli(
+        "score", "--data", str(cases), "--base", str(tiny_starter_model), "--adapter", str(out), "--max-new-tokens", "8"
+    )
     assert scored.returncode == 0, scored.stderr
     result = json.loads(scored.stdout)
     assert result["fim_cases"] == 2 and 0 <= result["edit_similarity"] <= 1
@@ -64,8 +86,7 @@ def test_bad_input_on_the_cli_is_one_line_not_a_traceback(tiny_starter_model, tm
 
 def test_grpo_writes_an_adapter_from_sampled_groups(tiny_starter_model, tmp_path):
     config = GRPOConfig(group_size=4, max_new_tokens=6, epochs=1, num_minibatches=2)
-    result = train_grpo(config, FIM_CASES, base_model_dir=tiny_starter_model, out_dir=tmp_path / "grpo",
-                        progress=False)
+    result = train_grpo(config, FIM_CASES, base_model_dir=tiny_starter_model, out_dir=tmp_path / "grpo", progress=False)
     record = json.loads((result.out_dir / "strop_train_config.json").read_text())
     assert record["mode"] == "grpo" and record["config"]["group_size"] == 4
     assert result.steps == 2 and result.summary["samples"] == 8

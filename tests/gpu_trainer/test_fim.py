@@ -43,8 +43,10 @@ def test_detect_family_from_vocab_and_from_a_model_directory(tmp_path):
     assert detect_family(["<fim_prefix>", "<fim_suffix>", "<fim_middle>"]) == "starcoder"
     assert detect_family(["▁<PRE>", "▁<SUF>", "▁<MID>"]) == "codellama"
     assert detect_family(["hello"]) is None
-    tokenizer = {"added_tokens": [{"content": t} for t in ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>")],
-                 "model": {"vocab": {"a": 0}}}
+    tokenizer = {
+        "added_tokens": [{"content": t} for t in ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>")],
+        "model": {"vocab": {"a": 0}},
+    }
     (tmp_path / "tokenizer.json").write_text(json.dumps(tokenizer))
     assert detect_family(tmp_path) == "deepseek"
 

@@ -18,16 +18,26 @@ GOOD = (
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ('{"prompt_token_ids": [1], "completion_token_ids": [7, 8], "behaviour_logprobs": [-1.0], "reward": 1}',
-         r"sample 1: behaviour_logprobs has 1 entries but completion_token_ids has 2"),
-        ('{"prompt_token_ids": [1], "completion_token_ids": [7], "behaviour_logprobs": null, "reward": NaN}',
-         r"sample 1: reward must be a finite number"),
-        ('{"prompt_token_ids": [1], "completion_token_ids": [7], "behaviour_logprobs": [Infinity], "reward": 1}',
-         r"sample 1: behaviour_logprobs\[0\]"),
-        ('{"prompt_token_ids": [1], "completion_token_ids": [7], "behaviour_logprobs": [NaN], "reward": 1}',
-         r"sample 1: behaviour_logprobs\[0\]"),
-        ('{"prompt_token_ids": [1], "completion_token_ids": ["a"], "reward": 1}',
-         r"sample 1: completion_token_ids must be a list of integers"),
+        (
+            '{"prompt_token_ids": [1], "completion_token_ids": [7, 8], "behaviour_logprobs": [-1.0], "reward": 1}',
+            r"sample 1: behaviour_logprobs has 1 entries but completion_token_ids has 2",
+        ),
+        (
+            '{"prompt_token_ids": [1], "completion_token_ids": [7], "behaviour_logprobs": null, "reward": NaN}',
+            r"sample 1: reward must be a finite number",
+        ),
+        (
+            '{"prompt_token_ids": [1], "completion_token_ids": [7], "behaviour_logprobs": [Infinity], "reward": 1}',
+            r"sample 1: behaviour_logprobs\[0\]",
+        ),
+        (
+            '{"prompt_token_ids": [1], "completion_token_ids": [7], "behaviour_logprobs": [NaN], "reward": 1}',
+            r"sample 1: behaviour_logprobs\[0\]",
+        ),
+        (
+            '{"prompt_token_ids": [1], "completion_token_ids": ["a"], "reward": 1}',
+            r"sample 1: completion_token_ids must be a list of integers",
+        ),
         ('{"prompt_token_ids": [], "completion_token_ids": [7], "reward": 1}', r"sample 1: prompt_token_ids is empty"),
         ('{"prompt_token_ids": [1], "completion_token_ids": [7]}', r"sample 1: missing field 'reward'"),
         ("{not json", r"sample 1 \(line 2\): invalid JSON"),

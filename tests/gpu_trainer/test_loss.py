@@ -20,7 +20,8 @@ def test_at_ratio_one_the_gradient_is_minus_advantage_times_the_logprob_gradient
     new = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     old = new.detach().clone()
     loss, approx_kl, clip_fraction = clipped_policy_loss(
-        new, old, torch.tensor([0.5]), torch.ones(1, 2), torch.ones(1, 2), clip_eps=0.2, aggregation="token_mean")
+        new, old, torch.tensor([0.5]), torch.ones(1, 2), torch.ones(1, 2), clip_eps=0.2, aggregation="token_mean"
+    )
     loss.backward()
     assert torch.allclose(new.grad, torch.tensor([[-0.25, -0.25]]))
     assert float(approx_kl) == 0.0 and float(clip_fraction) == 0.0
@@ -30,7 +31,8 @@ def test_clipping_stops_the_gradient_once_the_ratio_left_the_trust_region_in_the
     old = torch.tensor([[-1.0, -1.0]])
     new = (old + torch.tensor([[0.5, -0.5]])).requires_grad_(True)  # ratios e^0.5 and e^-0.5
     loss, _, clip_fraction = clipped_policy_loss(
-        new, old, torch.tensor([1.0]), torch.ones(1, 2), torch.ones(1, 2), clip_eps=0.2, aggregation="token_mean")
+        new, old, torch.tensor([1.0]), torch.ones(1, 2), torch.ones(1, 2), clip_eps=0.2, aggregation="token_mean"
+    )
     loss.backward()
     assert new.grad[0, 0] == 0  # already pushed up past 1 + eps: no more
     assert new.grad[0, 1] < 0  # pushed down against the advantage: still corrected
@@ -41,8 +43,9 @@ def test_importance_weights_scale_tokens_and_padding_is_ignored():
     new = torch.tensor([[0.0, -1.0, -1.0]], requires_grad=True)
     mask = torch.tensor([[0.0, 1.0, 1.0]])
     weights = torch.tensor([[1.0, 2.0, 0.5]])
-    loss, _, _ = clipped_policy_loss(new, new.detach(), torch.tensor([1.0]), mask, weights, clip_eps=0.2,
-                                     aggregation="token_mean")
+    loss, _, _ = clipped_policy_loss(
+        new, new.detach(), torch.tensor([1.0]), mask, weights, clip_eps=0.2, aggregation="token_mean"
+    )
     loss.backward()
     assert torch.allclose(new.grad, torch.tensor([[0.0, -1.0, -0.25]]))
 

@@ -50,12 +50,14 @@ def test_ppo_raises_probability_of_the_rewarded_first_token(tiny_starter_model, 
     samples = []
     for i in range(16):
         first = x if i % 4 == 0 else others[i % len(others)]
-        samples.append({
-            "prompt_token_ids": setting["prompt"],
-            "completion_token_ids": _completion(first, rng),
-            "behaviour_logprobs": None,
-            "reward": 1.0 if first == x else -1.0,
-        })
+        samples.append(
+            {
+                "prompt_token_ids": setting["prompt"],
+                "completion_token_ids": _completion(first, rng),
+                "behaviour_logprobs": None,
+                "reward": 1.0 if first == x else -1.0,
+            }
+        )
     adapter = _train_rounds(tiny_starter_model, samples, FAST, tmp_path)
     before = setting["base_probs"][x].item()
     after = next_token_probs(load(tiny_starter_model, adapter), setting["prompt"])[x].item()
@@ -68,12 +70,16 @@ def _silence_samples(setting) -> list[dict]:
     samples = []
     for i in range(16):
         silent = i % 4 == 0
-        samples.append({
-            "prompt_token_ids": setting["prompt"],
-            "completion_token_ids": [] if silent else _completion(setting["others"][i % len(setting["others"])], rng),
-            "behaviour_logprobs": None,
-            "reward": 0.0 if silent else -1.0,
-        })
+        samples.append(
+            {
+                "prompt_token_ids": setting["prompt"],
+                "completion_token_ids": []
+                if silent
+                else _completion(setting["others"][i % len(setting["others"])], rng),
+                "behaviour_logprobs": None,
+                "reward": 0.0 if silent else -1.0,
+            }
+        )
     return samples
 
 
@@ -119,8 +125,9 @@ def test_baseline_none_gives_silence_no_learning_signal(tiny_starter_model, sett
     for baseline in ("none", "batch_mean"):
         for name, data in (("here", _silence_samples(setting)), ("elsewhere", _silence_in_other_contexts(setting))):
             out = tmp_path / f"{baseline}-{name}"
-            train_ppo(config.replace(baseline=baseline), data, base_model_dir=tiny_starter_model, out_dir=out,
-                      progress=False)
+            train_ppo(
+                config.replace(baseline=baseline), data, base_model_dir=tiny_starter_model, out_dir=out, progress=False
+            )
             trained[baseline, name] = out
     moved_none = _max_weight_difference(trained["none", "here"], trained["none", "elsewhere"])
     moved_batch_mean = _max_weight_difference(trained["batch_mean", "here"], trained["batch_mean", "elsewhere"])
@@ -135,8 +142,9 @@ def test_batch_mean_teaches_silence_where_baseline_none_does_not(tiny_starter_mo
     eos = 0
     after = {}
     for baseline in ("none", "batch_mean"):
-        adapter = _train_rounds(tiny_starter_model, _silence_samples(setting), FAST.replace(baseline=baseline),
-                                tmp_path / baseline)
+        adapter = _train_rounds(
+            tiny_starter_model, _silence_samples(setting), FAST.replace(baseline=baseline), tmp_path / baseline
+        )
         after[baseline] = next_token_probs(load(tiny_starter_model, adapter), setting["prompt"])[eos].item()
     assert after["batch_mean"] > 2 * after["none"], after
 
@@ -150,8 +158,9 @@ def test_same_seed_gives_the_same_adapter_bytes(tiny_starter_model, setting, tmp
     config = PPOConfig(seed=7, learning_rate=1e-3, epochs=2, num_minibatches=2)
     first = train_ppo(config, samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "a", progress=False)
     second = train_ppo(config, samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "b", progress=False)
-    other_seed = train_ppo(config.replace(seed=8), samples, base_model_dir=tiny_starter_model,
-                           out_dir=tmp_path / "c", progress=False)
+    other_seed = train_ppo(
+        config.replace(seed=8), samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "c", progress=False
+    )
     weights = "adapter_model.safetensors"
     assert _sha256(first.out_dir / weights) == _sha256(second.out_dir / weights)
     assert _sha256(first.out_dir / weights) != _sha256(other_seed.out_dir / weights)
@@ -159,10 +168,14 @@ def test_same_seed_gives_the_same_adapter_bytes(tiny_starter_model, setting, tmp
 
 def test_output_records_config_base_and_per_step_metrics(tiny_starter_model, setting, tmp_path):
     config = PPOConfig(epochs=2, num_minibatches=2)
-    result = train_ppo(config, _silence_samples(setting), base_model_dir=tiny_starter_model,
-                       out_dir=tmp_path / "out", progress=False)
+    result = train_ppo(
+        config, _silence_samples(setting), base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False
+    )
     assert sorted(p.name for p in result.out_dir.iterdir()) == [
-        "adapter_config.json", "adapter_model.safetensors", "metrics.jsonl", "strop_train_config.json",
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "metrics.jsonl",
+        "strop_train_config.json",
     ]
     record = json.loads((result.out_dir / "strop_train_config.json").read_text())
     assert record["config"] == config.to_dict()
@@ -170,8 +183,19 @@ def test_output_records_config_base_and_per_step_metrics(tiny_starter_model, set
     assert record["parent_adapter"] is None and record["seed"] == config.seed
     rows = [json.loads(line) for line in (result.out_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == result.steps == 4
-    for key in ("policy_loss", "approx_kl", "clip_fraction", "entropy", "grad_norm", "reward_mean",
-                "reward_std", "advantage_mean", "advantage_std", "kl_to_base", "tokens_per_s"):
+    for key in (
+        "policy_loss",
+        "approx_kl",
+        "clip_fraction",
+        "entropy",
+        "grad_norm",
+        "reward_mean",
+        "reward_std",
+        "advantage_mean",
+        "advantage_std",
+        "kl_to_base",
+        "tokens_per_s",
+    ):
         assert all(isinstance(row[key], float) for row in rows), key
     adapter_config = json.loads((result.out_dir / "adapter_config.json").read_text())
     assert adapter_config["r"] == config.lora_rank and adapter_config["bias"] == "none"
@@ -181,12 +205,18 @@ def test_output_records_config_base_and_per_step_metrics(tiny_starter_model, set
 def test_existing_output_directory_is_refused(tiny_starter_model, setting, tmp_path):
     (tmp_path / "out").mkdir()
     with pytest.raises(FileExistsError):
-        train_ppo(PPOConfig(), _silence_samples(setting), base_model_dir=tiny_starter_model,
-                  out_dir=tmp_path / "out", progress=False)
+        train_ppo(
+            PPOConfig(),
+            _silence_samples(setting),
+            base_model_dir=tiny_starter_model,
+            out_dir=tmp_path / "out",
+            progress=False,
+        )
 
 
 def test_target_kl_stops_the_update_early(tiny_starter_model, setting, tmp_path):
     config = FAST.replace(target_kl=1e-4, epochs=8)
-    result = train_ppo(config, _silence_samples(setting), base_model_dir=tiny_starter_model,
-                       out_dir=tmp_path / "out", progress=False)
+    result = train_ppo(
+        config, _silence_samples(setting), base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False
+    )
     assert result.stopped_early and result.steps < 16

@@ -36,6 +36,7 @@ def add_events(tenant):
                     "prompt_token_ids": [5, 6, 7 + i % 50],
                     "completion_token_ids": [8 + i % 40, 9],
                     "completion_logprobs": [-0.5, -1.0],
+                    "end_user_id": f"dev-{i % 5}" if opted_in else f"private-{i % 5}",
                     "opted_in": opted_in,
                 }
             )

@@ -125,7 +125,16 @@ def test_a_burst_of_single_feedback_requests_schedules_a_run_without_beat(tiny_a
 
     TrainingPolicy.objects.filter(adapter=tiny_adapter).update(min_new_events=12, max_wait_s=10**6)
     client = make_client(tiny_adapter.tenant, scopes=["ingest", "feedback"])
-    items = [{"client_id": f"burst-{i}", "prompt": f"x{i} = ", "completion": "1", "opted_in": True} for i in range(12)]
+    items = [
+        {
+            "client_id": f"burst-{i}",
+            "prompt": f"x{i} = ",
+            "completion": "1",
+            "end_user_id": f"dev-{i % 3}",
+            "opted_in": True,
+        }
+        for i in range(12)
+    ]
     assert client.post("/v1/interactions", {"items": items}, format="json").status_code == 207
     for i in range(12):
         response = client.post("/v1/feedback", {"client_id": f"burst-{i}", "outcome": "accepted"}, format="json")
