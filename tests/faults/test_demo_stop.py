@@ -16,7 +16,8 @@ import psutil
 import pytest
 
 from benchmarks.common import free_port
-from tests.fixtures.services import REPO_ROOT, tail, wait_for
+from tests.fixtures.services import REPO_ROOT, tail
+from tests.fixtures.workers import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +81,7 @@ def test_ctrl_c_stops_every_process_the_demo_started(tmp_path: Path):
             except httpx.HTTPError:
                 return False
 
-        wait_for(started, timeout=300, what="the demo's API and workers to start", poll=0.5)
+        wait_until(started, timeout=300, what="the demo's API and workers to start")
         children = psutil.Process(driver.pid).children()
         pgids = {child.pid for child in children}
         assert len(pgids) == 4, [c.cmdline() for c in children]  # api, two workers, the stubborn one

@@ -11,7 +11,8 @@ import time
 import httpx
 import pytest
 
-from tests.fixtures.services import http_status_recorder, manage, wait_for
+from tests.fixtures.services import http_status_recorder, manage
+from tests.fixtures.workers import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -61,11 +62,11 @@ def test_batch_ingest_rides_out_a_postgres_restart_with_nothing_lost_or_doubled(
     thread = threading.Thread(target=ingest, name="ingest", daemon=True)
     thread.start()
     try:
-        wait_for(lambda: len(acknowledged) >= 3 * BATCH or failures, timeout=120, what="ingest to flow")
+        wait_until(lambda: len(acknowledged) >= 3 * BATCH or failures, timeout=120, what="ingest to flow")
         assert not failures, failures
 
         private_postgres.stop("immediate")  # a crash: open transactions die, recovery runs at start
-        wait_for(
+        wait_until(
             lambda: any(status == 503 for status, _ in seen) or failures,
             timeout=120,
             what="the SDK to meet a 503 while the database is down",

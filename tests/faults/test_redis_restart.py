@@ -20,14 +20,15 @@ from django.utils import timezone
 
 from apps.adapters.services import adapter_create, base_model_register
 from apps.training.models import TrainingPolicy, TrainingRun
-from tests.fixtures.services import PrivateRedis, wait_for
+from tests.fixtures.services import PrivateRedis
 from tests.fixtures.workers import Workers, _database_url, wait_until, worker_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 FAIL_OPEN_LINE = "rate limits are not enforced"
 ENFORCED_AGAIN_LINE = "rate limits are enforced"
-QUICK_S = 3.0  # a request while Redis is down; the broker's share of it is about a second at most
+QUICK_S = 5.0  # a request while Redis is down, on a busy machine (a hung publish used to wait forever)
+PUBLISH_S = 3.0  # a publish to a hung Redis: about a second, by the settings
 
 
 def _send_as_beat(redis_url: str, task: str) -> None:
@@ -163,7 +164,7 @@ def test_ingest_goes_on_while_redis_restarts_and_the_sweepers_recover_the_lost_w
         assert burst.call("GET", "/v1/tenant")[0].status_code == 200
         return _log_count(api.log_path, ENFORCED_AGAIN_LINE) == 1
 
-    wait_for(enforced_again, timeout=60, what="rate limits to be enforced again", poll=0.5)
+    wait_until(enforced_again, timeout=60, what="rate limits to be enforced again")
     assert private_redis.client().keys("strop:rl:*")
     assert _log_count(api.log_path, FAIL_OPEN_LINE) == 1
 
@@ -186,7 +187,7 @@ def test_a_hung_redis_costs_a_request_at_most_about_a_second(private_redis, sett
         for _ in range(50):  # far over the limit of 1: served, uncounted
             ratelimit.rate_limit_check(tenant)
         took = time.monotonic() - started
-        assert took < 2, f"50 rate-limit checks against a hung Redis took {took:.1f} s"
+        assert took < 3, f"50 rate-limit checks against a hung Redis took {took:.1f} s"  # 12.5 s uncut
         assert sum(FAIL_OPEN_LINE in r.getMessage() for r in caplog.records) == 1
 
         outcome: list[object] = []
@@ -203,7 +204,7 @@ def test_a_hung_redis_costs_a_request_at_most_about_a_second(private_redis, sett
         thread.start()
         thread.join(timeout=30)
         assert outcome, "a publish to a hung Redis did not give up within 30 s"
-        assert isinstance(outcome[0], float) and outcome[0] < QUICK_S, outcome
+        assert isinstance(outcome[0], float) and outcome[0] < PUBLISH_S, outcome
     finally:
         private_redis.proc.send_signal(signal.SIGCONT)
         ratelimit._outage.__init__()

@@ -129,6 +129,6 @@ def test_vllm_killed_mid_stream_is_an_error_event_a_failure_row_and_no_half_inte
         assert response.status_code == 503, response.text
         assert response.json()["error"]["code"] == "vllm_unavailable"
         assert int(response.headers["Retry-After"]) >= 1
-        assert took < 5, f"a request while vLLM is down took {took:.1f} s"
+        assert took < 10, f"a request while vLLM is down took {took:.1f} s"  # not vLLM's 30 s timeout
     assert ServingFailure.objects.filter(tenant=tenant, streamed=False).count() == 2
     assert not Interaction.objects.filter(tenant=tenant).exists()
