@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 from urllib.parse import urlparse
 
 import httpx
@@ -85,7 +86,11 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, what: str) 
     raise RuntimeError(f"{what} did not answer {url} within {timeout_s:.0f} s")
 
 
-def start_gunicorn(db_url: str, port: int, workers: int, **extra_env: str) -> subprocess.Popen:
+def start_gunicorn(
+    db_url: str, port: int, workers: int, *, log: IO[bytes] | None = None, timeout_s: float = 60, **extra_env: str
+) -> subprocess.Popen:
+    """Gunicorn on ``port`` in a process group of its own, answering /health; stopped again if it
+    does not come up. ``log`` takes its output (default: this process's)."""
     proc = subprocess.Popen(
         [
             PY,
@@ -106,8 +111,14 @@ def start_gunicorn(db_url: str, port: int, workers: int, **extra_env: str) -> su
         cwd=ROOT,
         env=django_env(db_url, **extra_env),
         start_new_session=True,
+        stdout=log,
+        stderr=subprocess.STDOUT if log is not None else None,
     )
-    wait_healthy(f"http://127.0.0.1:{port}/health", proc, 60, "gunicorn")
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/health", proc, timeout_s, "gunicorn")
+    except BaseException:
+        stop(proc)
+        raise
     return proc
 
 

@@ -122,7 +122,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            # A hung Redis must not hang the request that touches the cache (its callers survive errors).
+            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+        }
+    }
 else:
     # Shared by the API and worker processes of the embedded default (a per-process cache would
     # keep the feedback debounce of one process from being cleared by the check in another).
@@ -146,6 +153,14 @@ if CELERY_BROKER_URL == "filesystem://":
         "control_folder": str(_celery_dir / "control"),
         "store_processed": False,
     }
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # A request that enqueues must not wait long on a broker that is down or hung: a socket
+    # operation gives up after half a second, and a publish is tried twice (the second time on
+    # a fresh connection, which a restarted Redis needs), so a dead broker costs about a second
+    # and the message is logged as lost (apps/common/tasks.py; the sweepers send it again).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 0.5, "socket_timeout": 0.5}
+CELERY_BROKER_CONNECTION_TIMEOUT = 1
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

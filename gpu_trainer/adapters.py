@@ -8,6 +8,7 @@ it, ``strop_train_config.json`` (the full config, the base model and its fingerp
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpu_trainer.errors import AdapterInvalidError
+from gpu_trainer.errors import AdapterInvalidError, AdapterWriteError
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -76,8 +77,9 @@ def verify_adapter(adapter_dir: str | Path, *, max_rank: int | None = None) -> d
         problems.append("it is a DoRA adapter (vLLM serves plain LoRA)")
     if config.get("rank_pattern") or config.get("alpha_pattern"):
         problems.append("it has per-module rank/alpha patterns")
-    unsupported = [k for k in ("alora_invocation_tokens", "layer_replication", "use_bdlora", "use_qalora")
-                   if config.get(k)]
+    unsupported = [
+        k for k in ("alora_invocation_tokens", "layer_replication", "use_bdlora", "use_qalora") if config.get(k)
+    ]
     if unsupported:
         problems.append(f"vLLM does not support {', '.join(unsupported)}")
     init = config.get("init_lora_weights", True)
@@ -130,9 +132,15 @@ def check_parent_matches_base(parent_dir: str | Path, base_model_dir: str | Path
     named = config.get("base_model_name_or_path")
     if named and Path(named).is_dir() and Path(named).resolve() != base.resolve():
         if base_model_fingerprint(named) != base_fingerprint:
-            raise AdapterInvalidError(
-                f"parent adapter {parent} names base model {named}, which differs from {base}"
-            )
+            raise AdapterInvalidError(f"parent adapter {parent} names base model {named}, which differs from {base}")
+
+
+def _out_of_space(exc: BaseException) -> bool:
+    """A full disk, as Python reports it or as safetensors does (its writer is Rust: a
+    ``SafetensorError`` whose message carries the OS error, not an ``OSError``)."""
+    if isinstance(exc, OSError):
+        return exc.errno == errno.ENOSPC
+    return f"(os error {errno.ENOSPC})" in str(exc)
 
 
 def write_adapter_dir(out_dir: str | Path, write: Callable[[Path], None], *, max_rank: int) -> Path:
@@ -147,7 +155,14 @@ def write_adapter_dir(out_dir: str | Path, write: Callable[[Path], None], *, max
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out.name}-", dir=out.parent))
     try:
-        write(tmp)
+        try:
+            write(tmp)
+        except Exception as exc:
+            if _out_of_space(exc):
+                raise AdapterWriteError(
+                    errno.ENOSPC, f"no space left on device (ENOSPC) while writing the adapter to {out}: {exc}"
+                ) from exc
+            raise
         verify_adapter(tmp, max_rank=max_rank)
         os.chmod(tmp, 0o755)  # mkdtemp makes 0700; the vLLM server may run as another user
         for child in tmp.iterdir():
@@ -156,4 +171,3 @@ def write_adapter_dir(out_dir: str | Path, write: Callable[[Path], None], *, max
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
-

@@ -16,3 +16,8 @@ class AdapterInvalidError(TrainerInputError):
 
 class TrainingDivergedError(RuntimeError):
     """Training produced a non-finite loss or non-finite adapter weights; nothing was written."""
+
+
+class AdapterWriteError(OSError):
+    """The adapter could not be written (the disk is full: ``errno`` is ``ENOSPC``); the partial
+    directory was removed and nothing is left at the output."""

@@ -16,18 +16,14 @@ VLLM_PORT_DEMO=${DEMO_VLLM_PORT:-8100}
 BASE="http://127.0.0.1:$PORT"
 unset DATABASE_URL REDIS_URL CELERY_BROKER_URL  # the embedded default
 export VLLM_BASE_URLS="http://127.0.0.1:$VLLM_PORT_DEMO"
-mkdir -p var/log
-PIDS=()
-cleanup() { for pid in "${PIDS[@]}"; do kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true; done; }
-trap cleanup EXIT INT TERM
+# The processes it starts, each in a group of its own; all are stopped on exit, Ctrl-C included.
+source platform/demo-processes.sh
 
 echo "==> vLLM's environment and the small starter model (built once, then cached)"
 bash platform/vllm-env.sh
 MODEL=$($PY -m gpu_trainer starter --size small)
 echo "    base model: $MODEL"
-VLLM_PORT=$VLLM_PORT_DEMO VLLM_SERVED_MODEL_NAME=base VLLM_KV_CACHE_BYTES=512M VLLM_MAX_MODEL_LEN=2048 \
-  setsid bash platform/vllm.sh "$MODEL" > var/log/vllm.log 2>&1 &
-PIDS+=($!)
+demo_start_vllm "$MODEL" "$VLLM_PORT_DEMO"
 
 echo "==> database (SQLite at var/strop.sqlite3), tenant 'demo', adapter 'tab'"
 $PY manage.py migrate -v 0
@@ -38,14 +34,8 @@ $PY manage.py adapter_create demo tab --base base --default --exists-ok >/dev/nu
 
 echo "==> API on $BASE, Celery workers (default+serving, gpu) on the filesystem broker"
 rm -f "${PROMETHEUS_MULTIPROC_DIR:-${STROP_VAR_DIR:-var}/prometheus}"/*.db  # metrics start from zero with them
-setsid .venv/bin/gunicorn config.wsgi -b "127.0.0.1:$PORT" -w 2 -k gthread --threads 4 --log-level warning \
-  > var/log/api.log 2>&1 &
-PIDS+=($!)
-setsid .venv/bin/celery -A config worker -Q default,serving --pool threads -c 4 -n demo-default@%h -l info \
-  > var/log/worker-default.log 2>&1 &
-PIDS+=($!)
-setsid .venv/bin/celery -A config worker -Q gpu --pool solo -n demo-gpu@%h -l info > var/log/worker-gpu.log 2>&1 &
-PIDS+=($!)
+demo_start_api "$PORT"
+demo_start_workers
 for _ in $(seq 1 100); do curl -sf "$BASE/health" >/dev/null && break; sleep 0.2; done
 curl -sf "$BASE/health" >/dev/null || { echo "the API did not start (var/log/api.log)" >&2; exit 1; }
 

@@ -20,8 +20,14 @@ atexit.register(shutil.rmtree, os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_er
 
 # Django is imported inside fixtures only, so `pytest tests/gpu_trainer -p no:django` also works.
 
-# Plugins with heavier fixtures: models, the vLLM server, Celery workers.
-pytest_plugins = ["tests.fixtures.models", "tests.fixtures.vllm", "tests.fixtures.workers", "tests.fixtures.serving"]
+# Plugins with heavier fixtures: models, the vLLM server, Celery workers, serving, private Postgres / Redis.
+pytest_plugins = [
+    "tests.fixtures.models",
+    "tests.fixtures.vllm",
+    "tests.fixtures.workers",
+    "tests.fixtures.serving",
+    "tests.fixtures.services",
+]
 
 
 @pytest.fixture

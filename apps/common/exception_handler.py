@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
@@ -14,6 +15,27 @@ from rest_framework.views import set_rollback
 from apps.common.exceptions import ApplicationError, RateLimited, ServiceUnavailable
 
 logger = logging.getLogger(__name__)
+
+# SQLSTATEs of a connection that failed or a server going away or coming back: class 08
+# (connection exception), 53300 too many connections, 57P01-57P03 (shut down, crashed, starting up).
+_CONNECTION_SQLSTATES = ("08", "53300", "57P01", "57P02", "57P03")
+DATABASE_RETRY_AFTER_S = 2
+
+
+def database_unreachable(exc: Exception) -> bool:
+    """The database connection failed or broke (the server is down or restarting): the same request
+    will work again shortly. An error of the statement itself (a deadlock, a timeout, a constraint)
+    is not this, and stays a 500. Django closes a connection that errored and is no longer usable
+    when the request ends, so the next request connects afresh."""
+    if isinstance(exc, InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    cause = exc.__cause__
+    if not hasattr(cause, "sqlstate"):  # not a Postgres error (SQLite's "database is locked")
+        return False
+    state = cause.sqlstate
+    return state is None or state.startswith(_CONNECTION_SQLSTATES)  # None: failed on the client's side
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
@@ -34,6 +56,9 @@ def _drf_message(detail: Any) -> str:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     headers: dict[str, str] = {}
+    if database_unreachable(exc):
+        logger.warning("the database is unreachable: %s", str(exc).strip()[:500])
+        exc = ServiceUnavailable("the database is unreachable; try again shortly", retry_after_s=DATABASE_RETRY_AFTER_S)
     if isinstance(exc, ApplicationError):
         if isinstance(exc, (RateLimited, ServiceUnavailable)):
             headers["Retry-After"] = str(exc.retry_after_s)

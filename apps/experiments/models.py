@@ -9,7 +9,6 @@ from apps.experiments.assignment import ARMS, CANDIDATE, CONTROL  # noqa: F401  
 from apps.tenants.models import Tenant
 
 
-
 class Experiment(models.Model):
     """A candidate version against production, on the adapter's opted-in end users."""
 

@@ -21,6 +21,7 @@ from apps.adapters.selectors import adapter_get_for_tenant, adapter_list
 from apps.cohorts.selectors import consent_default
 from apps.cohorts.services import end_user_consent_now
 from apps.common.apis import ScopedApi, end_user_of_request
+from apps.common.exceptions import ApplicationError
 from apps.common.parsing import StrictSerializer
 from apps.serving.completions import (
     CompletionRequest,
@@ -30,7 +31,7 @@ from apps.serving.completions import (
     suffix_shown,
 )
 from apps.serving.services import Route, serving_route
-from apps.serving.vllm_client import Completion, CompletionChoice, CompletionChunk, VLLMError
+from apps.serving.vllm_client import Completion, CompletionChoice, CompletionChunk
 
 MAX_STOP = 64
 MAX_STOP_CHARS = 256
@@ -193,7 +194,7 @@ class _Answer:
         try:
             for chunk in chunks:
                 yield b"data: " + orjson.dumps(self.body(chunk)) + b"\n\n"
-        except VLLMError as exc:  # the openai client raises APIError on an error event
+        except ApplicationError as exc:  # vLLM failed or dropped the stream; the openai client raises APIError
             yield b"data: " + orjson.dumps({"error": exc.as_dict()}) + b"\n\n"
         yield b"data: [DONE]\n\n"
 

@@ -136,8 +136,16 @@ def _schedule_check_key(tenant_id: int) -> str:
 
 
 def training_check_soon(tenant_id: int) -> None:
-    """New labelled events may be enough for a run: check the tenant's adapters shortly."""
-    if cache.add(_schedule_check_key(tenant_id), 1, timeout=SCHEDULE_CHECK_KEY_TIMEOUT_S):
+    """New labelled events may be enough for a run: check the tenant's adapters shortly.
+
+    Runs after the feedback committed, so it must not fail the request: with the cache (Redis)
+    down, no check is asked for, and beat's ``training_schedule_all`` finds the run due."""
+    try:
+        first = cache.add(_schedule_check_key(tenant_id), 1, timeout=SCHEDULE_CHECK_KEY_TIMEOUT_S)
+    except Exception as exc:  # the cache backend's own errors (redis, files); none may fail the caller
+        logger.warning("no scheduling check for tenant %s (the cache failed: %s); beat will check", tenant_id, exc)
+        return
+    if first:
         enqueue("workers.training.training_schedule_tenant", tenant_id, countdown=SCHEDULE_CHECK_DELAY_S, expires=60)
 
 
@@ -197,7 +205,10 @@ def training_run_start(tenant: Tenant, *, adapter: Adapter, actor: str) -> Train
 
 def training_schedule_tenant(tenant_id: int) -> list[TrainingRun]:
     # Cleared before counting: an event that commits from here on asks for a check of its own.
-    cache.delete(_schedule_check_key(tenant_id))
+    try:
+        cache.delete(_schedule_check_key(tenant_id))
+    except Exception as exc:  # the key expires on its own; the check itself must still run
+        logger.warning("could not clear the scheduling debounce of tenant %s: %s", tenant_id, exc)
     adapters = Adapter.objects.filter(tenant_id=tenant_id).select_related("tenant")
     return [run for adapter in adapters if (run := training_schedule(adapter)) is not None]
 
