@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 import signal
 import socket
@@ -134,78 +133,3 @@ def stop(proc: subprocess.Popen) -> None:
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-# ---- a simulated developer: what the benchmarks and the demo type and accept ----
-
-
-def fim_cases(count: int, *, start: int = 0) -> list[dict[str, str]]:
-    """(prefix, suffix, middle) cut from the standard library: the line a developer typed next.
-    ``start`` skips that many cases, for a second set that does not repeat the first."""
-    import sysconfig
-
-    cases = []
-    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
-        lines = path.read_text(errors="replace").splitlines()
-        for cut in range(8, len(lines) - 4, 53):
-            middle = lines[cut]
-            if len(middle.strip()) < 8:
-                continue
-            cases.append(
-                {
-                    "prefix": "\n".join(lines[cut - 6 : cut]) + "\n",
-                    "suffix": "\n" + "\n".join(lines[cut + 1 : cut + 3]),
-                    "middle": middle,
-                }
-            )
-            if len(cases) == start + count:
-                return cases[start:]
-    return cases[start:]
-
-
-def developer_accepts(completion: str, middle: str) -> bool:
-    first = completion.split("\n", 1)[0]
-    # A lenient developer: the starter model is small, and this keeps about a third accepted.
-    return bool(first.strip()) and difflib.SequenceMatcher(None, first.strip(), middle.strip()).ratio() >= 0.2
-
-
-def serve_as_developers(
-    http: httpx.Client,
-    cases: list[dict[str, str]],
-    *,
-    workers: int,
-    max_tokens: int = 16,
-    users: int = 8,
-    progress: str | None = None,
-) -> list[tuple[str, bool]]:
-    """Opted-in developers ask Strop for a FIM completion on each case; returns (interaction id,
-    accepted?) per case, in order. ``progress`` labels a progress bar."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def one(item: tuple[int, dict[str, str]]) -> tuple[str, bool]:
-        i, case = item
-        body = {
-            "prefix": case["prefix"],
-            "suffix": case["suffix"],
-            "max_tokens": max_tokens,
-            "temperature": 0.8,
-            "seed": i,
-            "user": f"dev-{i % users}",
-            "opted_in": True,
-        }
-        response = http.post("/v1/completions", json=body)
-        response.raise_for_status()
-        data = response.json()
-        return data["id"], developer_accepts(data["choices"][0]["text"], case["middle"])
-
-    with ThreadPoolExecutor(workers) as pool:
-        results = pool.map(one, enumerate(cases))
-        if progress:
-            from tqdm import tqdm
-
-            results = tqdm(results, total=len(cases), desc=progress, unit="completion")
-        return list(results)
-
-
-def feedback_items(served: list[tuple[str, bool]]) -> list[dict[str, str]]:
-    return [{"interaction_id": i, "outcome": "accepted" if ok else "rejected"} for i, ok in served]

@@ -2,8 +2,9 @@
 
 Production shape on one machine: Postgres, Redis, a real vLLM server (CPU build here) on the small
 starter model, the API under gunicorn, Celery workers for the default/serving and gpu queues.
-N completions are served to opted-in users through Strop and labelled by a simulated developer
-who accepts a suggestion when it is close to what they went on to type. The clock starts when
+N completions at cursors inside lines of real code (``simdev``'s train split) are served through
+the Python SDK to opted-in developers of one population (``--population``, default ``line``:
+accepted only when exactly the rest of the line), who label each one. The clock starts when
 the API accepts the Nth feedback event; it stops when the trained version answers a completion
 in vLLM. Traffic keeps flowing through Strop the whole time; every failed request is counted.
 
@@ -28,17 +29,16 @@ from common import (
     DEFAULT_DATABASE_URL,
     ROOT,
     django_env,
-    feedback_items,
-    fim_cases,
     free_port,
     fresh_database,
     manage,
-    serve_as_developers,
     setup_django,
     start_gunicorn,
     stop,
 )
 from serving import start_vllm
+from simdev import POPULATIONS, deliver_feedback, load_tasks, run_session
+from strop import Strop, StropError
 
 sys.path.insert(0, str(ROOT))
 
@@ -49,6 +49,7 @@ def main() -> None:
     parser.add_argument("--model", help="base model directory (default: the small starter model)")
     parser.add_argument("--events", type=int, default=256, help="labelled events that start a run (N)")
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--population", choices=POPULATIONS, default="line", help="the developers who label")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--traffic-rps", type=float, default=5.0, help="completions per second during the cycle")
     parser.add_argument("--trainer", default="{}", help="JSON of PPOConfig overrides for the tenant's policy")
@@ -96,15 +97,22 @@ def main() -> None:
         procs.append(workers.start("default", "default,serving", "threads"))
         procs.append(workers.start("gpu", "gpu", "solo"))
 
-        headers = {"Authorization": f"Bearer {key}"}
-        http = httpx.Client(base_url=api_url, headers=headers, timeout=120)
-        cases = fim_cases(args.events)
-
-        served = serve_as_developers(http, cases, workers=4, max_tokens=args.max_tokens, users=16)
-        accept_rate = sum(ok for _, ok in served) / len(served)
-        labels = feedback_items(served)
-        response = http.post("/v1/feedback", json={"items": labels[:-1]})
-        assert response.status_code == 207 and response.json()["recorded"] == args.events - 1, response.text
+        client = Strop(base_url=api_url, api_key=key, timeout=120)
+        tasks = load_tasks("train", args.events)
+        developers = [f"dev-{i}" for i in range(16)]
+        session = run_session(
+            client,
+            tasks,
+            args.population,
+            users=developers,
+            max_tokens=args.max_tokens,
+            concurrency=4,
+            send_feedback=False,
+        )
+        summary = session.summary()
+        labels = session.feedback_items()
+        recorded = deliver_feedback(client, labels[:-1])
+        assert recorded == args.events - 1, f"{recorded} of {args.events - 1} feedback events recorded"
 
         failures: list[str] = []
         traffic_count = 0
@@ -112,33 +120,26 @@ def main() -> None:
 
         def traffic() -> None:
             nonlocal traffic_count
-            with httpx.Client(base_url=api_url, headers=headers, timeout=60) as client:
+            # No retries: every request that fails is counted.
+            with Strop(base_url=api_url, api_key=key, timeout=60, max_retries=0) as traffic_client:
                 k = 0
                 while not stop_traffic.wait(1.0 / args.traffic_rps):
-                    case = cases[k % len(cases)]
+                    task = tasks[k % len(tasks)]
                     try:
-                        r = client.post(
-                            "/v1/completions",
-                            json={
-                                "prefix": case["prefix"],
-                                "suffix": case["suffix"],
-                                "max_tokens": 8,
-                                "user": "dev-traffic",
-                            },
+                        traffic_client.completions.create(
+                            prefix=task.prefix, suffix=task.suffix, max_tokens=8, user="dev-traffic"
                         )
-                        if r.status_code != 200:
-                            failures.append(f"{r.status_code}: {r.text[:120]}")
-                    except httpx.HTTPError as exc:
-                        failures.append(repr(exc))
+                    except StropError as exc:
+                        failures.append(repr(exc)[:160])
                     traffic_count += 1
                     k += 1
 
         traffic_thread = threading.Thread(target=traffic, daemon=True)
         traffic_thread.start()
         time.sleep(1)
-        response = http.post("/v1/feedback", json=labels[-1])
+        last = client.feedback.send(**labels[-1])
         t0 = time.time()
-        assert response.status_code == 200, response.text
+        assert last.status == "recorded", last
 
         deadline = t0 + args.timeout
         run = None
@@ -171,8 +172,8 @@ def main() -> None:
 
     stages = run.stage_seconds
     print(
-        f"model: {model_dir.name}; N = {args.events} labelled events (accept rate {accept_rate:.0%}), "
-        f"{os.cpu_count()} cores, no GPU"
+        f"model: {model_dir.name}; N = {args.events} labelled events by {args.population} developers "
+        f"({summary.shown} shown, {summary.accepted} accepted), {os.cpu_count()} cores, no GPU"
     )
     print(
         f"window: {run.window_size} trained + {run.heldout_size} held out; trainer: "

@@ -1,9 +1,11 @@
-"""The learning loop as a tenant sees it, over the REST API alone; `make demo` runs it.
+"""The learning loop as a tenant sees it, over the API alone; `make demo` runs it.
 
-A simulated developer asks for fill-in-the-middle completions (code from the standard library),
-accepts the ones close to the line they went on to type, and sends that feedback. Strop trains
-the tenant's adapter on it, the gate checks the candidate, the demo promotes it the way an admin
-would, and the same developer works on with the new version.
+Simulated developers (``benchmarks/simdev``, through the Python SDK) ask for completions at
+cursors inside lines of real code (installed packages, not the standard library the starter
+model learned from), accept a suggestion only when it is exactly the rest of the line they went
+on to type, take silence as no suggestion at all, and send that feedback. Strop trains the tenant's adapter on it, the
+gate checks the candidate, the demo promotes it the way an admin would, and the developers work
+on with the new version, on packages held out from the first half.
 """
 
 from __future__ import annotations
@@ -14,16 +16,27 @@ import time
 from pathlib import Path
 
 import httpx
+from strop import Strop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from common import feedback_items, fim_cases, serve_as_developers  # noqa: E402
+from simdev import Summary, Task, load_tasks, run_session  # noqa: E402
+
+POPULATION = "line"  # developers who take a suggestion only when it is exactly the rest of the line
+DEVELOPERS = [f"dev-{i}" for i in range(8)]
 
 
-def work(http: httpx.Client, cases: list[dict[str, str]], label: str) -> float:
-    """Complete every case for opted-in developers, send the feedback, return the accept rate."""
-    served = serve_as_developers(http, cases, workers=2, progress=label)
-    http.post("/v1/feedback", json={"items": feedback_items(served)}).raise_for_status()
-    return sum(ok for _, ok in served) / len(served)
+def work(client: Strop, tasks: list[Task], label: str) -> Summary:
+    """Opted-in developers work through the tasks and send their feedback; the session's figures."""
+    result = run_session(client, tasks, POPULATION, users=DEVELOPERS, concurrency=2, progress=label)
+    return result.summary()
+
+
+def describe(summary: Summary) -> str:
+    rate = f"{summary.accept_rate.value:.0%}" if summary.shown else "none"
+    return (
+        f"accepted {summary.accepted} of {summary.shown} suggestions shown in {summary.requests} requests "
+        f"(accept rate of shown {rate}, mean reward per request {summary.mean_reward.value:+.3f})"
+    )
 
 
 def latest_run_id(http: httpx.Client) -> int:
@@ -53,13 +66,14 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=128, help="labelled events that start a training run")
     args = parser.parse_args()
     http = httpx.Client(base_url=args.base, headers={"Authorization": f"Bearer {args.key}"}, timeout=120)
+    client = Strop(base_url=args.base, api_key=args.key, timeout=120)
 
     policy = {"min_new_events": args.events, "heldout_fraction": 0.1}
     http.patch("/v1/adapters/tab/training-policy", json=policy).raise_for_status()
     print(f"==> training policy: a run starts after {args.events} new labelled events from opted-in developers")
     previous_run = latest_run_id(http)
-    before = work(http, fim_cases(args.events), "developers at work (production)")
-    print(f"    accepted {before:.0%} of suggestions from the production version")
+    before = work(client, load_tasks("train", args.events), "developers at work (production)")
+    print(f"    {describe(before)} from the production version")
 
     print("==> Strop trains the adapter (critic-free PPO on the feedback), then gates the candidate")
     run = wait_for_run(http, after_id=previous_run, timeout_s=900)
@@ -79,11 +93,9 @@ def main() -> None:
         print(f"    promotion refused ({promoted.status_code}): {promoted.json()['error']['message']}")
         return
     print(f"==> version {version} promoted to production (the A/B gate comes with experiments)")
-    after = work(http, fim_cases(args.events, start=args.events), f"developers at work (version {version})")
-    print(
-        f"    accepted {after:.0%} of suggestions from version {version} (before: {before:.0%}), "
-        "on new code the model did not train on"
-    )
+    after = work(client, load_tasks("eval", args.events), f"developers at work (version {version})")
+    print(f"    {describe(after)} from version {version}, on packages held out from training")
+    print(f"    before: {describe(before)}")
     print("    (this feedback is enough for the next run: Strop keeps learning while the demo serves)")
 
 

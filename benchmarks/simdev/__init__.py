@@ -1,0 +1,65 @@
+"""Simulated developers on real code: tasks, acceptance rules, and sessions through the SDK.
+
+Used by the demo (``platform/demo_loop.py``) and the benchmarks. Scripts in ``benchmarks/``
+import it as ``simdev``; the tests as ``benchmarks.simdev``.
+"""
+
+from .developers import (
+    BLOCK_MIN_SIMILARITY,
+    POPULATIONS,
+    REWARDS,
+    Outcome,
+    block_accepts,
+    decide,
+    edit_similarity,
+    is_shown,
+    line_accepts,
+    normalise_line,
+)
+from .session import FeedbackRefused, Request, SessionResult, Summary, deliver_feedback, run_session, summarise
+from .stats import Estimate, mean_interval, wilson
+from .tasks import (
+    EVAL_PACKAGES,
+    TRAIN_PACKAGES,
+    Context,
+    Population,
+    Split,
+    Task,
+    iter_tasks,
+    load_tasks,
+    read_jsonl,
+    write_jsonl,
+)
+
+__all__ = [
+    "BLOCK_MIN_SIMILARITY",
+    "EVAL_PACKAGES",
+    "POPULATIONS",
+    "REWARDS",
+    "TRAIN_PACKAGES",
+    "Context",
+    "Estimate",
+    "FeedbackRefused",
+    "Outcome",
+    "Population",
+    "Request",
+    "SessionResult",
+    "Split",
+    "Summary",
+    "Task",
+    "block_accepts",
+    "decide",
+    "deliver_feedback",
+    "edit_similarity",
+    "is_shown",
+    "iter_tasks",
+    "line_accepts",
+    "load_tasks",
+    "mean_interval",
+    "normalise_line",
+    "read_jsonl",
+    "run_session",
+    "summarise",
+    "wilson",
+    "write_jsonl",
+]
