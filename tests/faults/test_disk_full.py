@@ -74,6 +74,7 @@ def _labelled_events(tenant, count: int) -> None:
             "prompt_token_ids": [5, 6, 7 + i],
             "completion_token_ids": [8 + i, 9],
             "completion_logprobs": [-0.5, -1.0],
+            "end_user_id": "dev-1",
             "opted_in": True,
         }
         for i in range(count)

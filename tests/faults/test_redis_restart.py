@@ -102,7 +102,10 @@ def test_ingest_goes_on_while_redis_restarts_and_the_sweepers_recover_the_lost_w
     private_redis.stop()
 
     # Ingest goes on: a batch of interactions, then feedback one by one (each would ask for a check).
-    items = [{"client_id": f"b-{i}", "prompt": f"x{i} = ", "completion": "1", "opted_in": True} for i in range(12)]
+    items = [
+        {"client_id": f"b-{i}", "prompt": f"x{i} = ", "completion": "1", "end_user_id": "dev-1", "opted_in": True}
+        for i in range(12)
+    ]
     response, took = burst.call("POST", "/v1/interactions", {"items": items})
     assert response.status_code == 207 and response.json()["created"] == 12, response.text
     assert took < QUICK_S, f"a batch while Redis is down took {took:.1f} s"
