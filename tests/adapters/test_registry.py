@@ -20,6 +20,7 @@ from apps.common.exceptions import Conflict, NotFound, ValidationFailed
 from apps.tenants.models import AuditEvent
 from gpu_trainer.adapters import base_model_fingerprint
 from gpu_trainer.base_models import BASE_RECORD, make_base_record, write_base_record
+from tests.gpu_trainer.helpers import without_fim_tokens
 
 pytestmark = pytest.mark.django_db
 
@@ -70,17 +71,7 @@ def test_a_record_that_no_longer_matches_the_weights_is_refused(db, tiny_starter
 
 
 def test_a_model_without_fim_tokens_registers_as_the_plain_family(db, tiny_starter_model, tmp_path):
-    model_dir = _copy_of(tiny_starter_model, tmp_path / "model")
-    tokenizer = json.loads((model_dir / "tokenizer.json").read_text())
-    tokenizer["added_tokens"] = [t for t in tokenizer["added_tokens"] if "fim" not in t["content"]]
-    tokenizer["model"]["vocab"] = {k: v for k, v in tokenizer["model"]["vocab"].items() if "fim" not in k}
-    (model_dir / "tokenizer.json").write_text(json.dumps(tokenizer))
-    config = json.loads((model_dir / "tokenizer_config.json").read_text())
-    config.pop("additional_special_tokens", None)
-    config["added_tokens_decoder"] = {
-        k: v for k, v in config.get("added_tokens_decoder", {}).items() if "fim" not in v["content"]
-    }
-    (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    model_dir = without_fim_tokens(tiny_starter_model, tmp_path / "model")
     assert base_model_register(name="plain", path=model_dir).family == "plain"
 
 

@@ -14,13 +14,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from gpu_trainer.config import PPOConfig
+from gpu_trainer.decoding import comparable, greedy_completions
 from gpu_trainer.fim import build_fim_prompt
 from gpu_trainer.gate import GateConfig, GateVerdict, evaluate_candidate, off_policy_value
 from gpu_trainer.policy import load_tokenizer, special_token_ids
 from gpu_trainer.ppo import train_ppo
-from gpu_trainer.scoring import greedy_middle
 from tests.fixtures.vllm import write_random_lora
-from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids
+from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids, without_fim_tokens
 
 ACCEPTED, REJECTED = 0.75, -0.25
 WEIGHTS = "adapter_model.safetensors"
@@ -163,11 +163,10 @@ def test_fim_set_is_scored_for_both_and_a_worse_candidate_fails(tiny_starter_mod
     tokenizer = load_tokenizer(tiny_starter_model)
     model = load(tiny_starter_model)
     eos_id, pad_id = special_token_ids(tokenizer, model)
-    cases = [
-        {**case, "middle": greedy_middle(model, tokenizer, build_fim_prompt("qwen", case["prefix"], case["suffix"]),
-                                         family="qwen", eos_id=eos_id, pad_id=pad_id, max_new_tokens=8, device="cpu")}
-        for case in FIM_CASES
-    ]
+    prompts = [build_fim_prompt("qwen", case["prefix"], case["suffix"]) for case in FIM_CASES]
+    middles = [greedy_completions(model, tokenizer, [prompt], family="qwen", eos_id=eos_id, pad_id=pad_id,
+                                  max_new_tokens=8, max_tokens_per_pass=2048, device="cpu")[0] for prompt in prompts]
+    cases = [{**case, "middle": middle} for case, middle in zip(FIM_CASES, middles, strict=True)]
     wild = write_random_lora(tiny_starter_model, tmp_path / "wild", seed=4, b_std=3.0)
     verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
                                  candidate_adapter_dir=wild, heldout=[], fim_eval=cases,
@@ -178,6 +177,32 @@ def test_fim_set_is_scored_for_both_and_a_worse_candidate_fails(tiny_starter_mod
     assert verdict.fim_check == "failed" and not verdict.passed
     assert any(reason.startswith("FIM edit similarity") for reason in verdict.reasons)
     assert verdict.kl_source == "fim" and verdict.kl_positions == len(cases)
+
+
+def test_a_plain_model_is_fim_checked_on_its_prefix_only_completions(tiny_starter_model, tmp_path):
+    """No FIM tokens: the prompt is the prefix alone, and a completion counts as many lines as the
+    reference middle has (nothing tells a prefix-only model where the middle ends)."""
+    plain = without_fim_tokens(tiny_starter_model, tmp_path / "plain")
+    tokenizer = load_tokenizer(plain)
+    model = load(plain)
+    eos_id, pad_id = special_token_ids(tokenizer, model)
+    prompts = [build_fim_prompt("plain", case["prefix"], case["suffix"]) for case in FIM_CASES]
+    assert prompts == [case["prefix"] for case in FIM_CASES]
+    firsts = [greedy_completions(model, tokenizer, [p], family="plain", eos_id=eos_id, pad_id=pad_id,
+                                 max_new_tokens=8, max_tokens_per_pass=2048, device="cpu")[0].split("\n")[0]
+              for p in prompts]
+    cases = [{**case, "middle": first} for case, first in zip(FIM_CASES, firsts, strict=True)]
+    wild = write_random_lora(plain, tmp_path / "wild", seed=4, b_std=3.0)
+    verdict = evaluate_candidate(base_model_dir=plain, parent_adapter_dir=None, candidate_adapter_dir=wild,
+                                 heldout=[], fim_eval=cases, config=GateConfig(max_new_tokens=8))
+    assert verdict.fim_parent == {"exact_match": 1.0, "edit_similarity": 1.0}
+    assert verdict.fim_check == "failed" and not verdict.passed
+
+
+def test_comparable_cuts_a_plain_completion_to_the_reference_lines_only():
+    assert comparable("a + b\n\n# usage", "a + b", "plain") == "a + b"
+    assert comparable("x = 1\ny = 2\nz", "x = 1\ny = 2", "plain") == "x = 1\ny = 2"
+    assert comparable("a + b\n\n# usage", "a + b", "qwen") == "a + b\n\n# usage"
 
 
 def test_same_inputs_give_the_same_verdict(tiny_starter_model, trained, heldout):

@@ -82,8 +82,9 @@ def test_one_pass_and_many_passes_train_the_same_adapter(tiny_starter_model, tmp
         assert torch.allclose(one, weights["many"][key], rtol=0, atol=0.01 * config.learning_rate), key
 
 
-def test_every_forward_pass_stays_within_the_budget(tiny_starter_model, tmp_path):
-    """Old, reference and update passes alike: no forward pass sees more tokens than the budget."""
+@pytest.fixture
+def forward_sizes(monkeypatch) -> list[int]:
+    """Tokens (rows × length) of every forward pass of any model, as they happen."""
     from transformers import PreTrainedModel
 
     seen: list[int] = []
@@ -95,19 +96,36 @@ def test_every_forward_pass_stays_within_the_budget(tiny_starter_model, tmp_path
             seen.append(ids.numel())
         return original(self, *args, **kwargs)
 
+    monkeypatch.setattr(PreTrainedModel, "__call__", record)
+    return seen
+
+
+def test_every_forward_pass_stays_within_the_budget(tiny_starter_model, tmp_path, forward_sizes):
+    """Old, reference and update passes alike: no forward pass sees more tokens than the budget."""
+    seen = forward_sizes
     samples = _varied_samples(20, seed=4)
     budget = 96
-    PreTrainedModel.__call__ = record
-    try:
-        # A non-zero KL coefficient with a parent adapter needs the reference pass too.
-        first = train_ppo(PPOConfig(max_tokens_per_pass=budget, target_kl=None, learning_rate=1e-3), samples,
-                          base_model_dir=tiny_starter_model, out_dir=tmp_path / "first", progress=False)
-        seen.clear()
-        train_ppo(PPOConfig(max_tokens_per_pass=budget, target_kl=None, kl_coef=0.1), samples,
-                  base_model_dir=tiny_starter_model, out_dir=tmp_path / "second", parent_adapter_dir=first.out_dir,
-                  progress=False)
-    finally:
-        PreTrainedModel.__call__ = original
+    first = train_ppo(PPOConfig(max_tokens_per_pass=budget, target_kl=None, learning_rate=1e-3), samples,
+                      base_model_dir=tiny_starter_model, out_dir=tmp_path / "first", progress=False)
+    seen.clear()
+    # A non-zero KL coefficient with a parent adapter needs the reference pass too.
+    train_ppo(PPOConfig(max_tokens_per_pass=budget, target_kl=None, kl_coef=0.1), samples,
+              base_model_dir=tiny_starter_model, out_dir=tmp_path / "second", parent_adapter_dir=first.out_dir,
+              progress=False)
     assert seen and max(seen) <= budget
     # 20 samples; every one in an old, a reference and 2 epochs of update passes.
     assert len(seen) > 4 * len(samples) * 40 // budget
+
+
+def test_gate_passes_stay_within_the_budget(tiny_starter_model, tmp_path, forward_sizes):
+    from gpu_trainer.gate import GateConfig, evaluate_candidate
+    from tests.fixtures.vllm import write_random_lora
+
+    candidate = write_random_lora(tiny_starter_model, tmp_path / "candidate", seed=5, b_std=0.01)
+    cases = [{"prefix": "def f(x):\n    " * k, "suffix": "\n", "middle": "return x"} for k in range(1, 6)]
+    budget = 80
+    verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
+                                 candidate_adapter_dir=candidate, heldout=_varied_samples(12, seed=6),
+                                 fim_eval=cases, config=GateConfig(max_tokens_per_pass=budget, max_new_tokens=8))
+    assert verdict.kl_positions > 0 and verdict.fim_count == len(cases)
+    assert forward_sizes and max(forward_sizes) <= budget
