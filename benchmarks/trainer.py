@@ -48,19 +48,27 @@ def synthetic_samples(tokenizer, n: int, *, max_prompt_tokens: int, seed: int) -
 
     rng = random.Random(seed)
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    stream = [t for name in STDLIB_MODULES
-              for t in tokenizer.encode((stdlib / name).read_text(), add_special_tokens=False)]
+    stream = [
+        t for name in STDLIB_MODULES for t in tokenizer.encode((stdlib / name).read_text(), add_special_tokens=False)
+    ]
     samples = []
     for index in range(n):
-        length = max_prompt_tokens if index == 0 else round(math.exp(rng.uniform(math.log(32),
-                                                                                 math.log(max_prompt_tokens))))
+        length = (
+            max_prompt_tokens if index == 0 else round(math.exp(rng.uniform(math.log(32), math.log(max_prompt_tokens))))
+        )
         start = rng.randrange(0, len(stream) - length - 40)
         completion_len = rng.choice([0, 1, 4, 8, 16, 24, 32])
-        completion = stream[start + length:start + length + completion_len]
+        completion = stream[start + length : start + length + completion_len]
         behaviour = [-rng.uniform(0.01, 3.0) for _ in completion] or None
         reward = 0.0 if not completion else rng.choice([0.75, -0.25, -0.25])
-        samples.append(Sample(tuple(stream[start:start + length]), tuple(completion),
-                              tuple(behaviour) if behaviour else None, reward))
+        samples.append(
+            Sample(
+                tuple(stream[start : start + length]),
+                tuple(completion),
+                tuple(behaviour) if behaviour else None,
+                reward,
+            )
+        )
     return samples
 
 
@@ -93,8 +101,13 @@ def bare_steps(policy, samples: list, config) -> int:
         for mb in epoch_orders[epoch]:
             optimizer.zero_grad(set_to_none=True)
             for rows in plans[mb]:
-                batch = make_batch([samples[i] for i in rows], eos_id=policy.eos_id, pad_id=policy.pad_id,
-                                   max_prompt_tokens=config.max_prompt_tokens, device=policy.device)
+                batch = make_batch(
+                    [samples[i] for i in rows],
+                    eos_id=policy.eos_id,
+                    pad_id=policy.pad_id,
+                    max_prompt_tokens=config.max_prompt_tokens,
+                    device=policy.device,
+                )
                 logprobs, _ = completion_logprobs(model, batch)
                 (-(logprobs * batch.mask).sum() / counts[mb]).backward()
                 tokens += batch.num_tokens
@@ -121,19 +134,33 @@ def worker(args: argparse.Namespace) -> int:
     from gpu_trainer.ppo import load_policy
 
     torch.set_num_threads(args.threads)
-    config = PPOConfig(target_kl=None, device="cpu", max_prompt_tokens=args.max_prompt_tokens,
-                       max_tokens_per_pass=args.budget, gradient_checkpointing=args.checkpointing)
+    config = PPOConfig(
+        target_kl=None,
+        device="cpu",
+        max_prompt_tokens=args.max_prompt_tokens,
+        max_tokens_per_pass=args.budget,
+        gradient_checkpointing=args.checkpointing,
+    )
     policy = load_policy(config, base_model_dir=args.base, parent_adapter_dir=None)
     samples = synthetic_samples(policy.tokenizer, args.samples, max_prompt_tokens=args.max_prompt_tokens, seed=0)
     loaded_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     started = time.perf_counter()
     tokens = (ppo_update if args.worker == "ppo" else bare_steps)(policy, samples, config)
     seconds = time.perf_counter() - started
-    print(json.dumps({
-        "side": args.worker, "tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "loaded_rss_mb": loaded_mb,
-        "samples": len(samples), "prompt_tokens": sum(len(s.prompt_token_ids) for s in samples),
-    }))
+    print(
+        json.dumps(
+            {
+                "side": args.worker,
+                "tokens": tokens,
+                "seconds": seconds,
+                "tokens_per_s": tokens / seconds,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "loaded_rss_mb": loaded_mb,
+                "samples": len(samples),
+                "prompt_tokens": sum(len(s.prompt_token_ids) for s in samples),
+            }
+        )
+    )
     return 0
 
 
@@ -151,8 +178,12 @@ def resolve_base(args: argparse.Namespace) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="starter", choices=("starter", "smollm2"),
-                        help="the small starter model, or SmolLM2-135M-Instruct (built from its wheel if needed)")
+    parser.add_argument(
+        "--model",
+        default="starter",
+        choices=("starter", "smollm2"),
+        help="the small starter model, or SmolLM2-135M-Instruct (built from its wheel if needed)",
+    )
     parser.add_argument("--base", help="any HF causal LM directory instead")
     parser.add_argument("--samples", type=int, default=512)
     parser.add_argument("--max-prompt-tokens", type=int, default=1024)
@@ -171,32 +202,54 @@ def main() -> int:
     runs: dict[str, list[dict]] = {side: [] for side in sides}
     for repeat in range(args.repeats):
         for side in sides:
-            command = [sys.executable, __file__, "--worker", side, "--base", str(base), "--samples", str(args.samples),
-                       "--max-prompt-tokens", str(args.max_prompt_tokens), "--budget", str(args.budget),
-                       "--threads", str(args.threads)] + (["--checkpointing"] if args.checkpointing else [])
+            command = [
+                sys.executable,
+                __file__,
+                "--worker",
+                side,
+                "--base",
+                str(base),
+                "--samples",
+                str(args.samples),
+                "--max-prompt-tokens",
+                str(args.max_prompt_tokens),
+                "--budget",
+                str(args.budget),
+                "--threads",
+                str(args.threads),
+            ] + (["--checkpointing"] if args.checkpointing else [])
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
                 print(done.stderr[-3000:], file=sys.stderr)
                 return 1
             run = json.loads(done.stdout.strip().splitlines()[-1])
             runs[side].append(run)
-            print(f"  run {repeat + 1} {side:4s}: {run['tokens_per_s']:8,.0f} tokens/s  "
-                  f"peak {run['peak_rss_mb']:6,.0f} MB  ({run['seconds']:.0f} s)", flush=True)
+            print(
+                f"  run {repeat + 1} {side:4s}: {run['tokens_per_s']:8,.0f} tokens/s  "
+                f"peak {run['peak_rss_mb']:6,.0f} MB  ({run['seconds']:.0f} s)",
+                flush=True,
+            )
     first = next(iter(runs.values()))[0]
-    print(f"model: {base.name} | cpu fp32 | threads: {args.threads} | samples: {first['samples']} "
-          f"({first['prompt_tokens']:,} prompt tokens, prompts 32-{args.max_prompt_tokens}) | max_tokens_per_pass: "
-          f"{args.budget} | gradient_checkpointing: {args.checkpointing} | runs per side: {args.repeats}")
+    print(
+        f"model: {base.name} | cpu fp32 | threads: {args.threads} | samples: {first['samples']} "
+        f"({first['prompt_tokens']:,} prompt tokens, prompts 32-{args.max_prompt_tokens}) | max_tokens_per_pass: "
+        f"{args.budget} | gradient_checkpointing: {args.checkpointing} | runs per side: {args.repeats}"
+    )
     for side, label in (("bare", "bare forward+backward+step"), ("ppo", "ppo update (full)")):
         if side in runs:
             speeds = [r["tokens_per_s"] for r in runs[side]]
             peaks = [r["peak_rss_mb"] for r in runs[side]]
-            print(f"{label:27s}: {min(speeds):,.0f}-{max(speeds):,.0f} tokens/s | peak resident "
-                  f"{min(peaks):,.0f}-{max(peaks):,.0f} MB")
+            print(
+                f"{label:27s}: {min(speeds):,.0f}-{max(speeds):,.0f} tokens/s | peak resident "
+                f"{min(peaks):,.0f}-{max(peaks):,.0f} MB"
+            )
     if len(sides) == 2:
         paired = [p["tokens_per_s"] / b["tokens_per_s"] for p, b in zip(runs["ppo"], runs["bare"], strict=True)]
         best = max(r["tokens_per_s"] for r in runs["ppo"]) / max(r["tokens_per_s"] for r in runs["bare"])
-        print(f"ratio ppo / bare: {best:.3f} (best runs; goal >= 0.9) | paired runs: "
-              f"{min(paired):.3f}-{max(paired):.3f} (median {statistics.median(paired):.3f})")
+        print(
+            f"ratio ppo / bare: {best:.3f} (best runs; goal >= 0.9) | paired runs: "
+            f"{min(paired):.3f}-{max(paired):.3f} (median {statistics.median(paired):.3f})"
+        )
     return 0
 
 

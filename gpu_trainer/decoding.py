@@ -31,9 +31,19 @@ def cut_at_stop(text: str, family: str | None) -> str:
     return text
 
 
-def greedy_completions(model, tokenizer, prompts: list[str], *, family: str | None, eos_id: int, pad_id: int,
-                       max_new_tokens: int, max_tokens_per_pass: int, max_rows: int | None = None,
-                       device: torch.device | str) -> list[str]:
+def greedy_completions(
+    model,
+    tokenizer,
+    prompts: list[str],
+    *,
+    family: str | None,
+    eos_id: int,
+    pad_id: int,
+    max_new_tokens: int,
+    max_tokens_per_pass: int,
+    max_rows: int | None = None,
+    device: torch.device | str,
+) -> list[str]:
     """Greedy completions of ``prompts`` (in their order), each cut at its first stop token.
 
     Prompts of similar length share a pass; a pass holds at most ``max_tokens_per_pass`` tokens
@@ -49,12 +59,16 @@ def greedy_completions(model, tokenizer, prompts: list[str], *, family: str | No
         attention_mask = torch.zeros((len(rows), length), dtype=torch.long)
         for row, index in enumerate(rows):
             ids = encoded[index]
-            input_ids[row, length - len(ids):] = torch.tensor(ids)
-            attention_mask[row, length - len(ids):] = 1
+            input_ids[row, length - len(ids) :] = torch.tensor(ids)
+            attention_mask[row, length - len(ids) :] = 1
         with torch.inference_mode():
             output = model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=stops, pad_token_id=pad_id,
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=stops,
+                pad_token_id=pad_id,
             )
         for index, generated in zip(rows, output[:, length:].tolist(), strict=True):
             end = next((i for i, t in enumerate(generated) if t in stops), len(generated))

@@ -36,8 +36,9 @@ def active_adapter(model, adapter: str | None) -> Iterator[None]:
         yield
 
 
-def _kl_per_position(first: torch.Tensor, first_lse: torch.Tensor, second: torch.Tensor,
-                     second_lse: torch.Tensor) -> torch.Tensor:
+def _kl_per_position(
+    first: torch.Tensor, first_lse: torch.Tensor, second: torch.Tensor, second_lse: torch.Tensor
+) -> torch.Tensor:
     """KL(first ‖ second) at each position [B, W] from logits [B, W, V], row by row."""
     rows = []
     for a, a_lse, b, b_lse in zip(first, first_lse, second, second_lse, strict=True):
@@ -46,9 +47,19 @@ def _kl_per_position(first: torch.Tensor, first_lse: torch.Tensor, second: torch
     return torch.stack(rows)
 
 
-def teacher_forced(model, samples: list[Sample], candidate: str, parent: str | None, *, eos_id: int, pad_id: int,
-                   max_prompt_tokens: int, max_tokens_per_pass: int, max_rows: int,
-                   device: torch.device) -> dict[str, Any]:
+def teacher_forced(
+    model,
+    samples: list[Sample],
+    candidate: str,
+    parent: str | None,
+    *,
+    eos_id: int,
+    pad_id: int,
+    max_prompt_tokens: int,
+    max_tokens_per_pass: int,
+    max_rows: int,
+    device: torch.device,
+) -> dict[str, Any]:
     """Per-sample completion log-probs under ``candidate`` and ``parent`` ([N] float64, input
     order) and KL(candidate ‖ parent) summed over all completion positions, with their count."""
     count = len(samples)
@@ -58,8 +69,13 @@ def teacher_forced(model, samples: list[Sample], candidate: str, parent: str | N
     lengths = [sequence_length(s, eos_id=eos_id, max_prompt_tokens=max_prompt_tokens) for s in samples]
     with torch.inference_mode():
         for rows in plan_micro_batches(lengths, range(count), max_tokens=max_tokens_per_pass, max_rows=max_rows):
-            batch = make_batch([samples[i] for i in rows], eos_id=eos_id, pad_id=pad_id,
-                               max_prompt_tokens=max_prompt_tokens, device=device)
+            batch = make_batch(
+                [samples[i] for i in rows],
+                eos_id=eos_id,
+                pad_id=pad_id,
+                max_prompt_tokens=max_prompt_tokens,
+                device=device,
+            )
             with active_adapter(model, candidate):
                 cand = completion_logits(model, batch)
             with active_adapter(model, parent):
@@ -75,8 +91,9 @@ def teacher_forced(model, samples: list[Sample], candidate: str, parent: str | N
     return {"logp_candidate": logp_candidate, "logp_parent": logp_parent, "kl_sum": kl_sum, "positions": positions}
 
 
-def off_policy_value(logp_policy: torch.Tensor, logp_behaviour: torch.Tensor, rewards: torch.Tensor, *,
-                     cap: float) -> tuple[float, float]:
+def off_policy_value(
+    logp_policy: torch.Tensor, logp_behaviour: torch.Tensor, rewards: torch.Tensor, *, cap: float
+) -> tuple[float, float]:
     """Self-normalised, clipped importance-sampling estimate of the policy's mean reward.
 
     w = clip(exp(log π − log β), 0, cap); V = Σ w·r / Σ w. Returns (V, effective sample size);

@@ -52,12 +52,14 @@ def _varied_samples(count: int, seed: int) -> list[dict]:
     samples = []
     for _ in range(count):
         completion = [rng.randrange(5, 2000) for _ in range(rng.choice([0, 1, 3, 6]))]
-        samples.append({
-            "prompt_token_ids": [rng.randrange(5, 2000) for _ in range(rng.randint(4, 40))],
-            "completion_token_ids": completion,
-            "behaviour_logprobs": [-rng.uniform(0.1, 4.0) for _ in completion] or None,
-            "reward": rng.choice([0.75, -0.25, 0.0]),
-        })
+        samples.append(
+            {
+                "prompt_token_ids": [rng.randrange(5, 2000) for _ in range(rng.randint(4, 40))],
+                "completion_token_ids": completion,
+                "behaviour_logprobs": [-rng.uniform(0.1, 4.0) for _ in completion] or None,
+                "reward": rng.choice([0.75, -0.25, 0.0]),
+            }
+        )
     return samples
 
 
@@ -65,12 +67,24 @@ def _varied_samples(count: int, seed: int) -> list[dict]:
 def test_one_pass_and_many_passes_train_the_same_adapter(tiny_starter_model, tmp_path, aggregation):
     samples = _varied_samples(16, seed=3)
     # A parent-like start is not needed: epoch 2 already steps from a moved policy.
-    config = PPOConfig(dtype="float32", device="cpu", learning_rate=1e-3, epochs=2, num_minibatches=2,
-                       target_kl=None, loss_aggregation=aggregation)
+    config = PPOConfig(
+        dtype="float32",
+        device="cpu",
+        learning_rate=1e-3,
+        epochs=2,
+        num_minibatches=2,
+        target_kl=None,
+        loss_aggregation=aggregation,
+    )
     weights = {}
     for name, budget in (("one", 100_000), ("many", 64)):
-        result = train_ppo(config.replace(max_tokens_per_pass=budget), samples, base_model_dir=tiny_starter_model,
-                           out_dir=tmp_path / name, progress=False)
+        result = train_ppo(
+            config.replace(max_tokens_per_pass=budget),
+            samples,
+            base_model_dir=tiny_starter_model,
+            out_dir=tmp_path / name,
+            progress=False,
+        )
         rows = [line for line in (result.out_dir / "metrics.jsonl").read_text().splitlines()]
         assert ('"passes": 1,' in rows[0]) == (name == "one")
         weights[name] = load_file(str(result.out_dir / WEIGHTS))
@@ -105,13 +119,23 @@ def test_every_forward_pass_stays_within_the_budget(tiny_starter_model, tmp_path
     seen = forward_sizes
     samples = _varied_samples(20, seed=4)
     budget = 96
-    first = train_ppo(PPOConfig(max_tokens_per_pass=budget, target_kl=None, learning_rate=1e-3), samples,
-                      base_model_dir=tiny_starter_model, out_dir=tmp_path / "first", progress=False)
+    first = train_ppo(
+        PPOConfig(max_tokens_per_pass=budget, target_kl=None, learning_rate=1e-3),
+        samples,
+        base_model_dir=tiny_starter_model,
+        out_dir=tmp_path / "first",
+        progress=False,
+    )
     seen.clear()
     # A non-zero KL coefficient with a parent adapter needs the reference pass too.
-    train_ppo(PPOConfig(max_tokens_per_pass=budget, target_kl=None, kl_coef=0.1), samples,
-              base_model_dir=tiny_starter_model, out_dir=tmp_path / "second", parent_adapter_dir=first.out_dir,
-              progress=False)
+    train_ppo(
+        PPOConfig(max_tokens_per_pass=budget, target_kl=None, kl_coef=0.1),
+        samples,
+        base_model_dir=tiny_starter_model,
+        out_dir=tmp_path / "second",
+        parent_adapter_dir=first.out_dir,
+        progress=False,
+    )
     assert seen and max(seen) <= budget
     # 20 samples; every one in an old, a reference and 2 epochs of update passes.
     assert len(seen) > 4 * len(samples) * 40 // budget
@@ -124,8 +148,13 @@ def test_gate_passes_stay_within_the_budget(tiny_starter_model, tmp_path, forwar
     candidate = write_random_lora(tiny_starter_model, tmp_path / "candidate", seed=5, b_std=0.01)
     cases = [{"prefix": "def f(x):\n    " * k, "suffix": "\n", "middle": "return x"} for k in range(1, 6)]
     budget = 80
-    verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
-                                 candidate_adapter_dir=candidate, heldout=_varied_samples(12, seed=6),
-                                 fim_eval=cases, config=GateConfig(max_tokens_per_pass=budget, max_new_tokens=8))
+    verdict = evaluate_candidate(
+        base_model_dir=tiny_starter_model,
+        parent_adapter_dir=None,
+        candidate_adapter_dir=candidate,
+        heldout=_varied_samples(12, seed=6),
+        fim_eval=cases,
+        config=GateConfig(max_tokens_per_pass=budget, max_new_tokens=8),
+    )
     assert verdict.kl_positions > 0 and verdict.fim_count == len(cases)
     assert forward_sizes and max(forward_sizes) <= budget
