@@ -189,7 +189,7 @@ def main() -> int:
     parser.add_argument("--base", help="any HF causal LM directory instead")
     parser.add_argument("--samples", type=int, default=512)
     parser.add_argument("--max-prompt-tokens", type=int, default=1024)
-    parser.add_argument("--budget", type=int, default=2048, help="max_tokens_per_pass")
+    parser.add_argument("--budget", type=int, default=1024, help="max_tokens_per_pass")
     parser.add_argument("--checkpointing", action="store_true", help="gradient_checkpointing on")
     parser.add_argument("--repeats", type=int, default=2, help="measured runs per side, alternating")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")

@@ -73,12 +73,12 @@ class PPOConfig:
     """Prompts are truncated from the left to this many tokens (the completion is kept whole)."""
 
     # --- memory ------------------------------------------------------------------------------
-    max_tokens_per_pass: int = 2048
+    max_tokens_per_pass: int = 1024
     """Token budget of one forward pass (prompt + completion tokens, padding included: rows ×
     longest row). Every pass (old, reference, update) is cut to it, and a minibatch larger than
     it accumulates gradients over several passes before its one optimizer step, so memory is
     bounded by this number whatever the batch. A sequence longer than the budget gets a pass of
-    its own. SmolLM2-135M in fp32 on CPU: 2048 tokens peak at ~3.4 GB resident."""
+    its own. SmolLM2-135M in fp32 on CPU keeps ~1.2 MB per token for the backward pass."""
     gradient_checkpointing: bool = False
     """Recompute each layer's activations in the backward pass instead of keeping them: for long
     prompts, much less memory per token of the budget for about one more forward pass of compute."""

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from gpu_trainer.fim import PLAIN, stop_tokens
-from gpu_trainer.policy import plan_micro_batches
+from gpu_trainer.policy import plan_micro_batches, release_freed_memory
 from gpu_trainer.scoring import edit_similarity
 
 
@@ -73,6 +73,8 @@ def greedy_completions(
         for index, generated in zip(rows, output[:, length:].tolist(), strict=True):
             end = next((i for i, t in enumerate(generated) if t in stops), len(generated))
             completions[index] = cut_at_stop(tokenizer.decode(generated[:end], skip_special_tokens=False), family)
+        del output
+        release_freed_memory()
     return completions
 
 

@@ -41,7 +41,6 @@ from gpu_trainer.policy import (
     load_base_model,
     load_tokenizer,
     resolve_device_dtype,
-    return_freed_memory_to_the_os,
     seed_everything,
     special_token_ids,
 )
@@ -90,7 +89,6 @@ def evaluate_candidate(
         return _invalid(verdict, exc, started)
 
     seed_everything(config.seed, deterministic=True)
-    return_freed_memory_to_the_os()
     device, dtype = resolve_device_dtype(PPOConfig(device=config.device, dtype=config.dtype))
     base_dir = Path(base_model_dir).resolve()
     model = load_base_model(base_dir, device, dtype)

@@ -41,7 +41,7 @@ class GateConfig:
     """Held-out prompts are truncated from the left to this many tokens, as in training."""
     batch_size: int = 16
     """At most this many sequences per forward pass (and per FIM decoding batch)."""
-    max_tokens_per_pass: int = 2048
+    max_tokens_per_pass: int = 1024
     """Token budget of one forward pass, padding included, as ``PPOConfig.max_tokens_per_pass``;
     a FIM decoding pass counts each prompt plus ``max_new_tokens``."""
     seed: int = 0

@@ -39,27 +39,29 @@ def seed_everything(seed: int, *, deterministic: bool) -> None:
     torch.utils.deterministic.fill_uninitialized_memory = False
 
 
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
-
-
-def return_freed_memory_to_the_os(threshold_bytes: int = 1 << 20) -> None:
-    """Make glibc serve allocations of ``threshold_bytes`` or more with mmap, so that freeing them
-    gives the memory back at once.
-
-    PyTorch's CPU allocator has no cache: activations are malloc'd and freed every pass. glibc
-    raises its mmap threshold each time a large block is freed, after which activations come
-    from the heap, which fragments and never shrinks: a trainer's resident memory then climbs
-    pass after pass (to several times what one pass holds). A fixed threshold turns that off.
-    No-op where the C library is not glibc.
-    """
+def _glibc_malloc_trim():
     name = ctypes.util.find_library("c")
-    if name is None:
-        return
     try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_MMAP_THRESHOLD, threshold_bytes)
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_MALLOC_TRIM = _glibc_malloc_trim()
+
+
+def release_freed_memory() -> None:
+    """Give the memory freed by the pass that just ended back to the OS (glibc ``malloc_trim``).
+
+    PyTorch's CPU allocator has no cache: activations are malloc'd and freed every pass, and
+    glibc keeps freed heap memory for reuse. With passes of changing shapes the heap fragments,
+    and a trainer's resident memory climbed pass after pass (SmolLM2: 3.5 GB after five
+    1,024-token passes, still rising) instead of staying at what one pass holds. Trimming after
+    each pass costs ~6% of a pass's CPU time here. (A fixed 1 MiB mmap threshold bounds memory
+    tighter but costs ~45%: every large tensor then page-faults fresh memory.) No-op without glibc.
+    """
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def resolve_device_dtype(config: PPOConfig) -> tuple[torch.device, torch.dtype]:

@@ -40,8 +40,8 @@ from gpu_trainer.policy import (
     load_tokenizer,
     make_batch,
     plan_micro_batches,
+    release_freed_memory,
     resolve_device_dtype,
-    return_freed_memory_to_the_os,
     seed_everything,
     sequence_length,
     special_token_ids,
@@ -77,7 +77,6 @@ class Policy:
 def load_policy(config: PPOConfig, *, base_model_dir: str | Path, parent_adapter_dir: str | Path | None) -> Policy:
     """Base model + tokenizer + trainable LoRA (fresh or the parent's), seeded first."""
     seed_everything(config.seed, deterministic=config.deterministic)
-    return_freed_memory_to_the_os()
     device, dtype = resolve_device_dtype(config)
     base_dir = Path(base_model_dir).resolve()
     model = load_base_model(base_dir, device, dtype)
@@ -234,6 +233,7 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
                 if need_reference and not reference_is_old:
                     with model.disable_adapter():
                         part.reference = completion_logprobs(model, batch)[0]
+                release_freed_memory()
 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=config.adam_betas,
@@ -280,6 +280,8 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
                     ]).double().cpu()
                     weight_sum += float((part.weights * batch.mask).sum())
                     tokens += batch.num_tokens
+                    del new, entropy, loss, policy_loss, kl_base  # this pass's graph and logits
+                    release_freed_memory()
                 stats = totals.tolist()
                 if config.target_kl is not None and stats[2] > config.target_kl:
                     stopped_early = True  # this minibatch already moved too far: do not step

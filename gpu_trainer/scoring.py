@@ -51,7 +51,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
 
 def score_dataset(records: list[dict[str, Any]], *, base_model_dir: str | Path, adapter_dir: str | Path | None = None,
                   family: str | None = None, max_new_tokens: int = 64, device: str = "auto",
-                  max_tokens_per_pass: int = 2048) -> dict[str, Any]:
+                  max_tokens_per_pass: int = 1024) -> dict[str, Any]:
     """Mean completion log-prob (training samples) and exact match / edit similarity (FIM cases).
 
     Every forward pass holds at most ``max_tokens_per_pass`` tokens (a FIM pass counts each
@@ -68,14 +68,13 @@ def score_dataset(records: list[dict[str, Any]], *, base_model_dir: str | Path, 
         load_tokenizer,
         make_batch,
         plan_micro_batches,
+        release_freed_memory,
         resolve_device_dtype,
-        return_freed_memory_to_the_os,
         sequence_length,
         special_token_ids,
     )
     from gpu_trainer.samples import Sample, check_samples_against_vocab
 
-    return_freed_memory_to_the_os()
     torch_device, dtype = resolve_device_dtype(PPOConfig(device=device))
     model = load_base_model(base_model_dir, torch_device, dtype)
     tokenizer = load_tokenizer(base_model_dir)
@@ -105,6 +104,7 @@ def score_dataset(records: list[dict[str, Any]], *, base_model_dir: str | Path, 
                 logprobs, _ = completion_logprobs(model, batch)
                 total += float(logprobs.sum())
                 tokens += int(batch.mask.sum())
+                release_freed_memory()
         result.update(samples=len(samples), completion_tokens=tokens, mean_logprob=total / tokens)
     if fim_cases:
         prompts = [build_fim_prompt(family, case["prefix"], case.get("suffix") or "") for case in fim_cases]

@@ -20,6 +20,7 @@ from gpu_trainer.policy import (
     completion_logits,
     make_batch,
     plan_micro_batches,
+    release_freed_memory,
     sequence_length,
 )
 from gpu_trainer.samples import Sample
@@ -88,6 +89,8 @@ def teacher_forced(
             index = torch.tensor(rows)
             logp_candidate[index] = (cand_logp * mask).sum(-1).double().cpu()
             logp_parent[index] = (par_logp * mask).sum(-1).double().cpu()
+            del cand, par
+            release_freed_memory()
     return {"logp_candidate": logp_candidate, "logp_parent": logp_parent, "kl_sum": kl_sum, "positions": positions}
 
 
