@@ -82,6 +82,7 @@ def bare_steps(policy, samples: list, config) -> int:
         completion_tokens,
         make_batch,
         plan_micro_batches,
+        release_freed_memory,
         sequence_length,
     )
 
@@ -112,6 +113,7 @@ def bare_steps(policy, samples: list, config) -> int:
                 logprobs, _ = completion_logprobs(model, batch)
                 (-(logprobs * batch.mask).sum() / counts[mb]).backward()
                 tokens += batch.num_tokens
+                release_freed_memory()  # as the trainer does after each pass
             optimizer.step()
     return tokens
 
