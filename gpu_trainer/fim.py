@@ -3,6 +3,9 @@
 Pure Python on purpose: the serving code imports this module, so it must never import torch.
 vLLM does not support ``suffix`` for most models, so the platform builds the FIM prompt itself
 and stops generation on the family's stop tokens.
+
+A model without FIM tokens (SmolLM2, most chat and base LMs) is the ``plain`` family: it
+completes from the prefix alone, the suffix is not shown to it, and only its EOS stops it.
 """
 
 from __future__ import annotations
@@ -22,10 +25,16 @@ class FimFormat:
     suffix_token: str
     middle_token: str
     # The exact prompt: ``{prefix_token}`` etc. are already substituted; ``{prefix}`` and
-    # ``{suffix}`` are filled per request. CodeLlama puts spaces around its markers.
+    # ``{suffix}`` are filled per request. CodeLlama puts spaces around its markers. A template
+    # without ``{suffix}`` does not show the suffix to the model.
     template: str
+    # Besides the model's own EOS, which ends every completion (vLLM and the trainer stop on it).
     stop_tokens: tuple[str, ...]
-    eos_token: str
+    eos_token: str  # "" where it is the tokenizer's own, whatever that is
+
+    @property
+    def has_fim_tokens(self) -> bool:
+        return bool(self.prefix_token)
 
 
 FIM_FORMATS: dict[str, FimFormat] = {
@@ -82,9 +91,21 @@ FIM_FORMATS: dict[str, FimFormat] = {
         ),
         eos_token="<｜end▁of▁sentence｜>",
     ),
+    # Any tokenizer without FIM markers: the prompt is the prefix alone.
+    "plain": FimFormat(
+        family="plain",
+        prefix_token="",
+        suffix_token="",
+        middle_token="",
+        template="{prefix}",
+        stop_tokens=(),
+        eos_token="",
+    ),
 }
 
+PLAIN = "plain"
 FAMILIES: tuple[str, ...] = tuple(FIM_FORMATS)
+FIM_FAMILIES: tuple[str, ...] = tuple(name for name, fmt in FIM_FORMATS.items() if fmt.has_fim_tokens)
 
 
 def fim_format(family: str) -> FimFormat:
@@ -100,12 +121,13 @@ def build_fim_prompt(family: str, prefix: str, suffix: str) -> str:
     # str.replace, not str.format: code is full of braces.
     fmt = fim_format(family)
     head, _, rest = fmt.template.partition("{prefix}")
-    middle, _, tail = rest.partition("{suffix}")
-    return f"{head}{prefix}{middle}{suffix}{tail}"
+    middle, shows_suffix, tail = rest.partition("{suffix}")
+    return f"{head}{prefix}{middle}{suffix if shows_suffix else ''}{tail}"
 
 
 def stop_tokens(family: str) -> list[str]:
-    """Strings that end a FIM completion for ``family`` (pass them as vLLM ``stop``)."""
+    """Strings that end a FIM completion for ``family`` besides the model's EOS (pass them as
+    vLLM ``stop``); empty for ``plain``."""
     return list(fim_format(family).stop_tokens)
 
 
@@ -129,8 +151,8 @@ def _token_strings_of(model_dir: Path) -> set[str]:
     return tokens
 
 
-def detect_family(model_dir_or_vocab: str | Path | Mapping[str, int] | Iterable[str]) -> str | None:
-    """The FIM family whose three marker tokens the tokenizer knows, or None.
+def detect_family(model_dir_or_vocab: str | Path | Mapping[str, int] | Iterable[str]) -> str:
+    """The FIM family whose three marker tokens the tokenizer knows, else ``plain``.
 
     Accepts a HF model directory (reads tokenizer.json / tokenizer_config.json, no torch) or a
     vocabulary (a ``{token: id}`` mapping such as ``tokenizer.get_vocab()``, or token strings).
@@ -139,9 +161,10 @@ def detect_family(model_dir_or_vocab: str | Path | Mapping[str, int] | Iterable[
         tokens = _token_strings_of(Path(model_dir_or_vocab))
     else:
         tokens = set(model_dir_or_vocab)
-    for fmt in FIM_FORMATS.values():
+    for name in FIM_FAMILIES:
+        fmt = FIM_FORMATS[name]
         markers = (fmt.prefix_token, fmt.suffix_token, fmt.middle_token)
         # SentencePiece vocabularies (CodeLlama) store the markers as "▁<PRE>".
         if all(m in tokens or f"▁{m}" in tokens for m in markers):
             return fmt.family
-    return None
+    return PLAIN

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from gpu_trainer.config import GRPOConfig
+from gpu_trainer.decoding import cut_at_stop, stop_token_ids
 from gpu_trainer.errors import TrainerInputError
 from gpu_trainer.fim import build_fim_prompt, detect_family
 from gpu_trainer.ppo import (
@@ -29,7 +30,7 @@ from gpu_trainer.ppo import (
     summarize,
 )
 from gpu_trainer.samples import Sample
-from gpu_trainer.scoring import cut_at_stop, edit_similarity, stop_token_ids
+from gpu_trainer.scoring import edit_similarity
 
 ScoreFn = Callable[[str, dict[str, Any]], float]
 
@@ -85,9 +86,7 @@ def train_grpo(config: GRPOConfig, records: list[dict[str, Any]], *, base_model_
         missing = [k for k in ("prefix", "middle") if not isinstance(record.get(k), str)]
         if missing:
             raise TrainerInputError(f"sample {index}: GRPO needs string field(s) {', '.join(missing)}")
-    family = detect_family(base_model_dir)
-    if family is None:
-        raise TrainerInputError(f"base model {base_model_dir}: no known FIM tokens in its tokenizer")
+    family = detect_family(base_model_dir)  # a plain model samples from the prefix alone
 
     policy = load_policy(config, base_model_dir=base_model_dir, parent_adapter_dir=parent_adapter_dir)
     metrics: list[dict[str, Any]] = []

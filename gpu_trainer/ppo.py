@@ -3,9 +3,15 @@
 One request gets one response and one signal, so there is no group to normalise against and
 no value network: advantage = reward − baseline. Read top to bottom:
 
-    samples → advantages → minibatches → old (and reference) log-probs, no grad
-      → epochs × minibatches: clipped token-level surrogate (+ KL to base) → AdamW step
+    samples → advantages → minibatches, each cut into passes of ≤ max_tokens_per_pass tokens
+      → old (and reference) log-probs, no grad, pass by pass
+      → epochs × minibatches: for each pass, clipped token-level surrogate (+ KL to base),
+        backward (gradients accumulate) → one AdamW step per minibatch
       → verified adapter directory + strop_train_config.json + metrics.jsonl
+
+Each pass's loss is its share of the minibatch's loss (normalised by the minibatch's token or
+sequence count, not the pass's), so the gradient does not depend on how a minibatch is cut.
+Between passes only the per-token log-probs (old, reference) and importance weights are kept.
 """
 
 from __future__ import annotations
@@ -28,11 +34,16 @@ from gpu_trainer.policy import (
     adapter_is_identity,
     attach_lora,
     completion_logprobs,
+    completion_tokens,
+    enable_gradient_checkpointing,
     load_base_model,
     load_tokenizer,
     make_batch,
+    plan_micro_batches,
+    release_freed_memory,
     resolve_device_dtype,
     seed_everything,
+    sequence_length,
     special_token_ids,
 )
 from gpu_trainer.samples import Sample, check_samples_against_vocab, coerce_samples
@@ -74,6 +85,8 @@ def load_policy(config: PPOConfig, *, base_model_dir: str | Path, parent_adapter
     fingerprint = base_model_fingerprint(base_dir)
     peft_model = attach_lora(model, config, base_model_dir=base_dir, base_fingerprint=fingerprint,
                              parent_adapter_dir=parent_adapter_dir)
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(peft_model)
     return Policy(peft_model, tokenizer, eos_id, pad_id, device, base_dir, fingerprint)
 
 
@@ -85,29 +98,38 @@ def compute_advantages(rewards: torch.Tensor, *, baseline: str, normalize: bool)
     return advantages
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor, aggregation: str = "token_mean") -> torch.Tensor:
-    """Mean over masked tokens, pooled (``token_mean``) or per sequence first (``sequence_mean``)."""
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, aggregation: str = "token_mean", *,
+                tokens: int | None = None, sequences: int | None = None) -> torch.Tensor:
+    """Mean over masked tokens, pooled (``token_mean``) or per sequence first (``sequence_mean``).
+
+    When ``mask`` covers one pass of a larger minibatch, ``tokens`` (its masked token count)
+    and ``sequences`` (its rows) are the minibatch's: the result is then this pass's share of the
+    minibatch mean, and the shares of its passes add up to that mean exactly.
+    """
     if aggregation == "sequence_mean":
         per_sequence = (values * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        return per_sequence.mean()
-    return (values * mask).sum() / mask.sum().clamp(min=1)
+        return per_sequence.sum() / (sequences if sequences is not None else per_sequence.numel())
+    return (values * mask).sum() / (tokens if tokens is not None else mask.sum().clamp(min=1))
 
 
 def clipped_policy_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                        mask: torch.Tensor, weights: torch.Tensor, *, clip_eps: float, aggregation: str
+                        mask: torch.Tensor, weights: torch.Tensor, *, clip_eps: float, aggregation: str,
+                        tokens: int | None = None, sequences: int | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The one PPO loss (PPO and GRPO): token-level clipped surrogate, importance-weighted.
 
-    Returns (loss, approx KL(old ‖ new), clip fraction); the last two are detached.
+    Returns (loss, approx KL(old ‖ new), clip fraction); the last two are detached. ``tokens``
+    and ``sequences``: as in ``masked_mean``, for one pass of a minibatch (all three are then
+    this pass's shares).
     """
     log_ratio = (new_logprobs - old_logprobs) * mask
     ratio = log_ratio.exp()
     adv = advantages.unsqueeze(-1)
     surrogate = torch.min(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)
-    loss = masked_mean(-surrogate * weights, mask, aggregation)
+    loss = masked_mean(-surrogate * weights, mask, aggregation, tokens=tokens, sequences=sequences)
     with torch.no_grad():
-        approx_kl = masked_mean((ratio - 1) - log_ratio, mask)
-        clip_fraction = masked_mean(((ratio - 1).abs() > clip_eps).float(), mask)
+        approx_kl = masked_mean((ratio - 1) - log_ratio, mask, tokens=tokens)
+        clip_fraction = masked_mean(((ratio - 1).abs() > clip_eps).float(), mask, tokens=tokens)
     return loss, approx_kl, clip_fraction
 
 
@@ -121,6 +143,47 @@ def _std(values: torch.Tensor) -> float:
     return float(values.std()) if values.numel() > 1 else 0.0
 
 
+@dataclass
+class Pass:
+    """One forward pass of a minibatch: its samples and what is kept of them between passes."""
+
+    rows: list[int]  # sample indices, shortest first
+    advantages: torch.Tensor  # [b]
+    old: torch.Tensor | None = None  # [b, W] log-probs before the update (None until computed)
+    reference: torch.Tensor | None = None  # [b, W] log-probs of the base model, when measured
+    weights: torch.Tensor | None = None  # [b, W] importance weights
+    mismatch: tuple[float, int] = (0.0, 0)  # Σ|old − behaviour| over known tokens, their count
+
+
+@dataclass
+class Minibatch:
+    passes: list[Pass]
+    tokens: int  # completion tokens (the token_mean denominator)
+    sequences: int  # samples (the sequence_mean denominator)
+    rewards: torch.Tensor
+    advantages: torch.Tensor
+
+
+def _set_old(part: Pass, old: torch.Tensor, batch: PaddedBatch, config: PPOConfig) -> None:
+    """Record the old log-probs of a pass and what follows from them: importance weights and
+    the serving/training mismatch."""
+    known = batch.behaviour_mask
+    part.old = old
+    part.weights = torch.ones_like(old)
+    if config.importance_correction:
+        capped = (old - batch.behaviour_logprobs).exp().clamp(max=config.importance_cap)
+        part.weights = torch.where(known.bool(), capped, part.weights)
+    part.mismatch = (float(((old - batch.behaviour_logprobs).abs() * known).sum()), int(known.sum()))
+
+
+def _reuses_first_step(model, config: PPOConfig) -> bool:
+    """True when the policy's first training forward pass computes exactly the old log-probs:
+    nothing random in train mode (no dropout), so they need no pass of their own."""
+    if config.lora_dropout > 0 or getattr(model.config, "attention_dropout", 0.0):
+        return False
+    return not any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+
 def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.Tensor, config: PPOConfig, *,
                       progress: bool, on_step: StepCallback | None = None, step_offset: int = 0
                       ) -> tuple[list[dict[str, Any]], bool]:
@@ -132,42 +195,45 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
     generator = torch.Generator().manual_seed(config.seed)
     num_minibatches = min(config.num_minibatches, len(samples))
     order = torch.randperm(len(samples), generator=generator)
-    # A fixed partition, padded once: old and reference log-probs are computed in exactly the
-    # layout the gradient steps use, and each epoch only reorders the minibatches.
-    parts = [p.tolist() for p in order.tensor_split(num_minibatches)]
-    batches: list[PaddedBatch] = [
-        make_batch([samples[i] for i in part], eos_id=policy.eos_id, pad_id=policy.pad_id,
-                   max_prompt_tokens=config.max_prompt_tokens, device=device)
-        for part in parts
-    ]
-    part_advantages = [advantages[part].to(device) for part in parts]
-    part_rewards = [rewards[part] for part in parts]
+    epoch_orders = [torch.randperm(num_minibatches, generator=generator).tolist() for _ in range(config.epochs)]
+
+    def batch_of(rows: list[int]) -> PaddedBatch:
+        # Rebuilt at every use: the padded ids of all samples are not kept between passes.
+        return make_batch([samples[i] for i in rows], eos_id=policy.eos_id, pad_id=policy.pad_id,
+                          max_prompt_tokens=config.max_prompt_tokens, device=device)
+
+    # A fixed partition into minibatches, each cut into passes by the token budget: old and
+    # reference log-probs are computed in exactly the layout the gradient steps use.
+    lengths = [sequence_length(s, eos_id=policy.eos_id, max_prompt_tokens=config.max_prompt_tokens) for s in samples]
+    minibatches = []
+    for part in (p.tolist() for p in order.tensor_split(num_minibatches)):
+        passes = [Pass(rows, advantages[rows].to(device))
+                  for rows in plan_micro_batches(lengths, part, max_tokens=config.max_tokens_per_pass)]
+        minibatches.append(Minibatch(
+            passes=passes, sequences=len(part), rewards=rewards[part], advantages=advantages[part],
+            tokens=sum(len(completion_tokens(samples[i], policy.eos_id)) for i in part),
+        ))
 
     # Old log-probs (the policy before this update) and the reference (adapter disabled).
-    # A fresh LoRA has lora_B = 0, so the reference equals the old policy: no second pass.
+    # A fresh LoRA has lora_B = 0, so the reference equals the old policy: no second pass. The
+    # minibatch stepped first needs no old pass either when its first forward pass computes the
+    # same numbers (no dropout): it takes them from there.
     need_reference = config.kl_coef > 0 or config.measure_kl_to_base
     reference_is_old = adapter_is_identity(model)
+    first = epoch_orders[0][0] if _reuses_first_step(model, config) and not (
+        need_reference and not reference_is_old) else None
     model.eval()
-    old_logprobs, ref_logprobs = [], []
     with torch.no_grad():
-        for batch in batches:
-            old_logprobs.append(completion_logprobs(model, batch)[0])
-            if need_reference and not reference_is_old:
-                with model.disable_adapter():
-                    ref_logprobs.append(completion_logprobs(model, batch)[0])
-    if need_reference and reference_is_old:
-        ref_logprobs = old_logprobs
-
-    importance_weights, mismatches = [], []
-    for batch, old in zip(batches, old_logprobs, strict=True):
-        known = batch.behaviour_mask
-        weight = torch.ones_like(old)
-        if config.importance_correction:
-            capped = (old - batch.behaviour_logprobs).exp().clamp(max=config.importance_cap)
-            weight = torch.where(known.bool(), capped, weight)
-        importance_weights.append(weight)
-        mismatches.append(float(((old - batch.behaviour_logprobs).abs() * known).sum() / known.sum())
-                          if known.any() else None)
+        for index, minibatch in enumerate(minibatches):
+            for part in minibatch.passes:
+                if index == first:
+                    continue
+                batch = batch_of(part.rows)
+                _set_old(part, completion_logprobs(model, batch)[0], batch, config)
+                if need_reference and not reference_is_old:
+                    with model.disable_adapter():
+                        part.reference = completion_logprobs(model, batch)[0]
+                release_freed_memory()
 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, betas=config.adam_betas,
@@ -176,41 +242,56 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
     bar = tqdm(total=total_steps, desc="ppo", unit="step", disable=not (progress and sys.stderr.isatty()))
     metrics: list[dict[str, Any]] = []
     stopped_early = False
+    nan = torch.tensor(float("nan"))
     model.train()
     try:
         for epoch in range(config.epochs):
-            for mb in torch.randperm(num_minibatches, generator=generator).tolist():
+            for mb in epoch_orders[epoch]:
                 started = time.perf_counter()
-                batch = batches[mb]
-                new, entropy = completion_logprobs(model, batch, with_entropy=True)
-                policy_loss, approx_kl, clip_fraction = clipped_policy_loss(
-                    new, old_logprobs[mb], part_advantages[mb], batch.mask, importance_weights[mb],
-                    clip_eps=config.clip_eps, aggregation=config.loss_aggregation,
-                )
-                loss = policy_loss
-                kl_base = None
-                if ref_logprobs:
-                    kl_tokens = kl_to_reference(new, ref_logprobs[mb])
-                    kl_base = masked_mean(kl_tokens, batch.mask, config.loss_aggregation)
-                    if config.kl_coef > 0:
-                        loss = loss + config.kl_coef * kl_base
-                if not torch.isfinite(loss):
-                    raise TrainingDivergedError(f"non-finite loss at epoch {epoch} minibatch {mb}")
-                if config.target_kl is not None and float(approx_kl) > config.target_kl:
+                minibatch = minibatches[mb]
+                shares = dict(tokens=minibatch.tokens, sequences=minibatch.sequences)
+                optimizer.zero_grad(set_to_none=True)
+                totals = torch.zeros(6, dtype=torch.float64)  # policy loss, loss, approx KL, clip, entropy, KL base
+                weight_sum, tokens = 0.0, 0
+                for part in minibatch.passes:
+                    batch = batch_of(part.rows)
+                    new, entropy = completion_logprobs(model, batch, with_entropy=True)
+                    if part.old is None:  # the first step's minibatch: the policy is still the old one
+                        _set_old(part, new.detach(), batch, config)
+                    if need_reference and part.reference is None:
+                        part.reference = part.old
+                    policy_loss, approx_kl, clip_fraction = clipped_policy_loss(
+                        new, part.old, part.advantages, batch.mask, part.weights,
+                        clip_eps=config.clip_eps, aggregation=config.loss_aggregation, **shares,
+                    )
+                    loss = policy_loss
+                    kl_base = nan
+                    if part.reference is not None:
+                        kl_base = masked_mean(kl_to_reference(new, part.reference), batch.mask,
+                                              config.loss_aggregation, **shares)
+                        if config.kl_coef > 0:
+                            loss = loss + config.kl_coef * kl_base
+                    if not torch.isfinite(loss):
+                        raise TrainingDivergedError(f"non-finite loss at epoch {epoch} minibatch {mb}")
+                    loss.backward()
+                    totals += torch.stack([
+                        policy_loss.detach(), loss.detach(), approx_kl, clip_fraction,
+                        masked_mean(entropy, batch.mask, tokens=minibatch.tokens), kl_base.detach(),
+                    ]).double().cpu()
+                    weight_sum += float((part.weights * batch.mask).sum())
+                    tokens += batch.num_tokens
+                    del new, entropy, loss, policy_loss, kl_base  # this pass's graph and logits
+                    release_freed_memory()
+                stats = totals.tolist()
+                if config.target_kl is not None and stats[2] > config.target_kl:
                     stopped_early = True  # this minibatch already moved too far: do not step
                     break
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
                 if not torch.isfinite(grad_norm):
                     raise TrainingDivergedError(f"non-finite gradient norm at epoch {epoch} minibatch {mb}")
                 optimizer.step()
                 elapsed = time.perf_counter() - started
-                stats = torch.stack([
-                    policy_loss.detach(), loss.detach(), approx_kl, clip_fraction,
-                    masked_mean(entropy, batch.mask), grad_norm.detach().float(),
-                    kl_base.detach() if kl_base is not None else torch.tensor(float("nan"), device=device),
-                ]).tolist()
+                mismatch = [sum(p.mismatch[i] for p in minibatch.passes) for i in (0, 1)]
                 row = {
                     "step": step_offset + len(metrics),
                     "epoch": epoch,
@@ -220,18 +301,19 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
                     "approx_kl": stats[2],
                     "clip_fraction": stats[3],
                     "entropy": stats[4],
-                    "grad_norm": stats[5],
-                    "kl_to_base": stats[6] if kl_base is not None else None,
-                    "reward_mean": float(part_rewards[mb].mean()),
-                    "reward_std": _std(part_rewards[mb]),
-                    "advantage_mean": float(part_advantages[mb].mean()),
-                    "advantage_std": _std(part_advantages[mb]),
-                    "logprob_mismatch": mismatches[mb],
-                    "importance_weight_mean": float(masked_mean(importance_weights[mb], batch.mask)),
-                    "samples": batch.input_ids.shape[0],
-                    "completion_tokens": int(batch.mask.sum()),
-                    "tokens": batch.num_tokens,
-                    "tokens_per_s": batch.num_tokens / elapsed,
+                    "grad_norm": float(grad_norm),
+                    "kl_to_base": stats[5] if need_reference else None,
+                    "reward_mean": float(minibatch.rewards.mean()),
+                    "reward_std": _std(minibatch.rewards),
+                    "advantage_mean": float(minibatch.advantages.mean()),
+                    "advantage_std": _std(minibatch.advantages),
+                    "logprob_mismatch": mismatch[0] / mismatch[1] if mismatch[1] else None,
+                    "importance_weight_mean": weight_sum / max(minibatch.tokens, 1),
+                    "samples": minibatch.sequences,
+                    "completion_tokens": minibatch.tokens,
+                    "tokens": tokens,
+                    "passes": len(minibatch.passes),
+                    "tokens_per_s": tokens / elapsed,
                     "learning_rate": config.learning_rate,
                 }
                 metrics.append(row)

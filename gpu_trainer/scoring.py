@@ -5,7 +5,8 @@ Two kinds of records, in one JSONL file or mixed:
 - training samples (``prompt_token_ids`` + ``completion_token_ids``): mean log-prob of the
   completions under the model;
 - FIM cases (``prefix``, ``suffix``, ``middle``): greedy-decode the middle from the family's FIM
-  prompt and report exact match and edit similarity to the reference ``middle``.
+  prompt (``decoding.greedy_completions``, batched as in the gate) and report exact match and
+  edit similarity to the reference ``middle``.
 
 Torch is imported inside the functions: ``edit_similarity`` is cheap to import.
 """
@@ -48,57 +49,28 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def stop_token_ids(tokenizer, family: str | None, eos_id: int) -> list[int]:
-    """EOS plus the family's stop tokens that are single tokens of this tokenizer."""
-    from gpu_trainer.fim import stop_tokens
-
-    ids = {eos_id}
-    if family is not None:
-        vocab = tokenizer.get_vocab()
-        ids.update(vocab[t] for t in stop_tokens(family) if t in vocab)
-    return sorted(ids)
-
-
-def cut_at_stop(text: str, family: str | None) -> str:
-    from gpu_trainer.fim import stop_tokens
-
-    for stop in stop_tokens(family) if family else []:
-        text = text.split(stop, 1)[0]
-    return text
-
-
-def greedy_middle(model, tokenizer, prompt: str, *, family: str | None, eos_id: int, pad_id: int,
-                  max_new_tokens: int, device) -> str:
-    """The model's greedy completion of a FIM prompt, cut at the first stop token."""
-    import torch
-
-    input_ids = torch.tensor([tokenizer.encode(prompt, add_special_tokens=False)], device=device)
-    with torch.no_grad():
-        output = model.generate(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            eos_token_id=stop_token_ids(tokenizer, family, eos_id),
-            pad_token_id=pad_id,
-        )
-    text = tokenizer.decode(output[0, input_ids.shape[1]:].tolist(), skip_special_tokens=False)
-    return cut_at_stop(text, family)
-
-
 def score_dataset(records: list[dict[str, Any]], *, base_model_dir: str | Path, adapter_dir: str | Path | None = None,
-                  family: str | None = None, max_new_tokens: int = 64, device: str = "auto") -> dict[str, Any]:
-    """Mean completion log-prob (training samples) and exact match / edit similarity (FIM cases)."""
+                  family: str | None = None, max_new_tokens: int = 64, device: str = "auto",
+                  max_tokens_per_pass: int = 1024) -> dict[str, Any]:
+    """Mean completion log-prob (training samples) and exact match / edit similarity (FIM cases).
+
+    Every forward pass holds at most ``max_tokens_per_pass`` tokens (a FIM pass counts each
+    prompt plus ``max_new_tokens``).
+    """
     import torch
 
     from gpu_trainer.config import PPOConfig
+    from gpu_trainer.decoding import fim_scores, greedy_completions
     from gpu_trainer.fim import build_fim_prompt, detect_family
     from gpu_trainer.policy import (
         completion_logprobs,
         load_base_model,
         load_tokenizer,
         make_batch,
+        plan_micro_batches,
+        release_freed_memory,
         resolve_device_dtype,
+        sequence_length,
         special_token_ids,
     )
     from gpu_trainer.samples import Sample, check_samples_against_vocab
@@ -122,27 +94,24 @@ def score_dataset(records: list[dict[str, Any]], *, base_model_dir: str | Path, 
     result: dict[str, Any] = {"adapter": str(adapter_dir) if adapter_dir else None, "family": family}
     if samples:
         check_samples_against_vocab(samples, model.get_input_embeddings().num_embeddings)
+        max_prompt = 4096  # longer prompts are truncated from the left
+        lengths = [sequence_length(s, eos_id=eos_id, max_prompt_tokens=max_prompt) for s in samples]
         total, tokens = 0.0, 0
         with torch.no_grad():
-            for start in range(0, len(samples), 16):
-                batch = make_batch(samples[start:start + 16], eos_id=eos_id, pad_id=pad_id,
-                                   max_prompt_tokens=4096, device=torch_device)
+            for rows in plan_micro_batches(lengths, range(len(samples)), max_tokens=max_tokens_per_pass):
+                batch = make_batch([samples[i] for i in rows], eos_id=eos_id, pad_id=pad_id,
+                                   max_prompt_tokens=max_prompt, device=torch_device)
                 logprobs, _ = completion_logprobs(model, batch)
                 total += float(logprobs.sum())
                 tokens += int(batch.mask.sum())
+                release_freed_memory()
         result.update(samples=len(samples), completion_tokens=tokens, mean_logprob=total / tokens)
     if fim_cases:
-        if family is None:
-            raise TrainerInputError(f"base model {base_model_dir}: no known FIM tokens; pass family")
-        exact, similarity = 0, 0.0
-        for case in fim_cases:
-            prompt = build_fim_prompt(family, case["prefix"], case.get("suffix", ""))
-            middle = greedy_middle(model, tokenizer, prompt, family=family, eos_id=eos_id, pad_id=pad_id,
-                                   max_new_tokens=max_new_tokens, device=torch_device)
-            exact += middle.rstrip() == case["middle"].rstrip()
-            similarity += edit_similarity(middle, case["middle"])
-        result.update(fim_cases=len(fim_cases), exact_match=exact / len(fim_cases),
-                      edit_similarity=similarity / len(fim_cases))
+        prompts = [build_fim_prompt(family, case["prefix"], case.get("suffix") or "") for case in fim_cases]
+        middles = greedy_completions(model, tokenizer, prompts, family=family, eos_id=eos_id, pad_id=pad_id,
+                                     max_new_tokens=max_new_tokens, max_tokens_per_pass=max_tokens_per_pass,
+                                     device=torch_device)
+        result.update(fim_cases=len(fim_cases), **fim_scores(middles, fim_cases, family))
     if not samples and not fim_cases:
         raise TrainerInputError("no record has prompt_token_ids or prefix/middle fields")
     return result

@@ -7,28 +7,25 @@ The result is an ordinary Hugging Face directory that transformers and vLLM load
 Built once per recipe: the directory name carries a hash of every hyper-parameter, the corpus
 spec and ``STARTER_CODE_VERSION``, so a changed recipe builds a new directory and an unchanged
 one is returned at once. A build runs in a temporary directory renamed into place at the end,
-so a crash never leaves a half model behind.
+so a crash never leaves a half model behind (``model_cache.build_once``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import math
-import os
 import random
-import shutil
 import sys
 import sysconfig
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_trainer.fim import FIM_FORMATS
+from gpu_trainer.model_cache import build_once, default_cache_root, pin_tokenizer_class
 
 # Bump when the build code changes in a way that changes the model for the same recipe.
 STARTER_CODE_VERSION = 1
@@ -111,39 +108,13 @@ def starter_recipe(size: str) -> StarterRecipe:
     raise ValueError(f"unknown starter size {size!r}; known: tiny, small")
 
 
-def default_cache_root() -> Path:
-    """``$STROP_VAR_DIR/models``, else ``<repo>/var/models``."""
-    var_dir = os.environ.get("STROP_VAR_DIR")
-    if var_dir:
-        return Path(var_dir) / "models"
-    return Path(__file__).resolve().parent.parent / "var" / "models"
-
-
 def ensure_starter_model(size: str, cache_root: Path | None = None, *, progress: bool = False) -> Path:
     """The directory of the ``size`` starter model, building it first if its recipe is new."""
     recipe = starter_recipe(size)
     root = Path(cache_root) if cache_root is not None else default_cache_root()
     target = root / f"starter-{size}-{recipe.digest()}"
-    if (target / "config.json").is_file():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    # One builder at a time (pytest-xdist, two workers starting together); the rest wait.
-    with open(root / f".starter-{size}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / "config.json").is_file():
-            return target
-        for stale in root.glob(f".tmp-starter-{size}-*"):  # a builder killed mid-way; we hold the lock
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-starter-{size}-", dir=root))
-        try:
-            build_starter_model(recipe, tmp, progress=progress)
-            os.chmod(tmp, 0o755)  # mkdtemp makes 0700; vLLM may run as another user
-            for child in tmp.iterdir():
-                os.chmod(child, 0o644)
-            os.rename(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    # A lambda, not the function itself: the build is looked up when it runs (tests replace it).
+    return build_once(target, lambda tmp: build_starter_model(recipe, tmp, progress=progress), key=f"starter-{size}")
 
 
 def _corpus_files(recipe: StarterRecipe) -> list[Path]:
@@ -201,12 +172,7 @@ def _save_tokenizer(tokenizer, out_dir: Path, max_length: int) -> None:
         clean_up_tokenization_spaces=False,
     )
     hf_tokenizer.save_pretrained(out_dir)
-    # transformers 5 writes its new backend class name; vLLM's pinned transformers may be
-    # older, and "PreTrainedTokenizerFast" loads tokenizer.json in both.
-    config_path = out_dir / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    config["tokenizer_class"] = "PreTrainedTokenizerFast"
-    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    pin_tokenizer_class(out_dir)
 
 
 def _training_sequences(recipe: StarterRecipe, stream: list[int], rng: random.Random) -> Iterator[list[int]]:

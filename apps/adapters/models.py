@@ -14,10 +14,17 @@ class BaseModel(models.Model):
         STARCODER = "starcoder"
         CODELLAMA = "codellama"
         DEEPSEEK = "deepseek"
+        PLAIN = "plain", "No FIM tokens: completes from the prefix alone"
 
     name = models.SlugField(max_length=100, unique=True, help_text="the name vLLM serves the base model under")
     path = models.CharField(max_length=500, help_text="local Hugging Face model directory")
     family = models.CharField(max_length=16, choices=Family.choices, help_text="decides the FIM prompt format")
+    source = models.TextField(
+        blank=True, default="", help_text="where the directory came from (its strop_base.json, else its path)"
+    )
+    fingerprint = models.CharField(
+        max_length=64, blank=True, default="", help_text="gpu_trainer's fingerprint of its config and weights"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

@@ -19,17 +19,32 @@ from apps.tenants.services import audit_record
 
 
 def base_model_register(*, name: str, path: str | Path, family: str | None = None) -> BaseModel:
-    from gpu_trainer.fim import FIM_FORMATS, detect_family
+    """Register (or update) a base model: its directory, FIM family, source and fingerprint.
+
+    The source comes from the directory's ``strop_base.json`` when it has one (written by
+    ``python -m gpu_trainer base``), else it is the path; the fingerprint is computed from the
+    weights either way, and a record that no longer matches them is refused.
+    """
+    from gpu_trainer.base_models import describe_base_model
+    from gpu_trainer.errors import TrainerInputError
+    from gpu_trainer.fim import FIM_FORMATS
 
     model_dir = Path(path).resolve()
-    if not (model_dir / "config.json").is_file():
-        raise ValidationFailed(f"path: {model_dir} is not a Hugging Face model directory (no config.json)")
-    family = family or detect_family(model_dir)
-    if family not in FIM_FORMATS:
-        raise ValidationFailed(
-            f"family: could not tell the FIM format of {model_dir}; pass one of {', '.join(FIM_FORMATS)}"
-        )
-    base, _ = BaseModel.objects.update_or_create(name=name, defaults={"path": str(model_dir), "family": family})
+    if family is not None and family not in FIM_FORMATS:
+        raise ValidationFailed(f"family: {family!r} is not one of {', '.join(FIM_FORMATS)}")
+    try:
+        described = describe_base_model(model_dir)
+    except TrainerInputError as exc:
+        raise ValidationFailed(f"path: {exc}") from None
+    base, _ = BaseModel.objects.update_or_create(
+        name=name,
+        defaults={
+            "path": str(model_dir),
+            "family": family or described["family"],
+            "source": described["source"],
+            "fingerprint": described["fingerprint"],
+        },
+    )
     return base
 
 

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from django.test import override_settings
 
-from apps.adapters.models import Adapter, AdapterVersion
+from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.adapters.selectors import adapter_get_for_tenant
 from apps.adapters.services import (
     adapter_create,
@@ -17,6 +18,9 @@ from apps.adapters.services import (
 )
 from apps.common.exceptions import Conflict, NotFound, ValidationFailed
 from apps.tenants.models import AuditEvent
+from gpu_trainer.adapters import base_model_fingerprint
+from gpu_trainer.base_models import BASE_RECORD, make_base_record, write_base_record
+from tests.gpu_trainer.helpers import without_fim_tokens
 
 pytestmark = pytest.mark.django_db
 
@@ -32,6 +36,48 @@ def test_base_model_family_is_detected_from_its_tokenizer(tiny_base):
 def test_base_model_path_must_be_a_model_directory(db, tmp_path):
     with pytest.raises(ValidationFailed, match="config.json"):
         base_model_register(name="nothing", path=tmp_path)
+    assert not BaseModel.objects.exists()
+
+
+def _copy_of(model_dir: Path, to: Path) -> Path:
+    shutil.copytree(model_dir, to)
+    (to / BASE_RECORD).unlink(missing_ok=True)
+    return to
+
+
+def test_base_model_without_a_record_gets_its_path_as_source_and_a_computed_fingerprint(db, tiny_starter_model,
+                                                                                         tmp_path):
+    model_dir = _copy_of(tiny_starter_model, tmp_path / "model")
+    base = base_model_register(name="copy", path=model_dir)
+    assert base.source == f"local directory {model_dir.resolve()}"
+    assert base.fingerprint == base_model_fingerprint(model_dir) and len(base.fingerprint) == 16
+
+
+def test_base_model_source_comes_from_its_strop_base_record(db, tiny_starter_model, tmp_path):
+    model_dir = _copy_of(tiny_starter_model, tmp_path / "model")
+    write_base_record(model_dir, make_base_record(model_dir, kind="gguf", source="GGUF file /x.gguf (sha256 abc)"))
+    base = base_model_register(name="recorded", path=model_dir)
+    assert base.source == "GGUF file /x.gguf (sha256 abc)"
+    assert base.fingerprint == base_model_fingerprint(model_dir)
+
+
+def test_a_record_that_no_longer_matches_the_weights_is_refused(db, tiny_starter_model, tmp_path):
+    model_dir = _copy_of(tiny_starter_model, tmp_path / "model")
+    record = make_base_record(model_dir, kind="hf", source="somewhere")
+    write_base_record(model_dir, {**record, "fingerprint": "0" * 16})
+    with pytest.raises(ValidationFailed, match="path: .*the directory changed"):
+        base_model_register(name="stale", path=model_dir)
+    assert not BaseModel.objects.filter(name="stale").exists()
+
+
+def test_a_model_without_fim_tokens_registers_as_the_plain_family(db, tiny_starter_model, tmp_path):
+    model_dir = without_fim_tokens(tiny_starter_model, tmp_path / "model")
+    assert base_model_register(name="plain", path=model_dir).family == "plain"
+
+
+def test_an_unknown_family_is_refused(db, tiny_starter_model):
+    with pytest.raises(ValidationFailed, match="family: 'gpt2'"):
+        base_model_register(name="x", path=tiny_starter_model, family="gpt2")
 
 
 def test_versions_get_numbers_names_lineage_and_their_own_directories(tenant, adapter, make_lora_adapter):

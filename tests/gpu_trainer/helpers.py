@@ -27,3 +27,24 @@ def next_token_probs(model, prompt_ids: list[int]) -> torch.Tensor:
 
 def prompt_ids(base: Path) -> list[int]:
     return AutoTokenizer.from_pretrained(str(base)).encode(FIM_PROMPT_TEXT)
+
+
+def without_fim_tokens(model_dir: Path, to: Path) -> Path:
+    """A copy of ``model_dir`` whose tokenizer no longer declares FIM markers: a ``plain`` model
+    with the same weights (the marker ids simply never come up)."""
+    import json
+    import shutil
+
+    shutil.copytree(model_dir, to)
+    (to / "strop_base.json").unlink(missing_ok=True)
+    tokenizer = json.loads((to / "tokenizer.json").read_text())
+    tokenizer["added_tokens"] = [t for t in tokenizer["added_tokens"] if "fim" not in t["content"]]
+    tokenizer["model"]["vocab"] = {k: v for k, v in tokenizer["model"]["vocab"].items() if "fim" not in k}
+    (to / "tokenizer.json").write_text(json.dumps(tokenizer))
+    config = json.loads((to / "tokenizer_config.json").read_text())
+    config.pop("additional_special_tokens", None)
+    config["added_tokens_decoder"] = {
+        k: v for k, v in config.get("added_tokens_decoder", {}).items() if "fim" not in v["content"]
+    }
+    (to / "tokenizer_config.json").write_text(json.dumps(config))
+    return to

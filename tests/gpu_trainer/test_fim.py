@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpu_trainer.fim import FAMILIES, build_fim_prompt, detect_family, stop_tokens
+from gpu_trainer.fim import FAMILIES, FIM_FAMILIES, build_fim_prompt, detect_family, stop_tokens
 
 
 @pytest.mark.parametrize(
@@ -25,8 +25,14 @@ def test_build_fim_prompt_puts_prefix_then_suffix_then_the_middle_marker(family,
     assert build_fim_prompt(family, "def f(x):\n    ", "\n{y}") == expected
 
 
+def test_plain_family_prompts_with_the_prefix_alone_and_stops_on_eos_only():
+    assert "plain" in FAMILIES and "plain" not in FIM_FAMILIES
+    assert build_fim_prompt("plain", "def f(x):\n    ", "\n{y}") == "def f(x):\n    "
+    assert stop_tokens("plain") == []
+
+
 def test_stop_tokens_include_eos_and_fim_markers():
-    for family in FAMILIES:
+    for family in FIM_FAMILIES:
         stops = stop_tokens(family)
         assert stops and len(set(stops)) == len(stops)
     assert "<|endoftext|>" in stop_tokens("qwen") and "<|fim_prefix|>" in stop_tokens("qwen")
@@ -42,11 +48,9 @@ def test_detect_family_from_vocab_and_from_a_model_directory(tmp_path):
     assert detect_family({"<|fim_prefix|>": 1, "<|fim_suffix|>": 2, "<|fim_middle|>": 3}) == "qwen"
     assert detect_family(["<fim_prefix>", "<fim_suffix>", "<fim_middle>"]) == "starcoder"
     assert detect_family(["▁<PRE>", "▁<SUF>", "▁<MID>"]) == "codellama"
-    assert detect_family(["hello"]) is None
-    tokenizer = {
-        "added_tokens": [{"content": t} for t in ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>")],
-        "model": {"vocab": {"a": 0}},
-    }
+    assert detect_family(["hello", "<|fim_prefix|>"]) == "plain"  # one marker is not a format
+    tokenizer = {"added_tokens": [{"content": t} for t in ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>")],
+                 "model": {"vocab": {"a": 0}}}
     (tmp_path / "tokenizer.json").write_text(json.dumps(tokenizer))
     assert detect_family(tmp_path) == "deepseek"
 

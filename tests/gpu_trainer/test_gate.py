@@ -14,28 +14,22 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from gpu_trainer.config import PPOConfig
+from gpu_trainer.decoding import comparable, greedy_completions
 from gpu_trainer.fim import build_fim_prompt
 from gpu_trainer.gate import GateConfig, GateVerdict, evaluate_candidate, off_policy_value
 from gpu_trainer.policy import load_tokenizer, special_token_ids
 from gpu_trainer.ppo import train_ppo
-from gpu_trainer.scoring import greedy_middle
 from tests.fixtures.vllm import write_random_lora
-from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids
+from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids, without_fim_tokens
 
 ACCEPTED, REJECTED = 0.75, -0.25
 WEIGHTS = "adapter_model.safetensors"
 FIM_CASES = [
     {"prefix": "def add(a, b):\n    ", "suffix": "\n\nprint(add(1, 2))\n", "middle": ""},
-    {
-        "prefix": "import os\n\ndef read(path):\n    with open(path) as fh:\n        ",
-        "suffix": "\n    return data\n",
-        "middle": "",
-    },
-    {
-        "prefix": "class Stack:\n    def __init__(self):\n        ",
-        "suffix": "\n\n    def push(self, x):\n",
-        "middle": "",
-    },
+    {"prefix": "import os\n\ndef read(path):\n    with open(path) as fh:\n        ", "suffix": "\n    return data\n",
+     "middle": ""},
+    {"prefix": "class Stack:\n    def __init__(self):\n        ", "suffix": "\n\n    def push(self, x):\n",
+     "middle": ""},
     {"prefix": "for i in range(10):\n    ", "suffix": "\n", "middle": ""},
 ]
 
@@ -55,14 +49,12 @@ def _interactions(setting, *, count: int, seed: int) -> list[dict]:
     samples = []
     for i in range(count):
         first = setting["x"] if i % 4 == 0 else setting["others"][i % len(setting["others"])]
-        samples.append(
-            {
-                "prompt_token_ids": setting["prompt"],
-                "completion_token_ids": [first, rng.randrange(5, 2000)],
-                "behaviour_logprobs": None,
-                "reward": ACCEPTED if first == setting["x"] else REJECTED,
-            }
-        )
+        samples.append({
+            "prompt_token_ids": setting["prompt"],
+            "completion_token_ids": [first, rng.randrange(5, 2000)],
+            "behaviour_logprobs": None,
+            "reward": ACCEPTED if first == setting["x"] else REJECTED,
+        })
     return samples
 
 
@@ -71,9 +63,8 @@ def trained(tiny_starter_model, setting, tmp_path_factory) -> Path:
     """A candidate trained from the base model toward the accepted completions."""
     config = PPOConfig(learning_rate=5e-3, epochs=4, num_minibatches=2, target_kl=None)
     out = tmp_path_factory.mktemp("gate") / "trained"
-    return train_ppo(
-        config, _interactions(setting, count=16, seed=0), base_model_dir=tiny_starter_model, out_dir=out, progress=False
-    ).out_dir
+    return train_ppo(config, _interactions(setting, count=16, seed=0), base_model_dir=tiny_starter_model,
+                     out_dir=out, progress=False).out_dir
 
 
 @pytest.fixture(scope="module")
@@ -100,15 +91,10 @@ def _json(verdict: GateVerdict) -> dict:
     return json.loads(json.dumps(verdict.as_dict(), allow_nan=False))
 
 
-def test_candidate_identical_to_parent_passes_with_zero_kl_and_equal_rewards(
-    tiny_starter_model, trained, heldout, tmp_path
-):
-    verdict = evaluate_candidate(
-        base_model_dir=tiny_starter_model,
-        parent_adapter_dir=trained,
-        candidate_adapter_dir=_copy(trained, tmp_path / "same"),
-        heldout=heldout,
-    )
+def test_candidate_identical_to_parent_passes_with_zero_kl_and_equal_rewards(tiny_starter_model, trained, heldout,
+                                                                            tmp_path):
+    verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=trained,
+                                 candidate_adapter_dir=_copy(trained, tmp_path / "same"), heldout=heldout)
     assert verdict.passed and verdict.reasons == [], verdict
     assert verdict.finite and verdict.kl_check == "passed" and verdict.reward_check == "passed"
     assert verdict.kl_to_parent == pytest.approx(0.0, abs=1e-6)
@@ -118,10 +104,10 @@ def test_candidate_identical_to_parent_passes_with_zero_kl_and_equal_rewards(
     assert _json(verdict)["kl_to_parent"] == verdict.kl_to_parent
 
 
-def test_candidate_trained_toward_accepted_completions_estimates_a_higher_reward(tiny_starter_model, trained, heldout):
-    verdict = evaluate_candidate(
-        base_model_dir=tiny_starter_model, parent_adapter_dir=None, candidate_adapter_dir=trained, heldout=heldout
-    )
+def test_candidate_trained_toward_accepted_completions_estimates_a_higher_reward(tiny_starter_model, trained,
+                                                                                 heldout):
+    verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
+                                 candidate_adapter_dir=trained, heldout=heldout)
     mean_reward = sum(s["reward"] for s in heldout) / len(heldout)
     # The base model served these completions, so its estimate is the logged mean reward.
     assert verdict.reward_parent == pytest.approx(mean_reward, abs=1e-4)
@@ -133,9 +119,8 @@ def test_candidate_trained_toward_accepted_completions_estimates_a_higher_reward
 
 def test_wildly_perturbed_adapter_fails_the_kl_bound(tiny_starter_model, heldout, tmp_path):
     wild = write_random_lora(tiny_starter_model, tmp_path / "wild", seed=3, b_std=3.0)
-    verdict = evaluate_candidate(
-        base_model_dir=tiny_starter_model, parent_adapter_dir=None, candidate_adapter_dir=wild, heldout=heldout
-    )
+    verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
+                                 candidate_adapter_dir=wild, heldout=heldout)
     assert not verdict.passed and verdict.finite and verdict.kl_check == "failed"
     assert verdict.kl_to_parent > 0.5
     assert f"KL to parent {verdict.kl_to_parent:.2f} exceeds bound 0.50" in verdict.reasons
@@ -147,13 +132,8 @@ def test_nan_adapter_fails_finite_without_raising(tiny_starter_model, trained, h
     name = next(k for k in tensors if "lora_B" in k)
     tensors[name][0, 0] = float("nan")
     save_file(tensors, str(broken / WEIGHTS))
-    verdict = evaluate_candidate(
-        base_model_dir=tiny_starter_model,
-        parent_adapter_dir=None,
-        candidate_adapter_dir=broken,
-        heldout=heldout,
-        fim_eval=FIM_CASES,
-    )
+    verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
+                                 candidate_adapter_dir=broken, heldout=heldout, fim_eval=FIM_CASES)
     assert not verdict.passed and not verdict.finite
     assert "non-finite" in verdict.reasons[0]
     assert (verdict.kl_check, verdict.reward_check, verdict.fim_check) == ("skipped",) * 3
@@ -161,13 +141,8 @@ def test_nan_adapter_fails_finite_without_raising(tiny_starter_model, trained, h
 
 
 def test_too_few_heldout_samples_skip_the_reward_check_and_can_still_pass(tiny_starter_model, trained, heldout):
-    verdict = evaluate_candidate(
-        base_model_dir=tiny_starter_model,
-        parent_adapter_dir=None,
-        candidate_adapter_dir=trained,
-        heldout=heldout[:3],
-        config=GateConfig(min_heldout=8),
-    )
+    verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
+                                 candidate_adapter_dir=trained, heldout=heldout[:3], config=GateConfig(min_heldout=8))
     assert verdict.reward_check == "skipped" and verdict.heldout_count == 3
     assert verdict.reward_candidate is not None  # measured, just not decisive
     assert verdict.passed and verdict.kl_check == "passed", verdict
@@ -175,13 +150,8 @@ def test_too_few_heldout_samples_skip_the_reward_check_and_can_still_pass(tiny_s
 
 
 def test_without_heldout_samples_kl_is_measured_on_kl_prompts(tiny_starter_model, trained, setting):
-    verdict = evaluate_candidate(
-        base_model_dir=tiny_starter_model,
-        parent_adapter_dir=None,
-        candidate_adapter_dir=trained,
-        heldout=[],
-        kl_prompts=[setting["prompt"]],
-    )
+    verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
+                                 candidate_adapter_dir=trained, heldout=[], kl_prompts=[setting["prompt"]])
     assert verdict.kl_source == "kl_prompts" and verdict.kl_positions == 1
     assert verdict.kl_to_parent > 0 and verdict.kl_check == "passed"
     assert verdict.reward_check == "skipped" and verdict.passed
@@ -193,31 +163,14 @@ def test_fim_set_is_scored_for_both_and_a_worse_candidate_fails(tiny_starter_mod
     tokenizer = load_tokenizer(tiny_starter_model)
     model = load(tiny_starter_model)
     eos_id, pad_id = special_token_ids(tokenizer, model)
-    cases = [
-        {
-            **case,
-            "middle": greedy_middle(
-                model,
-                tokenizer,
-                build_fim_prompt("qwen", case["prefix"], case["suffix"]),
-                family="qwen",
-                eos_id=eos_id,
-                pad_id=pad_id,
-                max_new_tokens=8,
-                device="cpu",
-            ),
-        }
-        for case in FIM_CASES
-    ]
+    prompts = [build_fim_prompt("qwen", case["prefix"], case["suffix"]) for case in FIM_CASES]
+    middles = [greedy_completions(model, tokenizer, [prompt], family="qwen", eos_id=eos_id, pad_id=pad_id,
+                                  max_new_tokens=8, max_tokens_per_pass=2048, device="cpu")[0] for prompt in prompts]
+    cases = [{**case, "middle": middle} for case, middle in zip(FIM_CASES, middles, strict=True)]
     wild = write_random_lora(tiny_starter_model, tmp_path / "wild", seed=4, b_std=3.0)
-    verdict = evaluate_candidate(
-        base_model_dir=tiny_starter_model,
-        parent_adapter_dir=None,
-        candidate_adapter_dir=wild,
-        heldout=[],
-        fim_eval=cases,
-        config=GateConfig(max_new_tokens=8, batch_size=3),
-    )
+    verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
+                                 candidate_adapter_dir=wild, heldout=[], fim_eval=cases,
+                                 config=GateConfig(max_new_tokens=8, batch_size=3))
     assert verdict.fim_count == len(cases)
     assert verdict.fim_parent == {"exact_match": 1.0, "edit_similarity": 1.0}
     assert 0 <= verdict.fim_candidate["edit_similarity"] < 1 - GateConfig().fim_margin
@@ -226,15 +179,36 @@ def test_fim_set_is_scored_for_both_and_a_worse_candidate_fails(tiny_starter_mod
     assert verdict.kl_source == "fim" and verdict.kl_positions == len(cases)
 
 
+def test_a_plain_model_is_fim_checked_on_its_prefix_only_completions(tiny_starter_model, tmp_path):
+    """No FIM tokens: the prompt is the prefix alone, and a completion counts as many lines as the
+    reference middle has (nothing tells a prefix-only model where the middle ends)."""
+    plain = without_fim_tokens(tiny_starter_model, tmp_path / "plain")
+    tokenizer = load_tokenizer(plain)
+    model = load(plain)
+    eos_id, pad_id = special_token_ids(tokenizer, model)
+    prompts = [build_fim_prompt("plain", case["prefix"], case["suffix"]) for case in FIM_CASES]
+    assert prompts == [case["prefix"] for case in FIM_CASES]
+    firsts = [greedy_completions(model, tokenizer, [p], family="plain", eos_id=eos_id, pad_id=pad_id,
+                                 max_new_tokens=8, max_tokens_per_pass=2048, device="cpu")[0].split("\n")[0]
+              for p in prompts]
+    cases = [{**case, "middle": first} for case, first in zip(FIM_CASES, firsts, strict=True)]
+    wild = write_random_lora(plain, tmp_path / "wild", seed=4, b_std=3.0)
+    verdict = evaluate_candidate(base_model_dir=plain, parent_adapter_dir=None, candidate_adapter_dir=wild,
+                                 heldout=[], fim_eval=cases, config=GateConfig(max_new_tokens=8))
+    assert verdict.fim_parent == {"exact_match": 1.0, "edit_similarity": 1.0}
+    assert verdict.fim_check == "failed" and not verdict.passed
+
+
+def test_comparable_cuts_a_plain_completion_to_the_reference_lines_only():
+    assert comparable("a + b\n\n# usage", "a + b", "plain") == "a + b"
+    assert comparable("x = 1\ny = 2\nz", "x = 1\ny = 2", "plain") == "x = 1\ny = 2"
+    assert comparable("a + b\n\n# usage", "a + b", "qwen") == "a + b\n\n# usage"
+
+
 def test_same_inputs_give_the_same_verdict(tiny_starter_model, trained, heldout):
     runs = [
-        evaluate_candidate(
-            base_model_dir=tiny_starter_model,
-            parent_adapter_dir=None,
-            candidate_adapter_dir=trained,
-            heldout=heldout,
-            config=GateConfig(seed=5),
-        ).as_dict()
+        evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None, candidate_adapter_dir=trained,
+                           heldout=heldout, config=GateConfig(seed=5)).as_dict()
         for _ in range(2)
     ]
     for run in runs:

@@ -14,7 +14,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="vLLM's served model name for it")
         parser.add_argument("path", help="local Hugging Face model directory")
-        parser.add_argument("--family", help="FIM format (qwen, starcoder, codellama, deepseek); detected if omitted")
+        parser.add_argument(
+            "--family", help="FIM format (qwen, starcoder, codellama, deepseek, plain); detected if omitted"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -22,3 +24,5 @@ class Command(BaseCommand):
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
         self.stdout.write(f"base model {base.name}: {base.path} ({base.family})")
+        self.stdout.write(f"  source: {base.source}")
+        self.stdout.write(f"  fingerprint: {base.fingerprint}")

@@ -1,0 +1,137 @@
+"""The eval gate's configuration and its verdict (what the gate decided, and every number why).
+
+No torch import here: the Django side builds gate configs from tenant settings without torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_trainer.errors import TrainerInputError
+
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+
+
+@dataclass
+class GateConfig:
+    """Bounds of the eval gate. Every field has a default that works on CPU."""
+
+    max_kl: float = 0.5
+    """Upper bound (nats) on the mean per-token KL(candidate ‖ parent) over held-out completion
+    positions. A PPO update is meant to move the policy a little; more than this is a jump."""
+    reward_margin: float = 0.05
+    """The candidate's off-policy reward estimate may be at most this much below the parent's
+    (reward units: the default policy gives +0.75 accepted, −0.25 rejected)."""
+    importance_cap: float = 5.0
+    """Sequence importance weights are clipped to [0, cap] (truncated importance sampling):
+    bounds the variance one held-out completion can add to the estimate."""
+    min_heldout: int = 8
+    """With fewer held-out samples the reward check is recorded as skipped, not failed: too few
+    to tell a better candidate from noise. KL is still measured on whatever there is."""
+    fim_margin: float = 0.02
+    """The candidate's mean FIM edit similarity may be at most this much below the parent's."""
+    max_fim_samples: int = 64
+    """Evaluate at most the first this many FIM cases (greedy decoding is the gate's slow part)."""
+    max_new_tokens: int = 32
+    """Longest decoded FIM middle, in tokens."""
+    max_prompt_tokens: int = 1024
+    """Held-out prompts are truncated from the left to this many tokens, as in training."""
+    batch_size: int = 16
+    """At most this many sequences per forward pass (and per FIM decoding batch)."""
+    max_tokens_per_pass: int = 1024
+    """Token budget of one forward pass, padding included, as ``PPOConfig.max_tokens_per_pass``;
+    a FIM decoding pass counts each prompt plus ``max_new_tokens``."""
+    seed: int = 0
+    """Seeds torch before evaluation; the gate has no sampling, so this pins kernels only."""
+    device: str = "auto"
+    """``auto`` (cuda if available, else cpu), ``cpu`` or ``cuda[:n]``, as in PPOConfig."""
+    dtype: str = "auto"
+    """``auto``: bf16 on GPU, fp32 on CPU; or ``float32`` / ``bfloat16``. Log-softmax and KL are
+    always computed in fp32."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``TrainerInputError`` naming the first bad field."""
+        checks: list[tuple[bool, str]] = [
+            (self.max_kl > 0, "max_kl must be > 0"),
+            (self.reward_margin >= 0, "reward_margin must be >= 0"),
+            (self.importance_cap >= 1, "importance_cap must be >= 1"),
+            (self.min_heldout >= 1, "min_heldout must be >= 1"),
+            (self.fim_margin >= 0, "fim_margin must be >= 0"),
+            (self.max_fim_samples >= 1, "max_fim_samples must be >= 1"),
+            (self.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
+            (self.max_prompt_tokens >= 1, "max_prompt_tokens must be >= 1"),
+            (self.batch_size >= 1, "batch_size must be >= 1"),
+            (self.max_tokens_per_pass >= 1, "max_tokens_per_pass must be >= 1"),
+            (self.dtype in ("auto", "float32", "bfloat16"), "dtype must be auto|float32|bfloat16"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise TrainerInputError(f"gate config: {message}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GateConfig:
+        """Build from a dict (e.g. tenant settings); unknown keys are an error, not ignored."""
+        unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise TrainerInputError(f"gate config: unknown field(s) {', '.join(unknown)}")
+        return cls(**data)
+
+
+@dataclass
+class GateVerdict:
+    """The gate's decision and every number behind it (stored on the TrainingRun)."""
+
+    passed: bool = False
+    reasons: list[str] = field(default_factory=list)
+    """One sentence per failed check; empty when the verdict passed."""
+    notes: list[str] = field(default_factory=list)
+    """Why a check was skipped, and other things worth knowing that are not failures."""
+    finite: bool = False
+    """The candidate passed ``verify_adapter`` (finite weights, a format vLLM serves) and fits the base."""
+    kl_to_parent: float | None = None
+    """Mean per-token KL(candidate ‖ parent) in nats; None when there was nothing to measure it on."""
+    kl_check: str = SKIPPED
+    kl_positions: int = 0
+    """Token positions the KL was averaged over."""
+    kl_source: str | None = None
+    """Where the KL was measured: ``heldout`` completions, ``kl_prompts`` or the ``fim`` prompts."""
+    reward_candidate: float | None = None
+    """Self-normalised, clipped importance-sampling estimate of the candidate's mean reward."""
+    reward_parent: float | None = None
+    """The same estimate for the parent (its logged mean reward when the data is on-policy)."""
+    reward_check: str = SKIPPED
+    heldout_count: int = 0
+    behaviour_known: int = 0
+    """Held-out samples whose serving log-probs were logged (the rest assume the parent served them)."""
+    effective_sample_size: float | None = None
+    """(Σw)² / Σw² of the candidate's importance weights: near heldout_count means the estimate
+    rests on many samples, near 1 means on a single one."""
+    fim_candidate: dict[str, float] | None = None
+    """{"exact_match", "edit_similarity"}, means over the FIM cases."""
+    fim_parent: dict[str, float] | None = None
+    fim_check: str = SKIPPED
+    fim_count: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: non-finite floats become None (JSON has no NaN)."""
+        return _json_safe(dataclasses.asdict(self))
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value

@@ -1,0 +1,160 @@
+"""Memory bounded by the token budget: passes never exceed it, and how a minibatch is cut into
+passes does not change what the trainer learns."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from gpu_trainer.config import PPOConfig
+from gpu_trainer.policy import chosen_token_logprobs, entropy_from_logits, plan_micro_batches
+from gpu_trainer.ppo import masked_mean, train_ppo
+
+WEIGHTS = "adapter_model.safetensors"
+
+
+def test_passes_respect_the_budget_group_similar_lengths_and_give_a_long_sequence_its_own():
+    lengths = [50, 10, 30, 12, 200, 11, 29]
+    passes = plan_micro_batches(lengths, range(len(lengths)), max_tokens=60)
+    assert sorted(i for p in passes for i in p) == list(range(len(lengths)))
+    assert passes == [[1, 5, 3], [6, 2], [0], [4]]  # shortest first; 200 > 60 runs alone
+    for part in passes[:-1]:
+        assert len(part) * max(lengths[i] for i in part) <= 60
+    assert plan_micro_batches(lengths, [0, 1, 3], max_tokens=10_000, max_rows=2) == [[1, 3], [0]]
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean"])
+def test_shares_of_the_passes_add_up_to_the_minibatch_mean(aggregation):
+    values = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 1], [0, 1, 1, 1], [0, 0, 1, 1]], dtype=torch.float32)
+    whole = masked_mean(values, mask, aggregation)
+    shares = dict(tokens=int(mask.sum()), sequences=5)
+    parts = [slice(0, 2), slice(2, 3), slice(3, 5)]
+    split = sum(masked_mean(values[s], mask[s], aggregation, **shares) for s in parts)
+    assert torch.allclose(whole, split, atol=1e-6)
+
+
+def test_chosen_token_logprobs_and_entropy_match_the_full_log_softmax():
+    logits = torch.randn(3, 5, 50, generator=torch.Generator().manual_seed(1)) * 4
+    targets = torch.randint(0, 50, (3, 5), generator=torch.Generator().manual_seed(2))
+    full = torch.log_softmax(logits, dim=-1)
+    chosen, lse = chosen_token_logprobs(logits, targets)
+    assert torch.allclose(chosen, full.gather(-1, targets.unsqueeze(-1)).squeeze(-1), atol=1e-5)
+    assert torch.allclose(entropy_from_logits(logits, lse), -(full.exp() * full).sum(-1), atol=1e-5)
+
+
+def _varied_samples(count: int, seed: int) -> list[dict]:
+    """Prompts of 4 to 40 tokens and completions of 0 to 6 (silence included), mixed rewards."""
+    rng = random.Random(seed)
+    samples = []
+    for _ in range(count):
+        completion = [rng.randrange(5, 2000) for _ in range(rng.choice([0, 1, 3, 6]))]
+        samples.append(
+            {
+                "prompt_token_ids": [rng.randrange(5, 2000) for _ in range(rng.randint(4, 40))],
+                "completion_token_ids": completion,
+                "behaviour_logprobs": [-rng.uniform(0.1, 4.0) for _ in completion] or None,
+                "reward": rng.choice([0.75, -0.25, 0.0]),
+            }
+        )
+    return samples
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean"])
+def test_one_pass_and_many_passes_train_the_same_adapter(tiny_starter_model, tmp_path, aggregation):
+    samples = _varied_samples(16, seed=3)
+    # A parent-like start is not needed: epoch 2 already steps from a moved policy.
+    config = PPOConfig(
+        dtype="float32",
+        device="cpu",
+        learning_rate=1e-3,
+        epochs=2,
+        num_minibatches=2,
+        target_kl=None,
+        loss_aggregation=aggregation,
+    )
+    weights = {}
+    for name, budget in (("one", 100_000), ("many", 64)):
+        result = train_ppo(
+            config.replace(max_tokens_per_pass=budget),
+            samples,
+            base_model_dir=tiny_starter_model,
+            out_dir=tmp_path / name,
+            progress=False,
+        )
+        rows = [line for line in (result.out_dir / "metrics.jsonl").read_text().splitlines()]
+        assert ('"passes": 1,' in rows[0]) == (name == "one")
+        weights[name] = load_file(str(result.out_dir / WEIGHTS))
+    moved = max(float(t.abs().max()) for k, t in weights["one"].items() if "lora_B" in k)
+    assert moved > 2 * config.learning_rate  # four Adam steps of ~lr each moved lora_B from zero
+    # Float summation order differs between the layouts, and Adam divides each gradient by its
+    # own magnitude, so a near-zero gradient's rounding can show: allow 1% of one step (lr).
+    for key, one in weights["one"].items():
+        assert torch.allclose(one, weights["many"][key], rtol=0, atol=0.01 * config.learning_rate), key
+
+
+@pytest.fixture
+def forward_sizes(monkeypatch) -> list[int]:
+    """Tokens (rows × length) of every forward pass of any model, as they happen."""
+    from transformers import PreTrainedModel
+
+    seen: list[int] = []
+    original = PreTrainedModel.__call__
+
+    def record(self, *args, **kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.dim() == 2:
+            seen.append(ids.numel())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedModel, "__call__", record)
+    return seen
+
+
+def test_every_forward_pass_stays_within_the_budget(tiny_starter_model, tmp_path, forward_sizes):
+    """Old, reference and update passes alike: no forward pass sees more tokens than the budget."""
+    seen = forward_sizes
+    samples = _varied_samples(20, seed=4)
+    budget = 96
+    first = train_ppo(
+        PPOConfig(max_tokens_per_pass=budget, target_kl=None, learning_rate=1e-3),
+        samples,
+        base_model_dir=tiny_starter_model,
+        out_dir=tmp_path / "first",
+        progress=False,
+    )
+    seen.clear()
+    # A non-zero KL coefficient with a parent adapter needs the reference pass too.
+    train_ppo(
+        PPOConfig(max_tokens_per_pass=budget, target_kl=None, kl_coef=0.1),
+        samples,
+        base_model_dir=tiny_starter_model,
+        out_dir=tmp_path / "second",
+        parent_adapter_dir=first.out_dir,
+        progress=False,
+    )
+    assert seen and max(seen) <= budget
+    # 20 samples; every one in an old, a reference and 2 epochs of update passes.
+    assert len(seen) > 4 * len(samples) * 40 // budget
+
+
+def test_gate_passes_stay_within_the_budget(tiny_starter_model, tmp_path, forward_sizes):
+    from gpu_trainer.gate import GateConfig, evaluate_candidate
+    from tests.fixtures.vllm import write_random_lora
+
+    candidate = write_random_lora(tiny_starter_model, tmp_path / "candidate", seed=5, b_std=0.01)
+    cases = [{"prefix": "def f(x):\n    " * k, "suffix": "\n", "middle": "return x"} for k in range(1, 6)]
+    budget = 80
+    verdict = evaluate_candidate(
+        base_model_dir=tiny_starter_model,
+        parent_adapter_dir=None,
+        candidate_adapter_dir=candidate,
+        heldout=_varied_samples(12, seed=6),
+        fim_eval=cases,
+        config=GateConfig(max_tokens_per_pass=budget, max_new_tokens=8),
+    )
+    assert verdict.kl_positions > 0 and verdict.fim_count == len(cases)
+    assert forward_sizes and max(forward_sizes) <= budget
