@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('adapters', '0001_initial'),
+        ('adapters', '0002_adapter_max_completion_tokens'),
     ]
 
     operations = [
