@@ -52,7 +52,7 @@ starter: venv
 	$(PY) -m gpu_trainer starter --size small
 
 lint: venv
-	$(VENV)/bin/ruff check apps config workers benchmarks tests gpu_trainer
+	$(VENV)/bin/ruff check apps config workers benchmarks tests gpu_trainer sdk platform
 
 vllm-env:
 	@bash platform/vllm-env.sh
