@@ -4,7 +4,8 @@
 #   vLLM (CPU build here) serves the small starter model; the API, a default/serving worker and
 #   a gpu worker run beside it; a walk-through logs interactions and feedback with curl; then a
 #   simulated developer uses completions, Strop trains the tenant's adapter on the feedback,
-#   gates it, and the demo promotes it and measures acceptance again. The API keeps serving
+#   gates it, and an A/B experiment on the opted-in developers decides whether it is promoted
+#   (the demo acts on its decision as an admin would). The API keeps serving
 #   until Ctrl-C.
 #   DEMO_PORT=8000   API port (loopback only)      DEMO_EVENTS=128   events that start a run
 #   DEMO_EXIT=1      stop at the end instead of serving

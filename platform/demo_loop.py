@@ -4,8 +4,9 @@ Simulated developers (``benchmarks/simdev``, through the Python SDK) ask for com
 cursors inside lines of real code (installed packages, not the standard library the starter
 model learned from), accept a suggestion only when it is exactly the rest of the line they went
 on to type, take silence as no suggestion at all, and send that feedback. Strop trains the tenant's adapter on it, the
-gate checks the candidate, the demo promotes it the way an admin would, and the developers work
-on with the new version, on packages held out from the first half.
+gate checks the candidate, and an A/B experiment on the opted-in developers compares it with
+production on packages held out from the first half; the demo acts on the experiment's decision
+the way an admin would (promote, roll back, or keep production when the test is inconclusive).
 """
 
 from __future__ import annotations
@@ -19,16 +20,78 @@ import httpx
 from strop import Strop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from simdev import Summary, Task, load_tasks, run_session  # noqa: E402
+from simdev import Summary, Task, load_tasks, run_session, summarise  # noqa: E402
 
 POPULATION = "line"  # developers who take a suggestion only when it is exactly the rest of the line
 DEVELOPERS = [f"dev-{i}" for i in range(8)]
+# The experiment's cohort: enough users that the hash split gives both arms a few of them.
+EXPERIMENT_USERS = [f"ab-dev-{i}" for i in range(24)]
+EXPERIMENT_SECONDS = 60  # the shortest maximum duration; past it an undecided test is inconclusive
 
 
 def work(client: Strop, tasks: list[Task], label: str) -> Summary:
     """Opted-in developers work through the tasks and send their feedback; the session's figures."""
     result = run_session(client, tasks, POPULATION, users=DEVELOPERS, concurrency=2, progress=label)
     return result.summary()
+
+
+def production(version: int | None) -> str:
+    return "the base model" if version is None else f"version {version}"
+
+
+def experiment(http: httpx.Client, client: Strop, version: int, tasks: list[Task]) -> None:
+    """Test the candidate against production on the opted-in cohort, then act on the decision."""
+    created = http.post(
+        "/v1/adapters/tab/experiments",
+        json={
+            "candidate_version": version,
+            "candidate_weight": 0.5,
+            "min_users_per_arm": 8,
+            "max_duration_s": EXPERIMENT_SECONDS,
+            "start": True,
+        },
+    )
+    if created.status_code != 201:
+        print(f"    the experiment could not start ({created.status_code}): {created.json()['error']['message']}")
+        return
+    exp = created.json()
+    print(
+        f"==> experiment {exp['id']}: version {version} against production ({production(exp['control_version'])}), "
+        f"{len(EXPERIMENT_USERS)} opted-in developers split 50/50 by a hash of their id"
+    )
+    result = run_session(
+        client, tasks, POPULATION, users=EXPERIMENT_USERS, concurrency=2, progress="developers at work (A/B)"
+    )
+    for arm_version in sorted({r.version for r in result.requests}):
+        arm = summarise([r for r in result.requests if r.version == arm_version])
+        print(f"    version {arm_version}: {describe(arm)}")
+    decided, deadline = None, time.monotonic() + EXPERIMENT_SECONDS + 30
+    while time.monotonic() < deadline:
+        snap = http.post(f"/v1/experiments/{exp['id']}/snapshot")
+        if snap.status_code != 200:  # ended by the system (inconclusive) between two looks
+            decided = http.get(f"/v1/experiments/{exp['id']}").json()
+            break
+        body = snap.json()
+        latest = body["latest"] or {}
+        if body["status"] != "running" or latest.get("action") in ("promote", "rollback", "inconclusive"):
+            decided = body
+            break
+        time.sleep(5)
+    if decided is None:
+        decided = http.post(f"/v1/experiments/{exp['id']}/stop", json={"reason": "demo budget spent"}).json()
+    latest = decided.get("latest") or {}
+    action = latest.get("action") or decided.get("decision") or "stopped"
+    reason = ((latest.get("analysis") or {}).get("decision") or {}).get("reason") or decided.get("decision_reason", "")
+    print(f"    decision: {action}: {reason}")
+    if decided["status"] == "running" and action in ("promote", "rollback"):
+        acted = http.post(f"/v1/experiments/{exp['id']}/{action}", json={"reason": "the experiment's decision"})
+        acted.raise_for_status()
+        decided = acted.json()
+    adapter = next(a for a in http.get("/v1/adapters").json() if a["name"] == "tab")
+    print(
+        f"==> experiment {exp['id']} ended {decided['status']} ({decided.get('decision') or action}); "
+        f"production is {production(adapter['production_version'])}"
+    )
 
 
 def describe(summary: Summary) -> str:
@@ -88,16 +151,9 @@ def main() -> None:
         print(f"    the run ended {run['status']}: {run['error'][:500] or '; '.join(gate.get('reasons', []))}")
         return
     version = run["output_version"]
-    promoted = http.post(f"/v1/adapters/tab/versions/{version}/promote")
-    if promoted.status_code != 200:
-        print(f"    promotion refused ({promoted.status_code}): {promoted.json()['error']['message']}")
-        return
-    print(f"==> version {version} promoted to production (the A/B gate comes with experiments)")
-    after = work(client, load_tasks("eval", args.events), f"developers at work (version {version})")
-    print(f"    {describe(after)} from version {version}, on packages held out from training")
-    print(f"    before: {describe(before)}")
+    experiment(http, client, version, load_tasks("eval", args.events))
+    print(f"    before training: {describe(before)}")
     print("    (this feedback is enough for the next run: Strop keeps learning while the demo serves)")
-
 
 if __name__ == "__main__":
     main()

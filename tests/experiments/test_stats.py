@@ -310,6 +310,8 @@ def test_decision_is_inconclusive_at_the_maximum_duration() -> None:
     result = _decide(BASE, users=2000, seed=57, elapsed=timedelta(days=14), max_duration=timedelta(days=14))
     assert result.decision.action == INCONCLUSIVE
     assert "Maximum duration of 14 days" in result.decision.reason
+    short = _decide(BASE, users=2000, seed=57, elapsed=timedelta(minutes=2), max_duration=timedelta(seconds=60))
+    assert "Maximum duration of 1 minute reached" in short.decision.reason
 
 
 # --- Degenerate snapshots: no exception, no NaN ------------------------------------------------

@@ -65,9 +65,21 @@ def decide(
             f"{primary.p_always_valid:.3g}, needs < {config.alpha:g}); {sample}"
         )
     if elapsed >= config.max_duration:
-        days = config.max_duration.total_seconds() / 86400
-        return Decision(INCONCLUSIVE, f"Maximum duration of {days:g} days reached without a decision: {status}.")
+        return Decision(
+            INCONCLUSIVE,
+            f"Maximum duration of {_duration(config.max_duration)} reached without a decision: {status}.",
+        )
     return Decision(KEEP_RUNNING, f"{status}.")
+
+
+def _duration(span: timedelta) -> str:
+    """The largest whole unit that states it: '14 days', '6 hours', '90 seconds'."""
+    seconds = span.total_seconds()
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = int(seconds // size)
+            return f"{count} {unit}{'' if count == 1 else 's'}"
+    return f"{seconds:g} seconds"
 
 
 def _numbers(m: MetricResult) -> str:
