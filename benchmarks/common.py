@@ -95,6 +95,8 @@ def start_gunicorn(
             PY,
             "-m",
             "gunicorn",
+            "-c",
+            "platform/gunicorn.conf.py",
             "config.wsgi",
             "-b",
             f"127.0.0.1:{port}",

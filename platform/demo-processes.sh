@@ -20,13 +20,14 @@ demo_spawn() {  # demo_spawn NAME COMMAND...: COMMAND in a new session, its outp
   DEMO_PIDS+=($!)  # setsid execs (a background job is no group leader): the pid is the group's id
 }
 
-demo_start_vllm() {  # demo_start_vllm MODEL_DIR PORT
-  demo_spawn vllm env VLLM_PORT="$2" VLLM_SERVED_MODEL_NAME=base VLLM_KV_CACHE_BYTES=512M VLLM_MAX_MODEL_LEN=2048 \
+demo_start_vllm() {  # demo_start_vllm MODEL_DIR PORT [SERVED_NAME]: the base model's name in Strop
+  demo_spawn vllm env VLLM_PORT="$2" VLLM_SERVED_MODEL_NAME="${3:-base}" VLLM_KV_CACHE_BYTES=512M VLLM_MAX_MODEL_LEN=2048 \
     bash platform/vllm.sh "$1"
 }
 
 demo_start_api() {  # demo_start_api PORT
-  demo_spawn api .venv/bin/gunicorn config.wsgi -b "127.0.0.1:$1" -w 2 -k gthread --threads 4 --log-level warning
+  demo_spawn api .venv/bin/gunicorn -c platform/gunicorn.conf.py config.wsgi -b "127.0.0.1:$1" -w 2 -k gthread \
+    --threads 4 --log-level warning
 }
 
 demo_start_workers() {  # default + serving queues, and the gpu queue

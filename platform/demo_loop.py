@@ -1,97 +1,73 @@
-"""The learning loop as a tenant sees it, over the API alone; `make demo` runs it.
+"""The learning loop as tenants see it, over the API alone; `make demo` runs it.
 
-Simulated developers (``benchmarks/simdev``, through the Python SDK) ask for completions at
-cursors inside lines of real code (installed packages, not the standard library the starter
-model learned from), accept a suggestion only when it is exactly the rest of the line they went
-on to type, take silence as no suggestion at all, and send that feedback. Strop trains the tenant's adapter on it, the
-gate checks the candidate, and an A/B experiment on the opted-in developers compares it with
-production on packages held out from the first half; the demo acts on the experiment's decision
-the way an admin would (promote, roll back, or keep production when the test is inconclusive).
+Each tenant has its own simulated developers (``benchmarks/simdev``, through the Python SDK):
+they ask for completions at cursors inside lines of real code (installed packages the base
+model was not tuned on), take an empty suggestion as nothing shown, and accept a shown one only
+by their population's rule ("line": exactly the rest of the line; "block": the right next lines).
+Their feedback trains the tenant's adapter; the gate checks the candidate; an A/B experiment on
+the opted-in developers compares it with production on packages held out from training; the demo
+acts on the experiment's decision the way an admin would (promote, roll back, or keep production
+when the test has not decided). Rounds repeat while they fit in the budget. It ends with a report
+(text and a PNG chart) under ``--report``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 from strop import Strop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from simdev import Summary, Task, load_tasks, run_session, summarise  # noqa: E402
+from simdev import Context, Summary, Task, load_tasks, run_session  # noqa: E402
 
-POPULATION = "line"  # developers who take a suggestion only when it is exactly the rest of the line
-DEVELOPERS = [f"dev-{i}" for i in range(8)]
-# The experiment's cohort: enough users that the hash split gives both arms a few of them.
-EXPERIMENT_USERS = [f"ab-dev-{i}" for i in range(24)]
-EXPERIMENT_SECONDS = 60  # the shortest maximum duration; past it an undecided test is inconclusive
-
-
-def work(client: Strop, tasks: list[Task], label: str) -> Summary:
-    """Opted-in developers work through the tasks and send their feedback; the session's figures."""
-    result = run_session(client, tasks, POPULATION, users=DEVELOPERS, concurrency=2, progress=label)
-    return result.summary()
+ADAPTER = "tab"
+DEVELOPERS = 8  # opted-in developers whose feedback trains the adapter
+EXPERIMENT_USERS = 24  # the experiment's cohort: enough that the hash split gives both arms some
+RUN_TIMEOUT_S = 1800
+# Tasks carry a short window of the file, so that serving and training on CPU stay quick.
+CONTEXT = Context(max_prefix_lines=12, max_prefix_chars=500, suffix_lines=2)
+# What each population's editor asks for: a single-line client stops at the end of the line; a
+# block client at a blank line, with room for a few lines.
+REQUEST = {"line": {"stop": ["\n"], "max_tokens": 24}, "block": {"stop": ["\n\n"], "max_tokens": 48}}
 
 
-def production(version: int | None) -> str:
-    return "the base model" if version is None else f"version {version}"
+@dataclass
+class Row:
+    """One line of the report: a session's figures for one tenant and version."""
+
+    tenant: str
+    round: int
+    phase: str  # "production" (the feedback that trains) or "A/B control" / "A/B candidate"
+    version: str
+    summary: Summary
 
 
-def experiment(http: httpx.Client, client: Strop, version: int, tasks: list[Task]) -> None:
-    """Test the candidate against production on the opted-in cohort, then act on the decision."""
-    created = http.post(
-        "/v1/adapters/tab/experiments",
-        json={
-            "candidate_version": version,
-            "candidate_weight": 0.5,
-            "min_users_per_arm": 8,
-            "max_duration_s": EXPERIMENT_SECONDS,
-            "start": True,
-        },
-    )
-    if created.status_code != 201:
-        print(f"    the experiment could not start ({created.status_code}): {created.json()['error']['message']}")
-        return
-    exp = created.json()
-    print(
-        f"==> experiment {exp['id']}: version {version} against production ({production(exp['control_version'])}), "
-        f"{len(EXPERIMENT_USERS)} opted-in developers split 50/50 by a hash of their id"
-    )
-    result = run_session(
-        client, tasks, POPULATION, users=EXPERIMENT_USERS, concurrency=2, progress="developers at work (A/B)"
-    )
-    for arm_version in sorted({r.version for r in result.requests}):
-        arm = summarise([r for r in result.requests if r.version == arm_version])
-        print(f"    version {arm_version}: {describe(arm)}")
-    decided, deadline = None, time.monotonic() + EXPERIMENT_SECONDS + 30
-    while time.monotonic() < deadline:
-        snap = http.post(f"/v1/experiments/{exp['id']}/snapshot")
-        if snap.status_code != 200:  # ended by the system (inconclusive) between two looks
-            decided = http.get(f"/v1/experiments/{exp['id']}").json()
-            break
-        body = snap.json()
-        latest = body["latest"] or {}
-        if body["status"] != "running" or latest.get("action") in ("promote", "rollback", "inconclusive"):
-            decided = body
-            break
-        time.sleep(5)
-    if decided is None:
-        decided = http.post(f"/v1/experiments/{exp['id']}/stop", json={"reason": "demo budget spent"}).json()
-    latest = decided.get("latest") or {}
-    action = latest.get("action") or decided.get("decision") or "stopped"
-    reason = ((latest.get("analysis") or {}).get("decision") or {}).get("reason") or decided.get("decision_reason", "")
-    print(f"    decision: {action}: {reason}")
-    if decided["status"] == "running" and action in ("promote", "rollback"):
-        acted = http.post(f"/v1/experiments/{exp['id']}/{action}", json={"reason": "the experiment's decision"})
-        acted.raise_for_status()
-        decided = acted.json()
-    adapter = next(a for a in http.get("/v1/adapters").json() if a["name"] == "tab")
-    print(
-        f"==> experiment {exp['id']} ended {decided['status']} ({decided.get('decision') or action}); "
-        f"production is {production(adapter['production_version'])}"
-    )
+@dataclass
+class Tenant:
+    slug: str
+    key: str
+    population: str
+    base: str
+    events: int
+    http: httpx.Client = field(init=False)
+    client: Strop = field(init=False)
+    run_after: int = 0
+    rows: list[Row] = field(default_factory=list)
+    experiments: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.http = httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {self.key}"}, timeout=300)
+        self.client = Strop(base_url=self.base, api_key=self.key, timeout=300)
+
+    def users(self, prefix: str, count: int) -> list[str]:
+        return [f"{self.slug}-{prefix}-{i}" for i in range(count)]
 
 
 def describe(summary: Summary) -> str:
@@ -102,58 +78,322 @@ def describe(summary: Summary) -> str:
     )
 
 
-def latest_run_id(http: httpx.Client) -> int:
-    runs = http.get("/v1/adapters/tab/training-runs").json()
-    return runs[0]["id"] if runs else 0
+def production(version: int | None) -> str:
+    return "the base model" if version is None else f"version {version}"
 
 
-def wait_for_run(http: httpx.Client, *, after_id: int, timeout_s: float) -> dict:
+def production_version(tenant: Tenant) -> int | None:
+    return next(a for a in tenant.http.get("/v1/adapters").json() if a["name"] == ADAPTER)["production_version"]
+
+
+def set_min_events(tenant: Tenant, count: int) -> None:
+    tenant.http.patch(f"/v1/adapters/{ADAPTER}/training-policy", json={"min_new_events": count}).raise_for_status()
+
+
+def latest_run_id(tenant: Tenant) -> int:
+    runs = tenant.http.get(f"/v1/adapters/{ADAPTER}/training-runs").json()
+    return max((r["id"] for r in runs), default=0)
+
+
+def serve(tenant: Tenant, tasks: list[Task], round_no: int) -> None:
+    """The tenant's developers work with production and send feedback; that starts a run."""
+    tenant.run_after = latest_run_id(tenant)
+    label = f"{tenant.slug}: developers at work ({production(production_version(tenant))})"
+    result = run_session(
+        tenant.client,
+        tasks,
+        tenant.population,
+        users=tenant.users("dev", DEVELOPERS),
+        concurrency=2,
+        seed=round_no * 100_000,
+        progress=label,
+        **REQUEST[tenant.population],
+    )
+    summary = result.summary()
+    tenant.rows.append(Row(tenant.slug, round_no, "production", production(production_version(tenant)), summary))
+    print(f"    {tenant.slug}: {describe(summary)}")
+
+
+def wait_for_run(tenant: Tenant) -> dict[str, Any] | None:
     started, last = time.monotonic(), None
-    while time.monotonic() - started < timeout_s:
-        runs = [r for r in http.get("/v1/adapters/tab/training-runs").json() if r["id"] > after_id]
+    while time.monotonic() - started < RUN_TIMEOUT_S:
+        listed = tenant.http.get(f"/v1/adapters/{ADAPTER}/training-runs").json()
+        runs = [r for r in listed if r["id"] > tenant.run_after]
         if runs:
-            run = runs[-1]  # the oldest new one: the run this feedback started
+            run = min(runs, key=lambda r: r["id"])  # the run this round's feedback started
             if run["status"] != last:
-                print(f"  {time.monotonic() - started:6.1f} s  training run {run['id']}: {run['status']}")
+                waited = time.monotonic() - started
+                print(f"  {waited:6.1f} s  {tenant.slug}: training run {run['id']}: {run['status']}")
                 last = run["status"]
             if run["status"] in ("candidate", "rejected", "failed"):
                 return run
-        time.sleep(1)
-    raise SystemExit(f"no training run finished within {timeout_s:.0f} s")
+        time.sleep(2)
+    print(f"    {tenant.slug}: no training run finished within {RUN_TIMEOUT_S} s")
+    return None
+
+
+def report_run(tenant: Tenant, run: dict[str, Any]) -> None:
+    stages = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in run["stage_seconds"].items())
+    print(f"    {tenant.slug}: {run['window_size']} events trained, {run['heldout_size']} held out; {stages}")
+    gate = run["gate"]
+    kl = gate.get("kl_to_parent")
+    kl_text = f", KL to parent {kl:.3g}" if isinstance(kl, float) else ""
+    print(f"    {tenant.slug}: gate passed={gate.get('passed')}{kl_text}")
+    if run["status"] != "candidate":
+        why = run["error"][:500] or "; ".join(gate.get("reasons", []))
+        print(f"    {tenant.slug}: the run ended {run['status']}: {why}")
+
+
+def experiment(tenant: Tenant, version: int, tasks: list[Task], round_no: int, *, dashboard: str = "") -> bool:
+    """Test the candidate against production on the opted-in cohort, then act on the decision
+    (or, with ``dashboard``, leave the decision to the admin on the experiment's page)."""
+    created = tenant.http.post(
+        f"/v1/adapters/{ADAPTER}/experiments",
+        json={"candidate_version": version, "candidate_weight": 0.5, "min_users_per_arm": 8, "start": True},
+    )
+    if created.status_code != 201:
+        print(f"    {tenant.slug}: the experiment could not start ({created.status_code}): {created.text[:300]}")
+        return False
+    exp = created.json()
+    # The experiment's feedback trains the next round (with that round's own), not a run of its own
+    # that would start from today's production while the experiment is still deciding.
+    set_min_events(tenant, 1_000_000)
+    control = production(exp["control_version"])
+    print(
+        f"==> {tenant.slug}: experiment {exp['id']}, version {version} against production ({control}); "
+        f"{EXPERIMENT_USERS} opted-in developers split 50/50 by a hash of their id, on held-out packages"
+    )
+    result = run_session(
+        tenant.client,
+        tasks,
+        tenant.population,
+        users=tenant.users("ab", EXPERIMENT_USERS),
+        concurrency=2,
+        seed=round_no * 100_000 + 50_000,
+        progress=f"{tenant.slug}: A/B experiment",
+        **REQUEST[tenant.population],
+    )
+    for served, summary in result.by_version().items():
+        candidate = served.startswith(f"{tenant.slug}--{ADAPTER}--v{version}-")
+        label = f"version {version}" if candidate else control
+        tenant.rows.append(Row(tenant.slug, round_no, "A/B candidate" if candidate else "A/B control", label, summary))
+        print(f"    {tenant.slug}: {label}: {describe(summary)}")
+    snap = tenant.http.post(f"/v1/experiments/{exp['id']}/snapshot")
+    decided = snap.json() if snap.status_code == 200 else tenant.http.get(f"/v1/experiments/{exp['id']}").json()
+    latest = decided.get("latest") or {}
+    action = latest.get("action") or decided.get("decision") or "keep_running"
+    reason = ((latest.get("analysis") or {}).get("decision") or {}).get("reason") or decided.get("decision_reason", "")
+    print(f"    {tenant.slug}: the experiment says {action}: {reason}")
+    if decided["status"] == "running" and dashboard:
+        page = f"{dashboard}t/{tenant.slug}/experiments/{exp['id']}/"
+        print(f"==> {tenant.slug}: experiment {exp['id']} is left running for you: act on it at {page}")
+        tenant.experiments.append(
+            {
+                "tenant": tenant.slug,
+                "round": round_no,
+                "id": exp["id"],
+                "candidate": version,
+                "control": control,
+                "action": action,
+                "reason": reason,
+                "status": "running (yours to decide on the dashboard)",
+                "production_after": control,
+            }
+        )
+        set_min_events(tenant, tenant.events)
+        return True
+    if decided["status"] == "running":
+        if action in ("promote", "rollback"):
+            acted = tenant.http.post(
+                f"/v1/experiments/{exp['id']}/{action}", json={"reason": "the experiment's decision"}
+            )
+        else:  # not decided within the demo: production stays, as an admin with no more time would leave it
+            acted = tenant.http.post(
+                f"/v1/experiments/{exp['id']}/stop", json={"reason": "demo budget spent before a decision"}
+            )
+        acted.raise_for_status()
+        decided = acted.json()
+    set_min_events(tenant, tenant.events)
+    now = production(production_version(tenant))
+    print(f"==> {tenant.slug}: experiment {exp['id']} ended {decided['status']}; production is {now}")
+    tenant.experiments.append(
+        {
+            "tenant": tenant.slug,
+            "round": round_no,
+            "id": exp["id"],
+            "candidate": version,
+            "control": control,
+            "action": action,
+            "reason": reason,
+            "status": decided["status"],
+            "production_after": now,
+        }
+    )
+    return False
+
+
+def _fmt(estimate: Any, percent: bool = True) -> str:
+    if estimate.n == 0 or estimate.value != estimate.value:
+        return "n/a"
+    if percent:
+        return f"{estimate.value:.1%} [{estimate.low:.1%}, {estimate.high:.1%}]"
+    return f"{estimate.value:+.3f} [{estimate.low:+.3f}, {estimate.high:+.3f}]"
+
+
+def write_report(tenants: list[Tenant], out: Path, elapsed_s: float, dashboard: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [row for t in tenants for row in t.rows]
+    lines = [
+        f"Strop demo report ({elapsed_s / 60:.1f} minutes)",
+        "",
+        "Per tenant, round and version: accept rate of shown suggestions, suggestions shown per request,",
+        "accepted per request (Wilson 95% intervals) and mean reward per request (normal 95% interval).",
+        "",
+        f"{'tenant':<10} {'round':>5}  {'session':<14} {'version':<16} {'requests':>8}  {'accept rate of shown':<24}"
+        f"{'shown/request':<24}{'accepted/request':<24}{'reward/request'}",
+    ]
+    for r in rows:
+        s = r.summary
+        lines.append(
+            f"{r.tenant:<10} {r.round:>5}  {r.phase:<14} {r.version:<16} {s.requests:>8}  {_fmt(s.accept_rate):<24}"
+            f"{_fmt(s.shown_per_request):<24}{_fmt(s.accepted_per_request):<24}{_fmt(s.mean_reward, False)}"
+        )
+    lines += ["", "Experiments:"]
+    for t in tenants:
+        for e in t.experiments:
+            lines.append(
+                f"  {e['tenant']} round {e['round']}: experiment {e['id']}, "
+                f"version {e['candidate']} vs {e['control']}: "
+                f"{e['action']} ({e['status']}); production is now {e['production_after']}. {e['reason']}"
+            )
+    if not any(t.experiments for t in tenants):
+        lines.append("  none (no candidate passed the gate)")
+    lines += ["", f"Dashboard: {dashboard}"]
+    text = "\n".join(lines) + "\n"
+    (out / "report.txt").write_text(text)
+    (out / "report.json").write_text(
+        json.dumps(
+            {
+                "rows": [
+                    {
+                        "tenant": r.tenant,
+                        "round": r.round,
+                        "phase": r.phase,
+                        "version": r.version,
+                        "requests": r.summary.requests,
+                        "shown": r.summary.shown,
+                        "accepted": r.summary.accepted,
+                        "mean_reward": r.summary.mean_reward.value,
+                    }
+                    for r in rows
+                ],
+                "experiments": [e for t in tenants for e in t.experiments],
+            },
+            indent=2,
+        )
+    )
+    chart(rows, out / "report.png")
+    print()
+    print(text)
+    print(f"    report: {out / 'report.txt'}, chart: {out / 'report.png'}")
+
+
+def chart(rows: list[Row], path: Path) -> None:
+    """Accept rate of shown suggestions and accepted per request, each with its interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in rows if r.summary.requests]
+    labels = [f"{r.tenant} r{r.round}\n{r.phase}\n{r.version}" for r in shown]
+    fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(shown) + 2), 4.8))
+    for ax, name, title in (
+        (axes[0], "accept_rate", "accept rate of shown suggestions"),
+        (axes[1], "accepted_per_request", "accepted per request"),
+    ):
+        values, errors, colours = [], [[], []], []
+        for r in shown:
+            e = getattr(r.summary, name)
+            ok = e.n > 0 and e.value == e.value
+            values.append(e.value if ok else 0.0)
+            errors[0].append(e.value - e.low if ok else 0.0)
+            errors[1].append(e.high - e.value if ok else 0.0)
+            colours.append("#9aa5b1" if r.phase != "A/B candidate" else "#2f6fdf")
+        ax.bar(range(len(shown)), values, yerr=errors, color=colours, capsize=4)
+        ax.set_xticks(range(len(shown)), labels, fontsize=7)
+        ax.set_title(title)
+        ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+        ax.set_ylim(0, max(0.05, max((v + hi for v, hi in zip(values, errors[1], strict=True)), default=0) * 1.15))
+    fig.suptitle("Strop demo: production and A/B arms per tenant and round (95% intervals)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", required=True)
-    parser.add_argument("--key", required=True)
-    parser.add_argument("--events", type=int, default=128, help="labelled events that start a training run")
-    args = parser.parse_args()
-    http = httpx.Client(base_url=args.base, headers={"Authorization": f"Bearer {args.key}"}, timeout=120)
-    client = Strop(base_url=args.base, api_key=args.key, timeout=120)
-
-    policy = {"min_new_events": args.events, "heldout_fraction": 0.1}
-    http.patch("/v1/adapters/tab/training-policy", json=policy).raise_for_status()
-    print(f"==> training policy: a run starts after {args.events} new labelled events from opted-in developers")
-    previous_run = latest_run_id(http)
-    before = work(client, load_tasks("train", args.events), "developers at work (production)")
-    print(f"    {describe(before)} from the production version")
-
-    print("==> Strop trains the adapter (critic-free PPO on the feedback), then gates the candidate")
-    run = wait_for_run(http, after_id=previous_run, timeout_s=900)
-    stages = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in run["stage_seconds"].items())
-    print(f"    {run['window_size']} events trained, {run['heldout_size']} held out; {stages}")
-    gate = run["gate"]
-    print(
-        f"    gate: passed={gate.get('passed')}  KL to parent {gate.get('kl_to_parent')}  "
-        f"off-policy reward {gate.get('reward_candidate')} vs parent {gate.get('reward_parent')}"
+    parser.add_argument(
+        "--tenant",
+        action="append",
+        required=True,
+        metavar="SLUG:KEY:POPULATION",
+        help="a tenant, its admin key and its developers' population (line or block); repeatable",
     )
-    if run["status"] != "candidate":
-        print(f"    the run ended {run['status']}: {run['error'][:500] or '; '.join(gate.get('reasons', []))}")
-        return
-    version = run["output_version"]
-    experiment(http, client, version, load_tasks("eval", args.events))
-    print(f"    before training: {describe(before)}")
-    print("    (this feedback is enough for the next run: Strop keeps learning while the demo serves)")
+    parser.add_argument("--events", type=int, default=96, help="labelled events per round, per tenant")
+    parser.add_argument("--budget-min", type=float, default=20.0, help="start another round only if it fits")
+    parser.add_argument("--rounds", type=int, default=2, help="at most this many rounds")
+    parser.add_argument("--trainer", default="{}", help="JSON trainer overrides for the training policy")
+    parser.add_argument("--report", default="var/demo", help="folder for report.txt and report.png")
+    parser.add_argument("--dashboard", default="", help="where the dashboard is, for the report")
+    parser.add_argument(
+        "--leave-last",
+        default="",
+        metavar="DASHBOARD_URL",
+        help="leave the last round's experiments running, for the admin to decide on this dashboard",
+    )
+    args = parser.parse_args()
+    started = time.monotonic()
+    tenants = []
+    for spec in args.tenant:
+        slug, key, population = spec.split(":")
+        tenants.append(Tenant(slug, key, population, args.base, args.events))
+    trainer = json.loads(args.trainer)
+    for t in tenants:
+        policy = {"min_new_events": args.events, "heldout_fraction": 0.1, "trainer_overrides": trainer}
+        t.http.patch(f"/v1/adapters/{ADAPTER}/training-policy", json=policy).raise_for_status()
+    print(
+        f"==> {len(tenants)} tenants; a training run starts after {args.events} new labelled events from opted-in "
+        f"developers; at most {args.rounds} rounds within {args.budget_min:g} minutes"
+    )
+    round_s = 0.0
+    for round_no in range(1, args.rounds + 1):
+        elapsed = time.monotonic() - started
+        if round_no > 1 and elapsed + round_s > args.budget_min * 60:
+            print(f"==> round {round_no} would not fit in the budget ({elapsed / 60:.1f} of {args.budget_min:g} min)")
+            break
+        round_started = time.monotonic()
+        print(f"\n==> round {round_no}: developers work on training packages; each tenant's feedback starts a run")
+        for i, t in enumerate(tenants):
+            serve(t, load_tasks("train", args.events, seed=round_no * 10 + i, context=CONTEXT), round_no)
+        print(f"==> round {round_no}: Strop trains each adapter (critic-free PPO on its feedback) and gates it")
+        left = False
+        for i, t in enumerate(tenants):
+            run = wait_for_run(t)
+            if run is None:
+                continue
+            report_run(t, run)
+            if run["status"] == "candidate":
+                tasks = load_tasks("eval", args.events, seed=round_no * 10 + i, context=CONTEXT)
+                now = time.monotonic()  # a next round takes longer than this one has so far
+                last = round_no == args.rounds or (now - started) + (now - round_started) > args.budget_min * 60
+                left |= experiment(t, run["output_version"], tasks, round_no, dashboard=args.leave_last if last else "")
+        round_s = time.monotonic() - round_started
+        if left:  # the admin decides the rest on the dashboard
+            break
+    write_report(tenants, Path(args.report), time.monotonic() - started, args.dashboard)
+
 
 if __name__ == "__main__":
     main()

@@ -9,6 +9,12 @@ import os
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 importlib.import_module("config.settings")
 
+# An idle keep-alive connection stays open longer than clients keep theirs (httpx and the openai
+# client: 5 s), so the client is the one that closes it. With
+# gunicorn's default of 2 s a client polling every 2 s sends its request on a connection the
+# server is closing at that moment and gets "server disconnected" for a request never read.
+keepalive = 75
+
 
 def child_exit(server, worker):
     """A worker is gone (exit, crash or timeout): prometheus_client's bookkeeping for its pid.

@@ -2,8 +2,10 @@
 
 Each task is served by ``client.completions.create(prefix, suffix, ...)`` for an opted-in end
 user; the population's rule decides accepted / rejected / not_shown, and the feedback goes back
-in batches through ``client.feedback.send_batch``. No stop string is ever sent: where to stop,
-and whether to say anything at all, is what the policy has to learn; ``max_tokens`` caps it.
+in batches through ``client.feedback.send_batch``. By default no stop string is sent: where to
+stop, and whether to say anything at all, is then what the policy has to learn, ``max_tokens``
+caps it. A session may send ``stop`` strings as an editor does (a single-line client stops at
+the end of the line); whether to say anything at all is still the policy's to learn.
 """
 
 from __future__ import annotations
@@ -138,6 +140,7 @@ def run_session(
     users: Sequence[str],
     model: str | None = None,
     max_tokens: int = 32,
+    stop: Sequence[str] | None = None,
     temperature: float = 1.0,
     seed: int | None = 0,
     concurrency: int = 4,
@@ -148,6 +151,7 @@ def run_session(
     """Serve every task for ``users`` (task i goes to ``users[i % len(users)]``), decide each
     suggestion as ``population`` would, and (``send_feedback``) send one event per request.
 
+    ``stop`` is sent as a client sends it (a single-line client stops at "\\n").
     At most ``concurrency`` completions are in flight. Request i is sampled with ``seed + i``
     (None: unseeded). ``progress`` labels a tqdm bar. Raises the SDK's error if a completion
     fails (after the SDK's own retries); no feedback is sent then.
@@ -169,6 +173,7 @@ def run_session(
             prefix=task.prefix,
             suffix=task.suffix_for(population),
             max_tokens=max_tokens,
+            stop=stop,
             temperature=temperature,
             seed=None if seed is None else seed + index,
             user=user,

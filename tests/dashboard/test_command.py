@@ -39,3 +39,14 @@ def test_a_given_password_is_not_printed_and_an_existing_user_gets_the_role(make
 def test_an_unknown_tenant_is_an_error(db):
     with pytest.raises(CommandError, match="no tenant"):
         _run("carol", "--tenant", "nope")
+
+
+def test_running_it_again_sets_the_password_and_keeps_the_membership(make_tenant):
+    tenant = make_tenant("acme")
+    _run("dana", "--tenant", "acme", "--role", "admin", "--password", "first-password-1")
+    assert "is admin of acme" in _run("dana", "--tenant", "acme", "--role", "admin", "--password", "second-password-2")
+    user = authenticate(username="dana", password="second-password-2")
+    assert user is not None
+    assert Membership.objects.filter(user=user, tenant=tenant).count() == 1
+    with pytest.raises(CommandError, match="already admin of acme"):
+        _run("dana", "--tenant", "acme", "--role", "viewer")

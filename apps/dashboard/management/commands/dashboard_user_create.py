@@ -39,10 +39,16 @@ class Command(BaseCommand):
             elif options["password"]:
                 user.set_password(options["password"])
                 user.save(update_fields=["password"])
-            try:
-                membership_create(tenant, user=user, role=options["role"], actor="operator")
-            except ApplicationError as exc:
-                raise CommandError(exc.message) from exc
+            existing = Membership.objects.filter(tenant=tenant, user=user).first()
+            if existing is not None and existing.role != options["role"]:
+                raise CommandError(
+                    f"{user.get_username()} is already {existing.role} of {tenant.slug}; change the role in the admin"
+                )
+            if existing is None:
+                try:
+                    membership_create(tenant, user=user, role=options["role"], actor="operator")
+                except ApplicationError as exc:
+                    raise CommandError(exc.message) from exc
         self.stdout.write(f"user {user.get_username()} is {options['role']} of {tenant.slug}")
         if generated:
             self.stdout.write(f"password (shown once): {generated}")
