@@ -222,7 +222,9 @@ def build_world(
         stage_seconds={"export": 0.4, "train": 12.5, "gate": 3.1, "load": 0.2},
     )
     ids = log_events(a, outcomes=["accepted", "rejected", "edited", "not_shown", None], version=v1)
-    log_events(a, outcomes=["accepted"], version=v1, user="dev-2")
+    from apps.cohorts.services import end_users_observe
+
+    end_users_observe(a, observations=[("dev-2", True)], source="import", actor="system", default=True)
     log_events(b, outcomes=["accepted"], completion="B's secret completion")
     experiment = start_experiment_unprobed(a, candidate=v2)
     users = {
@@ -262,10 +264,13 @@ def login(client: Any) -> Callable[[Any], Any]:
     return as_user
 
 
-def feed_experiment(world: World, *, users: int = 40, prefix: str = "sim") -> Any:
+def feed_experiment(
+    world: World, *, users: int = 40, prefix: str = "sim", batches: int = 1, minutes_ago: float = 10
+) -> Any:
     """Simulated opted-in users meet the world's running experiment (alternating arms) and use it
     through the real ingest services: the candidate's suggestions are accepted far more often.
-    Then a snapshot is taken, as beat does every minute. Returns the snapshot."""
+    After each of ``batches`` groups of users a snapshot is taken, as beat does every minute.
+    Returns the last snapshot."""
     from apps.cohorts.models import ConsentChange
     from apps.cohorts.services import end_users_observe
     from apps.experiments.models import CANDIDATE, CONTROL
@@ -279,10 +284,14 @@ def feed_experiment(world: World, *, users: int = 40, prefix: str = "sim") -> An
         actor="system",
         default=True,
     )
-    for index, name in enumerate(names):
-        arm = CONTROL if index % 2 == 0 else CANDIDATE
-        exposure_record(world.experiment, external_id=name, arm=arm)
-        accepted = index % 2 if arm == CONTROL else 2 + index % 3
-        outcomes: list[str | None] = ["accepted"] * accepted + ["rejected"] * (4 - accepted)
-        log_events(world.a, outcomes=outcomes, user=name, minutes_ago=10)
-    return experiment_snapshot_take(world.experiment.pk)
+    snapshot = None
+    per_batch = -(-users // batches)
+    for start in range(0, users, per_batch):
+        for index in range(start, min(start + per_batch, users)):
+            arm = CONTROL if index % 2 == 0 else CANDIDATE
+            exposure_record(world.experiment, external_id=names[index], arm=arm)
+            accepted = index % 2 if arm == CONTROL else 2 + index % 3
+            outcomes: list[str | None] = ["accepted"] * accepted + ["rejected"] * (4 - accepted)
+            log_events(world.a, outcomes=outcomes, user=names[index], minutes_ago=minutes_ago)
+        snapshot = experiment_snapshot_take(world.experiment.pk)
+    return snapshot

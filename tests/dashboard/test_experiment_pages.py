@@ -30,7 +30,7 @@ def test_the_experiment_page_shows_both_arms_every_metric_and_the_decision(login
         assert f'data-metric="{name}"' in body
     primary = re.search(r'data-metric="reward_per_request".*?</tr>', body, re.S).group(0)
     assert "chart--lift-better" in primary and "significantly better" in primary
-    assert "svg class=\"chart chart--band\"" in body  # the lift over time with its band
+    assert 'svg class="chart chart--band"' in body  # the lift over time with its band
     assert 'hx-trigger="every 5s"' in body
     assert "Promote v2…" not in body  # a viewer sees no action
 
@@ -86,15 +86,23 @@ def test_an_action_on_an_ended_experiment_changes_nothing_and_says_why(login, wo
 
 
 def test_the_start_form_puts_each_error_beside_its_field_and_creates_nothing(login, world):
+    from apps.adapters.services import adapter_version_register
+
+    adapter_version_register(world.a, adapter=world.adapter, source_dir=world.v2.artifact_path, enqueue_load=False)
     client = login(world.users["admin"])
-    data = {**ACTIONS["experiment-new"][1], "candidate_weight": "1.5", "guardrails": ["reward_per_request"]}
+    data = {
+        **ACTIONS["experiment-new"][1],
+        "candidate_version": "9",
+        "candidate_weight": "1.5",
+        "guardrails": ["reward_per_request"],
+    }
     response = client.post(url_for("experiment-new", world), data)
     assert response.status_code == 400
     body = response.content.decode()
     weight = re.search(r'<div class="field field--error">\s*<label for="id_candidate_weight".*?</div>', body, re.S)
     assert weight and "less than or equal to 0.99" in weight.group(0)
     assert "The primary metric cannot also be a guardrail" in body
-    assert "Select a valid choice. 3 is not one of the available choices." in body  # v3 does not exist
+    assert "Select a valid choice. 9 is not one of the available choices." in body
     assert Experiment.objects.filter(tenant=world.a).count() == 1
 
 
@@ -130,7 +138,7 @@ def test_the_versions_page_offers_a_rollback_to_earlier_versions_only(login, wor
 def test_the_cohorts_page_counts_charts_and_finds_end_users(login, world):
     client = login(world.users["viewer"])
     body = client.get(url_for("cohorts", world)).content.decode()
-    assert 'data-stat="opted-in">2<' in body and "svg class=\"chart chart--line\"" in body
+    assert 'data-stat="opted-in">2<' in body and 'svg class="chart chart--line"' in body
     found = client.get(url_for("cohorts", world) + "?q=dev-2").content.decode()
     assert "?end_user_id=dev-2" in found and "?end_user_id=dev-1" not in found
     none = client.get(url_for("cohorts", world) + "?q=nobody").content.decode()
@@ -160,9 +168,9 @@ def test_opting_out_then_in_writes_history_and_audit(login, world):
 def test_the_erase_confirmation_counts_what_will_go_and_erasing_removes_it(login, world):
     client = login(world.users["admin"])
     confirm = client.get(url_for("end-user-erase", world)).content.decode()
-    assert 'data-erase="interactions">1<' in confirm and "No adapter version trained" in confirm
+    assert 'data-erase="interactions">0<' in confirm and "No adapter version trained" in confirm
     body = client.post(url_for("end-user-erase", world), {"end_user_id": "dev-2"}, follow=True).content.decode()
-    assert "Erased dev-2: 1 feedback, 0 pending feedback, 1 interactions" in body
+    assert "Erased dev-2: 0 feedback, 0 pending feedback, 0 interactions" in body and "1 exposures" in body
     assert not EndUser.objects.filter(tenant=world.a, external_id="dev-2").exists()
     assert client.get(url_for("end-user-erase", world)).status_code == 404  # nothing left to erase
 
