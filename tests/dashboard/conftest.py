@@ -116,7 +116,11 @@ def start_experiment_unprobed(tenant: Any, *, candidate: Any, exposed: tuple[str
     from apps.experiments.services import experiment_create, experiment_snapshot_take, exposure_record
 
     experiment = experiment_create(
-        tenant, adapter=candidate.adapter, candidate_version=candidate, actor="system", config={"min_users_per_arm": 2}
+        tenant,
+        adapter=candidate.adapter,
+        candidate_version=candidate,
+        actor="system",
+        config={"min_users_per_arm": 2, "n_star": 200},  # N* near the tests' sample: the tightest band
     )
     candidate.adapter.refresh_from_db()
     Experiment.objects.filter(pk=experiment.pk).update(

@@ -91,7 +91,7 @@ def live_world(transactional_db: Any, make_tenant, make_user, tiny_starter_model
     )
     # The running experiment, with a few snapshots to draw; its traffic is older than the overview's
     # day, so the overview's numbers stay the ones its test states.
-    feed_experiment(world, users=48, batches=4, minutes_ago=26 * 60)
+    feed_experiment(world, users=96, batches=4, minutes_ago=26 * 60)
     return world
 
 
