@@ -182,7 +182,11 @@ def main() -> None:
 
     base_url = os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL)
     setup_django(fresh_database(base_url, args.db_name))
+    import logging
+
     from django.test import Client
+
+    logging.getLogger("strop.request").setLevel(logging.WARNING)  # one log line per request would drown the table
 
     world = build(args.exposures, args.snapshots, args.seed)
     client = Client()

@@ -181,3 +181,10 @@ def test_an_unknown_or_missing_end_user_is_a_404(login, world):
     assert client.get(base).status_code == 404
     assert client.get(base + "?end_user_id=nobody").status_code == 404
     assert client.post(url_for("end-user-consent", world), {"end_user_id": "nobody"}).status_code == 404
+
+
+def test_the_overview_links_the_running_experiment_and_its_decision(login, world):
+    feed_experiment(world)
+    body = login(world.users["viewer"]).get(url_for("overview-live", world)).content.decode()
+    assert f'experiments/{world.experiment.pk}/">#{world.experiment.pk}: v2</a>' in body
+    assert "says <strong>promote the candidate</strong>" in body

@@ -182,3 +182,11 @@ def signed_pct(value: Any) -> str:
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
         return "–"
     return f"{value * 100:+.1f} %".replace("-", "−")
+
+
+@register.filter
+def decision_label(action: str) -> str:
+    """An experiment decision as people read it: ``keep_running`` → "Keep running"."""
+    from apps.dashboard.experiment_results import ACTION_LABELS
+
+    return ACTION_LABELS.get(action, action)
