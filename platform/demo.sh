@@ -31,6 +31,9 @@ $PY manage.py tenant_create "Demo" --slug demo --exists-ok >/dev/null
 KEY=$($PY manage.py api_key_create demo --name "make demo")
 $PY manage.py base_model_register base "$MODEL" >/dev/null
 $PY manage.py adapter_create demo tab --base base --default --exists-ok >/dev/null
+# A dashboard sign-in for the demo tenant, with a fresh password at every run.
+DASH_PASSWORD=$($PY -c "import secrets; print(secrets.token_urlsafe(12))")
+$PY manage.py dashboard_user_create admin --tenant demo --role owner --password "$DASH_PASSWORD" >/dev/null
 
 echo "==> API on $BASE, Celery workers (default+serving, gpu) on the filesystem broker"
 rm -f "${PROMETHEUS_MULTIPROC_DIR:-${STROP_VAR_DIR:-var}/prometheus}"/*.db  # metrics start from zero with them
@@ -68,6 +71,7 @@ cat <<MSG
 ==> Strop is serving on $BASE (embedded default: SQLite, filesystem Celery broker; logs in var/log/)
     API key for tenant 'demo' (shown once): $KEY
     API docs:  $BASE/api/docs/
+    Dashboard: $BASE/dashboard/  (user admin, password $DASH_PASSWORD)
     Try:       curl -H "Authorization: Bearer $KEY" $BASE/v1/adapters/tab/training-runs
 MSG
 if [ "${DEMO_EXIT:-0}" = "1" ]; then exit 0; fi

@@ -9,7 +9,6 @@ count is the exposures per arm, so a page opened between snapshots shows who has
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from django.db.models import Count
@@ -149,8 +148,11 @@ def lift_over_time(experiment: Experiment, metric: str) -> list[charts.BandPoint
     return points
 
 
-def _time_label(moment: datetime) -> str:
-    return moment.strftime("%d %b %H:%M")
+def _time_format(points: list[charts.BandPoint]) -> Any:
+    """Labels as fine as the chart's span needs: seconds within minutes, days past a day."""
+    span = (points[-1].x - points[0].x).total_seconds() if len(points) > 1 else 0  # type: ignore[operator]
+    pattern = "%H:%M:%S" if span < 600 else "%H:%M" if span < 86400 else "%d %b %H:%M"
+    return lambda moment: moment.strftime(pattern)
 
 
 def experiment_results(experiment: Experiment, *, with_history: bool = True) -> ExperimentResults:
@@ -165,11 +167,11 @@ def experiment_results(experiment: Experiment, *, with_history: bool = True) -> 
         results.srm = analysis.get("srm", {})
         results.decision = analysis.get("decision", {})
     if with_history:
-        fmt = _fmt(primary_name)
+        points = lift_over_time(experiment, primary_name)
         results.lift_chart = charts.band_chart(
-            lift_over_time(experiment, primary_name),
-            title=f"Lift of {results.primary_label} over time, with its always-valid band",
-            x_format=_time_label,
-            y_format=fmt,
+            points,
+            title=f"Lift of {results.primary_label} over time (UTC), with its always-valid band",
+            x_format=_time_format(points),
+            y_format=_fmt(primary_name),
         )
     return results
