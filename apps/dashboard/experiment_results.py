@@ -74,6 +74,12 @@ class ExperimentResults:
         return ACTION_LABELS.get(self.decision.get("action", ""), self.decision.get("action", ""))
 
     @property
+    def shares(self) -> dict[str, float]:
+        """The configured split, known before any user arrives."""
+        weight = self.experiment.candidate_weight
+        return {CONTROL: 1 - weight, CANDIDATE: weight}
+
+    @property
     def recommends(self) -> str:
         """``promote`` / ``rollback`` when the statistics say so, else ``""``."""
         action = self.decision.get("action", "")

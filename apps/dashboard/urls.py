@@ -30,6 +30,7 @@ tenant_patterns = [
     path("experiments/<int:experiment_id>/live/", experiments.experiment_live, name="experiment-live"),
     path("experiments/<int:experiment_id>/promote/", experiments.experiment_promote_view, name="experiment-promote"),
     path("experiments/<int:experiment_id>/rollback/", experiments.experiment_rollback_view, name="experiment-rollback"),
+    path("experiments/<int:experiment_id>/start/", experiments.experiment_start_view, name="experiment-start"),
     path("experiments/<int:experiment_id>/stop/", experiments.experiment_stop_view, name="experiment-stop"),
     path("cohorts/", cohorts.cohorts, name="cohorts"),
     path("cohorts/user/", cohorts.end_user, name="end-user"),

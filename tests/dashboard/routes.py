@@ -70,6 +70,7 @@ ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
     "experiment-promote": ("post", {"reason": "looks better"}, "experiment.promote"),
     "experiment-rollback": ("post", {}, "experiment.rollback"),
     "experiment-stop": ("post", {}, "experiment.stop"),
+    "experiment-start": ("post", {}, "experiment.start"),
     "end-user-consent": ("post", {"end_user_id": "dev-1", "opted_in": "false"}, "end_user.opt_out"),
     "end-user-erase": ("post", {"end_user_id": "dev-2"}, "end_user.erase"),
 }
@@ -82,10 +83,11 @@ CONFIRM = {
     "experiment-promote",
     "experiment-rollback",
     "experiment-stop",
+    "experiment-start",
     "end-user-erase",
 }
 # Actions that load a version into vLLM: their success test takes the real vLLM server.
-NEEDS_VLLM = {"experiment-promote", "version-rollback", "experiment-new"}
+NEEDS_VLLM = {"experiment-promote", "version-rollback", "experiment-new", "experiment-start"}
 # The query string a route reads its end user from.
 QUERY = {"end-user": "?end_user_id=dev-1", "end-user-erase": "?end_user_id=dev-2"}
 
@@ -96,15 +98,17 @@ def prepare(name: str, world: Any) -> None:
 
     if name == "version-rollback":  # production must be later than the version rolled back to
         adapter_version_promote(world.a, version=world.v2, actor="system")
-    elif name == "experiment-new":  # a gated candidate, and no experiment running on the adapter
-        from apps.experiments.services import experiment_stop
+    elif name in ("experiment-new", "experiment-start"):  # a gated candidate, no experiment running
+        from apps.experiments.services import experiment_create, experiment_stop
 
         experiment_stop(world.a, experiment=world.experiment, actor="system")
         source = Path(world.v2.artifact_path)
         probe = adapter_serve_probe(world.adapter.base_model, source)
-        adapter_version_register(
+        v3 = adapter_version_register(
             world.a, adapter=world.adapter, source_dir=source, enqueue_load=False, metrics={"serve_probe": probe}
         )
+        if name == "experiment-start":  # a draft of it, started from its page
+            world.experiment = experiment_create(world.a, adapter=world.adapter, candidate_version=v3, actor="system")
 
 
 def dashboard_routes() -> dict[str, set[str]]:

@@ -188,3 +188,20 @@ def test_the_overview_links_the_running_experiment_and_its_decision(login, world
     body = login(world.users["viewer"]).get(url_for("overview-live", world)).content.decode()
     assert f'experiments/{world.experiment.pk}/">#{world.experiment.pk}: v2</a>' in body
     assert "says <strong>promote the candidate</strong>" in body
+
+
+def test_a_draft_offers_start_with_a_confirmation_and_a_running_one_does_not(login, world):
+    from apps.adapters.services import adapter_version_register
+    from apps.experiments.services import experiment_create, experiment_stop
+
+    client = login(world.users["admin"])
+    assert "there is nothing to start" in client.get(url_for("experiment-start", world)).content.decode()
+    experiment_stop(world.a, experiment=world.experiment, actor="system")
+    v3 = adapter_version_register(world.a, adapter=world.adapter, source_dir=world.v2.artifact_path, enqueue_load=False)
+    world.experiment = experiment_create(
+        world.a, adapter=world.adapter, candidate_version=v3, actor="system", candidate_weight=0.3
+    )
+    page = client.get(url_for("experiment", world)).content.decode()
+    assert "Draft: not started" in page and "Start…" in page and "hx-trigger" not in page
+    confirm = client.get(url_for("experiment-start", world)).content.decode()
+    assert "checks that vLLM serves exactly its weights" in confirm and "Then 30 % of tab" in confirm

@@ -19,8 +19,8 @@ register = template.Library()
 
 @register.filter
 def pct(value: float | None, digits: int = 1) -> str:
-    """0.4123 → "41.2 %"; None → "–" (no denominator)."""
-    if value is None or not math.isfinite(value):
+    """0.4123 → "41.2 %"; None (no denominator) or anything not a number → "–"."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
         return "–"
     return f"{value * 100:.{digits}f} %"
 

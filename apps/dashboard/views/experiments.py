@@ -126,6 +126,7 @@ def _experiment_action(
     experiment = experiment_get_for_tenant(ctx.tenant, experiment_id=experiment_id)
     adapter = experiment.adapter
     page = reverse("dashboard:experiment", kwargs={"tenant_slug": ctx.tenant.slug, "experiment_id": experiment.pk})
+    expected = Experiment.Status.DRAFT if action == "start" else Experiment.Status.RUNNING
     if request.method == "POST":
         reason = request.POST.get("reason", "").strip()[:500]
         try:
@@ -138,6 +139,8 @@ def _experiment_action(
             now = f"v{production.number}" if production else "the base model"
             candidate = f"v{experiment.candidate_version.number}"
             done = {
+                "start": f"Experiment #{experiment.pk} is running: {candidate} serves "
+                f"{experiment.candidate_weight:.0%} of the opted-in users of {adapter.name}.",
                 "promote": f"Promoted: {candidate} now serves {adapter.name} in production.",
                 "rollback": f"Rolled back: {candidate} is retired; {now} stays in production.",
                 "stop": f"Stopped: everyone gets production ({now}) again; {candidate} stays a candidate.",
@@ -150,10 +153,21 @@ def _experiment_action(
         "adapter": adapter,
         "action": action,
         "results": results,
+        "actionable": experiment.status == expected,
         "nav_adapter": adapter,
         "cancel_url": page,
     }
     return tenant_render(request, ctx, "dashboard/experiments/confirm.html", context, section="experiments")
+
+
+def _start(tenant: object, *, experiment: Experiment, actor: str, reason: str) -> Experiment:
+    return experiment_start(tenant, experiment=experiment, actor=actor)  # type: ignore[arg-type]
+
+
+@tenant_page(action=True)
+def experiment_start_view(request: HttpRequest, ctx: TenantContext, experiment_id: int) -> HttpResponse:
+    """A draft (one whose start failed, or was not asked for) starts from its page."""
+    return _experiment_action(request, ctx, experiment_id, action="start", service=_start)
 
 
 @tenant_page(action=True)
