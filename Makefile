@@ -14,7 +14,7 @@ ASSETS_STAMP := var/vendor/.htmx-$(HTMX_VERSION)-axe-$(AXE_VERSION)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: venv assets browser services test demo up starter vllm lint bench-ingest bench-serving bench-trainer bench-freshness bench-experiments vllm-env clean
+.PHONY: venv assets browser services test demo up starter vllm lint bench-ingest bench-serving bench-trainer bench-freshness bench-experiments bench-dashboard vllm-env clean
 
 venv: $(STAMP)
 
@@ -69,6 +69,9 @@ bench-serving: venv services
 
 bench-experiments: venv services
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/experiments.py
+
+bench-dashboard: venv services
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/dashboard.py $(BENCH_ARGS)
 
 bench-freshness: venv services
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/freshness.py

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.cohorts.models import ConsentChange, EndUser
+from apps.cohorts.selectors import versions_touched_by
 from apps.common.exceptions import NotFound, ValidationFailed
 from apps.common.lookups import in_values
 from apps.tenants.models import Tenant
@@ -216,28 +217,13 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     from apps.experiments.models import ExperimentExposure
     from apps.interactions.models import Feedback, Interaction
     from apps.serving.models import ServingFailure
-    from apps.training.models import TrainingRunEvent
 
     user = EndUser.objects.select_for_update().filter(tenant=tenant, external_id=external_id).first()
     interactions = Interaction.objects.filter(tenant=tenant, end_user_id=external_id)
     if user is None and not interactions.exists():
         raise NotFound(f"no end user {external_id[:200]!r}")
     report = EraseReport()
-    events = TrainingRunEvent.objects.filter(feedback__interaction__in=interactions, run__output_version__isnull=False)
-    for held_out, target in ((False, report.versions_trained_on), (True, report.versions_evaluated_on)):
-        rows = (
-            events.filter(held_out=held_out)
-            .values("run__output_version__number", "run__output_version__vllm_name", "run__adapter__name")
-            .distinct()
-        )
-        target.extend(
-            {
-                "adapter": r["run__adapter__name"],
-                "version": r["run__output_version__number"],
-                "vllm_name": r["run__output_version__vllm_name"],
-            }
-            for r in sorted(rows, key=lambda r: (r["run__adapter__name"], r["run__output_version__number"]))
-        )
+    report.versions_trained_on, report.versions_evaluated_on = versions_touched_by(interactions)
     client_ids = [c for c in interactions.values_list("client_id", flat=True) if c]
     report.deleted["feedback"] = (
         Feedback.objects.filter(tenant=tenant, interaction__in=interactions).delete()[1].get("interactions.Feedback", 0)

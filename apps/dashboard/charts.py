@@ -234,3 +234,120 @@ def bar_sparkline(values: Sequence[int | float], *, title: str) -> SafeString:
         )
     out.append(f'<line class="chart__baseline" x1="0" x2="{width}" y1="{height - 0.5}" y2="{height - 0.5}"/></svg>')
     return mark_safe("".join(out))
+
+
+def lift_bar(
+    low: float | None,
+    estimate: float | None,
+    high: float | None,
+    *,
+    kind: str,
+    title: str,
+    extent: float | None = None,
+    x_format: Callable[[float], str] = format_number,
+) -> SafeString:
+    """One metric's lift (candidate − control) and its interval as a bar around a zero line.
+
+    ``kind`` colours it: ``better`` / ``worse`` (significant, by the metric's polarity) or
+    ``none``. The scale is symmetric around zero, ``extent`` wide each side (the interval's own
+    reach by default), so the bar shows at a glance which side of zero it lies on."""
+    chart_id = f"c{uuid.uuid4().hex[:8]}"
+    width, height, pad = 240, 40, 10
+    out = [_svg_open(chart_id, title, width, height, f"chart--lift chart--lift-{kind}")]
+    mid = width / 2
+    out.append(f'<line class="chart__zero" x1="{mid}" x2="{mid}" y1="2" y2="{height - 12}"/>')
+    if low is None or high is None or estimate is None:
+        out.append(f'<text class="chart__empty" x="{mid}" y="{height / 2}">not testable yet</text></svg>')
+        return mark_safe("".join(out))
+    reach = extent or max(abs(low), abs(high), abs(estimate)) or 1.0
+    half = width / 2 - pad
+
+    def sx(v: float) -> float:
+        return mid + max(-1.0, min(1.0, v / reach)) * half
+
+    y = height - 2
+    out.append(
+        f'<text class="chart__axis" x="{pad}" y="{y}" text-anchor="start">{escape(x_format(-reach))}</text>'
+        f'<text class="chart__axis" x="{mid}" y="{y}" text-anchor="middle">0</text>'
+        f'<text class="chart__axis" x="{width - pad}" y="{y}" text-anchor="end">{escape(x_format(reach))}</text>'
+    )
+    x_lo, x_hi = sx(low), sx(high)
+    out.append(
+        f'<rect class="chart__lift-bar" x="{x_lo:.1f}" y="8" width="{max(x_hi - x_lo, 1.5):.1f}" height="12" rx="3"/>'
+        f'<circle class="chart__lift-dot" cx="{sx(estimate):.1f}" cy="14" r="4.5"/></svg>'
+    )
+    return mark_safe("".join(out))
+
+
+@dataclass(frozen=True)
+class BandPoint:
+    """An estimate at ``x`` with the band around it (None where it is not defined yet)."""
+
+    x: XValue
+    estimate: float | None
+    low: float | None
+    high: float | None
+
+
+def band_chart(
+    points: Sequence[BandPoint],
+    *,
+    title: str,
+    x_format: Callable[[Any], str] = str,
+    y_format: Callable[[float], str] = format_number,
+    empty_text: str = "No snapshot yet",
+) -> SafeString:
+    """A line with a shaded band around it and the zero line: the lift over time inside its
+    always-valid confidence sequence (the band may only be trusted where it excludes zero)."""
+    chart_id = f"c{uuid.uuid4().hex[:8]}"
+    out = [_svg_open(chart_id, title, WIDTH, HEIGHT, "chart--band")]
+    usable = [p for p in points if p.estimate is not None and math.isfinite(p.estimate)]
+    if not usable:
+        out.append(f'<text class="chart__empty" x="{WIDTH / 2}" y="{HEIGHT / 2}">{escape(empty_text)}</text></svg>')
+        return mark_safe("".join(out))
+    plot_w, plot_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
+    values = [0.0] + [v for p in usable for v in (p.estimate, p.low, p.high) if v is not None and math.isfinite(v)]
+    ticks = nice_ticks(min(values), max(values))
+    y_lo, y_hi = ticks[0], ticks[-1]
+    xs = [_num(p.x) for p in usable]
+    x_lo, x_hi = xs[0], xs[-1]
+    if x_hi <= x_lo:
+        x_lo, x_hi = x_lo - 1, x_hi + 1
+
+    def sx(x: float) -> float:
+        return PAD_LEFT + (x - x_lo) / (x_hi - x_lo) * plot_w
+
+    def sy(y: float) -> float:
+        return PAD_TOP + plot_h - (y - y_lo) / ((y_hi - y_lo) or 1.0) * plot_h
+
+    for tick in ticks:
+        y = sy(tick)
+        css = "chart__zero" if tick == 0 else "chart__grid"
+        out.append(f'<line class="{css}" x1="{PAD_LEFT}" x2="{WIDTH - PAD_RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        out.append(f'<text class="chart__axis chart__axis--y" x="{PAD_LEFT - 6}" y="{y + 4:.1f}">')
+        out.append(f"{escape(y_format(tick))}</text>")
+    for index in _x_tick_indexes(len(usable)):
+        anchor = "start" if index == 0 else "end" if index == len(usable) - 1 else "middle"
+        out.append(
+            f'<text class="chart__axis chart__axis--x" x="{sx(xs[index]):.1f}" y="{HEIGHT - 8}" '
+            f'text-anchor="{anchor}">{escape(x_format(usable[index].x))}</text>'
+        )
+    banded = [(x, p) for x, p in zip(xs, usable, strict=True) if p.low is not None and p.high is not None]
+    if len(banded) >= 2:
+        upper = " ".join(f"{sx(x):.1f},{sy(p.high):.1f}" for x, p in banded)  # type: ignore[arg-type]
+        lower = " ".join(f"{sx(x):.1f},{sy(p.low):.1f}" for x, p in reversed(banded))  # type: ignore[arg-type]
+        out.append(f'<polygon class="chart__band" points="{upper} {lower}"/>')
+    elif banded:
+        x, p = banded[0]
+        out.append(
+            f'<line class="chart__band-line" x1="{sx(x):.1f}" x2="{sx(x):.1f}" '
+            f'y1="{sy(p.low):.1f}" y2="{sy(p.high):.1f}"/>'  # type: ignore[arg-type]
+        )
+    steps = [f"{sx(x):.1f} {sy(p.estimate):.1f}" for x, p in zip(xs, usable, strict=True)]  # type: ignore[arg-type]
+    path = "M" + " L".join(steps)
+    out.append(f'<path class="chart__line" d="{path}"/>')
+    if len(usable) <= 72:
+        for x, p in zip(xs, usable, strict=True):
+            out.append(f'<circle class="chart__dot" cx="{sx(x):.1f}" cy="{sy(p.estimate):.1f}" r="2.5"/>')  # type: ignore[arg-type]
+    out.append("</svg>")
+    return mark_safe("".join(out))

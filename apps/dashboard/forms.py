@@ -116,3 +116,74 @@ class AuditFilterForm(forms.Form):
     def __init__(self, *args: Any, actions: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["action"].choices = [("", "Any action"), *((a, a) for a in actions)]
+
+
+class ExperimentStartForm(forms.Form):
+    """A candidate against production (the API's experiment create with ``start``, as a form)."""
+
+    candidate_version = forms.TypedChoiceField(coerce=int, label="Candidate version")
+    candidate_weight = forms.FloatField(
+        initial=0.5,
+        min_value=0.01,
+        max_value=0.99,
+        label="Candidate share",
+        help_text="Share of the opted-in users the candidate serves (0.01–0.99); the rest get production.",
+    )
+    primary_metric = forms.ChoiceField(
+        initial="reward_per_request", help_text="The metric a promotion rests on: significantly better to promote."
+    )
+    guardrails = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Any of these significantly worse rolls the candidate back.",
+    )
+    min_users_per_arm = forms.IntegerField(
+        initial=100, min_value=2, max_value=10**7, label="Minimum users per arm", help_text="Before any promotion."
+    )
+    max_duration_days = forms.FloatField(
+        initial=14,
+        min_value=0.01,
+        max_value=366,
+        label="Maximum duration (days)",
+        help_text="Past this, an experiment without a decision ends inconclusive.",
+    )
+    alpha = forms.FloatField(
+        initial=0.05, min_value=0.001, max_value=0.2, label="Significance level α", help_text="0.001–0.2."
+    )
+
+    def __init__(self, *args: Any, candidates: list[tuple[int, str]], **kwargs: Any) -> None:
+        from apps.experiments.stats import METRICS, ExperimentConfig
+
+        super().__init__(*args, **kwargs)
+        metric_choices = [(name, m.label) for name, m in METRICS.items()]
+        self.fields["candidate_version"].choices = candidates
+        self.fields["primary_metric"].choices = metric_choices
+        self.fields["guardrails"].choices = metric_choices
+        self.fields["guardrails"].initial = list(ExperimentConfig().guardrails)
+        if candidates:
+            self.fields["candidate_version"].initial = candidates[0][0]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        primary, guardrails = data.get("primary_metric"), data.get("guardrails") or []
+        if primary and primary in guardrails:
+            self.add_error("guardrails", "The primary metric cannot also be a guardrail: untick it here.")
+        return data
+
+    def config(self) -> dict[str, Any]:
+        """The statistics' settings, as ``experiment_create`` takes them."""
+        data = self.cleaned_data
+        return {
+            "primary_metric": data["primary_metric"],
+            "guardrails": list(data["guardrails"]),
+            "min_users_per_arm": data["min_users_per_arm"],
+            "max_duration_s": data["max_duration_days"] * 86400,
+            "alpha": data["alpha"],
+        }
+
+
+class EndUserSearchForm(forms.Form):
+    q = forms.CharField(required=False, max_length=200, label="End user id", help_text="Part of the tenant's own id.")
+    state = forms.ChoiceField(
+        required=False, choices=[("", "Anyone"), ("in", "Opted in"), ("out", "Opted out")], label="Consent"
+    )

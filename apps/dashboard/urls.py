@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, reverse_lazy
 
-from apps.dashboard.views import adapters, home, interactions, keys, overview, runs
+from apps.dashboard.views import adapters, cohorts, experiments, home, interactions, keys, overview, runs
 
 app_name = "dashboard"
 
@@ -19,6 +19,23 @@ tenant_patterns = [
         adapters.version_promote,
         name="version-promote",
     ),
+    path(
+        "adapters/<slug:adapter_name>/versions/<int:number>/rollback/",
+        adapters.version_rollback,
+        name="version-rollback",
+    ),
+    path("adapters/<slug:adapter_name>/experiments/", experiments.experiments, name="experiments"),
+    path("adapters/<slug:adapter_name>/experiments/new/", experiments.experiment_new, name="experiment-new"),
+    path("experiments/<int:experiment_id>/", experiments.experiment_detail, name="experiment"),
+    path("experiments/<int:experiment_id>/live/", experiments.experiment_live, name="experiment-live"),
+    path("experiments/<int:experiment_id>/promote/", experiments.experiment_promote_view, name="experiment-promote"),
+    path("experiments/<int:experiment_id>/rollback/", experiments.experiment_rollback_view, name="experiment-rollback"),
+    path("experiments/<int:experiment_id>/start/", experiments.experiment_start_view, name="experiment-start"),
+    path("experiments/<int:experiment_id>/stop/", experiments.experiment_stop_view, name="experiment-stop"),
+    path("cohorts/", cohorts.cohorts, name="cohorts"),
+    path("cohorts/user/", cohorts.end_user, name="end-user"),
+    path("cohorts/user/consent/", cohorts.end_user_consent, name="end-user-consent"),
+    path("cohorts/user/erase/", cohorts.end_user_erase_view, name="end-user-erase"),
     path("adapters/<slug:adapter_name>/training-policy/", adapters.training_policy, name="training-policy"),
     path("adapters/<slug:adapter_name>/runs/start/", adapters.training_run_start_view, name="run-start"),
     path("runs/", runs.run_list, name="runs"),

@@ -104,6 +104,39 @@ def log_events(
     return ids
 
 
+def start_experiment_unprobed(tenant: Any, *, candidate: Any, exposed: tuple[str, ...] = ("dev-1", "dev-2")) -> Any:
+    """An experiment of ``candidate`` made by ``experiment_create`` and put in the state
+    ``experiment_start`` leaves it in, without its vLLM load and probe (the dashboard's page tests
+    run without vLLM; the actions that need vLLM take the ``served`` fixture). Its first users are
+    exposed and one snapshot is taken by the real services."""
+    import secrets
+
+    from apps.adapters.models import AdapterVersion
+    from apps.experiments.models import CANDIDATE, CONTROL, Experiment
+    from apps.experiments.services import experiment_create, experiment_snapshot_take, exposure_record
+
+    experiment = experiment_create(
+        tenant,
+        adapter=candidate.adapter,
+        candidate_version=candidate,
+        actor="system",
+        config={"min_users_per_arm": 2, "n_star": 200},  # N* near the tests' sample: the tightest band
+    )
+    candidate.adapter.refresh_from_db()
+    Experiment.objects.filter(pk=experiment.pk).update(
+        status=Experiment.Status.RUNNING,
+        control_version=candidate.adapter.production_version,
+        salt=secrets.token_hex(8),
+        started_at=timezone.now() - timedelta(hours=1),
+    )
+    AdapterVersion.objects.filter(pk=candidate.pk).update(status=AdapterVersion.Status.IN_EXPERIMENT)
+    experiment.refresh_from_db()
+    for index, user in enumerate(exposed):
+        exposure_record(experiment, external_id=user, arm=CONTROL if index % 2 == 0 else CANDIDATE)
+    experiment_snapshot_take(experiment.pk)
+    return experiment
+
+
 @dataclass
 class World:
     """Tenant A with an adapter, versions, a finished run, interactions and keys; tenant B beside it."""
@@ -116,6 +149,7 @@ class World:
     run: Any
     interaction_id: str
     key: Any
+    experiment: Any = None
     users: dict[str, Any] = field(default_factory=dict)
 
 
@@ -192,7 +226,11 @@ def build_world(
         stage_seconds={"export": 0.4, "train": 12.5, "gate": 3.1, "load": 0.2},
     )
     ids = log_events(a, outcomes=["accepted", "rejected", "edited", "not_shown", None], version=v1)
+    from apps.cohorts.services import end_users_observe
+
+    end_users_observe(a, observations=[("dev-2", True)], source="import", actor="system", default=True)
     log_events(b, outcomes=["accepted"], completion="B's secret completion")
+    experiment = start_experiment_unprobed(a, candidate=v2)
     users = {
         "owner": make_user("olivia", a, "owner"),
         "admin": make_user("adam", a, "admin"),
@@ -202,7 +240,18 @@ def build_world(
     key = api_key_create(
         a, name="editor plugin", scopes=["ingest", "feedback"], actor=f"user:{users['owner'].pk}"
     ).api_key
-    return World(a=a, b=b, adapter=adapter, v1=v1, v2=v2, run=run, interaction_id=ids[0], key=key, users=users)
+    return World(
+        a=a,
+        b=b,
+        adapter=adapter,
+        v1=v1,
+        v2=v2,
+        run=run,
+        interaction_id=ids[0],
+        key=key,
+        experiment=experiment,
+        users=users,
+    )
 
 
 @pytest.fixture
@@ -217,3 +266,36 @@ def login(client: Any) -> Callable[[Any], Any]:
         return client
 
     return as_user
+
+
+def feed_experiment(
+    world: World, *, users: int = 40, prefix: str = "sim", batches: int = 1, minutes_ago: float = 10
+) -> Any:
+    """Simulated opted-in users meet the world's running experiment (alternating arms) and use it
+    through the real ingest services: the candidate's suggestions are accepted far more often.
+    After each of ``batches`` groups of users a snapshot is taken, as beat does every minute.
+    Returns the last snapshot."""
+    from apps.cohorts.models import ConsentChange
+    from apps.cohorts.services import end_users_observe
+    from apps.experiments.models import CANDIDATE, CONTROL
+    from apps.experiments.services import experiment_snapshot_take, exposure_record
+
+    names = [f"{prefix}-{i:04d}" for i in range(users)]
+    end_users_observe(
+        world.a,
+        observations=[(name, True) for name in names],
+        source=ConsentChange.Source.IMPORT,
+        actor="system",
+        default=True,
+    )
+    snapshot = None
+    per_batch = -(-users // batches)
+    for start in range(0, users, per_batch):
+        for index in range(start, min(start + per_batch, users)):
+            arm = CONTROL if index % 2 == 0 else CANDIDATE
+            exposure_record(world.experiment, external_id=names[index], arm=arm)
+            accepted = index % 2 if arm == CONTROL else 2 + index % 3
+            outcomes: list[str | None] = ["accepted"] * accepted + ["rejected"] * (4 - accepted)
+            log_events(world.a, outcomes=outcomes, user=names[index], minutes_ago=minutes_ago)
+        snapshot = experiment_snapshot_take(world.experiment.pk)
+    return snapshot

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
@@ -24,6 +25,11 @@ READ = {
     "interaction-detail",
     "keys",
     "audit",
+    "experiments",
+    "experiment",
+    "experiment-live",
+    "cohorts",
+    "end-user",
 }
 # Tenant actions: route -> (method, form data, audit action the service writes).
 ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
@@ -47,9 +53,62 @@ ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
     ),
     "keys": ("post", {"name": "new key", "scopes": ["ingest"]}, "api_key.create"),
     "key-revoke": ("post", {}, "api_key.revoke"),
+    "version-rollback": ("post", {}, "adapter.rollback"),
+    "experiment-new": (
+        "post",
+        {
+            "candidate_version": "3",
+            "candidate_weight": "0.3",
+            "primary_metric": "reward_per_request",
+            "guardrails": ["error_rate"],
+            "min_users_per_arm": "50",
+            "max_duration_days": "7",
+            "alpha": "0.05",
+        },
+        "experiment.create",
+    ),
+    "experiment-promote": ("post", {"reason": "looks better"}, "experiment.promote"),
+    "experiment-rollback": ("post", {}, "experiment.rollback"),
+    "experiment-stop": ("post", {}, "experiment.stop"),
+    "experiment-start": ("post", {}, "experiment.start"),
+    "end-user-consent": ("post", {"end_user_id": "dev-1", "opted_in": "false"}, "end_user.opt_out"),
+    "end-user-erase": ("post", {"end_user_id": "dev-2"}, "end_user.erase"),
 }
-# Action routes whose GET is a confirmation page (only for those who may act).
-CONFIRM = {"version-promote", "key-revoke"}
+# Action routes whose GET is a confirmation page or a form (only for those who may act).
+CONFIRM = {
+    "version-promote",
+    "key-revoke",
+    "version-rollback",
+    "experiment-new",
+    "experiment-promote",
+    "experiment-rollback",
+    "experiment-stop",
+    "experiment-start",
+    "end-user-erase",
+}
+# Actions that load a version into vLLM: their success test takes the real vLLM server.
+NEEDS_VLLM = {"experiment-promote", "version-rollback", "experiment-new", "experiment-start"}
+# The query string a route reads its end user from.
+QUERY = {"end-user": "?end_user_id=dev-1", "end-user-erase": "?end_user_id=dev-2"}
+
+
+def prepare(name: str, world: Any) -> None:
+    """What an action needs beyond the shared world before an admin may succeed at it."""
+    from apps.adapters.services import adapter_serve_probe, adapter_version_promote, adapter_version_register
+
+    if name == "version-rollback":  # production must be later than the version rolled back to
+        adapter_version_promote(world.a, version=world.v2, actor="system")
+    elif name in ("experiment-new", "experiment-start"):  # a gated candidate, no experiment running
+        from apps.experiments.services import experiment_create, experiment_stop
+
+        experiment_stop(world.a, experiment=world.experiment, actor="system")
+        source = Path(world.v2.artifact_path)
+        probe = adapter_serve_probe(world.adapter.base_model, source)
+        v3 = adapter_version_register(
+            world.a, adapter=world.adapter, source_dir=source, enqueue_load=False, metrics={"serve_probe": probe}
+        )
+        if name == "experiment-start":  # a draft of it, started from its page
+            world.experiment = experiment_create(world.a, adapter=world.adapter, candidate_version=v3, actor="system")
 
 
 def dashboard_routes() -> dict[str, set[str]]:
@@ -73,13 +132,14 @@ def url_for(name: str, world: Any) -> str:
     values = {
         "tenant_slug": world.a.slug,
         "adapter_name": world.adapter.name,
-        "number": world.v2.number,
+        "number": world.v1.number if name == "version-rollback" else world.v2.number,
+        "experiment_id": world.experiment.pk,
         "run_id": world.run.pk,
         "interaction_id": world.interaction_id,
         "key_id": world.key.pk,
     }
     params = dashboard_routes()[name]
-    return reverse(f"dashboard:{name}", kwargs={p: values[p] for p in params})
+    return reverse(f"dashboard:{name}", kwargs={p: values[p] for p in params}) + QUERY.get(name, "")
 
 
 def tenant_routes() -> list[str]:

@@ -9,9 +9,22 @@ from __future__ import annotations
 import pytest
 
 from apps.adapters.models import AdapterVersion
+from apps.cohorts.models import EndUser
+from apps.experiments.models import Experiment
 from apps.tenants.models import ApiKey, AuditEvent
 from apps.training.models import TrainingPolicy, TrainingRun
-from tests.dashboard.routes import ACCOUNT, ACTIONS, CONFIRM, PUBLIC, READ, dashboard_routes, tenant_routes, url_for
+from tests.dashboard.routes import (
+    ACCOUNT,
+    ACTIONS,
+    CONFIRM,
+    NEEDS_VLLM,
+    PUBLIC,
+    READ,
+    dashboard_routes,
+    prepare,
+    tenant_routes,
+    url_for,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +44,8 @@ def _snapshot(world):
         TrainingRun.objects.filter(tenant=world.a).count(),
         TrainingPolicy.objects.filter(adapter=world.adapter).exists(),
         list(ApiKey.objects.filter(tenant=world.a).order_by("pk").values_list("revoked_at", flat=True)),
+        list(Experiment.objects.filter(tenant=world.a).order_by("pk").values_list("status", flat=True)),
+        list(EndUser.objects.filter(tenant=world.a).order_by("pk").values_list("external_id", "opted_in")),
     )
 
 
@@ -84,7 +99,10 @@ def test_viewer_cannot_act_and_nothing_changes(login, world, name):
 
 @pytest.mark.parametrize("role", ["admin", "owner"])
 @pytest.mark.parametrize("name", sorted(ACTIONS))
-def test_admin_and_owner_act_and_each_action_writes_its_audit_row(login, world, name, role):
+def test_admin_and_owner_act_and_each_action_writes_its_audit_row(request, login, world, name, role):
+    if name in NEEDS_VLLM:
+        request.getfixturevalue("served")
+    prepare(name, world)
     user = world.users[role]
     client = login(user)
     method, data, audit_action = ACTIONS[name]

@@ -19,8 +19,8 @@ register = template.Library()
 
 @register.filter
 def pct(value: float | None, digits: int = 1) -> str:
-    """0.4123 → "41.2 %"; None → "–" (no denominator)."""
-    if value is None or not math.isfinite(value):
+    """0.4123 → "41.2 %"; None (no denominator) or anything not a number → "–"."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
         return "–"
     return f"{value * 100:.{digits}f} %"
 
@@ -157,3 +157,36 @@ def widget(field: Any) -> SafeString:
 def label(value: Any) -> str:
     """A stored choice as words: ``not_shown`` → ``not shown``."""
     return str(value).replace("_", " ") if value is not None else "–"
+
+
+@register.filter
+def signed(value: Any, digits: int = 3) -> str:
+    """A difference with its sign: +0.0412, −0.12; None → "–"."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return "–"
+    text = f"{value:+.{digits}g}"
+    return text.replace("-", "−")
+
+
+@register.filter
+def pp(value: Any) -> str:
+    """A difference of two shares in percentage points: 0.021 → "+2.1 pp"."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return "–"
+    return f"{value * 100:+.1f} pp".replace("-", "−")
+
+
+@register.filter
+def signed_pct(value: Any) -> str:
+    """A relative change: 0.12 → "+12.0 %"."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return "–"
+    return f"{value * 100:+.1f} %".replace("-", "−")
+
+
+@register.filter
+def decision_label(action: str) -> str:
+    """An experiment decision as people read it: ``keep_running`` → "Keep running"."""
+    from apps.dashboard.experiment_results import ACTION_LABELS
+
+    return ACTION_LABELS.get(action, action)

@@ -15,6 +15,8 @@ from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.forms import TrainingPolicyForm, attach_service_error
 from apps.dashboard.selectors import adapter_lineage
 from apps.dashboard.views.common import tenant_render
+from apps.experiments.selectors import experiment_running_for
+from apps.experiments.services import adapter_rollback
 from apps.serving.services import adapter_version_load
 from apps.training.selectors import training_policy_get
 from apps.training.services import training_policy_update, training_run_start
@@ -29,6 +31,7 @@ def versions(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> Htt
         "adapter": adapter,
         "nodes": adapter_lineage(ctx.tenant, adapter=adapter),
         "promotable": PROMOTABLE,
+        "rollback_below": adapter.production_version.number if adapter.production_version else 0,
         "nav_adapter": adapter,
     }
     return tenant_render(request, ctx, "dashboard/versions/page.html", context, section="versions")
@@ -55,6 +58,36 @@ def version_promote(request: HttpRequest, ctx: TenantContext, adapter_name: str,
         return redirect("dashboard:versions", tenant_slug=ctx.tenant.slug, adapter_name=adapter.name)
     context = {"adapter": adapter, "version": version, "current": current, "nav_adapter": adapter}
     return tenant_render(request, ctx, "dashboard/versions/promote.html", context, section="versions")
+
+
+@tenant_page(action=True)
+def version_rollback(request: HttpRequest, ctx: TenantContext, adapter_name: str, number: int) -> HttpResponse:
+    """GET states exactly what will change; POST moves production back to this earlier version
+    through ``adapter_rollback`` (which stops a running experiment first and audits it)."""
+    adapter = ctx.adapter(adapter_name)
+    version = adapter_version_get_for_tenant(ctx.tenant, adapter=adapter, number=number)
+    current = adapter.production_version
+    if request.method == "POST":
+        try:
+            adapter_rollback(ctx.tenant, adapter=adapter, to_version=version, actor=ctx.actor)
+        except ApplicationError as exc:
+            messages.error(request, f"Nothing changed: {exc.message}")
+        else:
+            was = f"v{current.number}" if current else "the base model"
+            messages.success(
+                request, f"Rolled back: v{version.number} serves {adapter.name} in production (was {was})."
+            )
+        return redirect("dashboard:versions", tenant_slug=ctx.tenant.slug, adapter_name=adapter.name)
+    context = {
+        "adapter": adapter,
+        "version": version,
+        "current": current,
+        "running": experiment_running_for(adapter),
+        "possible": version.status != AdapterVersion.Status.FAILED
+        and (current is None or version.number < current.number),
+        "nav_adapter": adapter,
+    }
+    return tenant_render(request, ctx, "dashboard/versions/rollback.html", context, section="versions")
 
 
 @tenant_page()

@@ -14,16 +14,20 @@ from apps.dashboard.stats import (
     adapter_timeseries,
 )
 from apps.dashboard.views.common import tenant_render
+from apps.experiments.selectors import experiment_latest_snapshot, experiment_running_for
 from apps.training.selectors import training_policy_get
 
 
 def _live_context(adapter: Adapter) -> dict[str, object]:
     policy = training_policy_get(adapter)
+    experiment = experiment_running_for(adapter)
     return {
         "adapter": adapter,
         "policy": policy,
         "live": adapter_live_numbers(adapter, policy=policy),
         "active_run": adapter_active_run(adapter),
+        "experiment": experiment,
+        "experiment_snapshot": experiment_latest_snapshot(experiment) if experiment else None,
     }
 
 

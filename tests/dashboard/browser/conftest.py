@@ -23,7 +23,7 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
 
-from tests.dashboard.conftest import PASSWORD, World, build_world, log_events  # noqa: E402
+from tests.dashboard.conftest import PASSWORD, World, build_world, feed_experiment, log_events  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CHROMIUM = os.environ.get("STROP_CHROMIUM", "/usr/bin/chromium")
@@ -89,6 +89,9 @@ def live_world(transactional_db: Any, make_tenant, make_user, tiny_starter_model
         completion="\n".join(long_line.format(i) for i in range(40)),
         user="an-end-user-id-from-the-tenants-own-directory-service-0123456789abcdef-0123456789abcdef",
     )
+    # The running experiment, with a few snapshots to draw; its traffic is older than the overview's
+    # day, so the overview's numbers stay the ones its test states.
+    feed_experiment(world, users=96, batches=4, minutes_ago=26 * 60)
     return world
 
 

@@ -10,9 +10,9 @@ from tests.dashboard.browser.conftest import sign_in, tour_page
 from tests.dashboard.routes import ACCOUNT, CONFIRM, PUBLIC, READ, dashboard_routes, url_for
 
 # Fragments that htmx swaps into a page; they are seen inside the overview and the run page.
-FRAGMENTS = {"overview-live", "run-status"}
+FRAGMENTS = {"overview-live", "run-status", "experiment-live"}
 # Routes that only answer POST.
-POST_ONLY = {"logout", "run-start"}
+POST_ONLY = {"logout", "run-start", "end-user-consent"}
 PAGES = sorted((READ | CONFIRM | ACCOUNT | PUBLIC) - FRAGMENTS - POST_ONLY - {"login"})
 
 

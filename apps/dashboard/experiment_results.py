@@ -1,0 +1,183 @@
+"""What the experiment page shows, read from the statistics the snapshots stored.
+
+The page never recomputes the statistics: ``experiment_snapshot_take`` (beat, every minute) stores
+``analyze(...).as_dict()``, and this module shapes the latest one for the template, side by side
+per arm, with the primary metric's lift over time taken from the earlier snapshots. The only live
+count is the exposures per arm, so a page opened between snapshots shows who has arrived since.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Count
+from django.utils.safestring import SafeString
+
+from apps.dashboard import charts
+from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentExposure, ExperimentSnapshot
+from apps.experiments.selectors import experiment_latest_snapshot
+from apps.experiments.stats import METRICS, PROMOTE, ROLLBACK
+
+# Metrics that are shares of requests or of shown suggestions read best as percentages.
+PERCENT_METRICS = frozenset(METRICS) - {"reward_per_request"}
+LIFT_POINTS = 120  # snapshots drawn in the lift-over-time chart, evenly thinned
+
+ACTION_LABELS = {
+    "promote": "Promote the candidate",
+    "rollback": "Roll the candidate back",
+    "keep_running": "Keep running",
+    "inconclusive": "Inconclusive",
+    "blocked_srm": "Blocked: sample ratio mismatch",
+}
+
+
+def _fmt(metric: str) -> Any:
+    if metric in PERCENT_METRICS:
+        return lambda v: f"{v * 100:+.1f} pp" if v else "0"
+    return charts.format_number
+
+
+@dataclass
+class MetricRow:
+    name: str
+    label: str
+    role: str
+    percent: bool
+    control: float | None
+    candidate: float | None
+    abs_lift: float | None
+    rel_lift: float | None
+    interval: list[float] | None
+    fixed_interval: list[float] | None
+    p_always_valid: float | None
+    p_fixed: float | None
+    direction: str
+    polarity: str
+    bar: SafeString
+
+
+@dataclass
+class ExperimentResults:
+    experiment: Experiment
+    snapshot: ExperimentSnapshot | None
+    exposures_now: dict[str, int]
+    arms: dict[str, dict[str, Any]] = field(default_factory=dict)
+    metrics: list[MetricRow] = field(default_factory=list)
+    srm: dict[str, Any] = field(default_factory=dict)
+    decision: dict[str, str] = field(default_factory=dict)
+    lift_chart: SafeString | None = None
+    primary_label: str = ""
+
+    @property
+    def decision_label(self) -> str:
+        return ACTION_LABELS.get(self.decision.get("action", ""), self.decision.get("action", ""))
+
+    @property
+    def shares(self) -> dict[str, float]:
+        """The configured split, known before any user arrives."""
+        weight = self.experiment.candidate_weight
+        return {CONTROL: 1 - weight, CANDIDATE: weight}
+
+    @property
+    def recommends(self) -> str:
+        """``promote`` / ``rollback`` when the statistics say so, else ``""``."""
+        action = self.decision.get("action", "")
+        return action if action in (PROMOTE, ROLLBACK) else ""
+
+    @property
+    def primary(self) -> MetricRow | None:
+        return next((m for m in self.metrics if m.role == "primary"), None)
+
+    @property
+    def guardrails(self) -> list[MetricRow]:
+        return [m for m in self.metrics if m.role == "guardrail"]
+
+
+def exposures_per_arm(experiment: Experiment) -> dict[str, int]:
+    counts = {CONTROL: 0, CANDIDATE: 0}
+    for row in ExperimentExposure.objects.filter(experiment=experiment).values("arm").annotate(n=Count("id")):
+        counts[row["arm"]] = row["n"]
+    return counts
+
+
+def _metric_row(m: dict[str, Any]) -> MetricRow:
+    interval = (m.get("ci_always_valid") or {}).get("abs")
+    lift = m.get("abs_lift")
+    fmt = _fmt(m["name"])
+    label = f"{m['label']}: lift {fmt(lift) if lift is not None else 'not testable'}"
+    if interval:
+        label += f", always-valid interval {fmt(interval[0])} to {fmt(interval[1])}"
+    return MetricRow(
+        name=m["name"],
+        label=m["label"],
+        role=m["role"],
+        percent=m["name"] in PERCENT_METRICS,
+        control=m.get("control"),
+        candidate=m.get("candidate"),
+        abs_lift=lift,
+        rel_lift=m.get("rel_lift"),
+        interval=interval,
+        fixed_interval=(m.get("ci_fixed") or {}).get("abs"),
+        p_always_valid=m.get("p_always_valid"),
+        p_fixed=m.get("p_fixed"),
+        direction=m.get("direction", "none"),
+        polarity=m.get("polarity", ""),
+        bar=charts.lift_bar(
+            interval[0] if interval else None,
+            lift,
+            interval[1] if interval else None,
+            kind=m.get("direction", "none"),
+            title=label,
+            x_format=fmt,
+        ),
+    )
+
+
+def lift_over_time(experiment: Experiment, metric: str) -> list[charts.BandPoint]:
+    """The metric's lift and always-valid interval at each snapshot (at most LIFT_POINTS, evenly
+    spread): two queries, the second reading only the chosen snapshots' JSON."""
+    stamps = list(experiment.snapshots.order_by("computed_at", "id").values_list("pk", "computed_at"))
+    if len(stamps) > LIFT_POINTS:
+        step = (len(stamps) - 1) / (LIFT_POINTS - 1)
+        stamps = [stamps[round(i * step)] for i in range(LIFT_POINTS)]
+    analyses = dict(
+        ExperimentSnapshot.objects.filter(pk__in=[pk for pk, _ in stamps]).values_list("pk", "analysis__metrics")
+    )
+    points = []
+    for pk, computed_at in stamps:
+        row = next((m for m in analyses.get(pk) or [] if m.get("name") == metric), None)
+        if row is None:
+            continue
+        interval = (row.get("ci_always_valid") or {}).get("abs") or [None, None]
+        points.append(charts.BandPoint(x=computed_at, estimate=row.get("abs_lift"), low=interval[0], high=interval[1]))
+    return points
+
+
+def _time_format(points: list[charts.BandPoint]) -> Any:
+    """Labels as fine as the chart's span needs: seconds within minutes, days past a day."""
+    span = (points[-1].x - points[0].x).total_seconds() if len(points) > 1 else 0  # type: ignore[operator]
+    pattern = "%H:%M:%S" if span < 600 else "%H:%M" if span < 86400 else "%d %b %H:%M"
+    return lambda moment: moment.strftime(pattern)
+
+
+def experiment_results(experiment: Experiment, *, with_history: bool = True) -> ExperimentResults:
+    snapshot = experiment_latest_snapshot(experiment)
+    results = ExperimentResults(experiment=experiment, snapshot=snapshot, exposures_now=exposures_per_arm(experiment))
+    primary_name = (experiment.config or {}).get("primary_metric", "reward_per_request")
+    results.primary_label = METRICS[primary_name].label if primary_name in METRICS else primary_name
+    if snapshot is not None:
+        analysis = snapshot.analysis
+        results.arms = analysis.get("arms", {})
+        results.metrics = [_metric_row(m) for m in analysis.get("metrics", [])]
+        results.srm = analysis.get("srm", {})
+        results.decision = analysis.get("decision", {})
+    if with_history:
+        points = lift_over_time(experiment, primary_name)
+        results.lift_chart = charts.band_chart(
+            points,
+            title=f"Lift of {results.primary_label} over time (UTC), with its always-valid band",
+            x_format=_time_format(points),
+            y_format=_fmt(primary_name),
+        )
+    return results
