@@ -156,7 +156,8 @@ def experiment(tenant: Tenant, version: int, tasks: list[Task], round_no: int, *
         return False
     exp = created.json()
     # The experiment's feedback trains the next round (with that round's own), not a run of its own
-    # that would start from today's production while the experiment is still deciding.
+    # that would start from today's production while the experiment is still deciding: no run
+    # starts until both are in.
     set_min_events(tenant, 1_000_000)
     control = production(exp["control_version"])
     print(
@@ -200,7 +201,7 @@ def experiment(tenant: Tenant, version: int, tasks: list[Task], round_no: int, *
                 "production_after": control,
             }
         )
-        set_min_events(tenant, tenant.events)
+        set_min_events(tenant, tenant.events + len(tasks))
         return True
     if decided["status"] == "running":
         if action in ("promote", "rollback"):
@@ -213,7 +214,7 @@ def experiment(tenant: Tenant, version: int, tasks: list[Task], round_no: int, *
             )
         acted.raise_for_status()
         decided = acted.json()
-    set_min_events(tenant, tenant.events)
+    set_min_events(tenant, tenant.events + len(tasks))
     now = production(production_version(tenant))
     print(f"==> {tenant.slug}: experiment {exp['id']} ended {decided['status']}; production is {now}")
     tenant.experiments.append(
@@ -370,7 +371,8 @@ def main() -> None:
     round_s = 0.0
     for round_no in range(1, args.rounds + 1):
         elapsed = time.monotonic() - started
-        if round_no > 1 and elapsed + round_s > args.budget_min * 60:
+        # A later round trains on more events (the experiment's feedback too): allow for a longer one.
+        if round_no > 1 and elapsed + 1.5 * round_s > args.budget_min * 60:
             print(f"==> round {round_no} would not fit in the budget ({elapsed / 60:.1f} of {args.budget_min:g} min)")
             break
         round_started = time.monotonic()
