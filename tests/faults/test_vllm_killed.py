@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -62,6 +64,30 @@ class _RecordingTransport(httpx.HTTPTransport):
         return response
 
 
+@contextmanager
+def _throttled(pgid: int, *, run_s: float = 0.01, pause_s: float = 0.09) -> Iterator[None]:
+    """vLLM runs a tenth of the time (SIGSTOP / SIGCONT to its process group) until the block
+    ends, stopped. On a loaded machine the client may read its first chunk seconds after vLLM
+    sent it; at full speed the tiny model could finish all its tokens in that time, and the kill
+    would come after a complete stream. Throttled, the stream is still far from its end."""
+    done = threading.Event()
+
+    def cycle() -> None:
+        while not done.is_set():
+            os.killpg(pgid, signal.SIGCONT)
+            time.sleep(run_s)
+            os.killpg(pgid, signal.SIGSTOP)
+            time.sleep(pause_s)
+
+    thread = threading.Thread(target=cycle, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()  # vLLM is left stopped: nothing more leaves it before the kill
+
+
 def test_vllm_killed_mid_stream_is_an_error_event_a_failure_row_and_no_half_interaction(
     vllm_to_kill, api_servers, make_tenant, make_client, settings
 ):
@@ -87,23 +113,25 @@ def test_vllm_killed_mid_stream_is_an_error_event_a_failure_row_and_no_half_inte
         max_retries=0,
         http_client=httpx.Client(transport=_RecordingTransport(received), timeout=120),
     )
-    stream = client.completions.create(
-        model="tab",
-        prompt="def parse(line):\n",
-        max_tokens=LONG,
-        stop=NEVER,
-        logit_bias={str(EOS_TOKEN_ID): -100},
-        temperature=1.0,
-        seed=7,
-        user="dev-1",
-        stream=True,
-    )
     chunks = []
     with pytest.raises(openai.APIError) as raised:
-        for chunk in stream:
+        with _throttled(proc.pid):
+            stream = client.completions.create(
+                model="tab",
+                prompt="def parse(line):\n",
+                max_tokens=LONG,
+                stop=NEVER,
+                logit_bias={str(EOS_TOKEN_ID): -100},
+                temperature=1.0,
+                seed=7,
+                user="dev-1",
+                stream=True,
+            )
+            reading = iter(stream)
+            chunks.append(next(reading))
+        os.killpg(proc.pid, signal.SIGKILL)  # the API server, its engine core, everything
+        for chunk in reading:
             chunks.append(chunk)
-            if len(chunks) == 1:
-                os.killpg(proc.pid, signal.SIGKILL)  # the API server, its engine core, everything
     assert chunks and chunks[0].choices[0].finish_reason is None, "the stream ended before vLLM was killed"
     error = raised.value
     # An error event, not a connection the API dropped (openai's APIConnectionError is an APIError too).
