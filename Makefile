@@ -14,7 +14,7 @@ ASSETS_STAMP := var/vendor/.htmx-$(HTMX_VERSION)-axe-$(AXE_VERSION)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: venv assets browser services test demo up starter vllm lint bench-ingest bench-serving bench-trainer bench-freshness bench-experiments vllm-env clean
+.PHONY: venv assets browser services test demo up starter vllm lint bench-ingest bench-serving bench-trainer bench-freshness bench-experiments bench-learning vllm-env clean
 
 venv: $(STAMP)
 
@@ -75,6 +75,10 @@ bench-freshness: venv services
 
 bench-trainer: venv
 	$(PY) benchmarks/trainer.py
+
+# The learning benchmark on SmolLM2-135M-Instruct (CPU; see the README). LEARNING_ARGS adds flags.
+bench-learning: venv
+	$(PY) benchmarks/learning.py $(LEARNING_ARGS)
 
 clean:
 	rm -rf $(VENV) var staticfiles

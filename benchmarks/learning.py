@@ -305,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pass-tokens", type=int, default=4096, help="token budget of one sampling pass")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("TRAINER_CPU_THREADS", "1")),
                         help="torch CPU threads (default $TRAINER_CPU_THREADS or 1)")
+    parser.add_argument("--skip-raw", action="store_true", help="train only the default variant (faster tuning)")
     parser.add_argument("--out", help="keep adapters and events here (default: a temporary folder)")
     return parser
 
@@ -358,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
             policies["adapter"] = adapter
         else:
             variants = {"trained": config, "raw": config.replace(baseline="none")}
+            if args.skip_raw:
+                del variants["raw"]
             current: dict[str, Path | None] = {name: None for name in variants}
             for round_no in range(1, args.rounds + 1):
                 tasks = train_tasks[(round_no - 1) * args.train_tasks: round_no * args.train_tasks]
@@ -392,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, summary in summaries.items():
         print(describe(name, summary))
     print()
-    for key, value in figures(summaries, train_events=0 if adapter is not None else args.train_tasks * args.rounds).items():
+    events = 0 if adapter is not None else args.train_tasks * args.rounds
+    for key, value in figures(summaries, train_events=events).items():
         print(f"{key}: {format_value(value)}")
     return 0
 
