@@ -32,6 +32,7 @@ trainer without ever looking at the evaluation packages).
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import math
 import os
@@ -115,11 +116,14 @@ def sample_suggestions(
     seed: int,
     pass_tokens: int,
     progress: str | None,
+    stop: Sequence[str] = (),
 ) -> list[Served]:
     """Sample one completion per prompt as serving does, with the sampled tokens' log-probs.
 
-    Prompts are batched by length (``plan_micro_batches``); pass k is seeded with ``seed + k``,
-    so the same prompts and seed give the same samples for the same model.
+    Generation ends at EOS, at ``max_new_tokens``, or at the first ``stop`` string: then, as
+    vLLM does, the text ends before the stop string and the token ids end with the token that
+    completed it. Prompts are batched by length (``plan_micro_batches``); pass k is seeded with
+    ``seed + k``, so the same prompts and seed give the same samples for the same model.
     """
     import torch
     from tqdm import tqdm
@@ -154,6 +158,7 @@ def sample_suggestions(
                     top_k=0,
                     eos_token_id=eos_id,
                     pad_token_id=pad_id,
+                    **({"stop_strings": list(stop), "tokenizer": tokenizer} if stop else {}),
                     return_dict_in_generate=True,
                     output_logits=True,
                 )
@@ -162,22 +167,33 @@ def sample_suggestions(
             logprobs = torch.stack([torch.log_softmax(step.float(), dim=-1) for step in output.logits], dim=1)
             chosen = logprobs.gather(-1, generated.unsqueeze(-1)).squeeze(-1)
             for row, index in enumerate(rows):
-                tokens = generated[row].tolist()
-                end = next((i + 1 for i, t in enumerate(tokens) if t == eos_id), None)
-                stopped = end is not None
-                tokens = tokens[: end if stopped else len(tokens)]
-                text_ids = tokens[:-1] if stopped else tokens
+                tokens, text, stopped = cut_completion(tokenizer, generated[row].tolist(), eos_id, stop)
                 served[index] = Served(
                     prompt_token_ids=encoded[index],
                     completion_token_ids=tokens,
                     logprobs=[float(x) for x in chosen[row, : len(tokens)].tolist()],
-                    text=tokenizer.decode(text_ids, skip_special_tokens=True),
+                    text=text,
                     finish_reason="stop" if stopped else "length",
                 )
             bar.update(len(rows))
             del output, logprobs
             release_freed_memory()
     return [s for s in served if s is not None]
+
+
+def cut_completion(tokenizer, tokens: list[int], eos_id: int, stop: Sequence[str]) -> tuple[list[int], str, bool]:
+    """(token ids kept, text, stopped): up to and including EOS or the token completing a stop
+    string; the text holds neither."""
+    end = next((i for i, t in enumerate(tokens) if t == eos_id), None)
+    body = tokens if end is None else tokens[:end]
+    if stop:
+        for i in range(len(body)):
+            text = tokenizer.decode(body[: i + 1], skip_special_tokens=True)
+            hits = [text.find(s) for s in stop if s in text]
+            if hits:
+                return body[: i + 1], text[: min(hits)], True
+    text = tokenizer.decode(body, skip_special_tokens=True)
+    return (body if end is None else body + [eos_id]), text, end is not None
 
 
 def prompts_for(tasks: Sequence[Task], population: str, family: str) -> list[str]:
@@ -195,7 +211,7 @@ def run_policy(model_dir: Path, adapter_dir: Path | None, tasks: Sequence[Task],
     served = sample_suggestions(
         model, tokenizer, prompts_for(tasks, args.population, detect_family(model_dir)),
         max_new_tokens=args.max_tokens, temperature=args.temperature, seed=seed, pass_tokens=args.pass_tokens,
-        progress=label,
+        progress=label, stop=args.stop,
     )
     del model
     requests = [
@@ -302,9 +318,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="evaluate on held-out tasks of the training packages (for tuning), not the eval ones")
     parser.add_argument("--max-tokens", type=int, default=32, help="max_tokens of each request (as the demo)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (serving's default)")
+    parser.add_argument("--stop", action="append", default=[], type=lambda text: codecs.decode(text, "unicode_escape"),
+                        help="a stop string the client sends with each request (backslash escapes read, e.g. "
+                             "'\\n'; repeatable; default none, as the simulated developers' sessions)")
     parser.add_argument("--pass-tokens", type=int, default=4096, help="token budget of one sampling pass")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("TRAINER_CPU_THREADS", "1")),
                         help="torch CPU threads (default $TRAINER_CPU_THREADS or 1)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                        help="one more adapter trained on the same events, with these overrides on top of --set "
+                             "(tuning; repeatable)")
     parser.add_argument("--skip-raw", action="store_true", help="train only the default variant (faster tuning)")
     parser.add_argument("--out", help="keep adapters and events here (default: a temporary folder)")
     return parser
@@ -361,6 +383,12 @@ def main(argv: list[str] | None = None) -> int:
             variants = {"trained": config, "raw": config.replace(baseline="none")}
             if args.skip_raw:
                 del variants["raw"]
+            for spec in args.variant:
+                name, _, pairs = spec.partition(":")
+                try:
+                    variants[name] = config.replace(**parse_overrides([p for p in pairs.split(",") if p]))
+                except (TrainerInputError, TypeError) as exc:
+                    raise SystemExit(f"error: --variant {spec}: {exc}") from None
             current: dict[str, Path | None] = {name: None for name in variants}
             for round_no in range(1, args.rounds + 1):
                 tasks = train_tasks[(round_no - 1) * args.train_tasks: round_no * args.train_tasks]

@@ -89,7 +89,8 @@ def test_evaluates_an_existing_adapter_on_a_task_file(trained_run, tiny_starter_
     tasks = tmp_path / "tasks.jsonl"
     records = [{"prefix": t.prefix, "suffix": t.suffix, "middle": t.line_rest} for t in load_tasks("eval", 3, seed=2)]
     tasks.write_text("".join(json.dumps(r) + "\n" for r in records))
-    argv = ["--model", str(tiny_starter_model), "--adapter", str(adapter), "--tasks", str(tasks), "--max-tokens", "6"]
+    argv = ["--model", str(tiny_starter_model), "--adapter", str(adapter), "--tasks", str(tasks), "--max-tokens", "6",
+            "--stop", "\\n"]
     assert learning.main(argv) == 0
     text = capsys.readouterr().out
     assert model_blocks(text) == {"base": 3, "adapter": 3}
@@ -97,6 +98,25 @@ def test_evaluates_an_existing_adapter_on_a_task_file(trained_run, tiny_starter_
     assert values["eval_tasks"] == 3 and values["train_events"] == 0
     assert {"accept_rate_lift", "accepted_per_request_lift", "reward_gain", "adapter_accept_rate"} <= set(values)
     assert not any(key.startswith("raw_") for key in values)
+
+
+def test_a_stop_string_ends_the_text_and_keeps_the_token_that_completed_it(tiny_starter_model):
+    from gpu_trainer.policy import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_starter_model)
+    eos = tokenizer.eos_token_id
+    ids = tokenizer.encode("x = 1\ny = 2", add_special_tokens=False)
+    tokens, text, stopped = learning.cut_completion(tokenizer, ids + [eos], eos, ["\n"])
+    assert text == "x = 1" and stopped and "\n" in tokenizer.decode(tokens) and eos not in tokens
+    assert tokenizer.decode(tokens[:-1]) == "x = 1"[: len(tokenizer.decode(tokens[:-1]))]
+    # No stop string: the text runs to EOS, which ends the token ids.
+    tokens, text, stopped = learning.cut_completion(tokenizer, ids + [eos, eos], eos, [])
+    assert text == "x = 1\ny = 2" and stopped and tokens == ids + [eos]
+    # Neither: cut by length, nothing added.
+    assert learning.cut_completion(tokenizer, ids, eos, []) == (ids, "x = 1\ny = 2", False)
+    # A newline first is an empty suggestion: nothing to show.
+    newline = tokenizer.encode("\n", add_special_tokens=False)
+    assert learning.cut_completion(tokenizer, newline + ids, eos, ["\n"])[1] == ""
 
 
 def test_bad_arguments_exit_with_a_message(tiny_starter_model, tmp_path):
