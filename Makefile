@@ -76,7 +76,8 @@ bench-freshness: venv services
 bench-trainer: venv
 	$(PY) benchmarks/trainer.py
 
-# The learning benchmark on SmolLM2-135M-Instruct (CPU; see the README). LEARNING_ARGS adds flags.
+# The learning benchmark on SmolLM2-135M-Instruct (CPU, ~30 min; see the README's Performance section).
+LEARNING_ARGS ?= --population line --stop '\n' --train-tasks 64 --eval-tasks 200 --set learning_rate=1e-3
 bench-learning: venv
 	$(PY) benchmarks/learning.py $(LEARNING_ARGS)
 

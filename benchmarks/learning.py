@@ -22,11 +22,16 @@ relative, trained vs base; ``reward_gain`` is the difference of mean rewards).
 
     python benchmarks/learning.py [--model DIR|smollm2|starter-tiny] [--population line|block]
         [--train-tasks 256] [--eval-tasks 200] [--rounds 1] [--seed 0] [--set key=value ...]
-        [--tasks FILE.jsonl] [--adapter DIR] [--tune] [--out DIR] [--threads 1]
+        [--tasks FILE.jsonl] [--adapter DIR] [--stop '\\n'] [--tune] [--variant NAME:K=V,...]
+        [--skip-raw] [--out DIR] [--threads 1]
 
 ``--adapter DIR`` evaluates an existing adapter against the base model (no training).
-``--tune`` evaluates on held-out tasks of the *training* packages instead (for tuning the
-trainer without ever looking at the evaluation packages).
+``--stop`` adds a stop string to every request, as a client may send one (serving applies it as
+vLLM does); without one, only EOS and ``--max-tokens`` end a suggestion, as in the simulated
+developers' sessions. ``--tune`` evaluates on held-out tasks of the *training* packages instead
+(for tuning the trainer without ever looking at the evaluation packages); ``--variant`` trains
+more adapters with other settings on the same events, and ``--skip-raw`` leaves the raw-reward
+one out.
 """
 
 from __future__ import annotations
