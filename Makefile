@@ -14,7 +14,7 @@ ASSETS_STAMP := var/vendor/.htmx-$(HTMX_VERSION)-axe-$(AXE_VERSION)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: venv assets browser services test demo up starter vllm lint bench-ingest bench-serving bench-trainer bench-freshness bench-experiments bench-dashboard vllm-env clean
+.PHONY: venv assets browser services test demo up starter vllm lint bench-ingest bench-serving bench-trainer bench-freshness bench-experiments bench-dashboard bench-learning vllm-env clean
 
 venv: $(STAMP)
 
@@ -78,6 +78,11 @@ bench-freshness: venv services
 
 bench-trainer: venv
 	$(PY) benchmarks/trainer.py
+
+# The learning benchmark on SmolLM2-135M-Instruct (CPU, ~30 min; see the README's Performance section).
+LEARNING_ARGS ?= --population line --stop '\n' --train-tasks 64 --eval-tasks 200 --set learning_rate=1e-3
+bench-learning: venv
+	$(PY) benchmarks/learning.py $(LEARNING_ARGS)
 
 clean:
 	rm -rf $(VENV) var staticfiles

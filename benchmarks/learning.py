@@ -1,0 +1,438 @@
+"""Learning benchmark: does PPO on simulated developers' feedback make a real model's suggestions
+accepted more often, on code it never trained on?
+
+1. Collect: the policy (the base model first) completes ``--train-tasks`` tasks of the training
+   packages, sampled as serving samples them (prefix-only prompt for a ``plain`` model, the
+   family's FIM prompt otherwise; temperature 1, top-p 1, at most ``--max-tokens`` tokens, only
+   EOS stops it; token ids and their log-probs recorded as vLLM returns them, EOS included). The
+   simulated developer of ``--population`` decides each suggestion; its outcome's reward
+   (``REWARDS``: accepted +0.75, rejected −0.25, not shown 0) makes one training sample.
+2. Train two adapters with ``gpu_trainer.ppo.train_ppo`` on the same events: the trainer's
+   defaults (batch-mean baseline) and the raw-reward variant (``baseline=none``: an action with
+   reward 0, silence, gets no gradient, and a rejection only pushes down). ``--rounds`` > 1
+   repeats collect-then-train, each adapter collecting with its own policy on fresh tasks and
+   continuing from its own previous adapter.
+3. Evaluate the base model and both adapters on ``--eval-tasks`` tasks of the evaluation packages
+   (or ``--tasks FILE.jsonl``) with the same developer, the same sampling and the same seeds.
+
+Output: for each model its accept rate of shown suggestions, suggestions shown per request,
+accepted per request and mean reward, each with a 95 % interval and the number of tasks; then
+one ``name: value`` line per figure (``accept_rate_lift`` and ``accepted_per_request_lift`` are
+relative, trained vs base; ``reward_gain`` is the difference of mean rewards).
+
+    python benchmarks/learning.py [--model DIR|smollm2|starter-tiny] [--population line|block]
+        [--train-tasks 256] [--eval-tasks 200] [--rounds 1] [--seed 0] [--set key=value ...]
+        [--tasks FILE.jsonl] [--adapter DIR] [--stop '\\n'] [--tune] [--variant NAME:K=V,...]
+        [--skip-raw] [--out DIR] [--threads 1]
+
+``--adapter DIR`` evaluates an existing adapter against the base model (no training).
+``--stop`` adds a stop string to every request, as a client may send one (serving applies it as
+vLLM does); without one, only EOS and ``--max-tokens`` end a suggestion, as in the simulated
+developers' sessions. ``--tune`` evaluates on held-out tasks of the *training* packages instead
+(for tuning the trainer without ever looking at the evaluation packages); ``--variant`` trains
+more adapters with other settings on the same events, and ``--skip-raw`` leaves the raw-reward
+one out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.simdev import (  # noqa: E402
+    POPULATIONS,
+    REWARDS,
+    Request,
+    Summary,
+    Task,
+    decide,
+    load_tasks,
+    read_jsonl,
+    summarise,
+)
+
+
+@dataclass(frozen=True)
+class Served:
+    """One sampled suggestion: what serving would have returned and logged."""
+
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]  # EOS included when the model stopped on it
+    logprobs: list[float]
+    text: str
+    finish_reason: str  # "stop" (EOS) or "length"
+
+
+def resolve_model(name: str) -> Path:
+    """``smollm2`` (fetched and converted once), ``starter-tiny`` / ``starter-small``, or a path."""
+    if name == "smollm2":
+        from gpu_trainer.base_models import ensure_smollm2
+
+        return Path(ensure_smollm2())
+    if name.startswith("starter-"):
+        from gpu_trainer.starter import ensure_starter_model
+
+        return Path(ensure_starter_model(name.removeprefix("starter-")))
+    path = Path(name)
+    if not (path / "config.json").is_file():
+        raise SystemExit(f"error: --model {name}: not smollm2, starter-tiny, starter-small or a model directory")
+    return path
+
+
+def load_model(model_dir: Path, adapter_dir: Path | None):
+    import torch
+
+    from gpu_trainer.policy import load_base_model, load_tokenizer
+
+    model = load_base_model(model_dir, torch.device("cpu"), torch.float32)
+    tokenizer = load_tokenizer(model_dir)
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        from gpu_trainer.adapters import verify_adapter
+
+        verify_adapter(adapter_dir)
+        model = PeftModel.from_pretrained(model, str(adapter_dir))
+    model.eval()
+    return model, tokenizer
+
+
+def sample_suggestions(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+    pass_tokens: int,
+    progress: str | None,
+    stop: Sequence[str] = (),
+) -> list[Served]:
+    """Sample one completion per prompt as serving does, with the sampled tokens' log-probs.
+
+    Generation ends at EOS, at ``max_new_tokens``, or at the first ``stop`` string: then, as
+    vLLM does, the text ends before the stop string and the token ids end with the token that
+    completed it. Prompts are batched by length (``plan_micro_batches``); pass k is seeded with
+    ``seed + k``, so the same prompts and seed give the same samples for the same model.
+    """
+    import torch
+    from tqdm import tqdm
+
+    from gpu_trainer.policy import plan_micro_batches, release_freed_memory, special_token_ids
+
+    eos_id, pad_id = special_token_ids(tokenizer, model)
+    encoded = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+    lengths = [len(ids) + max_new_tokens for ids in encoded]
+    served: list[Served | None] = [None] * len(prompts)
+    passes = plan_micro_batches(lengths, range(len(prompts)), max_tokens=pass_tokens)
+    bar = tqdm(total=len(prompts), desc=progress, unit="task", disable=progress is None, file=sys.stderr,
+               mininterval=5)
+    with bar:
+        for number, rows in enumerate(passes):
+            length = max(len(encoded[i]) for i in rows)
+            input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+            attention_mask = torch.zeros((len(rows), length), dtype=torch.long)
+            for row, index in enumerate(rows):
+                ids = encoded[index]
+                input_ids[row, length - len(ids):] = torch.tensor(ids)
+                attention_mask[row, length - len(ids):] = 1
+            torch.manual_seed(seed + number)
+            with torch.inference_mode():
+                output = model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=True,
+                    temperature=temperature,
+                    top_p=1.0,
+                    top_k=0,
+                    eos_token_id=eos_id,
+                    pad_token_id=pad_id,
+                    **({"stop_strings": list(stop), "tokenizer": tokenizer} if stop else {}),
+                    return_dict_in_generate=True,
+                    output_logits=True,
+                )
+            generated = output.sequences[:, length:]
+            # Raw log-probs of the sampled tokens (vLLM's default: before temperature).
+            logprobs = torch.stack([torch.log_softmax(step.float(), dim=-1) for step in output.logits], dim=1)
+            chosen = logprobs.gather(-1, generated.unsqueeze(-1)).squeeze(-1)
+            for row, index in enumerate(rows):
+                tokens, text, stopped = cut_completion(tokenizer, generated[row].tolist(), eos_id, stop)
+                served[index] = Served(
+                    prompt_token_ids=encoded[index],
+                    completion_token_ids=tokens,
+                    logprobs=[float(x) for x in chosen[row, : len(tokens)].tolist()],
+                    text=text,
+                    finish_reason="stop" if stopped else "length",
+                )
+            bar.update(len(rows))
+            del output, logprobs
+            release_freed_memory()
+    return [s for s in served if s is not None]
+
+
+def cut_completion(tokenizer, tokens: list[int], eos_id: int, stop: Sequence[str]) -> tuple[list[int], str, bool]:
+    """(token ids kept, text, stopped): up to and including EOS or the token completing a stop
+    string; the text holds neither."""
+    end = next((i for i, t in enumerate(tokens) if t == eos_id), None)
+    body = tokens if end is None else tokens[:end]
+    if stop:
+        for i in range(len(body)):
+            text = tokenizer.decode(body[: i + 1], skip_special_tokens=True)
+            hits = [text.find(s) for s in stop if s in text]
+            if hits:
+                return body[: i + 1], text[: min(hits)], True
+    text = tokenizer.decode(body, skip_special_tokens=True)
+    return (body if end is None else body + [eos_id]), text, end is not None
+
+
+def prompts_for(tasks: Sequence[Task], population: str, family: str) -> list[str]:
+    from gpu_trainer.fim import build_fim_prompt
+
+    return [build_fim_prompt(family, t.prefix, t.suffix_for(population)) for t in tasks]  # type: ignore[arg-type]
+
+
+def run_policy(model_dir: Path, adapter_dir: Path | None, tasks: Sequence[Task], args: argparse.Namespace,
+               *, seed: int, label: str) -> tuple[list[Served], list[Request]]:
+    """Serve every task with one policy and let the developer decide each suggestion."""
+    from gpu_trainer.fim import detect_family
+
+    model, tokenizer = load_model(model_dir, adapter_dir)
+    served = sample_suggestions(
+        model, tokenizer, prompts_for(tasks, args.population, detect_family(model_dir)),
+        max_new_tokens=args.max_tokens, temperature=args.temperature, seed=seed, pass_tokens=args.pass_tokens,
+        progress=label, stop=args.stop,
+    )
+    del model
+    requests = [
+        Request(index=i, task_id=task.id, interaction_id="", version=label, user="", text=s.text,
+                finish_reason=s.finish_reason, outcome=decide(args.population, s.text, task), latency_s=0.0)
+        for i, (task, s) in enumerate(zip(tasks, served, strict=True))
+    ]
+    return served, requests
+
+
+def to_samples(served: Sequence[Served], requests: Sequence[Request]) -> list[dict[str, Any]]:
+    """The trainer's sample format (as the exporter writes it), one per event."""
+    return [
+        {
+            "id": f"{r.task_id}",
+            "prompt_token_ids": s.prompt_token_ids,
+            "completion_token_ids": s.completion_token_ids,
+            "behaviour_logprobs": s.logprobs,
+            "reward": REWARDS[r.outcome],
+        }
+        for s, r in zip(served, requests, strict=True)
+    ]
+
+
+def train(model_dir: Path, samples: list[dict[str, Any]], config, out_dir: Path, parent: Path | None,
+          label: str) -> Path:
+    from gpu_trainer.ppo import train_ppo
+
+    print(f"[{label}] training on {len(samples)} events ({config.baseline} baseline)", file=sys.stderr, flush=True)
+    result = train_ppo(config, samples, base_model_dir=model_dir, out_dir=out_dir, parent_adapter_dir=parent,
+                       progress=sys.stderr.isatty())
+    summary = result.summary
+    keys = ("stopped_early", "reward_mean", "final_approx_kl", "final_kl_to_base", "wall_seconds", "tokens_per_s")
+    shown = {k: summary[k] for k in keys if k in summary}
+    print(f"[{label}] trained: {json.dumps({'steps': result.steps, **shown}, default=str)}", file=sys.stderr,
+          flush=True)
+    return result.out_dir
+
+
+def describe(name: str, summary: Summary) -> str:
+    return (
+        f"{name}: {summary.requests} tasks, {summary.shown} shown, {summary.accepted} accepted\n"
+        f"  accept rate of shown  {summary.accept_rate}\n"
+        f"  shown per request     {summary.shown_per_request}\n"
+        f"  accepted per request  {summary.accepted_per_request}\n"
+        f"  mean reward           {summary.mean_reward}"
+    )
+
+
+def relative_lift(new: float, old: float) -> float:
+    if math.isnan(new) or math.isnan(old):
+        return math.nan
+    if old == 0:
+        return 0.0 if new == 0 else math.inf
+    return new / old - 1.0
+
+
+def figures(summaries: dict[str, Summary], *, train_events: int) -> dict[str, float]:
+    """Every figure as one ``name: value`` pair; lifts and gains of each trained model vs base."""
+    out: dict[str, float] = {"eval_tasks": summaries["base"].requests, "train_events": train_events}
+    for name, s in summaries.items():
+        out[f"{name}_accept_rate"] = s.accept_rate.value
+        out[f"{name}_shown_per_request"] = s.shown_per_request.value
+        out[f"{name}_accepted_per_request"] = s.accepted_per_request.value
+        out[f"{name}_mean_reward"] = s.mean_reward.value
+    base = summaries["base"]
+    for name, s in summaries.items():
+        if name == "base":
+            continue
+        prefix = "" if name in ("trained", "adapter") else f"{name}_"
+        out[f"{prefix}accept_rate_lift"] = relative_lift(s.accept_rate.value, base.accept_rate.value)
+        out[f"{prefix}accepted_per_request_lift"] = relative_lift(
+            s.accepted_per_request.value, base.accepted_per_request.value)
+        out[f"{prefix}reward_gain"] = s.mean_reward.value - base.mean_reward.value
+    return out
+
+
+def format_value(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return "nan" if math.isnan(value) else ("inf" if math.isinf(value) else f"{value:.4f}")
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    from gpu_trainer.__main__ import _parse_overrides
+
+    return _parse_overrides(list(pairs))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="benchmarks/learning.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2",
+                        help="base model: smollm2 (default), starter-tiny, starter-small or a model directory")
+    parser.add_argument("--population", choices=POPULATIONS, default="line")
+    parser.add_argument("--train-tasks", type=int, default=256, help="events collected per round")
+    parser.add_argument("--eval-tasks", type=int, default=200, help="held-out tasks (ignored with --tasks)")
+    parser.add_argument("--rounds", type=int, default=1, help="collect-then-train rounds")
+    parser.add_argument("--seed", type=int, default=0, help="task selection, sampling and trainer seed")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="trainer config override for both adapters, e.g. --set learning_rate=5e-4")
+    parser.add_argument("--tasks", help="evaluate on this JSONL of {prefix, suffix, middle} records instead")
+    parser.add_argument("--adapter", help="evaluate this existing adapter against the base model (no training)")
+    parser.add_argument("--tune", action="store_true",
+                        help="evaluate on held-out tasks of the training packages (for tuning), not the eval ones")
+    parser.add_argument("--max-tokens", type=int, default=32, help="max_tokens of each request (as the demo)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (serving's default)")
+    parser.add_argument("--stop", action="append", default=[], type=lambda text: codecs.decode(text, "unicode_escape"),
+                        help="a stop string the client sends with each request (backslash escapes read, e.g. "
+                             "'\\n'; repeatable; default none, as the simulated developers' sessions)")
+    parser.add_argument("--pass-tokens", type=int, default=4096, help="token budget of one sampling pass")
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("TRAINER_CPU_THREADS", "1")),
+                        help="torch CPU threads (default $TRAINER_CPU_THREADS or 1)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                        help="one more adapter trained on the same events, with these overrides on top of --set "
+                             "(tuning; repeatable)")
+    parser.add_argument("--skip-raw", action="store_true", help="train only the default variant (faster tuning)")
+    parser.add_argument("--out", help="keep adapters and events here (default: a temporary folder)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    import torch
+
+    from gpu_trainer.config import PPOConfig
+    from gpu_trainer.errors import TrainerInputError
+
+    torch.set_num_threads(max(1, args.threads))
+    for name in ("train_tasks", "eval_tasks", "rounds"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1")
+    try:
+        overrides = parse_overrides(args.set)
+        config = PPOConfig.from_dict({"seed": args.seed, "device": "cpu", "dtype": "float32", **overrides})
+    except TrainerInputError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    model_dir = resolve_model(args.model)
+    adapter = Path(args.adapter) if args.adapter else None
+    if adapter is not None and not adapter.is_dir():
+        raise SystemExit(f"error: --adapter {adapter}: not a directory")
+
+    started = time.monotonic()
+    train_count = 0 if adapter is not None else args.train_tasks * args.rounds
+    if args.tasks:
+        eval_tasks = read_jsonl(args.tasks)
+        train_tasks = load_tasks("train", train_count, seed=args.seed)
+    elif args.tune:
+        pool = load_tasks("train", train_count + args.eval_tasks, seed=args.seed)
+        train_tasks, eval_tasks = pool[:train_count], pool[train_count:]
+    else:
+        train_tasks = load_tasks("train", train_count, seed=args.seed)
+        eval_tasks = load_tasks("eval", args.eval_tasks, seed=args.seed)
+    if not eval_tasks:
+        raise SystemExit("error: no evaluation tasks")
+    where = args.tasks or ("held-out tasks of the training packages" if args.tune else "the evaluation packages")
+    print(f"model {model_dir.name}, population {args.population}, {len(eval_tasks)} eval tasks from {where}, "
+          f"{args.train_tasks if adapter is None else 0} train events x {args.rounds if adapter is None else 0} "
+          f"round(s), seed {args.seed}", flush=True)
+    if overrides:
+        print(f"trainer overrides: {json.dumps(overrides)}", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="strop-learning-") as tmp:
+        work = Path(args.out) if args.out else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        policies: dict[str, Path | None] = {}
+        if adapter is not None:
+            policies["adapter"] = adapter
+        else:
+            variants = {"trained": config, "raw": config.replace(baseline="none")}
+            if args.skip_raw:
+                del variants["raw"]
+            for spec in args.variant:
+                name, _, pairs = spec.partition(":")
+                try:
+                    variants[name] = config.replace(**parse_overrides([p for p in pairs.split(",") if p]))
+                except (TrainerInputError, TypeError) as exc:
+                    raise SystemExit(f"error: --variant {spec}: {exc}") from None
+            current: dict[str, Path | None] = {name: None for name in variants}
+            for round_no in range(1, args.rounds + 1):
+                tasks = train_tasks[(round_no - 1) * args.train_tasks: round_no * args.train_tasks]
+                collect_seed = args.seed * 1_000_003 + 7919 * round_no
+                shared = None
+                if all(parent is None for parent in current.values()):  # the base policy: one set of events
+                    shared = run_policy(model_dir, None, tasks, args, seed=collect_seed,
+                                        label=f"round {round_no}: collect (base)")
+                for name, variant in variants.items():
+                    served, requests = shared or run_policy(model_dir, current[name], tasks, args, seed=collect_seed,
+                                                            label=f"round {round_no}: collect ({name})")
+                    samples = to_samples(served, requests)
+                    (work / f"events-{name}-round{round_no}.jsonl").write_text(
+                        "".join(json.dumps(s) + "\n" for s in samples))
+                    collected = summarise(requests)
+                    print(f"round {round_no} {name} events: {collected}", flush=True)
+                    out_dir = work / f"{name}-round{round_no}"
+                    current[name] = train(model_dir, samples, variant.replace(seed=args.seed + round_no - 1),
+                                          out_dir, current[name], label=f"round {round_no} {name}")
+            policies.update(current)
+
+        summaries: dict[str, Summary] = {}
+        eval_seed = args.seed * 1_000_003 + 104_729
+        for name, adapter_dir in {"base": None, **policies}.items():
+            _, requests = run_policy(model_dir, adapter_dir, eval_tasks, args, seed=eval_seed, label=f"eval ({name})")
+            summaries[name] = summarise(requests)
+        if args.out:
+            print(f"adapters and events kept in {work}", flush=True)
+
+    print(f"\n{args.population} developers, {len(eval_tasks)} eval tasks "
+          f"({time.monotonic() - started:.0f} s in all):")
+    for name, summary in summaries.items():
+        print(describe(name, summary))
+    print()
+    events = 0 if adapter is not None else args.train_tasks * args.rounds
+    for key, value in figures(summaries, train_events=events).items():
+        print(f"{key}: {format_value(value)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""The learning benchmark end to end through its main(), on the tiny starter model and a handful
+of tasks: the printed figures are present and well-formed (their values are not the point here)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+
+from benchmarks import learning
+from benchmarks.simdev import load_tasks
+
+FIGURE = re.compile(r"^([a-z_]+): (-?\d+(?:\.\d+)?|nan|inf)$")
+ESTIMATE = r"(?:n/a \(n=\d+\)|-?\d\.\d{3} \[-?\d\.\d{3}, -?\d\.\d{3}\] \(n=\d+\))"
+PER_MODEL = ("accept_rate", "shown_per_request", "accepted_per_request", "mean_reward")
+
+
+def figures(text: str) -> dict[str, float]:
+    """The ``name: value`` lines after the last blank line, each required to be well-formed."""
+    tail = text.rstrip("\n").rsplit("\n\n", 1)[1].splitlines()
+    out = {}
+    for line in tail:
+        match = FIGURE.match(line)
+        assert match, f"malformed figure line {line!r}"
+        out[match.group(1)] = float(match.group(2))
+    return out
+
+
+def model_blocks(text: str) -> dict[str, int]:
+    """Model name -> its number of tasks, each block holding the four figures with intervals."""
+    blocks = re.findall(
+        rf"^(\w+): (\d+) tasks, \d+ shown, \d+ accepted\n"
+        rf"  accept rate of shown  {ESTIMATE}\n"
+        rf"  shown per request     {ESTIMATE}\n"
+        rf"  accepted per request  {ESTIMATE}\n"
+        rf"  mean reward           {ESTIMATE}$",
+        text,
+        flags=re.M,
+    )
+    return {name: int(n) for name, n in blocks}
+
+
+@pytest.fixture(scope="module")
+def trained_run(tiny_starter_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("learning")
+    return out, [
+        "--model", str(tiny_starter_model), "--population", "line", "--train-tasks", "3", "--eval-tasks", "4",
+        "--rounds", "2", "--seed", "1", "--set", "epochs=1", "--set", "num_minibatches=1", "--max-tokens", "6",
+        "--out", str(out),
+    ]
+
+
+def test_trains_both_variants_and_prints_every_figure(trained_run, capsys):
+    out, argv = trained_run
+    assert learning.main(argv) == 0
+    text = capsys.readouterr().out
+    assert model_blocks(text) == {"base": 4, "trained": 4, "raw": 4}
+    values = figures(text)
+    expected = {"eval_tasks", "train_events", "accept_rate_lift", "accepted_per_request_lift", "reward_gain",
+                "raw_accept_rate_lift", "raw_accepted_per_request_lift", "raw_reward_gain"}
+    expected |= {f"{model}_{figure}" for model in ("base", "trained", "raw") for figure in PER_MODEL}
+    assert set(values) == expected
+    assert values["eval_tasks"] == 4 and values["train_events"] == 6
+    for model in ("base", "trained", "raw"):
+        assert 0 <= values[f"{model}_shown_per_request"] <= 1
+        assert -0.25 <= values[f"{model}_mean_reward"] <= 0.75
+    assert math.isclose(values["reward_gain"], values["trained_mean_reward"] - values["base_mean_reward"],
+                        abs_tol=2e-4)
+    # Two rounds, each variant continuing its own adapter; the events are in the trainer's format.
+    for name in ("trained", "raw"):
+        assert (out / f"{name}-round2" / "adapter_config.json").is_file()
+        events = [json.loads(line) for line in (out / f"events-{name}-round1.jsonl").read_text().splitlines()]
+        assert len(events) == 3
+        for event in events:
+            assert event["reward"] in (0.75, -0.25, 0.0)
+            assert len(event["behaviour_logprobs"]) == len(event["completion_token_ids"]) <= 6
+    # Round 1 trains both variants on the same events.
+    assert (out / "events-trained-round1.jsonl").read_text() == (out / "events-raw-round1.jsonl").read_text()
+
+
+def test_evaluates_an_existing_adapter_on_a_task_file(trained_run, tiny_starter_model, tmp_path, capsys):
+    out, _ = trained_run
+    adapter = out / "trained-round2"
+    if not adapter.is_dir():  # this test run alone
+        learning.main(trained_run[1])
+        capsys.readouterr()
+    tasks = tmp_path / "tasks.jsonl"
+    records = [{"prefix": t.prefix, "suffix": t.suffix, "middle": t.line_rest} for t in load_tasks("eval", 3, seed=2)]
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in records))
+    argv = ["--model", str(tiny_starter_model), "--adapter", str(adapter), "--tasks", str(tasks), "--max-tokens", "6",
+            "--stop", "\\n"]
+    assert learning.main(argv) == 0
+    text = capsys.readouterr().out
+    assert model_blocks(text) == {"base": 3, "adapter": 3}
+    values = figures(text)
+    assert values["eval_tasks"] == 3 and values["train_events"] == 0
+    assert {"accept_rate_lift", "accepted_per_request_lift", "reward_gain", "adapter_accept_rate"} <= set(values)
+    assert not any(key.startswith("raw_") for key in values)
+
+
+def test_a_stop_string_ends_the_text_and_keeps_the_token_that_completed_it(tiny_starter_model):
+    from gpu_trainer.policy import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_starter_model)
+    eos = tokenizer.eos_token_id
+    ids = tokenizer.encode("x = 1\ny = 2", add_special_tokens=False)
+    tokens, text, stopped = learning.cut_completion(tokenizer, ids + [eos], eos, ["\n"])
+    assert text == "x = 1" and stopped and "\n" in tokenizer.decode(tokens) and eos not in tokens
+    assert tokenizer.decode(tokens[:-1]) == "x = 1"[: len(tokenizer.decode(tokens[:-1]))]
+    # No stop string: the text runs to EOS, which ends the token ids.
+    tokens, text, stopped = learning.cut_completion(tokenizer, ids + [eos, eos], eos, [])
+    assert text == "x = 1\ny = 2" and stopped and tokens == ids + [eos]
+    # Neither: cut by length, nothing added.
+    assert learning.cut_completion(tokenizer, ids, eos, []) == (ids, "x = 1\ny = 2", False)
+    # A newline first is an empty suggestion: nothing to show.
+    newline = tokenizer.encode("\n", add_special_tokens=False)
+    assert learning.cut_completion(tokenizer, newline + ids, eos, ["\n"])[1] == ""
+
+
+def test_bad_arguments_exit_with_a_message(tiny_starter_model, tmp_path):
+    with pytest.raises(SystemExit, match="--adapter"):
+        learning.main(["--model", str(tiny_starter_model), "--adapter", str(tmp_path / "missing")])
+    with pytest.raises(SystemExit, match="unknown field"):
+        learning.main(["--model", str(tiny_starter_model), "--set", "no_such_field=1"])
