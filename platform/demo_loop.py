@@ -307,7 +307,7 @@ def chart(rows: list[Row], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     shown = [r for r in rows if r.summary.requests]
-    labels = [f"{r.tenant} r{r.round}\n{r.phase}\n{r.version}" for r in shown]
+    labels = [f"{r.tenant} r{r.round}\n{r.phase}\n{r.version.replace('the base model', 'base')}" for r in shown]
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(shown) + 2), 4.8))
     for ax, name, title in (
         (axes[0], "accept_rate", "accept rate of shown suggestions"),
