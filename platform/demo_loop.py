@@ -185,38 +185,26 @@ def experiment(tenant: Tenant, version: int, tasks: list[Task], round_no: int, *
     action = latest.get("action") or decided.get("decision") or "keep_running"
     reason = ((latest.get("analysis") or {}).get("decision") or {}).get("reason") or decided.get("decision_reason", "")
     print(f"    {tenant.slug}: the experiment says {action}: {reason}")
-    if decided["status"] == "running" and dashboard:
+    left = decided["status"] == "running" and bool(dashboard)
+    if left:
         page = f"{dashboard}t/{tenant.slug}/experiments/{exp['id']}/"
         print(f"==> {tenant.slug}: experiment {exp['id']} is left running for you: act on it at {page}")
-        tenant.experiments.append(
-            {
-                "tenant": tenant.slug,
-                "round": round_no,
-                "id": exp["id"],
-                "candidate": version,
-                "control": control,
-                "action": action,
-                "reason": reason,
-                "status": "running (yours to decide on the dashboard)",
-                "production_after": control,
-            }
-        )
-        set_min_events(tenant, tenant.events + len(tasks))
-        return True
-    if decided["status"] == "running":
-        if action in ("promote", "rollback"):
-            acted = tenant.http.post(
-                f"/v1/experiments/{exp['id']}/{action}", json={"reason": "the experiment's decision"}
-            )
-        else:  # not decided within the demo: production stays, as an admin with no more time would leave it
-            acted = tenant.http.post(
-                f"/v1/experiments/{exp['id']}/stop", json={"reason": "demo budget spent before a decision"}
-            )
-        acted.raise_for_status()
-        decided = acted.json()
+        status, now = "running (yours to decide on the dashboard)", control
+    else:
+        if decided["status"] == "running":
+            if action in ("promote", "rollback"):
+                acted = tenant.http.post(
+                    f"/v1/experiments/{exp['id']}/{action}", json={"reason": "the experiment's decision"}
+                )
+            else:  # not decided within the demo: production stays, as an admin with no more time would leave it
+                acted = tenant.http.post(
+                    f"/v1/experiments/{exp['id']}/stop", json={"reason": "demo budget spent before a decision"}
+                )
+            acted.raise_for_status()
+            decided = acted.json()
+        status, now = decided["status"], production(production_version(tenant))
+        print(f"==> {tenant.slug}: experiment {exp['id']} ended {status}; production is {now}")
     set_min_events(tenant, tenant.events + len(tasks))
-    now = production(production_version(tenant))
-    print(f"==> {tenant.slug}: experiment {exp['id']} ended {decided['status']}; production is {now}")
     tenant.experiments.append(
         {
             "tenant": tenant.slug,
@@ -226,11 +214,11 @@ def experiment(tenant: Tenant, version: int, tasks: list[Task], round_no: int, *
             "control": control,
             "action": action,
             "reason": reason,
-            "status": decided["status"],
+            "status": status,
             "production_after": now,
         }
     )
-    return False
+    return left
 
 
 def _fmt(estimate: Any, percent: bool = True) -> str:
@@ -318,8 +306,9 @@ def chart(rows: list[Row], path: Path) -> None:
             e = getattr(r.summary, name)
             ok = e.n > 0 and e.value == e.value
             values.append(e.value if ok else 0.0)
-            errors[0].append(e.value - e.low if ok else 0.0)
-            errors[1].append(e.high - e.value if ok else 0.0)
+            # Wilson bounds can sit a rounding error inside the value (at 0 or 1): never below zero.
+            errors[0].append(max(0.0, e.value - e.low) if ok else 0.0)
+            errors[1].append(max(0.0, e.high - e.value) if ok else 0.0)
             colours.append("#9aa5b1" if r.phase != "A/B candidate" else "#2f6fdf")
         ax.bar(range(len(shown)), values, yerr=errors, color=colours, capsize=4)
         ax.set_xticks(range(len(shown)), labels, fontsize=7)
