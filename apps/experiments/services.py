@@ -200,6 +200,12 @@ def _end(experiment: Experiment, *, status: str, decision: str, reason: str, act
     return bool(moved)
 
 
+def _end_running(experiment: Experiment, **end: Any) -> None:
+    """``_end`` for an action a person asked for: one that lost the race to another is a 409."""
+    if not _end(experiment, **end):
+        raise Conflict(f"experiment {experiment.pk} ended meanwhile", code="not_running")
+
+
 def _require_running(experiment: Experiment) -> None:
     if experiment.status != Experiment.Status.RUNNING:
         raise Conflict(f"experiment {experiment.pk} is {experiment.status}, not running", code="not_running")
@@ -210,15 +216,14 @@ def experiment_stop(tenant: Tenant, *, experiment: Experiment, actor: str, reaso
     _require_running(experiment)
     with transaction.atomic():
         summary = _snapshot_summary(experiment)
-        if not _end(
+        _end_running(
             experiment,
             status=Experiment.Status.STOPPED,
             decision="",
             reason=reason or "stopped",
             actor=actor,
             candidate_status=AdapterVersion.Status.CANDIDATE,
-        ):
-            raise Conflict(f"experiment {experiment.pk} ended meanwhile", code="not_running")
+        )
         audit_record(
             tenant,
             actor=actor,
@@ -238,15 +243,14 @@ def experiment_promote(tenant: Tenant, *, experiment: Experiment, actor: str, re
     candidate.refresh_from_db()
     with transaction.atomic():
         summary = _snapshot_summary(experiment)
-        if not _end(
+        _end_running(
             experiment,
             status=Experiment.Status.DECIDED,
             decision=PROMOTE,
             reason=reason or "promoted",
             actor=actor,
             candidate_status=AdapterVersion.Status.IN_EXPERIMENT,
-        ):
-            raise Conflict(f"experiment {experiment.pk} ended meanwhile", code="not_running")
+        )
         adapter_version_promote(tenant, version=candidate, actor=actor)
         audit_record(
             tenant,
@@ -269,15 +273,14 @@ def experiment_rollback(tenant: Tenant, *, experiment: Experiment, actor: str, r
     _require_running(experiment)
     with transaction.atomic():
         summary = _snapshot_summary(experiment)
-        if not _end(
+        _end_running(
             experiment,
             status=Experiment.Status.DECIDED,
             decision=ROLLBACK,
             reason=reason or "rolled back",
             actor=actor,
             candidate_status=AdapterVersion.Status.RETIRED,
-        ):
-            raise Conflict(f"experiment {experiment.pk} ended meanwhile", code="not_running")
+        )
         audit_record(
             tenant,
             actor=actor,
