@@ -16,14 +16,17 @@ accepted more often, on code it never trained on?
    (or ``--tasks FILE.jsonl``) with the same developer, the same sampling and the same seeds.
 
 Output: for each model its accept rate of shown suggestions, suggestions shown per request,
-accepted per request and mean reward, each with a 95 % interval and the number of tasks; then
-one ``name: value`` line per figure (``accept_rate_lift`` and ``accepted_per_request_lift`` are
-relative, trained vs base; ``reward_gain`` is the difference of mean rewards).
+accepted per request and mean reward, each with a 95 % interval and the number of tasks; for the
+``line`` developer also the same figures *expected* under each model (computed per task from the
+model's probabilities, no sampling noise: ``expected.py``) and the paired gain in accepted per
+request over the same tasks; then one ``name: value`` line per figure (``accept_rate_lift`` and
+``accepted_per_request_lift`` are relative, trained vs base; ``reward_gain`` is the difference of
+mean rewards; ``expected_*`` the computed ones).
 
     python benchmarks/learning.py [--model DIR|smollm2|starter-tiny] [--population line|block]
         [--train-tasks 256] [--eval-tasks 200] [--rounds 1] [--seed 0] [--set key=value ...]
         [--tasks FILE.jsonl] [--adapter DIR] [--stop '\\n'] [--tune] [--variant NAME:K=V,...]
-        [--skip-raw] [--out DIR] [--threads 1]
+        [--skip-raw] [--out DIR] [--threads 1] [--prefix-chars 500] [--no-expected]
 
 ``--adapter DIR`` evaluates an existing adapter against the base model (no training).
 ``--stop`` adds a stop string to every request, as a client may send one (serving applies it as
@@ -45,7 +48,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +55,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.expected import Expected, expected_outcomes, paired_difference  # noqa: E402
+from benchmarks.sampling import Served, cut_completion, sample_suggestions  # noqa: E402,F401 (cut_completion: tests)
 from benchmarks.simdev import (  # noqa: E402
     POPULATIONS,
     REWARDS,
+    Context,
     Request,
     Summary,
     Task,
@@ -64,17 +69,6 @@ from benchmarks.simdev import (  # noqa: E402
     read_jsonl,
     summarise,
 )
-
-
-@dataclass(frozen=True)
-class Served:
-    """One sampled suggestion: what serving would have returned and logged."""
-
-    prompt_token_ids: list[int]
-    completion_token_ids: list[int]  # EOS included when the model stopped on it
-    logprobs: list[float]
-    text: str
-    finish_reason: str  # "stop" (EOS) or "length"
 
 
 def resolve_model(name: str) -> Path:
@@ -111,120 +105,42 @@ def load_model(model_dir: Path, adapter_dir: Path | None):
     return model, tokenizer
 
 
-def sample_suggestions(
-    model,
-    tokenizer,
-    prompts: Sequence[str],
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    seed: int,
-    pass_tokens: int,
-    progress: str | None,
-    stop: Sequence[str] = (),
-) -> list[Served]:
-    """Sample one completion per prompt as serving does, with the sampled tokens' log-probs.
-
-    Generation ends at EOS, at ``max_new_tokens``, or at the first ``stop`` string: then, as
-    vLLM does, the text ends before the stop string and the token ids end with the token that
-    completed it. Prompts are batched by length (``plan_micro_batches``); pass k is seeded with
-    ``seed + k``, so the same prompts and seed give the same samples for the same model.
-    """
-    import torch
-    from tqdm import tqdm
-
-    from gpu_trainer.policy import plan_micro_batches, release_freed_memory, special_token_ids
-
-    eos_id, pad_id = special_token_ids(tokenizer, model)
-    encoded = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
-    lengths = [len(ids) + max_new_tokens for ids in encoded]
-    served: list[Served | None] = [None] * len(prompts)
-    passes = plan_micro_batches(lengths, range(len(prompts)), max_tokens=pass_tokens)
-    bar = tqdm(total=len(prompts), desc=progress, unit="task", disable=progress is None, file=sys.stderr,
-               mininterval=5)
-    with bar:
-        for number, rows in enumerate(passes):
-            length = max(len(encoded[i]) for i in rows)
-            input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
-            attention_mask = torch.zeros((len(rows), length), dtype=torch.long)
-            for row, index in enumerate(rows):
-                ids = encoded[index]
-                input_ids[row, length - len(ids):] = torch.tensor(ids)
-                attention_mask[row, length - len(ids):] = 1
-            torch.manual_seed(seed + number)
-            with torch.inference_mode():
-                output = model.generate(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=True,
-                    temperature=temperature,
-                    top_p=1.0,
-                    top_k=0,
-                    eos_token_id=eos_id,
-                    pad_token_id=pad_id,
-                    **({"stop_strings": list(stop), "tokenizer": tokenizer} if stop else {}),
-                    return_dict_in_generate=True,
-                    output_logits=True,
-                )
-            generated = output.sequences[:, length:]
-            # Raw log-probs of the sampled tokens (vLLM's default: before temperature).
-            logprobs = torch.stack([torch.log_softmax(step.float(), dim=-1) for step in output.logits], dim=1)
-            chosen = logprobs.gather(-1, generated.unsqueeze(-1)).squeeze(-1)
-            for row, index in enumerate(rows):
-                tokens, text, stopped = cut_completion(tokenizer, generated[row].tolist(), eos_id, stop)
-                served[index] = Served(
-                    prompt_token_ids=encoded[index],
-                    completion_token_ids=tokens,
-                    logprobs=[float(x) for x in chosen[row, : len(tokens)].tolist()],
-                    text=text,
-                    finish_reason="stop" if stopped else "length",
-                )
-            bar.update(len(rows))
-            del output, logprobs
-            release_freed_memory()
-    return [s for s in served if s is not None]
-
-
-def cut_completion(tokenizer, tokens: list[int], eos_id: int, stop: Sequence[str]) -> tuple[list[int], str, bool]:
-    """(token ids kept, text, stopped): up to and including EOS or the token completing a stop
-    string; the text holds neither."""
-    end = next((i for i, t in enumerate(tokens) if t == eos_id), None)
-    body = tokens if end is None else tokens[:end]
-    if stop:
-        for i in range(len(body)):
-            text = tokenizer.decode(body[: i + 1], skip_special_tokens=True)
-            hits = [text.find(s) for s in stop if s in text]
-            if hits:
-                return body[: i + 1], text[: min(hits)], True
-    text = tokenizer.decode(body, skip_special_tokens=True)
-    return (body if end is None else body + [eos_id]), text, end is not None
-
-
 def prompts_for(tasks: Sequence[Task], population: str, family: str) -> list[str]:
     from gpu_trainer.fim import build_fim_prompt
 
     return [build_fim_prompt(family, t.prefix, t.suffix_for(population)) for t in tasks]  # type: ignore[arg-type]
 
 
+def computes_expected(args: argparse.Namespace) -> bool:
+    """Expected outcomes are computed for the ``line`` developer at temperature 1 (what they assume)."""
+    return args.population == "line" and args.temperature == 1.0 and not args.no_expected
+
+
 def run_policy(model_dir: Path, adapter_dir: Path | None, tasks: Sequence[Task], args: argparse.Namespace,
-               *, seed: int, label: str) -> tuple[list[Served], list[Request]]:
-    """Serve every task with one policy and let the developer decide each suggestion."""
+               *, seed: int, label: str, expected: bool = False
+               ) -> tuple[list[Served], list[Request], Expected | None]:
+    """Serve every task with one policy and let the developer decide each suggestion; with
+    ``expected``, also compute every task's expected outcome under the same policy."""
     from gpu_trainer.fim import detect_family
 
     model, tokenizer = load_model(model_dir, adapter_dir)
+    prompts = prompts_for(tasks, args.population, detect_family(model_dir))
     served = sample_suggestions(
-        model, tokenizer, prompts_for(tasks, args.population, detect_family(model_dir)),
+        model, tokenizer, prompts,
         max_new_tokens=args.max_tokens, temperature=args.temperature, seed=seed, pass_tokens=args.pass_tokens,
         progress=label, stop=args.stop,
     )
+    outcomes = None
+    if expected:
+        outcomes = expected_outcomes(model, tokenizer, prompts, tasks, line_stop="\n" in args.stop,
+                                     pass_tokens=args.pass_tokens)
     del model
     requests = [
         Request(index=i, task_id=task.id, interaction_id="", version=label, user="", text=s.text,
                 finish_reason=s.finish_reason, outcome=decide(args.population, s.text, task), latency_s=0.0)
         for i, (task, s) in enumerate(zip(tasks, served, strict=True))
     ]
-    return served, requests
+    return served, requests, outcomes
 
 
 def to_samples(served: Sequence[Served], requests: Sequence[Request]) -> list[dict[str, Any]]:
@@ -294,6 +210,31 @@ def figures(summaries: dict[str, Summary], *, train_events: int) -> dict[str, fl
     return out
 
 
+def expected_figures(expected: dict[str, Expected]) -> dict[str, float]:
+    """The expected outcomes as figures: per model, then each trained model's lifts vs base and
+    its paired gain in accepted per request with that gain's 95 % interval."""
+    out: dict[str, float] = {}
+    for name, outcome in expected.items():
+        for key, value in outcome.figures().items():
+            out[f"expected_{name}_{key}"] = value
+    if "base" not in expected:
+        return out
+    base = expected["base"].figures()
+    for name, outcome in expected.items():
+        if name == "base":
+            continue
+        prefix = "" if name in ("trained", "adapter") else f"{name}_"
+        values = outcome.figures()
+        out[f"{prefix}expected_accept_rate_lift"] = relative_lift(values["accept_rate"], base["accept_rate"])
+        out[f"{prefix}expected_accepted_per_request_lift"] = relative_lift(
+            values["accepted_per_request"], base["accepted_per_request"])
+        gain = paired_difference(outcome.accept, expected["base"].accept)
+        out[f"{prefix}expected_accepted_per_request_gain"] = gain.value
+        out[f"{prefix}expected_accepted_per_request_gain_low"] = gain.low
+        out[f"{prefix}expected_accepted_per_request_gain_high"] = gain.high
+    return out
+
+
 def format_value(value: float) -> str:
     if isinstance(value, int):
         return str(value)
@@ -333,6 +274,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="one more adapter trained on the same events, with these overrides on top of --set "
                              "(tuning; repeatable)")
     parser.add_argument("--skip-raw", action="store_true", help="train only the default variant (faster tuning)")
+    parser.add_argument("--prefix-chars", type=int, default=500,
+                        help="the most characters of the file before the cursor that a request carries (whole lines; "
+                             "default 500, as the demo's editors send)")
+    parser.add_argument("--no-expected", action="store_true",
+                        help="skip the expected (computed) outcomes of the line developer")
     parser.add_argument("--out", help="keep adapters and events here (default: a temporary folder)")
     return parser
 
@@ -358,17 +304,20 @@ def main(argv: list[str] | None = None) -> int:
     if adapter is not None and not adapter.is_dir():
         raise SystemExit(f"error: --adapter {adapter}: not a directory")
 
+    if args.prefix_chars < 1:
+        raise SystemExit("error: --prefix-chars must be >= 1")
+    context = Context(max_prefix_chars=args.prefix_chars)
     started = time.monotonic()
     train_count = 0 if adapter is not None else args.train_tasks * args.rounds
     if args.tasks:
         eval_tasks = read_jsonl(args.tasks)
-        train_tasks = load_tasks("train", train_count, seed=args.seed)
+        train_tasks = load_tasks("train", train_count, seed=args.seed, context=context)
     elif args.tune:
-        pool = load_tasks("train", train_count + args.eval_tasks, seed=args.seed)
+        pool = load_tasks("train", train_count + args.eval_tasks, seed=args.seed, context=context)
         train_tasks, eval_tasks = pool[:train_count], pool[train_count:]
     else:
-        train_tasks = load_tasks("train", train_count, seed=args.seed)
-        eval_tasks = load_tasks("eval", args.eval_tasks, seed=args.seed)
+        train_tasks = load_tasks("train", train_count, seed=args.seed, context=context)
+        eval_tasks = load_tasks("eval", args.eval_tasks, seed=args.seed, context=context)
     if not eval_tasks:
         raise SystemExit("error: no evaluation tasks")
     where = args.tasks or ("held-out tasks of the training packages" if args.tune else "the evaluation packages")
@@ -403,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
                     shared = run_policy(model_dir, None, tasks, args, seed=collect_seed,
                                         label=f"round {round_no}: collect (base)")
                 for name, variant in variants.items():
-                    served, requests = shared or run_policy(model_dir, current[name], tasks, args, seed=collect_seed,
+                    served, requests, _ = shared or run_policy(model_dir, current[name], tasks, args, seed=collect_seed,
                                                             label=f"round {round_no}: collect ({name})")
                     samples = to_samples(served, requests)
                     (work / f"events-{name}-round{round_no}.jsonl").write_text(
@@ -416,10 +365,14 @@ def main(argv: list[str] | None = None) -> int:
             policies.update(current)
 
         summaries: dict[str, Summary] = {}
+        expected: dict[str, Expected] = {}
         eval_seed = args.seed * 1_000_003 + 104_729
         for name, adapter_dir in {"base": None, **policies}.items():
-            _, requests = run_policy(model_dir, adapter_dir, eval_tasks, args, seed=eval_seed, label=f"eval ({name})")
+            _, requests, outcomes = run_policy(model_dir, adapter_dir, eval_tasks, args, seed=eval_seed,
+                                               label=f"eval ({name})", expected=computes_expected(args))
             summaries[name] = summarise(requests)
+            if outcomes is not None:
+                expected[name] = outcomes
         if args.out:
             print(f"adapters and events kept in {work}", flush=True)
 
@@ -427,9 +380,20 @@ def main(argv: list[str] | None = None) -> int:
           f"({time.monotonic() - started:.0f} s in all):")
     for name, summary in summaries.items():
         print(describe(name, summary))
+    if expected:
+        print("\nexpected outcomes (computed, not sampled: P(accepted) and P(silent) of every task, see expected.py):")
+        for name, outcome in expected.items():
+            values = outcome.figures()
+            print(f"{name}: accept rate of shown {values['accept_rate']:.4f}, shown per request "
+                  f"{values['shown_per_request']:.4f}, accepted per request {values['accepted_per_request']:.4f}, "
+                  f"mean reward {values['mean_reward']:+.4f}")
+        for name, outcome in expected.items():
+            if name != "base":
+                print(f"{name} - base, accepted per request (paired over the same tasks): "
+                      f"{paired_difference(outcome.accept, expected['base'].accept)}")
     print()
     events = 0 if adapter is not None else args.train_tasks * args.rounds
-    for key, value in figures(summaries, train_events=events).items():
+    for key, value in {**figures(summaries, train_events=events), **expected_figures(expected)}.items():
         print(f"{key}: {format_value(value)}")
     return 0
 

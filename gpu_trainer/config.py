@@ -103,11 +103,39 @@ class PPOConfig:
     """``auto``: bf16 on GPU, fp32 on CPU; or ``float32`` / ``bfloat16`` explicitly."""
     deterministic: bool = True
     """torch.use_deterministic_algorithms during training (same seed, same bytes)."""
+    autocast_bf16: bool = False
+    """Run every forward pass under bfloat16 autocast (matrix products in bf16; weights, LoRA,
+    optimizer and log-softmax stay in ``dtype``). On a CPU with AMX (this machine) the PPO update
+    is ~1.65x faster than in fp32; log-probs then carry bf16 rounding (~1e-2), the same in the
+    old and new passes, so the ratio still starts at exactly 1. Still deterministic."""
 
     def __post_init__(self) -> None:
+        self._check_types()
         self.lora_target_modules = tuple(self.lora_target_modules)
         self.adam_betas = (float(self.adam_betas[0]), float(self.adam_betas[1]))
         self.validate()
+
+    def _check_types(self) -> None:
+        """Each field has its default's type (an int where a float is expected is fine;
+        ``target_kl`` is a number or None): ``target_kl="None"`` is a clear error, not a
+        TypeError from a comparison later."""
+        for f in dataclasses.fields(self):
+            value, default = getattr(self, f.name), f.default
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if f.name == "target_kl":  # a number, or None for never
+                ok = value is None or number
+            elif isinstance(default, bool):
+                ok = isinstance(value, bool)
+            elif isinstance(default, int):
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif isinstance(default, float):
+                ok = number
+            elif isinstance(default, str):
+                ok = isinstance(value, str)
+            else:  # the tuples: a list or tuple (from JSON)
+                ok = isinstance(value, (tuple, list))
+            if not ok:
+                raise TrainerInputError(f"config: {f.name} has the wrong type ({type(value).__name__}: {value!r})")
 
     def validate(self) -> None:
         """Raise ``TrainerInputError`` naming the first bad field."""
@@ -130,6 +158,7 @@ class PPOConfig:
             (0 <= self.lora_dropout < 1, "lora_dropout must be in [0, 1)"),
             (len(self.lora_target_modules) > 0, "lora_target_modules must not be empty"),
             (self.dtype in ("auto", "float32", "bfloat16"), "dtype must be auto|float32|bfloat16"),
+            (isinstance(self.autocast_bf16, bool), "autocast_bf16 must be true or false"),
         ]
         for ok, message in checks:
             if not ok:

@@ -11,6 +11,7 @@ with its tokens (SmolLM2-135M: ~1.2 MB per token with grad), so the budget bound
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import random
@@ -75,6 +76,14 @@ def resolve_device_dtype(config: PPOConfig) -> tuple[torch.device, torch.dtype]:
     else:
         dtype = getattr(torch, config.dtype)
     return device, dtype
+
+
+def forward_precision(config: PPOConfig, device: torch.device) -> contextlib.AbstractContextManager:
+    """The context every forward pass of a training run runs in: bf16 autocast when the config
+    asks for it, else nothing (the model's own dtype)."""
+    if config.autocast_bf16:
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def load_tokenizer(base_model_dir: str | Path):

@@ -36,6 +36,7 @@ from gpu_trainer.policy import (
     completion_logprobs,
     completion_tokens,
     enable_gradient_checkpointing,
+    forward_precision,
     load_base_model,
     load_tokenizer,
     make_batch,
@@ -223,7 +224,7 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
     first = epoch_orders[0][0] if _reuses_first_step(model, config) and not (
         need_reference and not reference_is_old) else None
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), forward_precision(config, device):
         for index, minibatch in enumerate(minibatches):
             for part in minibatch.passes:
                 if index == first:
@@ -255,7 +256,8 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
                 weight_sum, tokens = 0.0, 0
                 for part in minibatch.passes:
                     batch = batch_of(part.rows)
-                    new, entropy = completion_logprobs(model, batch, with_entropy=True)
+                    with forward_precision(config, device):
+                        new, entropy = completion_logprobs(model, batch, with_entropy=True)
                     if part.old is None:  # the first step's minibatch: the policy is still the old one
                         _set_old(part, new.detach(), batch, config)
                     if need_reference and part.reference is None:

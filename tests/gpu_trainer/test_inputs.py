@@ -79,3 +79,18 @@ def test_bad_config_names_the_field():
         PPOConfig(baseline="median")
     with pytest.raises(TrainerInputError, match="unknown field"):
         PPOConfig.from_dict({"learning_rat": 1e-3})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("target_kl", "None"), ("epochs", "2"), ("epochs", 2.5), ("learning_rate", "1e-3"), ("autocast_bf16", 1)],
+)
+def test_a_config_value_of_the_wrong_type_names_the_field(field, value):
+    """As JSON overrides arrive (``--set target_kl=None`` reads as a string): a clear error, not a
+    TypeError from a comparison inside validation."""
+    with pytest.raises(TrainerInputError, match=f"{field} has the wrong type"):
+        PPOConfig.from_dict({field: value})
+
+
+def test_a_config_accepts_null_target_kl_and_an_int_learning_rate():
+    assert PPOConfig.from_dict({"target_kl": None, "learning_rate": 1}).target_kl is None

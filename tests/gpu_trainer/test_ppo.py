@@ -220,3 +220,28 @@ def test_target_kl_stops_the_update_early(tiny_starter_model, setting, tmp_path)
         config, _silence_samples(setting), base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False
     )
     assert result.stopped_early and result.steps < 16
+
+
+def test_bf16_autocast_learns_the_rewarded_token_and_is_deterministic(tiny_starter_model, setting, tmp_path):
+    """The faster CPU path (forward passes under bf16 autocast) still learns what the rewards say,
+    and the same seed still gives the same adapter bytes."""
+    x, others = setting["x"], setting["others"]
+    rng = random.Random(0)
+    samples = [
+        {
+            "prompt_token_ids": setting["prompt"],
+            "completion_token_ids": _completion(x if i % 4 == 0 else others[i % len(others)], rng),
+            "behaviour_logprobs": None,
+            "reward": 1.0 if i % 4 == 0 else -1.0,
+        }
+        for i in range(16)
+    ]
+    config = FAST.replace(autocast_bf16=True)
+    adapter = _train_rounds(tiny_starter_model, samples, config, tmp_path / "rounds")
+    after = next_token_probs(load(tiny_starter_model, adapter), setting["prompt"])[x].item()
+    assert after > 3 * setting["base_probs"][x].item()
+    first = train_ppo(config, samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "a", progress=False)
+    second = train_ppo(config, samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "b", progress=False)
+    weights = "adapter_model.safetensors"
+    assert _sha256(first.out_dir / weights) == _sha256(second.out_dir / weights)
+    assert first.summary["steps"] == second.summary["steps"] > 0
