@@ -35,6 +35,18 @@ class PPOConfig:
     reward, under which zero-reward actions (e.g. silence) get no gradient at all."""
     normalize_advantages: bool = False
     """Divide advantages by their batch standard deviation (after the baseline)."""
+    silence_counterfactual: bool = False
+    """Every event also teaches the silent action (EOS first), whose reward is known without
+    showing anything (``silence_reward``): its advantage is silence_reward − the event's reward (a
+    rejected suggestion loses to silence, an accepted one beats it), and its log-prob comes from
+    the event's own forward pass (no extra compute). Silence is rarely sampled (a few percent of
+    requests), so without this it learns only from those few; with it, from every event."""
+    silence_reward: float = 0.0
+    """The reward of staying silent: the tenant's reward for ``not_shown``."""
+    silence_clip: float = 0.1
+    """Trust region of the silent action in ``silence_counterfactual``: per update and context its
+    probability moves by at most this much (absolute). The token ratio clip would let a 2 %
+    action grow only to 2.4 % per update."""
 
     # --- loss --------------------------------------------------------------------------------
     clip_eps: float = 0.2
@@ -144,6 +156,7 @@ class PPOConfig:
             (self.loss_aggregation in ("token_mean", "sequence_mean"),
              "loss_aggregation must be 'token_mean' or 'sequence_mean'"),
             (self.clip_eps > 0, "clip_eps must be > 0"),
+            (0 < self.silence_clip <= 1, "silence_clip must be in (0, 1]"),
             (self.kl_coef >= 0, "kl_coef must be >= 0"),
             (self.importance_cap >= 1, "importance_cap must be >= 1"),
             (self.learning_rate > 0, "learning_rate must be > 0"),

@@ -294,7 +294,24 @@ def completion_logprobs(model, batch: PaddedBatch, *, with_entropy: bool = False
 
     The one log-prob function of the trainer: old, new, reference and scoring all use it.
     """
+    logprobs, entropy, _ = _logprobs_from_logits(completion_logits(model, batch), batch, with_entropy)
+    return logprobs, entropy
+
+
+def completion_and_silence_logprobs(model, batch: PaddedBatch, *, silent_id: int, with_entropy: bool = False
+                                    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``completion_logprobs`` plus, from the same forward pass, log π(silent_id) at each row's first
+    completion position ([B]): the probability of staying silent (EOS first) where the served
+    completion began."""
     logits = completion_logits(model, batch)
+    logprobs, entropy, lse = _logprobs_from_logits(logits, batch, with_entropy)
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    first = batch.width - batch.mask.sum(-1).long()  # completions are end-aligned
+    return logprobs, entropy, logits[rows, first, silent_id] - lse[rows, first]
+
+
+def _logprobs_from_logits(logits: torch.Tensor, batch: PaddedBatch, with_entropy: bool
+                          ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     token_logprobs, lse = chosen_token_logprobs(logits, batch.targets)
     entropy = entropy_from_logits(logits, lse) * batch.mask if with_entropy else None
-    return token_logprobs * batch.mask, entropy
+    return token_logprobs * batch.mask, entropy, lse

@@ -33,6 +33,7 @@ from gpu_trainer.policy import (
     PaddedBatch,
     adapter_is_identity,
     attach_lora,
+    completion_and_silence_logprobs,
     completion_logprobs,
     completion_tokens,
     enable_gradient_checkpointing,
@@ -144,6 +145,20 @@ def _std(values: torch.Tensor) -> float:
     return float(values.std()) if values.numel() > 1 else 0.0
 
 
+def silence_loss(new_silent: torch.Tensor, old_silent: torch.Tensor, advantages: torch.Tensor, *, clip: float,
+                 denominator: int) -> torch.Tensor:
+    """The counterfactual silent action's clipped surrogate, this pass's share of the minibatch's.
+
+    The ratio is clipped so that π(silent) moves by at most ``clip`` in absolute probability
+    (a total-variation trust region for this one action): [1 − clip/π_old, 1 + clip/π_old].
+    """
+    ratio = (new_silent - old_silent).exp()
+    old_prob = old_silent.exp().clamp(min=1e-12)
+    low, high = (1 - clip / old_prob).clamp(min=0.0), 1 + clip / old_prob
+    surrogate = torch.min(ratio * advantages, torch.minimum(torch.maximum(ratio, low), high) * advantages)
+    return -surrogate.sum() / max(denominator, 1)
+
+
 @dataclass
 class Pass:
     """One forward pass of a minibatch: its samples and what is kept of them between passes."""
@@ -154,6 +169,8 @@ class Pass:
     reference: torch.Tensor | None = None  # [b, W] log-probs of the base model, when measured
     weights: torch.Tensor | None = None  # [b, W] importance weights
     mismatch: tuple[float, int] = (0.0, 0)  # Σ|old − behaviour| over known tokens, their count
+    silence_advantages: torch.Tensor | None = None  # [b] with silence_counterfactual
+    old_silent: torch.Tensor | None = None  # [b] log π_old(EOS first), with silence_counterfactual
 
 
 @dataclass
@@ -206,9 +223,11 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
     # A fixed partition into minibatches, each cut into passes by the token budget: old and
     # reference log-probs are computed in exactly the layout the gradient steps use.
     lengths = [sequence_length(s, eos_id=policy.eos_id, max_prompt_tokens=config.max_prompt_tokens) for s in samples]
+    silence = config.silence_reward - rewards if config.silence_counterfactual else None
     minibatches = []
     for part in (p.tolist() for p in order.tensor_split(num_minibatches)):
-        passes = [Pass(rows, advantages[rows].to(device))
+        passes = [Pass(rows, advantages[rows].to(device),
+                       silence_advantages=None if silence is None else silence[rows].to(device))
                   for rows in plan_micro_batches(lengths, part, max_tokens=config.max_tokens_per_pass)]
         minibatches.append(Minibatch(
             passes=passes, sequences=len(part), rewards=rewards[part], advantages=advantages[part],
@@ -223,6 +242,13 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
     reference_is_old = adapter_is_identity(model)
     first = epoch_orders[0][0] if _reuses_first_step(model, config) and not (
         need_reference and not reference_is_old) else None
+    def forward(batch: PaddedBatch, *, with_entropy: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Completion log-probs (and entropy), and log π(silent) when silence is counterfactual."""
+        if silence is None:
+            return (*completion_logprobs(model, batch, with_entropy=with_entropy), None)
+        return completion_and_silence_logprobs(model, batch, silent_id=policy.eos_id, with_entropy=with_entropy)
+
     model.eval()
     with torch.no_grad(), forward_precision(config, device):
         for index, minibatch in enumerate(minibatches):
@@ -230,7 +256,8 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
                 if index == first:
                     continue
                 batch = batch_of(part.rows)
-                _set_old(part, completion_logprobs(model, batch)[0], batch, config)
+                old, _, part.old_silent = forward(batch)
+                _set_old(part, old, batch, config)
                 if need_reference and not reference_is_old:
                     with model.disable_adapter():
                         part.reference = completion_logprobs(model, batch)[0]
@@ -252,14 +279,16 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
                 minibatch = minibatches[mb]
                 shares = dict(tokens=minibatch.tokens, sequences=minibatch.sequences)
                 optimizer.zero_grad(set_to_none=True)
-                totals = torch.zeros(6, dtype=torch.float64)  # policy loss, loss, approx KL, clip, entropy, KL base
+                # policy loss, loss, approx KL, clip, entropy, KL base, silence loss, Σ π(silent)
+                totals = torch.zeros(8, dtype=torch.float64)
                 weight_sum, tokens = 0.0, 0
                 for part in minibatch.passes:
                     batch = batch_of(part.rows)
                     with forward_precision(config, device):
-                        new, entropy = completion_logprobs(model, batch, with_entropy=True)
+                        new, entropy, new_silent = forward(batch, with_entropy=True)
                     if part.old is None:  # the first step's minibatch: the policy is still the old one
                         _set_old(part, new.detach(), batch, config)
+                        part.old_silent = None if new_silent is None else new_silent.detach()
                     if need_reference and part.reference is None:
                         part.reference = part.old
                     policy_loss, approx_kl, clip_fraction = clipped_policy_loss(
@@ -273,16 +302,24 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
                                               config.loss_aggregation, **shares)
                         if config.kl_coef > 0:
                             loss = loss + config.kl_coef * kl_base
+                    silent_loss = torch.zeros(())
+                    if new_silent is not None:  # one counterfactual token (or sequence) per event
+                        silent_loss = silence_loss(new_silent, part.old_silent, part.silence_advantages,
+                                                   clip=config.silence_clip, denominator=shares[
+                                                       "sequences" if config.loss_aggregation == "sequence_mean"
+                                                       else "tokens"])
+                        loss = loss + silent_loss
                     if not torch.isfinite(loss):
                         raise TrainingDivergedError(f"non-finite loss at epoch {epoch} minibatch {mb}")
                     loss.backward()
                     totals += torch.stack([
                         policy_loss.detach(), loss.detach(), approx_kl, clip_fraction,
                         masked_mean(entropy, batch.mask, tokens=minibatch.tokens), kl_base.detach(),
+                        silent_loss.detach(), nan if new_silent is None else new_silent.detach().exp().sum(),
                     ]).double().cpu()
                     weight_sum += float((part.weights * batch.mask).sum())
                     tokens += batch.num_tokens
-                    del new, entropy, loss, policy_loss, kl_base  # this pass's graph and logits
+                    del new, entropy, loss, policy_loss, kl_base, new_silent, silent_loss  # this pass's graph
                     release_freed_memory()
                 stats = totals.tolist()
                 if config.target_kl is not None and stats[2] > config.target_kl:
@@ -305,6 +342,8 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
                     "entropy": stats[4],
                     "grad_norm": float(grad_norm),
                     "kl_to_base": stats[5] if need_reference else None,
+                    "silence_loss": stats[6] if silence is not None else None,
+                    "silence_prob": stats[7] / minibatch.sequences if silence is not None else None,
                     "reward_mean": float(minibatch.rewards.mean()),
                     "reward_std": _std(minibatch.rewards),
                     "advantage_mean": float(minibatch.advantages.mean()),

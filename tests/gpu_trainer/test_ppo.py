@@ -245,3 +245,56 @@ def test_bf16_autocast_learns_the_rewarded_token_and_is_deterministic(tiny_start
     weights = "adapter_model.safetensors"
     assert _sha256(first.out_dir / weights) == _sha256(second.out_dir / weights)
     assert first.summary["steps"] == second.summary["steps"] > 0
+
+
+def _all_shown(setting, reward: float) -> list[dict]:
+    """Sixteen shown completions with the same reward: silence is never sampled."""
+    rng = random.Random(2)
+    others = setting["others"]
+    return [
+        {
+            "prompt_token_ids": setting["prompt"],
+            "completion_token_ids": _completion(others[i % len(others)], rng),
+            "behaviour_logprobs": None,
+            "reward": reward,
+        }
+        for i in range(16)
+    ]
+
+
+def test_silence_counterfactual_teaches_silence_that_was_never_sampled(tiny_starter_model, setting, tmp_path):
+    """Every suggestion rejected and silence never sampled: under the batch-mean baseline every
+    advantage is 0, so plain PPO learns nothing at all; with the counterfactual silent action
+    (reward 0 beats −1) P(EOS first) rises."""
+    eos = 0
+    before = setting["base_probs"][eos].item()
+    plain = train_ppo(FAST, _all_shown(setting, -1.0), base_model_dir=tiny_starter_model, out_dir=tmp_path / "plain",
+                      progress=False)
+    unchanged = next_token_probs(load(tiny_starter_model, plain.out_dir), setting["prompt"])[eos].item()
+    assert abs(unchanged - before) < 1e-6, (before, unchanged)
+    config = FAST.replace(silence_counterfactual=True, silence_clip=0.2)
+    adapter = _train_rounds(tiny_starter_model, _all_shown(setting, -1.0), config, tmp_path / "silence")
+    after = next_token_probs(load(tiny_starter_model, adapter), setting["prompt"])[eos].item()
+    assert after > 10 * before, (before, after)
+
+
+def test_silence_counterfactual_keeps_each_update_within_its_trust_region(tiny_starter_model, setting, tmp_path):
+    """One update moves π(silent) by about ``silence_clip`` at most, in absolute probability."""
+    eos = 0
+    before = setting["base_probs"][eos].item()
+    config = FAST.replace(silence_counterfactual=True, silence_clip=0.05, epochs=8)
+    result = train_ppo(config, _all_shown(setting, -1.0), base_model_dir=tiny_starter_model, out_dir=tmp_path / "one",
+                       progress=False)
+    after = next_token_probs(load(tiny_starter_model, result.out_dir), setting["prompt"])[eos].item()
+    assert before + 0.02 < after < before + 0.05 + 0.02, (before, after)
+    rows = [json.loads(line) for line in (result.out_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(isinstance(row["silence_prob"], float) and isinstance(row["silence_loss"], float) for row in rows)
+
+
+def test_silence_counterfactual_lowers_silence_where_suggestions_are_accepted(tiny_starter_model, setting, tmp_path):
+    eos = 0
+    before = setting["base_probs"][eos].item()
+    config = FAST.replace(silence_counterfactual=True)
+    adapter = _train_rounds(tiny_starter_model, _all_shown(setting, 1.0), config, tmp_path / "accepted")
+    after = next_token_probs(load(tiny_starter_model, adapter), setting["prompt"])[eos].item()
+    assert after < before / 2, (before, after)
