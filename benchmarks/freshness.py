@@ -1,14 +1,19 @@
 """Freshness: from the Nth feedback event accepted by the API to the new version answering in vLLM.
 
 Production shape on one machine: Postgres, Redis, a real vLLM server (CPU build here) on the small
-starter model, the API under gunicorn, Celery workers for the default/serving and gpu queues.
+starter model or SmolLM2-135M-Instruct (``--model smollm2``), the API under gunicorn, Celery
+workers for the default/serving and gpu queues (the trainer on the one core vLLM leaves free).
 N completions at cursors inside lines of real code (``simdev``'s train split) are served through
 the Python SDK to opted-in developers of one population (``--population``, default ``line``:
 accepted only when exactly the rest of the line), who label each one. The clock starts when
 the API accepts the Nth feedback event; it stops when the trained version answers a completion
 in vLLM. Traffic keeps flowing through Strop the whole time; every failed request is counted.
 
-    make bench-freshness      # or: python benchmarks/freshness.py --events 256
+    make bench-freshness      # or: python benchmarks/freshness.py --events 256 [--model smollm2]
+
+Requests carry the demo editors' window of the file (``--prefix-chars``) and their stop string
+(a line break for ``line`` developers, a blank line for ``block`` ones). Goals: 30 s on the
+starter model, 5 minutes on SmolLM2.
 """
 
 from __future__ import annotations
@@ -37,16 +42,22 @@ from common import (
     stop,
 )
 from serving import start_vllm
-from simdev import POPULATIONS, deliver_feedback, load_tasks, run_session
+from simdev import POPULATIONS, Context, deliver_feedback, load_tasks, run_session
 from strop import Strop, StropError
 
 sys.path.insert(0, str(ROOT))
+
+# What each population's editor sends as its stop string (as in the demo).
+STOPS = {"line": ["\n"], "block": ["\n\n"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL))
-    parser.add_argument("--model", help="base model directory (default: the small starter model)")
+    parser.add_argument("--model", help="smollm2, or a base model directory (default: the small starter model)")
+    parser.add_argument("--no-autocast", dest="autocast", action="store_false",
+                        help="train in fp32 (default: bf16 autocast, TRAINER_AUTOCAST_BF16=1; ~1.65x on this CPU)")
+    parser.add_argument("--prefix-chars", type=int, default=500, help="characters of the file before the cursor")
     parser.add_argument("--events", type=int, default=256, help="labelled events that start a run (N)")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--population", choices=POPULATIONS, default="line", help="the developers who label")
@@ -58,7 +69,14 @@ def main() -> None:
     from gpu_trainer.starter import ensure_starter_model
     from tests.fixtures.workers import Workers
 
-    model_dir = Path(args.model) if args.model else ensure_starter_model("small", progress=True)
+    if args.model == "smollm2":
+        from gpu_trainer.base_models import ensure_smollm2
+
+        model_dir = Path(ensure_smollm2())
+    else:
+        model_dir = Path(args.model) if args.model else ensure_starter_model("small", progress=True)
+    goal_s = 30.0 if "starter" in model_dir.name else 300.0
+    stop_strings = STOPS[args.population]
     work = Path(tempfile.mkdtemp(prefix="strop-bench-freshness-"))
     vllm_port, api_port = free_port(), free_port()
     vllm_url, api_url = f"http://127.0.0.1:{vllm_port}", f"http://127.0.0.1:{api_port}"
@@ -68,6 +86,7 @@ def main() -> None:
         "STROP_ADAPTER_ROOT": str(work / "adapters"),
         "STROP_RUN_ROOT": str(work / "runs"),
         "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/13"),
+        "TRAINER_AUTOCAST_BF16": "1" if args.autocast else "0",
     }
     env = django_env(db_url, **extra)
     procs: list[subprocess.Popen] = []
@@ -98,7 +117,7 @@ def main() -> None:
         procs.append(workers.start("gpu", "gpu", "solo"))
 
         client = Strop(base_url=api_url, api_key=key, timeout=120)
-        tasks = load_tasks("train", args.events)
+        tasks = load_tasks("train", args.events, context=Context(max_prefix_chars=args.prefix_chars))
         developers = [f"dev-{i}" for i in range(16)]
         session = run_session(
             client,
@@ -106,6 +125,7 @@ def main() -> None:
             args.population,
             users=developers,
             max_tokens=args.max_tokens,
+            stop=stop_strings,
             concurrency=4,
             send_feedback=False,
         )
@@ -127,7 +147,7 @@ def main() -> None:
                     task = tasks[k % len(tasks)]
                     try:
                         traffic_client.completions.create(
-                            prefix=task.prefix, suffix=task.suffix, max_tokens=8, user="dev-traffic"
+                            prefix=task.prefix, suffix=task.suffix, max_tokens=8, stop=stop_strings, user="dev-traffic"
                         )
                     except StropError as exc:
                         failures.append(repr(exc)[:160])
@@ -186,7 +206,7 @@ def main() -> None:
     for stage in ("export", "train", "gate", "load"):
         print(f"{stage:<19} {stages.get(stage, float('nan')):6.2f} s")
     print(f"first answer        {t_answer - ts(run.finished_at):6.2f} s   (run finished -> version answers in vLLM)")
-    print(f"total               {t_answer - t0:6.2f} s   (goal < 60 s)")
+    print(f"total               {t_answer - t0:6.2f} s   (goal < {goal_s:g} s)")
     print(
         f"gate: passed={run.gate.get('passed')} kl_to_parent={run.gate.get('kl_to_parent')} "
         f"reward candidate={run.gate.get('reward_candidate')} parent={run.gate.get('reward_parent')}"

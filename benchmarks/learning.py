@@ -152,6 +152,7 @@ def to_samples(served: Sequence[Served], requests: Sequence[Request]) -> list[di
             "completion_token_ids": s.completion_token_ids,
             "behaviour_logprobs": s.logprobs,
             "reward": REWARDS[r.outcome],
+            "silent": not s.text.strip(),  # nothing shown: what the first token did when it was all
         }
         for s, r in zip(served, requests, strict=True)
     ]

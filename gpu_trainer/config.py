@@ -36,17 +36,19 @@ class PPOConfig:
     normalize_advantages: bool = False
     """Divide advantages by their batch standard deviation (after the baseline)."""
     silence_counterfactual: bool = False
-    """Every event also teaches the silent action (EOS first), whose reward is known without
-    showing anything (``silence_reward``): its advantage is silence_reward − the event's reward (a
-    rejected suggestion loses to silence, an accepted one beats it), and its log-prob comes from
-    the event's own forward pass (no extra compute). Silence is rarely sampled (a few percent of
-    requests), so without this it learns only from those few; with it, from every event."""
+    """Every event also teaches the silent action, whose reward is known without showing anything
+    (``silence_reward``): its advantage is silence_reward − the event's reward (a rejected
+    suggestion loses to silence, an accepted one beats it), and its log-probability (of a first
+    token that shows nothing: EOS, or a token the clients' stop strings cut at once, as the
+    samples marked ``silent`` show) comes from the event's own forward pass. Silence is rarely
+    sampled (a few percent of requests), so without this it learns only from those few; with
+    it, from every event."""
     silence_reward: float = 0.0
     """The reward of staying silent: the tenant's reward for ``not_shown``."""
     silence_clip: float = 0.1
     """Trust region of the silent action in ``silence_counterfactual``: per update and context its
-    probability moves by at most this much (absolute). The token ratio clip would let a 2 %
-    action grow only to 2.4 % per update."""
+    probability moves by about this much at most (absolute), in log-space steps. The token
+    ratio clip would let a 2 % action grow only to 2.4 % per update."""
 
     # --- loss --------------------------------------------------------------------------------
     clip_eps: float = 0.2

@@ -298,16 +298,17 @@ def completion_logprobs(model, batch: PaddedBatch, *, with_entropy: bool = False
     return logprobs, entropy
 
 
-def completion_and_silence_logprobs(model, batch: PaddedBatch, *, silent_id: int, with_entropy: bool = False
+def completion_and_silence_logprobs(model, batch: PaddedBatch, *, silent_ids: torch.Tensor, with_entropy: bool = False
                                     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """``completion_logprobs`` plus, from the same forward pass, log π(silent_id) at each row's first
-    completion position ([B]): the probability of staying silent (EOS first) where the served
-    completion began."""
+    """``completion_logprobs`` plus, from the same forward pass, the log-probability that the first
+    token is one of ``silent_ids`` at each row's first completion position ([B]): the probability
+    of showing nothing where the served completion began."""
     logits = completion_logits(model, batch)
     logprobs, entropy, lse = _logprobs_from_logits(logits, batch, with_entropy)
     rows = torch.arange(logits.shape[0], device=logits.device)
     first = batch.width - batch.mask.sum(-1).long()  # completions are end-aligned
-    return logprobs, entropy, logits[rows, first, silent_id] - lse[rows, first]
+    silent = torch.logsumexp(logits[rows, first][:, silent_ids], dim=-1) - lse[rows, first]
+    return logprobs, entropy, silent
 
 
 def _logprobs_from_logits(logits: torch.Tensor, batch: PaddedBatch, with_entropy: bool

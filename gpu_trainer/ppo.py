@@ -48,7 +48,7 @@ from gpu_trainer.policy import (
     sequence_length,
     special_token_ids,
 )
-from gpu_trainer.samples import Sample, check_samples_against_vocab, coerce_samples
+from gpu_trainer.samples import Sample, check_samples_against_vocab, coerce_samples, silent_token_ids
 
 StepCallback = Callable[[dict[str, Any]], None]
 
@@ -147,16 +147,17 @@ def _std(values: torch.Tensor) -> float:
 
 def silence_loss(new_silent: torch.Tensor, old_silent: torch.Tensor, advantages: torch.Tensor, *, clip: float,
                  denominator: int) -> torch.Tensor:
-    """The counterfactual silent action's clipped surrogate, this pass's share of the minibatch's.
+    """The counterfactual silent action's loss, this pass's share of the minibatch's.
 
-    The ratio is clipped so that π(silent) moves by at most ``clip`` in absolute probability
-    (a total-variation trust region for this one action): [1 − clip/π_old, 1 + clip/π_old].
+    A policy-gradient step in log space (gradient advantage × ∇ log π(silent), as large for a
+    2 % action as for a likely one) within a total-variation trust region: a row stops pushing
+    once π(silent) has moved by ``clip`` (absolute) in its advantage's direction. The ratio clip
+    of the sampled tokens would instead scale the step by π and stop a 2 % action at 2.4 %.
     """
-    ratio = (new_silent - old_silent).exp()
-    old_prob = old_silent.exp().clamp(min=1e-12)
-    low, high = (1 - clip / old_prob).clamp(min=0.0), 1 + clip / old_prob
-    surrogate = torch.min(ratio * advantages, torch.minimum(torch.maximum(ratio, low), high) * advantages)
-    return -surrogate.sum() / max(denominator, 1)
+    with torch.no_grad():
+        moved = new_silent.exp() - old_silent.exp()
+        active = torch.where(advantages > 0, moved < clip, moved > -clip).float()
+    return -(advantages * new_silent * active).sum() / max(denominator, 1)
 
 
 @dataclass
@@ -224,6 +225,7 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
     # reference log-probs are computed in exactly the layout the gradient steps use.
     lengths = [sequence_length(s, eos_id=policy.eos_id, max_prompt_tokens=config.max_prompt_tokens) for s in samples]
     silence = config.silence_reward - rewards if config.silence_counterfactual else None
+    silent_ids = torch.tensor(silent_token_ids(samples, policy.eos_id), device=device)
     minibatches = []
     for part in (p.tolist() for p in order.tensor_split(num_minibatches)):
         passes = [Pass(rows, advantages[rows].to(device),
@@ -247,7 +249,7 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
         """Completion log-probs (and entropy), and log π(silent) when silence is counterfactual."""
         if silence is None:
             return (*completion_logprobs(model, batch, with_entropy=with_entropy), None)
-        return completion_and_silence_logprobs(model, batch, silent_id=policy.eos_id, with_entropy=with_entropy)
+        return completion_and_silence_logprobs(model, batch, silent_ids=silent_ids, with_entropy=with_entropy)
 
     model.eval()
     with torch.no_grad(), forward_precision(config, device):

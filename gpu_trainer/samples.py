@@ -3,10 +3,13 @@
 JSONL, one object per line (the Django exporter writes it)::
 
     {"prompt_token_ids": [int], "completion_token_ids": [int],
-     "behaviour_logprobs": [float] | null, "reward": float, "id": "optional"}
+     "behaviour_logprobs": [float] | null, "reward": float, "id": "optional", "silent": false}
 
 An empty ``completion_token_ids`` is the "stay silent" action: the model emitted EOS first.
 The trainer trains it as the single token ``[eos_id]`` whose serving logprob is unknown.
+``silent`` (optional) says the served text was empty although tokens were served: a client's
+stop string cut the completion at its first token (a line break for a single-line editor), so
+that token is one way this adapter's clients see silence.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class Sample:
     behaviour_logprobs: tuple[float, ...] | None
     reward: float
     id: str | None = None
+    silent: bool = False
 
     @classmethod
     def from_dict(cls, data: Any, index: int) -> Sample:
@@ -66,12 +70,16 @@ class Sample:
             if not completion:
                 behaviour = None
         sample_id = data.get("id")
+        silent = data.get("silent", False)
+        if not isinstance(silent, bool):
+            raise TrainerInputError(f"{where}: silent must be true or false, got {silent!r}")
         return cls(
             prompt_token_ids=tuple(prompt),
             completion_token_ids=tuple(completion),
             behaviour_logprobs=tuple(float(x) for x in behaviour) if behaviour is not None else None,
             reward=float(reward),
             id=str(sample_id) if sample_id is not None else None,
+            silent=silent or not completion,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,6 +89,7 @@ class Sample:
             "behaviour_logprobs": list(self.behaviour_logprobs) if self.behaviour_logprobs is not None else None,
             "reward": self.reward,
             "id": self.id,
+            "silent": self.silent,
         }
 
 
@@ -108,6 +117,13 @@ def load_samples(path: str | Path) -> list[Sample]:
 def coerce_samples(samples: list[Sample] | list[dict[str, Any]]) -> list[Sample]:
     """Accept Sample objects or plain dicts (as the exporter may pass them in memory)."""
     return [s if isinstance(s, Sample) else Sample.from_dict(s, i) for i, s in enumerate(samples)]
+
+
+def silent_token_ids(samples: list[Sample], eos_id: int) -> list[int]:
+    """The first tokens that mean "nothing shown" for these samples' clients: EOS, and the one
+    token of every silent sample served as a single token (a stop string cut it at once)."""
+    cut_at_once = {s.completion_token_ids[0] for s in samples if s.silent and len(s.completion_token_ids) == 1}
+    return sorted({eos_id} | cut_at_once)
 
 
 def check_samples_against_vocab(samples: list[Sample], vocab_size: int) -> None:

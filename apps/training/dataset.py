@@ -59,6 +59,7 @@ def interaction_to_sample(interaction: Interaction, *, base: BaseModel, reward: 
             "completion_token_ids": completion_ids,
             "behaviour_logprobs": logprobs,
             "reward": reward,
+            "silent": not interaction.completion.strip(),
         }
     tokenizer = _tokenizer(base.path)
     if interaction.prompt:
@@ -73,6 +74,7 @@ def interaction_to_sample(interaction: Interaction, *, base: BaseModel, reward: 
         "completion_token_ids": completion_ids or tokenizer.encode(interaction.completion, add_special_tokens=False),
         "behaviour_logprobs": logprobs if completion_ids is not None and logprobs is not None else None,
         "reward": reward,
+        "silent": not interaction.completion.strip(),
     }
 
 

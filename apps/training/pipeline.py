@@ -115,9 +115,13 @@ def _execute(run: TrainingRun) -> str:
     )
 
     run_dir = Path(settings.STROP_RUN_ROOT) / run.tenant.slug / run.adapter.name / f"run-{run.pk}-attempt-{run.attempt}"
-    config = PPOConfig.from_dict(
-        {"seed": run.pk, "max_lora_rank": settings.VLLM_MAX_LORA_RANK, **policy.trainer_overrides}
-    )
+    config = PPOConfig.from_dict({
+        "seed": run.pk,
+        "max_lora_rank": settings.VLLM_MAX_LORA_RANK,
+        "autocast_bf16": settings.TRAINER_AUTOCAST_BF16,
+        "silence_reward": policy.reward_not_shown,
+        **policy.trainer_overrides,
+    })
     started = time.perf_counter()
     result = train_ppo(
         config,

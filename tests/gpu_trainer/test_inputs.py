@@ -7,7 +7,7 @@ import pytest
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.errors import TrainerInputError
 from gpu_trainer.ppo import train_ppo
-from gpu_trainer.samples import load_samples
+from gpu_trainer.samples import coerce_samples, load_samples
 
 GOOD = (
     '{"prompt_token_ids": [1, 5, 6], "completion_token_ids": [7, 8], '
@@ -94,3 +94,18 @@ def test_a_config_value_of_the_wrong_type_names_the_field(field, value):
 
 def test_a_config_accepts_null_target_kl_and_an_int_learning_rate():
     assert PPOConfig.from_dict({"target_kl": None, "learning_rate": 1}).target_kl is None
+
+
+def test_silent_samples_name_the_tokens_that_show_nothing():
+    from gpu_trainer.samples import silent_token_ids
+
+    samples = coerce_samples([
+        {"prompt_token_ids": [1], "completion_token_ids": [198], "reward": 0.0, "silent": True},
+        {"prompt_token_ids": [1], "completion_token_ids": [216, 198], "reward": 0.0, "silent": True},  # two tokens
+        {"prompt_token_ids": [1], "completion_token_ids": [], "reward": 0.0},  # EOS first: silent
+        {"prompt_token_ids": [1], "completion_token_ids": [5, 6], "reward": -0.25},
+    ])
+    assert [s.silent for s in samples] == [True, True, True, False]
+    assert silent_token_ids(samples, eos_id=0) == [0, 198]
+    with pytest.raises(TrainerInputError, match="silent must be true or false"):
+        coerce_samples([{"prompt_token_ids": [1], "completion_token_ids": [2], "reward": 0.0, "silent": "yes"}])

@@ -298,3 +298,18 @@ def test_silence_counterfactual_lowers_silence_where_suggestions_are_accepted(ti
     adapter = _train_rounds(tiny_starter_model, _all_shown(setting, 1.0), config, tmp_path / "accepted")
     after = next_token_probs(load(tiny_starter_model, adapter), setting["prompt"])[eos].item()
     assert after < before / 2, (before, after)
+
+
+def test_silence_counterfactual_raises_the_token_a_stop_string_cuts_at_once(tiny_starter_model, setting, tmp_path):
+    """Where a client's stop string makes a first token show nothing (a sample served as that one
+    token and marked silent), staying silent that way is what the counterfactual raises."""
+    cut = setting["others"][-1]  # plays the line break of a single-line editor
+    samples = _all_shown(setting, -1.0)[:15] + [
+        {"prompt_token_ids": setting["prompt"], "completion_token_ids": [cut], "behaviour_logprobs": None,
+         "reward": 0.0, "silent": True}
+    ]
+    config = FAST.replace(silence_counterfactual=True, silence_clip=0.2)
+    result = train_ppo(config, samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False)
+    probs = next_token_probs(load(tiny_starter_model, result.out_dir), setting["prompt"])
+    before = setting["base_probs"][cut].item() + setting["base_probs"][0].item()
+    assert probs[cut].item() + probs[0].item() > 3 * before, (before, probs[cut].item(), probs[0].item())

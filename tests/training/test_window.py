@@ -53,6 +53,18 @@ def test_served_token_ids_and_logprobs_are_used_as_served(tiny_adapter, add_even
     assert sample["behaviour_logprobs"] == interaction.completion_logprobs
 
 
+def test_a_served_completion_cut_to_no_text_is_exported_as_silent(tiny_adapter, add_events):
+    """A stop string that cut the completion at its first token showed nothing: the sample says so,
+    so the trainer knows that token as one of this tenant's ways of staying silent."""
+    (interaction_id,) = add_events(1)
+    interaction = Interaction.objects.get(pk=interaction_id)
+    assert interaction.completion.strip()
+    assert interaction_to_sample(interaction, base=tiny_adapter.base_model, reward=1.0)["silent"] is False
+    interaction.completion, interaction.completion_token_ids, interaction.completion_logprobs = "", [198], [-2.0]
+    sample = interaction_to_sample(interaction, base=tiny_adapter.base_model, reward=0.0)
+    assert sample["silent"] is True and sample["completion_token_ids"] == [198]
+
+
 def test_logged_text_without_ids_is_tokenized_with_the_fim_prompt(tiny_adapter, tiny_starter_model):
     from transformers import AutoTokenizer
 
