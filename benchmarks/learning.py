@@ -8,8 +8,9 @@ accepted more often, on code it never trained on?
    simulated developer of ``--population`` decides each suggestion; its outcome's reward
    (``REWARDS``: accepted +0.75, rejected −0.25, not shown 0) makes one training sample.
 2. Train two adapters with ``gpu_trainer.ppo.train_ppo`` on the same events: the trainer's
-   defaults (batch-mean baseline) and the raw-reward variant (``baseline=none``: an action with
-   reward 0, silence, gets no gradient, and a rejection only pushes down). ``--rounds`` > 1
+   defaults (batch-mean baseline) and the seed's raw-reward variant (``baseline=none`` and no
+   counterfactual silence: an action with reward 0, silence, gets no gradient, and a rejection
+   only pushes down). ``--rounds`` > 1
    repeats collect-then-train, each adapter collecting with its own policy on fresh tasks and
    continuing from its own previous adapter.
 3. Evaluate the base model and both adapters on ``--eval-tasks`` tasks of the evaluation packages
@@ -335,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         if adapter is not None:
             policies["adapter"] = adapter
         else:
-            variants = {"trained": config, "raw": config.replace(baseline="none")}
+            # The seed's variant: raw reward (no baseline) and no counterfactual silence.
+            variants = {"trained": config, "raw": config.replace(baseline="none", silence_counterfactual=False)}
             if args.skip_raw:
                 del variants["raw"]
             for spec in args.variant:

@@ -16,7 +16,9 @@ from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids
 
 # Strong enough that three updates show a clear effect on a model this small; the PPO clip
 # (0.2) bounds how far each single update may move a token's probability.
-FAST = PPOConfig(learning_rate=5e-3, epochs=4, num_minibatches=2, target_kl=None)
+# The counterfactual silent action is off here: these tests are about the sampled-action
+# estimator and its baselines; the ones that switch it on say so.
+FAST = PPOConfig(learning_rate=5e-3, epochs=4, num_minibatches=2, target_kl=None, silence_counterfactual=False)
 ROUNDS = 3
 
 
@@ -167,7 +169,7 @@ def test_same_seed_gives_the_same_adapter_bytes(tiny_starter_model, setting, tmp
 
 
 def test_output_records_config_base_and_per_step_metrics(tiny_starter_model, setting, tmp_path):
-    config = PPOConfig(epochs=2, num_minibatches=2)
+    config = PPOConfig(epochs=2, num_minibatches=2, target_kl=None)
     result = train_ppo(
         config, _silence_samples(setting), base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False
     )
