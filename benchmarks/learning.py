@@ -57,7 +57,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.expected import Expected, expected_outcomes, paired_difference  # noqa: E402
-from benchmarks.sampling import Served, cut_completion, sample_suggestions  # noqa: E402,F401 (cut_completion: tests)
+from benchmarks.sampling import Served, sample_suggestions  # noqa: E402
 from benchmarks.simdev import (  # noqa: E402
     POPULATIONS,
     REWARDS,

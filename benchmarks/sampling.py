@@ -44,6 +44,7 @@ def sample_suggestions(
     import torch
     from tqdm import tqdm
 
+    from gpu_trainer.decoding import left_padded
     from gpu_trainer.policy import plan_micro_batches, release_freed_memory, special_token_ids
 
     eos_id, pad_id = special_token_ids(tokenizer, model)
@@ -55,13 +56,8 @@ def sample_suggestions(
                mininterval=5)
     with bar:
         for number, rows in enumerate(passes):
-            length = max(len(encoded[i]) for i in rows)
-            input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
-            attention_mask = torch.zeros((len(rows), length), dtype=torch.long)
-            for row, index in enumerate(rows):
-                ids = encoded[index]
-                input_ids[row, length - len(ids):] = torch.tensor(ids)
-                attention_mask[row, length - len(ids):] = 1
+            input_ids, attention_mask = left_padded([encoded[i] for i in rows], pad_id)
+            length = input_ids.shape[1]
             torch.manual_seed(seed + number)
             with torch.inference_mode():
                 output = model.generate(

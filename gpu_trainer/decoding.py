@@ -31,6 +31,18 @@ def cut_at_stop(text: str, family: str | None) -> str:
     return text
 
 
+def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) of ``prompts`` padded on the left to the longest: generation
+    then continues every row from the same position."""
+    length = max(len(ids) for ids in prompts)
+    input_ids = torch.full((len(prompts), length), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(prompts), length), dtype=torch.long)
+    for row, ids in enumerate(prompts):
+        input_ids[row, length - len(ids) :] = torch.tensor(ids)
+        attention_mask[row, length - len(ids) :] = 1
+    return input_ids, attention_mask
+
+
 def greedy_completions(
     model,
     tokenizer,
@@ -54,13 +66,8 @@ def greedy_completions(
     lengths = [len(ids) + max_new_tokens for ids in encoded]
     completions: list[str] = [""] * len(prompts)
     for rows in plan_micro_batches(lengths, range(len(prompts)), max_tokens=max_tokens_per_pass, max_rows=max_rows):
-        length = max(len(encoded[i]) for i in rows)
-        input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), length), dtype=torch.long)
-        for row, index in enumerate(rows):
-            ids = encoded[index]
-            input_ids[row, length - len(ids) :] = torch.tensor(ids)
-            attention_mask[row, length - len(ids) :] = 1
+        input_ids, attention_mask = left_padded([encoded[i] for i in rows], pad_id)
+        length = input_ids.shape[1]
         with torch.inference_mode():
             output = model.generate(
                 input_ids=input_ids.to(device),

@@ -49,6 +49,7 @@ from gpu_trainer.policy import (
     special_token_ids,
 )
 from gpu_trainer.samples import Sample, check_samples_against_vocab, coerce_samples, silent_token_ids
+from gpu_trainer.silence import silence_loss
 
 StepCallback = Callable[[dict[str, Any]], None]
 
@@ -145,21 +146,6 @@ def _std(values: torch.Tensor) -> float:
     return float(values.std()) if values.numel() > 1 else 0.0
 
 
-def silence_loss(new_silent: torch.Tensor, old_silent: torch.Tensor, advantages: torch.Tensor, *, clip: float,
-                 denominator: int) -> torch.Tensor:
-    """The counterfactual silent action's loss, this pass's share of the minibatch's.
-
-    A policy-gradient step in log space (gradient advantage × ∇ log π(silent), as large for a
-    2 % action as for a likely one) within a total-variation trust region: a row stops pushing
-    once π(silent) has moved by ``clip`` (absolute) in its advantage's direction. The ratio clip
-    of the sampled tokens would instead scale the step by π and stop a 2 % action at 2.4 %.
-    """
-    with torch.no_grad():
-        moved = new_silent.exp() - old_silent.exp()
-        active = torch.where(advantages > 0, moved < clip, moved > -clip).float()
-    return -(advantages * new_silent * active).sum() / max(denominator, 1)
-
-
 @dataclass
 class Pass:
     """One forward pass of a minibatch: its samples and what is kept of them between passes."""
@@ -171,7 +157,7 @@ class Pass:
     weights: torch.Tensor | None = None  # [b, W] importance weights
     mismatch: tuple[float, int] = (0.0, 0)  # Σ|old − behaviour| over known tokens, their count
     silence_advantages: torch.Tensor | None = None  # [b] with silence_counterfactual
-    old_silent: torch.Tensor | None = None  # [b] log π_old(EOS first), with silence_counterfactual
+    old_silent: torch.Tensor | None = None  # [b] log π_old(a silent first token), with silence_counterfactual
 
 
 @dataclass
@@ -225,7 +211,9 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
     # reference log-probs are computed in exactly the layout the gradient steps use.
     lengths = [sequence_length(s, eos_id=policy.eos_id, max_prompt_tokens=config.max_prompt_tokens) for s in samples]
     silence = config.silence_reward - rewards if config.silence_counterfactual else None
-    silent_ids = torch.tensor(silent_token_ids(samples, policy.eos_id), device=device)
+    silent_ids = torch.tensor(silent_token_ids(samples, policy.eos_id), device=device) if silence is not None else None
+    # One counterfactual per event: it weighs as one token (token_mean) or one sequence.
+    silence_denominator = "sequences" if config.loss_aggregation == "sequence_mean" else "tokens"
     minibatches = []
     for part in (p.tolist() for p in order.tensor_split(num_minibatches)):
         passes = [Pass(rows, advantages[rows].to(device),
@@ -305,11 +293,9 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
                         if config.kl_coef > 0:
                             loss = loss + config.kl_coef * kl_base
                     silent_loss = torch.zeros(())
-                    if new_silent is not None:  # one counterfactual token (or sequence) per event
+                    if new_silent is not None:
                         silent_loss = silence_loss(new_silent, part.old_silent, part.silence_advantages,
-                                                   clip=config.silence_clip, denominator=shares[
-                                                       "sequences" if config.loss_aggregation == "sequence_mean"
-                                                       else "tokens"])
+                                                   clip=config.silence_clip, denominator=shares[silence_denominator])
                         loss = loss + silent_loss
                     if not torch.isfinite(loss):
                         raise TrainingDivergedError(f"non-finite loss at epoch {epoch} minibatch {mb}")

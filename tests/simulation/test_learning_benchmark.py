@@ -10,6 +10,7 @@ import re
 import pytest
 
 from benchmarks import learning
+from benchmarks.sampling import cut_completion
 from benchmarks.simdev import load_tasks
 
 FIGURE = re.compile(r"^([a-z_]+): (-?\d+(?:\.\d+)?|nan|inf)$")
@@ -117,17 +118,17 @@ def test_a_stop_string_ends_the_text_and_keeps_the_token_that_completed_it(tiny_
     tokenizer = load_tokenizer(tiny_starter_model)
     eos = tokenizer.eos_token_id
     ids = tokenizer.encode("x = 1\ny = 2", add_special_tokens=False)
-    tokens, text, stopped = learning.cut_completion(tokenizer, ids + [eos], eos, ["\n"])
+    tokens, text, stopped = cut_completion(tokenizer, ids + [eos], eos, ["\n"])
     assert text == "x = 1" and stopped and "\n" in tokenizer.decode(tokens) and eos not in tokens
     assert tokenizer.decode(tokens[:-1]) == "x = 1"[: len(tokenizer.decode(tokens[:-1]))]
     # No stop string: the text runs to EOS, which ends the token ids.
-    tokens, text, stopped = learning.cut_completion(tokenizer, ids + [eos, eos], eos, [])
+    tokens, text, stopped = cut_completion(tokenizer, ids + [eos, eos], eos, [])
     assert text == "x = 1\ny = 2" and stopped and tokens == ids + [eos]
     # Neither: cut by length, nothing added.
-    assert learning.cut_completion(tokenizer, ids, eos, []) == (ids, "x = 1\ny = 2", False)
+    assert cut_completion(tokenizer, ids, eos, []) == (ids, "x = 1\ny = 2", False)
     # A newline first is an empty suggestion: nothing to show.
     newline = tokenizer.encode("\n", add_special_tokens=False)
-    assert learning.cut_completion(tokenizer, newline + ids, eos, ["\n"])[1] == ""
+    assert cut_completion(tokenizer, newline + ids, eos, ["\n"])[1] == ""
 
 
 def test_bad_arguments_exit_with_a_message(tiny_starter_model, tmp_path):
