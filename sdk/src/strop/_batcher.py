@@ -123,7 +123,16 @@ class FeedbackBatcher:
         if thread is not None and thread is not threading.current_thread():
             thread.join(max(0.0, deadline - time.monotonic()) + 1.0)
         with self._cond:
-            return self._queue.settled_through(self._queue.next_seq) and self._queue.lost() == lost
+            # A try that started before close may outlive the deadline (its own timeout is not
+            # cut): what is still queued behind it fails now, so close() never leaves it queued.
+            abandoned = None
+            if time.monotonic() >= deadline:
+                abandoned = self._queue.abandon_pending("not delivered before the batcher's close timeout")
+                self._cond.notify_all()
+            done = self._queue.settled_through(self._queue.next_seq) and self._queue.lost() == lost
+        if abandoned is not None:
+            report(self.options, [], [abandoned])
+        return done
 
     @property
     def stats(self) -> BatcherStats:
