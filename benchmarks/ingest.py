@@ -3,7 +3,9 @@
 Starts the API under gunicorn on a fresh Postgres database and, in one run, measures
   (a) raw psycopg COPY of the same rows into the same table, in the same batches (the ceiling),
   (b) events/s through POST /v1/interactions with concurrent clients,
-  (c) single POST /v1/feedback requests/s with p50/p99 latency,
+  (c) single POST /v1/feedback requests/s with p50/p99 latency, and
+  (d) the same bodies to a bare Django view in the same gunicorn running the same upsert once
+      (benchmarks/bare_urls.py), in alternating rounds: (c)/(d) is what Strop's checks cost,
 then counts rows to prove nothing was lost or duplicated. Prints one line per figure.
 
     make bench-ingest            # or: python benchmarks/ingest.py --events 50000 --clients 4
@@ -90,6 +92,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--feedback", type=int, default=3_000)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of (c) and (d)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     parser.add_argument("--port", type=int, default=8765)
     args = parser.parse_args()
@@ -102,7 +105,8 @@ def main() -> None:
     setup_django(db_url)
     from django.utils import timezone
 
-    from apps.interactions.services import _INTERACTION_COLUMNS, _interaction_row
+    from apps.interactions.rows import INTERACTION_COLUMNS
+    from apps.interactions.services import _interaction_row
     from apps.interactions.validation import interaction_validate
     from apps.tenants.models import Tenant
 
@@ -115,14 +119,22 @@ def main() -> None:
             new_id=uuid.uuid4(),
             source="logged",
             now=now,
+            opted_in=e["opted_in"],
+            experiment=None,
         )
         for e in events
     ]
-    copy_rate = copy_ceiling(db_url, ceiling_rows, _INTERACTION_COLUMNS, args.batch)
+    copy_rate = copy_ceiling(db_url, ceiling_rows, INTERACTION_COLUMNS, args.batch)
     del ceiling_rows
 
     base = f"http://127.0.0.1:{args.port}"
-    gunicorn = start_gunicorn(db_url, args.port, args.workers)
+    gunicorn = start_gunicorn(
+        db_url,
+        args.port,
+        args.workers,
+        DJANGO_SETTINGS_MODULE="benchmarks.bare_settings",
+        BENCH_BARE_TENANT_ID=str(tenant.pk),
+    )
     try:
         bodies = [orjson.dumps({"items": events[i : i + args.batch]}) for i in range(0, len(events), args.batch)]
         shards = [(base, key, "/v1/interactions", 207, bodies[c :: args.clients]) for c in range(args.clients)]
@@ -137,11 +149,17 @@ def main() -> None:
             orjson.dumps({"client_id": f"{run}-{n % args.events}", "outcome": "accepted" if n % 3 else "rejected"})
             for n in range(args.feedback)
         ]
-        fshards = [(base, key, "/v1/feedback", 200, feedback_bodies[c :: args.clients]) for c in range(args.clients)]
+        single: dict[str, tuple[list[float], float]] = {"/v1/feedback": ([], 0.0), "/bench/bare-feedback": ([], 0.0)}
         with ProcessPoolExecutor(args.clients) as pool:
-            start = time.perf_counter()
-            feedback_latencies = [x for part in pool.map(_post_all, fshards) for x in part]
-            feedback_elapsed = time.perf_counter() - start
+            _post_all((base, key, "/bench/bare-feedback", 200, feedback_bodies[:1]))
+            for r in range(args.rounds):
+                part = feedback_bodies[r :: args.rounds]
+                for path in single:
+                    shards = [(base, key, path, 200, part[c :: args.clients]) for c in range(args.clients)]
+                    start = time.perf_counter()
+                    latencies = [x for chunk in pool.map(_post_all, shards) for x in chunk]
+                    elapsed = time.perf_counter() - start
+                    single[path] = (single[path][0] + latencies, single[path][1] + elapsed)
     finally:
         stop(gunicorn)
 
@@ -151,7 +169,8 @@ def main() -> None:
             (f"{run}-%",),
         ).fetchone()
         feedback_rows, feedback_events = conn.execute(
-            "SELECT count(*), coalesce(sum(events_received), 0) FROM interactions_feedback"
+            "SELECT count(*), coalesce(sum(events_received), 0) FROM interactions_feedback "
+            "WHERE pending_client_id IS NULL OR pending_client_id NOT LIKE 'bare-%'"
         ).fetchone()
     expected_feedback_rows = min(args.feedback, args.events)
     lost = args.events - distinct
@@ -167,12 +186,17 @@ def main() -> None:
         f"(batch p50 {statistics.median(batch_latencies) * 1000:.0f} ms, "
         f"p99 {percentile(batch_latencies, 0.99) * 1000:.0f} ms)"
     )
-    print(
-        f"(c) single feedback:            {args.feedback / feedback_elapsed:,.0f} requests/s "
-        f"(p50 {statistics.median(feedback_latencies) * 1000:.1f} ms, "
-        f"p99 {percentile(feedback_latencies, 0.99) * 1000:.1f} ms)"
-    )
-    print(f"ratio (b)/(a):                  {api_rate / copy_rate:.2f} (goal >= 0.40)")
+    feedback_elapsed, bare_elapsed = single["/v1/feedback"][1], single["/bench/bare-feedback"][1]
+    for label, (latencies, elapsed) in (
+        ("(c) single feedback:", single["/v1/feedback"]),
+        ("(d) bare Django view:", single["/bench/bare-feedback"]),
+    ):
+        print(
+            f"{label:<32}{args.feedback / elapsed:,.0f} requests/s "
+            f"(p50 {statistics.median(latencies) * 1000:.1f} ms, p99 {percentile(latencies, 0.99) * 1000:.1f} ms)"
+        )
+    print(f"ratio (c)/(d):                  {bare_elapsed / feedback_elapsed:.2f} (goal >= 0.8)")
+    print(f"ratio (b)/(a):                  {api_rate / copy_rate:.2f} (goal >= 0.6)")
     print(f"interactions: stored {rows}, lost {lost}, duplicated {duplicated}")
     print(
         f"feedback: rows {feedback_rows} (expected {expected_feedback_rows}), events {feedback_events} "

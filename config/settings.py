@@ -124,7 +124,7 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "apps.common.cache.RedisCache",
             "LOCATION": REDIS_URL,
             # A hung Redis must not hang the request that touches the cache (its callers survive errors).
             "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
@@ -229,6 +229,12 @@ VLLM_MAX_LORA_RANK = env_int("VLLM_MAX_LORA_RANK", 16)
 VLLM_MAX_LORAS = env_int("VLLM_MAX_LORAS", 4)
 VLLM_MAX_CPU_LORAS = env_int("VLLM_MAX_CPU_LORAS", 16)
 VLLM_TIMEOUT_S = float(os.environ.get("VLLM_TIMEOUT_S", "30"))
+# With several replicas: "tenant" sends each tenant's completions to its home replica (rendezvous
+# hashing; the next one only if it refuses connections), so its adapters stay in that replica's
+# LoRA slots; "round_robin" spreads every request.
+VLLM_ROUTING = os.environ.get("VLLM_ROUTING", "tenant")
+if VLLM_ROUTING not in ("tenant", "round_robin"):
+    raise ValueError(f"VLLM_ROUTING={VLLM_ROUTING!r}: choose tenant or round_robin")
 # Training: run working directories, liveness, retries.
 STROP_RUN_ROOT = Path(os.environ.get("STROP_RUN_ROOT", VAR_DIR / "runs"))
 TRAINING_HEARTBEAT_S = float(os.environ.get("TRAINING_HEARTBEAT_S", "5"))

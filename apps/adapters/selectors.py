@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from django.db import connection
 from django.db.models import QuerySet
 
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.common.exceptions import NotFound
+from apps.common.lookups import joined_row, model_columns
 from apps.common.parsing import parse_id
 from apps.tenants.models import Tenant
 
@@ -21,8 +23,18 @@ def adapter_list(tenant: Tenant) -> QuerySet[Adapter]:
 
 def adapter_get_for_tenant(tenant: Tenant, *, name: str | None) -> Adapter:
     """The tenant's adapter by name, or its default one when ``name`` is empty. 404 otherwise."""
-    qs = Adapter.objects.filter(tenant=tenant).select_related("base_model", "production_version")
-    adapter = qs.filter(name=name).first() if name else qs.filter(is_default=True).first()
+    quote = connection.ops.quote_name
+    found = joined_row(
+        f"SELECT {model_columns(Adapter, 'a')}, {model_columns(BaseModel, 'b')}, {model_columns(AdapterVersion, 'v')} "
+        f"FROM {quote(Adapter._meta.db_table)} a JOIN {quote(BaseModel._meta.db_table)} b ON b.id = a.base_model_id "
+        f"LEFT JOIN {quote(AdapterVersion._meta.db_table)} v ON v.id = a.production_version_id "
+        f"WHERE a.tenant_id = %s AND {'a.name = %s' if name else 'a.is_default'} ORDER BY a.id LIMIT 1",
+        [tenant.pk, name] if name else [tenant.pk],
+        (Adapter, BaseModel, AdapterVersion),
+    )  # on every completion: one plain query (the ORM's compile of these joins cost more than serving it)
+    adapter = None
+    if found is not None:
+        adapter, adapter.base_model, adapter.production_version = found
     if adapter is None:
         if name:
             raise NotFound(f"model {name!r} not found", code="model_not_found")

@@ -103,7 +103,7 @@ def adapter_version_register(
     except AdapterInvalidError as exc:
         raise ValidationFailed(str(exc), code="adapter_invalid") from None
     with transaction.atomic():
-        Adapter.objects.select_for_update().filter(pk=adapter.pk).first()  # serialises version numbers
+        Adapter.objects.select_for_update(no_key=True).filter(pk=adapter.pk).first()  # serialises version numbers
         number = (AdapterVersion.objects.filter(adapter=adapter).aggregate(n=Max("number"))["n"] or 0) + 1
         slug = _version_slug(number)
         target = Path(settings.STROP_ADAPTER_ROOT) / adapter.tenant.slug / adapter.name / slug
@@ -172,7 +172,7 @@ def adapter_version_mark_loaded(version: AdapterVersion) -> AdapterVersion:
 
 def adapter_version_mark_failed(version: AdapterVersion, *, message: str) -> AdapterVersion:
     with transaction.atomic():
-        version = AdapterVersion.objects.select_for_update().get(pk=version.pk)
+        version = AdapterVersion.objects.select_for_update(no_key=True).get(pk=version.pk)
         if version.status != AdapterVersion.Status.FAILED:
             version.status, version.status_message = AdapterVersion.Status.FAILED, message
             version.save(update_fields=["status", "status_message"])
@@ -191,11 +191,13 @@ def adapter_version_promote(tenant: Tenant, *, version: AdapterVersion, actor: s
     """Move the production pointer to ``version`` in one transaction, and audit it.
 
     Requests already in flight finish on the version they started with: every version keeps
-    its own vLLM name, and the old one stays loaded.
+    its own vLLM name, and the old one stays loaded. The rows are locked FOR NO KEY UPDATE: a
+    served interaction's insert takes KEY SHARE locks on its adapter and version (foreign-key
+    checks), which FOR UPDATE would wait on, and in the other order, deadlock with.
     """
     with transaction.atomic():
-        adapter = Adapter.objects.select_for_update().get(pk=version.adapter_id, tenant=tenant)
-        version = AdapterVersion.objects.select_for_update().get(pk=version.pk)
+        adapter = Adapter.objects.select_for_update(no_key=True).get(pk=version.adapter_id, tenant=tenant)
+        version = AdapterVersion.objects.select_for_update(no_key=True).get(pk=version.pk)
         if version.status == AdapterVersion.Status.FAILED:
             raise Conflict(f"version {version.vllm_name} failed and cannot serve: {version.status_message}")
         if version.loaded_at is None:

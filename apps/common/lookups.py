@@ -6,11 +6,12 @@ on the ingest hot path. Use :func:`in_values` to get the right lookup for the da
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connection
-from django.db.models import CharField, Lookup, UUIDField
+from django.db.models import CharField, Lookup, Model, UUIDField
 
 
 class AnyLookup(Lookup):
@@ -34,3 +35,93 @@ def in_values(field: str, values: Iterable[Any]) -> dict[str, list[Any]]:
     """Filter kwargs matching ``field`` against many values, as cheaply as the database allows."""
     lookup = "any" if connection.vendor == "postgresql" else "in"
     return {f"{field}__{lookup}": list(values)}
+
+
+def tenant_rows(
+    model: type[Model], tenant_id: int, *, key: str, values: Iterable[Any], columns: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """``columns`` of ``model``'s rows of one tenant whose ``key`` is one of ``values``, in one
+    plain query, each value as its field's Python type.
+
+    The ingest and serving hot paths ask this on every request; the ORM spends more compiling it
+    than the database answering."""
+    key_field = model._meta.get_field(key)
+    wanted = [key_field.get_db_prep_value(value, connection) for value in values]
+    if not wanted:
+        return []
+    quote = connection.ops.quote_name
+    if connection.vendor == "postgresql":
+        where, params = f"{quote(key)} = ANY(%s)", [tenant_id, wanted]
+    else:
+        where, params = f"{quote(key)} IN ({', '.join(['%s'] * len(wanted))})", [tenant_id, *wanted]
+    fields = [model._meta.get_field(name) for name in columns]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join(quote(f.column) for f in fields)} FROM {quote(model._meta.db_table)} "
+            f"WHERE tenant_id = %s AND {where}",
+            params,
+        )
+        rows = cursor.fetchall()
+    return [tuple(f.to_python(v) for f, v in zip(fields, row, strict=True)) for row in rows]
+
+
+def ids_by_client_id(model: type[Model], tenant_id: int, client_ids: Iterable[str]) -> dict[str, Any]:
+    """``{client_id: id}`` of ``model``'s rows of one tenant."""
+    return dict(tenant_rows(model, tenant_id, key="client_id", values=client_ids, columns=("client_id", "id")))
+
+
+@functools.cache
+def _row_reader(model: type[Model], vendor: str) -> tuple[list[str], tuple[tuple[Any, tuple[Any, ...]], ...]]:
+    """The attribute names of ``model``'s concrete fields, and each one's column with its converters."""
+    fields = model._meta.concrete_fields
+    converters = []
+    for field in fields:
+        expression = field.get_col(model._meta.db_table)
+        converters.append(
+            (expression, (*connection.ops.get_db_converters(expression), *field.get_db_converters(connection)))
+        )
+    return [f.attname for f in fields], tuple(converters)
+
+
+def model_from_row(model: type[Model], values: Sequence[Any]) -> Any:
+    """An instance of ``model`` from a plain query's row of all its concrete columns, in field
+    order, converted as the ORM would (JSON, and sqlite's dates and booleans)."""
+    attnames, converters = _row_reader(model, connection.vendor)
+    converted = []
+    for (expression, convert_all), value in zip(converters, values, strict=True):
+        if value is not None:
+            for convert in convert_all:
+                value = convert(value, expression, connection)
+        converted.append(value)
+    return model.from_db(connection.alias, attnames, converted)
+
+
+def model_columns(model: type[Model], alias: str) -> str:
+    """``alias.col, …`` for every concrete column of ``model``, in the order model_from_row takes."""
+    return _model_columns(model, alias, connection.vendor)
+
+
+@functools.cache
+def _model_columns(model: type[Model], alias: str, vendor: str) -> str:
+    return ", ".join(f"{alias}.{connection.ops.quote_name(f.column)}" for f in model._meta.concrete_fields)
+
+
+def joined_row(sql: str, params: Sequence[Any], models: Sequence[type[Model]]) -> list[Any] | None:
+    """The first row of ``sql`` (selecting every column of each of ``models`` in turn, see
+    model_columns) as one instance per model; None for a model whose columns are all NULL (an
+    outer join that found nothing). None when there is no row.
+
+    For lookups on every request (authentication, routing), where the ORM spends more time
+    compiling a query with joins than Postgres spends answering it."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    instances, offset = [], 0
+    for model in models:
+        width = len(model._meta.concrete_fields)
+        values = row[offset : offset + width]
+        offset += width
+        instances.append(None if all(v is None for v in values) else model_from_row(model, values))
+    return instances

@@ -127,10 +127,26 @@ def test_promotion_needs_a_loaded_version_and_moves_the_pointer(tenant, adapter,
     promote = AuditEvent.objects.filter(tenant=tenant, action="adapter.promote").order_by("-id").first()
     assert promote.data == {"from": first.vllm_name, "to": second.vllm_name}
 
+    # The serving lookup reads the adapter, its base and its production version as the ORM does.
+    from django.forms.models import model_to_dict
+
+    found = adapter_get_for_tenant(tenant, name=None)
+    orm = Adapter.objects.select_related("base_model", "production_version").get(pk=adapter.pk)
+    for ours, theirs in ((found, orm), (found.base_model, orm.base_model), (found.production_version, second)):
+        theirs.refresh_from_db()
+        assert type(ours) is type(theirs) and model_to_dict(ours) == model_to_dict(theirs)
+        assert [getattr(ours, f.attname) for f in type(ours)._meta.concrete_fields] == [
+            getattr(theirs, f.attname) for f in type(theirs)._meta.concrete_fields
+        ]
+
 
 def test_adapters_are_found_by_name_or_default_and_only_in_their_tenant(tenant, adapter, make_tenant, tiny_base):
     assert adapter_get_for_tenant(tenant, name="autocomplete") == adapter
     assert adapter_get_for_tenant(tenant, name=None) == adapter
+    assert adapter_get_for_tenant(tenant, name=None).production_version is None
+    assert adapter_get_for_tenant(tenant, name=None).base_model == tiny_base
+    second = adapter_create(tenant, name="chat", base_model=tiny_base)
+    assert adapter_get_for_tenant(tenant, name="chat") == second
     other = make_tenant("other")
     with pytest.raises(NotFound):
         adapter_get_for_tenant(other, name="autocomplete")

@@ -67,6 +67,9 @@ def test_ctrl_c_stops_every_process_the_demo_started(tmp_path: Path):
         stdout=(tmp_path / "driver.log").open("wb"),
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own group: the terminal's foreground group, which Ctrl-C signals
+        # A shell started from a terminal takes SIGINT. One that inherits it ignored (pytest launched
+        # in the background of a script, as `cmd &` does) could not trap it: restore the default.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     pgids: set[int] = set()
     try:

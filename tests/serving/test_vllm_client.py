@@ -310,3 +310,34 @@ def test_error_bodies_that_are_not_vllms_json_still_become_typed_errors() -> Non
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_tenant_stays_on_its_home_replica_and_fails_over_when_it_refuses(vllm_server: VLLMServer, base: str) -> None:
+    # One server under two names stands in for two replicas.
+    port = vllm_server.base_url.rsplit(":", 1)[1]
+    replicas = [f"http://127.0.0.1:{port}", f"http://localhost:{port}"]
+    pair = VLLMClient(replicas)
+    homes = {f"tenant-{n}": pair._order(f"tenant-{n}")[0] for n in range(40)}
+    assert set(homes.values()) == set(replicas)  # both replicas are home to some tenants
+    for tenant in ("tenant-1", "tenant-2"):
+        served_by = {pair.complete(model=base, prompt=PROMPT, max_tokens=2, affinity=tenant).replica for _ in range(4)}
+        assert served_by == {homes[tenant]}
+    unpinned = {pair.complete(model=base, prompt=PROMPT, max_tokens=2).replica for _ in range(4)}
+    assert unpinned == set(replicas)  # round-robin without an affinity
+
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    with_dead_home = VLLMClient([dead, replicas[1]])
+    tenant = next(f"tenant-{n}" for n in range(100) if with_dead_home._order(f"tenant-{n}")[0] == dead)
+    assert with_dead_home.complete(model=base, prompt=PROMPT, max_tokens=2, affinity=tenant).replica == replicas[1]
+
+
+def test_adding_a_replica_moves_only_the_tenants_it_takes() -> None:
+    two = VLLMClient(["http://a:1", "http://b:1"])
+    three = VLLMClient(["http://a:1", "http://b:1", "http://c:1"])
+    tenants = [f"tenant-{n}" for n in range(300)]
+    before = {t: two._order(t)[0] for t in tenants}
+    after = {t: three._order(t)[0] for t in tenants}
+    moved = [t for t in tenants if before[t] != after[t]]
+    assert all(after[t] == "http://c:1" for t in moved)
+    assert 60 < len(moved) < 140  # about a third
+    assert all(three._order(t) == three._order(t) for t in tenants[:10])  # the same order every time

@@ -1,0 +1,105 @@
+"""What the completion endpoint served, recorded as interactions for training."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from apps.interactions.models import Interaction
+from apps.interactions.rows import interactions_insert, json_text
+from apps.tenants.models import Tenant
+
+
+@dataclass
+class ServedCompletion:
+    """One choice Strop served, as it is recorded for training."""
+
+    interaction_id: uuid.UUID
+    completion: str
+    completion_token_ids: list[int]
+    completion_logprobs: list[float]
+    finish_reason: str | None
+    tool_calls: list[dict[str, Any]] | None = None  # chat: the tool calls the model made
+
+
+@dataclass
+class ServedConversation:
+    """What a chat completion answered: the conversation so far and the tools offered."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    conversation_id: str
+    turn: int | None
+
+
+def interactions_record_served(
+    tenant: Tenant,
+    *,
+    choices: Sequence[ServedCompletion],
+    prompt: str,
+    prefix: str,
+    suffix: str,
+    prompt_token_ids: list[int] | None,
+    model_name: str,
+    adapter_id: int,
+    adapter_version_id: int | None,
+    experiment_id: int | None,
+    experiment_arm: str,
+    end_user_id: str,
+    end_user_opted_in: bool,
+    served_at: datetime,
+    latency_ms: float,
+    metadata: dict[str, Any],
+    conversation: ServedConversation | None = None,
+) -> None:
+    """Record what the completion endpoint served: one interaction per choice, in one INSERT.
+
+    One plain autocommitted INSERT (no transaction round trips, no ORM compile) on the serving
+    hot path."""
+    now = timezone.now()
+    rows = [
+        (
+            choice.interaction_id,
+            tenant.pk,
+            None,
+            Interaction.Source.SERVED.value,
+            prompt,
+            prefix,
+            suffix,
+            # A byte-level model can sample the byte 0x00, which Postgres cannot store in text;
+            # the token ids keep what was really sampled.
+            choice.completion.replace("\x00", "\ufffd"),
+            json_text(prompt_token_ids),
+            json_text(choice.completion_token_ids),
+            json_text(choice.completion_logprobs),
+            model_name,
+            adapter_id,
+            adapter_version_id,
+            experiment_id,
+            experiment_arm,
+            end_user_id,
+            end_user_opted_in,
+            served_at,
+            now,
+            latency_ms,
+            json_text(_choice_metadata(metadata, choice)),
+            json_text(conversation.messages) if conversation else None,
+            json_text(conversation.tools) if conversation else None,
+            conversation.conversation_id if conversation else "",
+            conversation.turn if conversation else None,
+        )
+        for choice in choices
+    ]
+    interactions_insert(rows)
+
+
+def _choice_metadata(metadata: dict[str, Any], choice: ServedCompletion) -> dict[str, Any]:
+    out = {**metadata, "finish_reason": choice.finish_reason}
+    if choice.tool_calls:
+        out["tool_calls"] = choice.tool_calls
+    return out

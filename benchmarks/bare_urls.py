@@ -1,0 +1,33 @@
+"""Strop's routes plus the bare baseline view (see bare_settings.py)."""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from django.urls import path
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from apps.interactions.models import Feedback
+from apps.interactions.services import _FEEDBACK_UPSERT
+from config.urls import urlpatterns as strop_urlpatterns
+
+_SQL = _FEEDBACK_UPSERT.format(table=Feedback._meta.db_table, target="pending_client_id")
+_TENANT_ID = int(os.environ.get("BENCH_BARE_TENANT_ID", "0"))
+
+
+@csrf_exempt
+def bare_feedback(request: HttpRequest) -> JsonResponse:
+    body = orjson.loads(request.body)
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _SQL, (_TENANT_ID, None, "bare-" + body["client_id"], body["outcome"], "", now, now, now, 1, "{}")
+        )
+    return JsonResponse({"status": "pending", "client_id": body["client_id"]})
+
+
+urlpatterns = [*strop_urlpatterns, path("bench/bare-feedback", bare_feedback)]
