@@ -14,7 +14,7 @@ ASSETS_STAMP := var/vendor/.htmx-$(HTMX_VERSION)-axe-$(AXE_VERSION)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: venv assets browser services test demo up starter vllm lint bench-ingest bench-serving bench-trainer bench-freshness bench-experiments bench-dashboard bench-learning vllm-env clean
+.PHONY: venv assets browser services test demo up starter vllm lint bench-ingest bench-serving bench-capacity bench-trainer bench-freshness bench-experiments bench-dashboard bench-learning bench-agent-learning vllm-env clean
 
 venv: $(STAMP)
 
@@ -67,6 +67,9 @@ bench-ingest: venv services
 bench-serving: venv services
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/serving.py
 
+bench-capacity: venv services
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/capacity.py
+
 bench-experiments: venv services
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/experiments.py
 
@@ -83,6 +86,11 @@ bench-trainer: venv
 LEARNING_ARGS ?= --population line --stop '\n' --train-tasks 512 --eval-tasks 300 --set autocast_bf16=true
 bench-learning: venv
 	$(PY) benchmarks/learning.py $(LEARNING_ARGS)
+
+# Its agent variant: chat answers in the format a simulated user wants (SmolLM2, CPU).
+AGENT_LEARNING_ARGS ?= --format codeblock --train 192 --eval 160 --threads 2
+bench-agent-learning: venv
+	$(PY) benchmarks/agent_learning.py $(AGENT_LEARNING_ARGS)
 
 clean:
 	rm -rf $(VENV) var staticfiles

@@ -22,6 +22,7 @@ from apps.interactions.apis import (
     InteractionDetailApi,
 )
 from apps.serving.apis import CompletionApi, ModelListApi
+from apps.serving.chat_apis import ChatCompletionApi
 from apps.tenants.apis import ApiKeyCollectionApi, ApiKeyDetailApi, AuditEventListApi, TenantMeApi
 from apps.training.apis import (
     EvalSetApi,
@@ -44,6 +45,7 @@ urlpatterns = [
     path("v1/feedback", FeedbackIngestApi.as_view(), name="feedback"),
     path("v1/editor/autocomplete", EditorOutcomeApi.as_view(), name="editor-autocomplete"),
     path("v1/completions", CompletionApi.as_view(), name="completions"),
+    path("v1/chat/completions", ChatCompletionApi.as_view(), name="chat-completions"),
     path("v1/models", ModelListApi.as_view(), name="models"),
     path("v1/adapters", AdapterListApi.as_view(), name="adapters"),
     path("v1/adapters/<str:adapter_name>/versions", AdapterVersionListApi.as_view(), name="adapter-versions"),

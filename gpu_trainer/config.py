@@ -44,7 +44,8 @@ class PPOConfig:
     sampled (a few percent of requests), so without this it learns only from those few; with
     it, from every event."""
     silence_reward: float = 0.0
-    """The reward of staying silent: the tenant's reward for ``not_shown``."""
+    """The reward of staying silent: the tenant's reward for ``not_shown`` (a sample's own
+    ``silence_reward``, an agent's turn, takes precedence)."""
     silence_clip: float = 0.1
     """Trust region of the silent action in ``silence_counterfactual``: per update and context its
     probability moves by about this much at most (absolute), in log-space steps. The token

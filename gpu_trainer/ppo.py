@@ -49,7 +49,7 @@ from gpu_trainer.policy import (
     special_token_ids,
 )
 from gpu_trainer.samples import Sample, check_samples_against_vocab, coerce_samples, silent_token_ids
-from gpu_trainer.silence import silence_loss
+from gpu_trainer.silence import counterfactual_advantages, silence_loss
 
 StepCallback = Callable[[dict[str, Any]], None]
 
@@ -210,7 +210,7 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
     # A fixed partition into minibatches, each cut into passes by the token budget: old and
     # reference log-probs are computed in exactly the layout the gradient steps use.
     lengths = [sequence_length(s, eos_id=policy.eos_id, max_prompt_tokens=config.max_prompt_tokens) for s in samples]
-    silence = config.silence_reward - rewards if config.silence_counterfactual else None
+    silence = counterfactual_advantages(samples, rewards, config)  # None without silence_counterfactual
     silent_ids = torch.tensor(silent_token_ids(samples, policy.eos_id), device=device) if silence is not None else None
     # One counterfactual per event: it weighs as one token (token_mean) or one sequence.
     silence_denominator = "sequences" if config.loss_aggregation == "sequence_mean" else "tokens"

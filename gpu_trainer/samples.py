@@ -3,13 +3,17 @@
 JSONL, one object per line (the Django exporter writes it)::
 
     {"prompt_token_ids": [int], "completion_token_ids": [int],
-     "behaviour_logprobs": [float] | null, "reward": float, "id": "optional", "silent": false}
+     "behaviour_logprobs": [float] | null, "reward": float, "id": "optional", "silent": false,
+     "silence_reward": float | null}
 
 An empty ``completion_token_ids`` is the "stay silent" action: the model emitted EOS first.
 The trainer trains it as the single token ``[eos_id]`` whose serving logprob is unknown.
 ``silent`` (optional) says the served text was empty although tokens were served: a client's
 stop string cut the completion at its first token (a line break for a single-line editor), so
-that token is one way this adapter's clients see silence.
+that token is one way this adapter's clients see silence. ``silence_reward`` (optional) is what
+staying silent would have earned on this prompt, for the counterfactual silent action; absent,
+the config's ``silence_reward`` (the policy's "not shown"). An agent's turn carries its own: an
+agent that answers nothing leaves its user to ask again.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class Sample:
     reward: float
     id: str | None = None
     silent: bool = False
+    silence_reward: float | None = None
 
     @classmethod
     def from_dict(cls, data: Any, index: int) -> Sample:
@@ -73,6 +78,13 @@ class Sample:
         silent = data.get("silent", False)
         if not isinstance(silent, bool):
             raise TrainerInputError(f"{where}: silent must be true or false, got {silent!r}")
+        silence_reward = data.get("silence_reward")
+        if silence_reward is not None and (
+            isinstance(silence_reward, bool)
+            or not isinstance(silence_reward, (int, float))
+            or not math.isfinite(silence_reward)
+        ):
+            raise TrainerInputError(f"{where}: silence_reward must be a finite number or null, got {silence_reward!r}")
         return cls(
             prompt_token_ids=tuple(prompt),
             completion_token_ids=tuple(completion),
@@ -80,6 +92,7 @@ class Sample:
             reward=float(reward),
             id=str(sample_id) if sample_id is not None else None,
             silent=silent or not completion,
+            silence_reward=float(silence_reward) if silence_reward is not None else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,6 +103,7 @@ class Sample:
             "reward": self.reward,
             "id": self.id,
             "silent": self.silent,
+            "silence_reward": self.silence_reward,
         }
 
 

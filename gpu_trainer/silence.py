@@ -6,7 +6,12 @@ log-probability from the update's own forward pass (``policy.completion_and_sile
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
+
+from gpu_trainer.config import PPOConfig
+from gpu_trainer.samples import Sample
 
 
 def silence_loss(new_silent: torch.Tensor, old_silent: torch.Tensor, advantages: torch.Tensor, *, clip: float,
@@ -22,3 +27,14 @@ def silence_loss(new_silent: torch.Tensor, old_silent: torch.Tensor, advantages:
         moved = new_silent.exp() - old_silent.exp()
         active = torch.where(advantages > 0, moved < clip, moved > -clip).float()
     return -(advantages * new_silent * active).sum() / max(denominator, 1)
+
+
+def counterfactual_advantages(
+    samples: Sequence[Sample], rewards: torch.Tensor, config: PPOConfig
+) -> torch.Tensor | None:
+    """Each event's counterfactual silent action (None when ``silence_counterfactual`` is off): its
+    reward (the sample's own ``silence_reward``, an agent's turn, else the config's) minus the event's."""
+    if not config.silence_counterfactual:
+        return None
+    silent = [config.silence_reward if s.silence_reward is None else s.silence_reward for s in samples]
+    return torch.tensor(silent, dtype=torch.float32) - rewards

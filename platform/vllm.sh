@@ -19,6 +19,7 @@
 #   VLLM_KV_CACHE_BYTES     KV cache size, vLLM's human form (default 1G on CPU). On CPU, vLLM
 #                           otherwise reserves --gpu-memory-utilization (0.9) of ALL host memory.
 #   VLLM_CPU_OMP_THREADS_BIND  passed through to vLLM (default auto: all cores but one)
+#   VLLM_TOOL_CALL_PARSER   vLLM's tool-call parser for chat (default hermes; empty: tools refused)
 #   VLLM_VENV               vLLM's virtualenv (default <repo>/.venv-vllm; see platform/vllm-env.sh)
 set -euo pipefail
 
@@ -44,7 +45,8 @@ max_cpu_loras="${VLLM_MAX_CPU_LORAS:-16}"
 max_model_len="${VLLM_MAX_MODEL_LEN:-}"
 kv_bytes="${VLLM_KV_CACHE_BYTES:-}"
 dtype="${VLLM_DTYPE:-}"
-unset VLLM_PORT VLLM_BIND_HOST VLLM_SERVED_MODEL_NAME VLLM_MAX_LORAS VLLM_MAX_LORA_RANK \
+tool_parser="${VLLM_TOOL_CALL_PARSER-hermes}"
+unset VLLM_TOOL_CALL_PARSER VLLM_PORT VLLM_BIND_HOST VLLM_SERVED_MODEL_NAME VLLM_MAX_LORAS VLLM_MAX_LORA_RANK \
     VLLM_MAX_CPU_LORAS VLLM_MAX_MODEL_LEN VLLM_KV_CACHE_BYTES VLLM_DTYPE VLLM_VENV VLLM_MODEL
 
 on_gpu=0
@@ -64,6 +66,15 @@ args=(
     --disable-uvicorn-access-log
 )
 [[ -n "$max_model_len" ]] && args+=(--max-model-len "$max_model_len")
+# A base model without a chat template (the starter model) gets ChatML, the one the dataset export
+# uses for it too (gpu_trainer/chat.py), so /v1/chat/completions works on every base.
+if [[ ! -f "$MODEL/chat_template.jinja" && ! -f "$MODEL/chat_template.json" ]] \
+    && ! grep -q '"chat_template"' "$MODEL/tokenizer_config.json" 2>/dev/null; then
+    args+=(--chat-template "$ROOT/gpu_trainer/chat_template.jinja")
+fi
+# Tool calls in chat (tool_choice auto, required or named) are read from the model's text by this
+# parser; hermes reads <tool_call>{"name", "arguments"}</tool_call>, the form that template writes.
+[[ -n "$tool_parser" ]] && args+=(--enable-auto-tool-choice --tool-call-parser "$tool_parser")
 if [[ $on_gpu == 0 ]]; then
     args+=(--dtype "${dtype:-float32}" --kv-cache-memory-bytes "${kv_bytes:-1G}")
     export VLLM_CPU_OMP_THREADS_BIND="${VLLM_CPU_OMP_THREADS_BIND:-auto}"

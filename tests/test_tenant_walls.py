@@ -41,6 +41,7 @@ WITH_IDS = {
     "interaction-detail",
     "api-key-detail",
     "completions",
+    "chat-completions",
     "adapter-versions",
     "adapter-version-promote",
     "end-user-detail",
@@ -151,13 +152,16 @@ def test_public_routes_hold_no_tenant_data(world, client):
         assert "A's" not in response.content.decode()
 
 
-def test_b_cannot_complete_with_a_adapter(world):
+def test_b_cannot_complete_or_chat_with_a_adapter(world):
     a, b, _, _ = world
     base = BaseModel.objects.create(name="walls-base", path="/nonexistent", family="qwen")
     Adapter.objects.create(tenant=a.tenant, name="a-private", base_model=base, is_default=True)
     response = b.post("/v1/completions", {"model": "a-private", "prompt": "x"}, format="json")
     assert response.status_code == 404
     assert b.post("/v1/completions", {"prompt": "x"}, format="json").status_code == 404  # A's default is not B's
+    chat = {"messages": [{"role": "user", "content": "x"}]}
+    assert b.post("/v1/chat/completions", {**chat, "model": "a-private"}, format="json").status_code == 404
+    assert b.post("/v1/chat/completions", chat, format="json").status_code == 404
 
 
 def test_b_cannot_list_or_promote_a_adapter_versions(world):

@@ -110,7 +110,7 @@ def end_user_erase_preview(tenant: Tenant, *, external_id: str) -> dict[str, Any
     """What ``end_user_erase`` would delete now, counted without deleting anything, and the versions
     that learned from the user's events (the same lineage the erase report names)."""
     from apps.experiments.models import ExperimentExposure
-    from apps.interactions.models import Feedback, Interaction
+    from apps.interactions.models import ConversationOutcome, Feedback, Interaction
     from apps.serving.models import ServingFailure
 
     user = EndUser.objects.filter(tenant=tenant, external_id=external_id).first()
@@ -122,6 +122,9 @@ def end_user_erase_preview(tenant: Tenant, *, external_id: str) -> dict[str, Any
     return {
         "deleted": {
             "interactions": interactions.count(),
+            "session_outcomes": ConversationOutcome.objects.filter(
+                tenant=tenant, conversation_id__in=interactions.exclude(conversation_id="").values("conversation_id")
+            ).count(),
             "feedback": Feedback.objects.filter(tenant=tenant, interaction__in=interactions).count(),
             "pending_feedback": Feedback.objects.filter(
                 tenant=tenant, **in_values("pending_client_id", client_ids)

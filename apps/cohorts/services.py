@@ -20,15 +20,17 @@ from django.utils import timezone
 from apps.cohorts.models import ConsentChange, EndUser
 from apps.cohorts.selectors import versions_touched_by
 from apps.common.exceptions import NotFound, ValidationFailed
-from apps.common.lookups import in_values
+from apps.common.lookups import in_values, tenant_rows
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 
 MAX_EXTERNAL_ID = 200
 
 
-def _history(tenant: Tenant, user: EndUser, opted_in: bool, *, source: str, actor: str, at: datetime) -> ConsentChange:
-    return ConsentChange(tenant=tenant, end_user=user, opted_in=opted_in, source=source, actor=actor, changed_at=at)
+def _history(tenant: Tenant, user_id: int, opted_in: bool, *, source: str, actor: str, at: datetime) -> ConsentChange:
+    return ConsentChange(
+        tenant=tenant, end_user_id=user_id, opted_in=opted_in, source=source, actor=actor, changed_at=at
+    )
 
 
 def end_users_observe(
@@ -49,7 +51,13 @@ def end_users_observe(
     if not ids:
         return [False] * len(observations)
     now = timezone.now()
-    users = {u.external_id: u for u in EndUser.objects.filter(tenant=tenant, **in_values("external_id", ids))}
+    # (id, consent) per external id: plain values, not model instances (a batch names hundreds).
+    users: dict[str, tuple[int, bool]] = {
+        external_id: (pk, opted_in)
+        for external_id, pk, opted_in in tenant_rows(
+            EndUser, tenant.pk, key="external_id", values=ids, columns=("external_id", "id", "opted_in")
+        )
+    }
     missing = ids - users.keys()
     history: list[ConsentChange] = []
     if missing:
@@ -69,15 +77,15 @@ def end_users_observe(
             ],
             ignore_conflicts=True,  # another request created some of them first: theirs stand
         )
-        created = EndUser.objects.filter(tenant=tenant, **in_values("external_id", missing))
-        for user in created:
-            users[user.external_id] = user
-            if user.opted_in and user.opted_in_changed_at == now:
-                flagged = first_flag.get(user.external_id) is not None
-                history.append(
-                    _history(tenant, user, True, source=source if flagged else "default", actor=actor, at=now)
-                )
-    state = {external_id: user.opted_in for external_id, user in users.items()}
+        created = EndUser.objects.filter(tenant=tenant, **in_values("external_id", missing)).values_list(
+            "external_id", "pk", "opted_in", "opted_in_changed_at"
+        )
+        for external_id, pk, opted_in, changed_at in created:
+            users[external_id] = (pk, opted_in)
+            if opted_in and changed_at == now:
+                flagged = first_flag.get(external_id) is not None
+                history.append(_history(tenant, pk, True, source=source if flagged else "default", actor=actor, at=now))
+    state = {external_id: opted_in for external_id, (_, opted_in) in users.items()}
     states: list[bool] = []
     changed: set[str] = set()
     for external_id, flag in observations:
@@ -87,11 +95,12 @@ def end_users_observe(
         if flag is not None and flag != state[external_id]:
             state[external_id] = flag
             changed.add(external_id)
-            history.append(_history(tenant, users[external_id], flag, source=source, actor=actor, at=now))
+            history.append(_history(tenant, users[external_id][0], flag, source=source, actor=actor, at=now))
         states.append(state[external_id])
     for external_id in changed:
-        if state[external_id] != users[external_id].opted_in:
-            EndUser.objects.filter(pk=users[external_id].pk).update(
+        pk, opted_in = users[external_id]
+        if state[external_id] != opted_in:
+            EndUser.objects.filter(pk=pk).update(
                 opted_in=state[external_id], opted_in_changed_at=now
             )
     if history:
@@ -215,7 +224,7 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     the report names those versions so the tenant can retire them.
     """
     from apps.experiments.models import ExperimentExposure
-    from apps.interactions.models import Feedback, Interaction
+    from apps.interactions.models import ConversationOutcome, Feedback, Interaction
     from apps.serving.models import ServingFailure
 
     user = EndUser.objects.select_for_update().filter(tenant=tenant, external_id=external_id).first()
@@ -225,8 +234,15 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     report = EraseReport()
     report.versions_trained_on, report.versions_evaluated_on = versions_touched_by(interactions)
     client_ids = [c for c in interactions.values_list("client_id", flat=True) if c]
+    conversations = interactions.exclude(conversation_id="").values_list("conversation_id", flat=True)
+    conversation_ids = list(conversations.distinct())
     report.deleted["feedback"] = (
         Feedback.objects.filter(tenant=tenant, interaction__in=interactions).delete()[1].get("interactions.Feedback", 0)
+    )
+    session_outcomes = (
+        ConversationOutcome.objects.filter(tenant=tenant, **in_values("conversation_id", conversation_ids)).delete()[0]
+        if conversation_ids
+        else 0
     )
     report.deleted["pending_feedback"] = (
         Feedback.objects.filter(tenant=tenant, **in_values("pending_client_id", client_ids)).delete()[0]
@@ -234,6 +250,7 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
         else 0
     )
     report.deleted["interactions"] = interactions.delete()[1].get("interactions.Interaction", 0)
+    report.deleted["session_outcomes"] = session_outcomes
     report.deleted["serving_failures"] = ServingFailure.objects.filter(tenant=tenant, end_user_id=external_id).delete()[
         0
     ]

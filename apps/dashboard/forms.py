@@ -62,6 +62,14 @@ class TrainingPolicyForm(forms.Form):
     reward_rejected = forms.FloatField()
     reward_not_shown = forms.FloatField(label="Reward not shown")
     reward_edited = forms.FloatField()
+    reward_thumbs_up = forms.FloatField(label="Reward thumbs up", help_text="Agents: the user liked the answer.")
+    reward_thumbs_down = forms.FloatField(label="Reward thumbs down")
+    reward_edit_persisted = forms.FloatField(help_text="Agents: the answer's edit was still there later.")
+    reward_edit_reverted = forms.FloatField()
+    reward_follow_up_dissatisfied = forms.FloatField(
+        label="Reward dissatisfied follow-up", help_text="Agents: the user re-asked or corrected the answer."
+    )
+    reward_tool_call_failed = forms.FloatField(label="Reward failed tool call")
     trainer_overrides = JSONObjectField(help_text="PPO settings to override, as a JSON object.")
     gate_overrides = JSONObjectField(help_text="Gate settings to override, as a JSON object.")
 

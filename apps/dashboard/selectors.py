@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import F, QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, F, Q, QuerySet
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.interactions.models import Interaction
@@ -148,8 +148,20 @@ def interaction_search(tenant: Tenant, *, filters: InteractionFilters) -> QueryS
     qs = (
         Interaction.objects.filter(tenant=tenant)
         .select_related("adapter_version__adapter", "adapter")
-        .annotate(outcome=F("feedback__outcome"))
-        .defer("prompt", "suffix", "prompt_token_ids", "completion_token_ids", "completion_logprobs", "metadata")
+        .annotate(
+            outcome=F("feedback__outcome"),
+            called_tools=ExpressionWrapper(Q(metadata__has_key="tool_calls"), output_field=BooleanField()),
+        )
+        .defer(
+            "prompt",
+            "suffix",
+            "prompt_token_ids",
+            "completion_token_ids",
+            "completion_logprobs",
+            "metadata",
+            "messages",
+            "tools",
+        )
         .order_by("-served_at", "-id")
     )
     if filters.end_user_id:

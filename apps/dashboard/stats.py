@@ -100,7 +100,7 @@ def _rate_aggregates(policy: TrainingPolicy, *, within: Q | None = None, prefix:
         *(When(feedback__outcome=outcome, then=Value(policy.reward_for(outcome))) for outcome in Outcome.values),
         default=None,
         output_field=FloatField(),
-    )
+    ) * F("feedback__reward_weight")
     return {
         f"{prefix}requests": Count("id", filter=within),
         f"{prefix}suggestions": Count("id", filter=within & suggested),

@@ -13,14 +13,18 @@ from __future__ import annotations
 import numpy as np
 from django.db import connection
 from django.db.models import Case, Count, F, FloatField, Q, QuerySet, Sum, Value, When
+from django.db.models.functions import Coalesce
 
 from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentExposure
 from apps.experiments.stats import ArmData
+from apps.experiments.stats.metrics import USER_COLUMNS
 from apps.interactions.models import Feedback, Interaction
 from apps.serving.models import ServingFailure
 from apps.training.selectors import training_policy_get
 
 SHOWN_OUTCOMES = (Feedback.Outcome.ACCEPTED, Feedback.Outcome.REJECTED, Feedback.Outcome.EDITED)
+# What counts as a good answer for the agents' metrics (positive_rate, positive_session_rate).
+POSITIVE_OUTCOMES = (Feedback.Outcome.ACCEPTED, Feedback.Outcome.THUMBS_UP, Feedback.Outcome.EDIT_PERSISTED)
 
 
 def _p95(latencies: QuerySet[Interaction], experiment: Experiment, arm: str) -> float | None:
@@ -45,19 +49,22 @@ def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
     interactions = Interaction.objects.filter(experiment=experiment)
     threshold = _p95(interactions, experiment, CONTROL)
     reward = Case(
-        When(feedback__outcome=Feedback.Outcome.ACCEPTED, then=Value(policy.reward_accepted)),
-        When(feedback__outcome=Feedback.Outcome.REJECTED, then=Value(policy.reward_rejected)),
-        When(feedback__outcome=Feedback.Outcome.EDITED, then=Value(policy.reward_edited)),
-        When(feedback__outcome=Feedback.Outcome.NOT_SHOWN, then=Value(policy.reward_not_shown)),
+        *(When(feedback__outcome=o, then=Value(policy.reward_for(o))) for o in Feedback.Outcome.values),
         default=Value(0.0),
         output_field=FloatField(),
-    )
+    ) * Coalesce(F("feedback__reward_weight"), Value(1.0))
     per_user = interactions.values("experiment_arm", "end_user_id").annotate(
         requests=Count("id"),
         shown=Count("id", filter=~Q(completion="") & Q(feedback__outcome__in=SHOWN_OUTCOMES)),
         accepted=Count("id", filter=~Q(completion="") & Q(feedback__outcome=Feedback.Outcome.ACCEPTED)),
         reward=Sum(reward),
         slow=Count("id", filter=Q(latency_ms__gt=threshold)) if threshold is not None else Value(0),
+        positive=Count("id", filter=Q(feedback__outcome__in=POSITIVE_OUTCOMES)),
+        dissatisfied=Count("id", filter=Q(feedback__outcome=Feedback.Outcome.FOLLOW_UP_DISSATISFIED)),
+        sessions=Count("conversation_id", distinct=True, filter=~Q(conversation_id="")),
+        positive_sessions=Count(
+            "conversation_id", distinct=True, filter=~Q(conversation_id="") & Q(feedback__outcome__in=POSITIVE_OUTCOMES)
+        ),
     )
     failures = (
         ServingFailure.objects.filter(experiment=experiment)
@@ -69,7 +76,7 @@ def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
         "arm", F("end_user__external_id")
     ):
         arms[arm][user] = len(arms[arm])
-    columns = ("requests", "shown", "accepted", "reward_sum", "errors", "slow_requests")
+    columns = USER_COLUMNS
     sums = {arm: {c: np.zeros(len(users)) for c in columns} for arm, users in arms.items()}
     for row in per_user:
         index = arms.get(row["experiment_arm"], {}).get(row["end_user_id"])
@@ -81,6 +88,8 @@ def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
         target["accepted"][index] += row["accepted"]
         target["reward_sum"][index] += row["reward"] or 0.0
         target["slow_requests"][index] += row["slow"]
+        for column in ("positive", "dissatisfied", "sessions", "positive_sessions"):
+            target[column][index] += row[column]
     for row in failures:
         index = arms.get(row["experiment_arm"], {}).get(row["end_user_id"])
         if index is None:

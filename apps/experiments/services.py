@@ -156,7 +156,7 @@ def experiment_start(tenant: Tenant, *, experiment: Experiment, actor: str) -> E
     checks = serve_probe_verify(candidate)
     try:
         with transaction.atomic():
-            adapter = Adapter.objects.select_for_update().get(pk=experiment.adapter_id)
+            adapter = Adapter.objects.select_for_update(no_key=True).get(pk=experiment.adapter_id)
             moved = Experiment.objects.filter(pk=experiment.pk, status=Experiment.Status.DRAFT).update(
                 status=Experiment.Status.RUNNING,
                 control_version=adapter.production_version,

@@ -9,7 +9,12 @@ from apps.tenants.models import Tenant
 
 
 class Interaction(models.Model):
-    """One completion, served by Strop or logged by the tenant after serving it elsewhere."""
+    """One completion, served by Strop or logged by the tenant after serving it elsewhere.
+
+    A completion answers either a prompt (or prefix + suffix) or a conversation: ``messages``
+    (OpenAI's chat shape, up to the turn answered) and ``tools``; ``completion`` is then the
+    assistant's text and ``metadata["tool_calls"]`` its tool calls. A conversation's turns share
+    ``conversation_id`` and are ordered by ``turn``."""
 
     class Source(models.TextChoices):
         LOGGED = "logged"
@@ -23,6 +28,10 @@ class Interaction(models.Model):
     prompt = models.TextField(blank=True, help_text="the whole prompt, when the tenant sends one")
     prefix = models.TextField(blank=True)
     suffix = models.TextField(blank=True)
+    messages = models.JSONField(null=True, blank=True, help_text="the conversation answered (chat), OpenAI's shape")
+    tools = models.JSONField(null=True, blank=True, help_text="the tools offered to the model (chat)")
+    conversation_id = models.CharField(max_length=200, blank=True, help_text="the tenant's id of the session")
+    turn = models.PositiveIntegerField(null=True, blank=True, help_text="0-based index of this reply in its session")
     completion = models.TextField(blank=True, help_text="empty = the model chose to suggest nothing")
     prompt_token_ids = models.JSONField(null=True, blank=True)
     completion_token_ids = models.JSONField(null=True, blank=True)
@@ -74,6 +83,11 @@ class Interaction(models.Model):
             models.Index(fields=["tenant", "received_at"]),
             models.Index(fields=["tenant", "end_user_id"]),
             models.Index(fields=["experiment", "end_user_id"]),
+            models.Index(
+                fields=["tenant", "conversation_id", "turn"],
+                condition=~Q(conversation_id=""),
+                name="interaction_conversation_turn",
+            ),
         ]
 
 
@@ -89,13 +103,31 @@ class Feedback(models.Model):
         REJECTED = "rejected"
         NOT_SHOWN = "not_shown"
         EDITED = "edited"
+        # Agents: what the user did with an answer (see README, "Agents").
+        THUMBS_UP = "thumbs_up"
+        THUMBS_DOWN = "thumbs_down"
+        EDIT_PERSISTED = "edit_persisted"
+        EDIT_REVERTED = "edit_reverted"
+        FOLLOW_UP_DISSATISFIED = "follow_up_dissatisfied"
+        TOOL_CALL_FAILED = "tool_call_failed"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     interaction = models.ForeignKey(
         Interaction, null=True, blank=True, on_delete=models.CASCADE, related_name="feedback"
     )
     pending_client_id = models.CharField(max_length=200, null=True, blank=True)
-    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    outcome = models.CharField(max_length=32, choices=Outcome.choices)
+    reward_weight = models.FloatField(
+        default=1.0, help_text="the outcome's reward is multiplied by this (a session outcome spread with a discount)"
+    )
+    session_outcome = models.ForeignKey(
+        "ConversationOutcome",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="spread",
+        help_text="set when this row is a session outcome spread to the turn; the turn's own feedback replaces it",
+    )
     kept_text = models.TextField(blank=True, help_text="for 'edited': what the user kept")
     occurred_at = models.DateTimeField(help_text="when the user acted (client clock, else receipt)")
     received_at = models.DateTimeField(help_text="when the first event for this interaction arrived")
@@ -120,3 +152,35 @@ class Feedback(models.Model):
                 name="feedback_names_an_interaction",
             ),
         ]
+
+
+class ConversationOutcome(models.Model):
+    """How an agent session ended, spread over its turns as per-turn feedback.
+
+    It names the turn it follows (``turn``): that turn gets the outcome at full weight, and each
+    earlier turn ``t`` gets it at weight ``discount ** (turn - t)`` (``discount`` 0: that turn
+    only). Turns after it are not touched. A turn's own feedback always wins over a spread one.
+    Turns that arrive later get it when they arrive. One per session; last write wins by the time
+    the user acted."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    conversation_id = models.CharField(max_length=200)
+    turn = models.PositiveIntegerField()
+    outcome = models.CharField(max_length=32, choices=Feedback.Outcome.choices)
+    discount = models.FloatField(default=0.0)
+    occurred_at = models.DateTimeField()
+    received_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    events_received = models.PositiveIntegerField(default=1)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "conversation_id"], name="conversation_outcome_one_per_session")
+        ]
+
+    def weight_for(self, turn: int) -> float:
+        """The weight of this outcome on ``turn`` (0 for turns after the one it names)."""
+        if turn > self.turn:
+            return 0.0
+        return 1.0 if turn == self.turn else self.discount ** (self.turn - turn)

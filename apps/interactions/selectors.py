@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.db.models import Count, QuerySet
 
@@ -31,6 +32,16 @@ def interaction_list(tenant: Tenant, *, end_user_id: str | None = None) -> Query
     if end_user_id:
         qs = qs.filter(end_user_id=end_user_id)
     return qs
+
+
+def conversation_turns(tenant: Tenant, *, conversation_id: str) -> list[dict[str, Any]]:
+    """The turns of one agent session, in order, with their feedback's outcome (several choices
+    of one turn share its number)."""
+    return list(
+        Interaction.objects.filter(tenant=tenant, conversation_id=conversation_id)
+        .order_by("turn", "served_at", "id")
+        .values("id", "turn", "served_at", "feedback__outcome", "feedback__session_outcome_id")[:200]
+    )
 
 
 def feedback_for_interaction(tenant: Tenant, *, interaction: Interaction) -> Feedback | None:

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import orjson
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from apps.common.exceptions import PayloadTooLarge
-from apps.common.lookups import in_values
+from apps.common.lookups import ids_by_client_id, in_values, tenant_rows
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.models import Feedback, Interaction
+from apps.interactions.rows import interactions_bulk_insert, interactions_copy, json_text
+from apps.interactions.sessions import conversation_outcome_record, conversation_outcomes_apply
 from apps.interactions.validation import (
     FeedbackIn,
     InteractionIn,
@@ -41,6 +43,7 @@ class ItemResult:
     id: str | None = None
     client_id: str | None = None
     error: dict[str, str] | None = None
+    conversation_id: str | None = None  # a session outcome
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"index": self.index, "status": self.status}
@@ -48,6 +51,8 @@ class ItemResult:
             out["id"] = self.id
         if self.client_id is not None:
             out["client_id"] = self.client_id
+        if self.conversation_id is not None:
+            out["conversation_id"] = self.conversation_id
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -60,36 +65,6 @@ def batch_check_size(items: Sequence[Any]) -> None:
             f"items: a batch holds at most {limit} items, this one has {len(items)}; split it",
             details={"limit_items": limit, "items": len(items)},
         )
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else orjson.dumps(value).decode()
-
-
-_INTERACTION_COLUMNS = (
-    "id",
-    "tenant_id",
-    "client_id",
-    "source",
-    "prompt",
-    "prefix",
-    "suffix",
-    "completion",
-    "prompt_token_ids",
-    "completion_token_ids",
-    "completion_logprobs",
-    "model_name",
-    "adapter_id",
-    "adapter_version_id",
-    "experiment_id",
-    "experiment_arm",
-    "end_user_id",
-    "end_user_opted_in",
-    "served_at",
-    "received_at",
-    "latency_ms",
-    "metadata",
-)
 
 
 def _interaction_row(
@@ -111,9 +86,9 @@ def _interaction_row(
         item.prefix,
         item.suffix,
         item.completion,
-        _json(item.prompt_token_ids),
-        _json(item.completion_token_ids),
-        _json(item.completion_logprobs),
+        json_text(item.prompt_token_ids),
+        json_text(item.completion_token_ids),
+        json_text(item.completion_logprobs),
         item.model_name,
         None,
         None,
@@ -124,27 +99,12 @@ def _interaction_row(
         item.served_at or now,
         now,
         item.latency_ms,
-        _json(item.metadata),
+        json_text(item.metadata),
+        json_text(item.messages),
+        json_text(item.tools),
+        item.conversation_id,
+        item.turn,
     )
-
-
-def _interactions_copy(rows: list[tuple]) -> None:
-    table = connection.ops.quote_name(Interaction._meta.db_table)
-    columns = ", ".join(connection.ops.quote_name(c) for c in _INTERACTION_COLUMNS)
-    with connection.cursor() as cursor:
-        with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
-
-
-def _interactions_bulk_insert(rows: list[tuple]) -> None:
-    objects = []
-    for row in rows:
-        values = dict(zip(_INTERACTION_COLUMNS, row, strict=True))
-        for name in ("prompt_token_ids", "completion_token_ids", "completion_logprobs", "metadata"):
-            values[name] = orjson.loads(values[name]) if values[name] is not None else None
-        objects.append(Interaction(**values))
-    Interaction.objects.bulk_create(objects, ignore_conflicts=True)
 
 
 def _interactions_write(rows: list[tuple]) -> bool:
@@ -153,11 +113,11 @@ def _interactions_write(rows: list[tuple]) -> bool:
     if connection.vendor == "postgresql":
         try:
             with transaction.atomic():
-                _interactions_copy(rows)
+                interactions_copy(rows)
             return True
         except IntegrityError:
             pass  # a concurrent batch stored one of these client ids first: insert what is left
-    _interactions_bulk_insert(rows)
+    interactions_bulk_insert(rows)
     return False
 
 
@@ -209,9 +169,7 @@ def _interactions_store(
     from apps.experiments.selectors import experiment_arms_of_logged
 
     client_ids = [item.client_id for _, item in valid]
-    known = dict(
-        Interaction.objects.filter(tenant=tenant, **in_values("client_id", client_ids)).values_list("client_id", "id")
-    )
+    known = ids_by_client_id(Interaction, tenant.pk, client_ids)
     new: list[tuple[int, InteractionIn]] = []
     new_ids: dict[str, uuid.UUID] = {}
     for index, item in valid:
@@ -247,30 +205,34 @@ def _interactions_store(
         )
         results[index] = ItemResult(index=index, status="created", id=str(new_id), client_id=item.client_id)
     if not _interactions_write(rows):
-        stored = dict(
-            Interaction.objects.filter(tenant=tenant, **in_values("client_id", new_ids)).values_list("client_id", "id")
-        )
+        stored = ids_by_client_id(Interaction, tenant.pk, new_ids)
         for result in results:
             if result is not None and result.status == "created" and stored[result.client_id] != uuid.UUID(result.id):
                 result.status, result.id = "duplicate", str(stored[result.client_id])  # lost a race: theirs is kept
     feedback_attach_pending(tenant, client_ids=list(new_ids))
+    conversations = {item.conversation_id for _, item in new if item.conversation_id}
+    if conversations:
+        if conversation_outcomes_apply(tenant, conversation_ids=conversations, now=now):
+            _after_commit_notify_training(tenant.pk)
 
 
-# Last write wins by the time the user acted; every event is counted in events_received.
+# Last write wins by the time the user acted; a turn's own feedback always replaces a session outcome
+# spread to it (apps.interactions.sessions). Every event is counted in events_received.
 _FEEDBACK_UPSERT = """
 INSERT INTO {table} (tenant_id, interaction_id, pending_client_id, outcome, kept_text, occurred_at, received_at,
-                     updated_at, events_received, metadata)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                     updated_at, events_received, metadata, reward_weight, session_outcome_id)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1.0, NULL)
 ON CONFLICT (tenant_id, {target}) WHERE {target} IS NOT NULL DO UPDATE SET
-    outcome = CASE WHEN excluded.occurred_at >= {table}.occurred_at THEN excluded.outcome ELSE {table}.outcome END,
-    kept_text = CASE WHEN excluded.occurred_at >= {table}.occurred_at THEN excluded.kept_text
-                     ELSE {table}.kept_text END,
-    metadata = CASE WHEN excluded.occurred_at >= {table}.occurred_at THEN excluded.metadata ELSE {table}.metadata END,
-    occurred_at = CASE WHEN excluded.occurred_at >= {table}.occurred_at THEN excluded.occurred_at
-                       ELSE {table}.occurred_at END,
+    outcome = CASE WHEN {newer} THEN excluded.outcome ELSE {table}.outcome END,
+    kept_text = CASE WHEN {newer} THEN excluded.kept_text ELSE {table}.kept_text END,
+    metadata = CASE WHEN {newer} THEN excluded.metadata ELSE {table}.metadata END,
+    reward_weight = CASE WHEN {newer} THEN 1.0 ELSE {table}.reward_weight END,
+    occurred_at = CASE WHEN {newer} THEN excluded.occurred_at ELSE {table}.occurred_at END,
+    session_outcome_id = CASE WHEN {newer} THEN NULL ELSE {table}.session_outcome_id END,
     updated_at = excluded.updated_at,
     events_received = {table}.events_received + excluded.events_received
 """
+_NEWER = "(excluded.occurred_at >= {table}.occurred_at OR {table}.session_outcome_id IS NOT NULL)"
 
 
 @dataclass
@@ -301,14 +263,17 @@ def _feedback_upsert(tenant: Tenant, rows: Iterable[_FeedbackRow], *, now: datet
                 adapt(now),
                 adapt(now),
                 row.events,
-                _json(row.item.metadata),
+                json_text(row.item.metadata),
             )
         )
     table = connection.ops.quote_name(Feedback._meta.db_table)
     with connection.cursor() as cursor:
         for target, params in by_target.items():
-            if params:
-                cursor.executemany(_FEEDBACK_UPSERT.format(table=table, target=target), params)
+            sql = _FEEDBACK_UPSERT.format(table=table, target=target, newer=_NEWER.format(table=table))
+            if len(params) == 1:
+                cursor.execute(sql, params[0])  # one round trip; executemany adds a pipeline sync
+            elif params:
+                cursor.executemany(sql, params)
 
 
 def feedback_ingest(tenant: Tenant, *, items: Sequence[Any]) -> list[ItemResult]:
@@ -323,7 +288,8 @@ def feedback_ingest(tenant: Tenant, *, items: Sequence[Any]) -> list[ItemResult]
         except ItemError as exc:
             results[index] = ItemResult(index=index, status="rejected", error=exc.as_dict())
     if valid:
-        with transaction.atomic():
+        # One item is one upsert, atomic by itself: no BEGIN and COMMIT round trips for it.
+        with transaction.atomic() if len(valid) > 1 else nullcontext():
             _feedback_store(tenant, valid, results, now=now)
     verdicts = [r for r in results if r is not None]
     ingest_counted("feedback", tenant.slug, verdicts)
@@ -335,23 +301,16 @@ def _feedback_store(
 ) -> None:
     ids = {item.interaction_id for _, item in valid if item.interaction_id is not None}
     client_ids = {item.client_id for _, item in valid if item.client_id is not None}
-    known_ids = (
-        set(Interaction.objects.filter(tenant=tenant, **in_values("id", ids)).values_list("id", flat=True))
-        if ids
-        else set()
-    )
-    by_client_id = (
-        dict(
-            Interaction.objects.filter(tenant=tenant, **in_values("client_id", client_ids)).values_list(
-                "client_id", "id"
-            )
-        )
-        if client_ids
-        else {}
-    )
+    known_ids = {row[0] for row in tenant_rows(Interaction, tenant.pk, key="id", values=ids, columns=("id",))}
+    by_client_id = ids_by_client_id(Interaction, tenant.pk, client_ids)
     merged: dict[tuple[str, str], _FeedbackRow] = {}
     for index, item in valid:
         interaction_id: uuid.UUID | None = None
+        if item.conversation_id is not None:
+            if conversation_outcome_record(tenant, item=item, now=now):
+                _after_commit_notify_training(tenant.pk)
+            results[index] = ItemResult(index=index, status="recorded", conversation_id=item.conversation_id)
+            continue
         if item.interaction_id is not None:
             if item.interaction_id not in known_ids:
                 results[index] = ItemResult(
@@ -402,9 +361,9 @@ def _feedback_store(
 
 
 def _feedback_merge(into: Feedback, other: Feedback) -> None:
-    if other.occurred_at >= into.occurred_at:
+    if other.occurred_at >= into.occurred_at or into.session_outcome_id is not None:
         into.outcome, into.kept_text, into.metadata = other.outcome, other.kept_text, other.metadata
-        into.occurred_at = other.occurred_at
+        into.occurred_at, into.reward_weight, into.session_outcome = other.occurred_at, 1.0, None
     into.events_received += other.events_received
     into.received_at = min(into.received_at, other.received_at)
     into.updated_at = timezone.now()
@@ -464,72 +423,3 @@ def feedback_attach_pending_all() -> int:
         Feedback.objects.filter(pending_client_id__isnull=False).values_list("tenant_id", flat=True).distinct()
     )
     return sum(feedback_attach_pending(tenant) for tenant in Tenant.objects.filter(pk__in=tenant_ids))
-
-
-@dataclass
-class ServedCompletion:
-    """One choice Strop served, as it is recorded for training."""
-
-    interaction_id: uuid.UUID
-    completion: str
-    completion_token_ids: list[int]
-    completion_logprobs: list[float]
-    finish_reason: str | None
-
-
-def interactions_record_served(
-    tenant: Tenant,
-    *,
-    choices: Sequence[ServedCompletion],
-    prompt: str,
-    prefix: str,
-    suffix: str,
-    prompt_token_ids: list[int] | None,
-    model_name: str,
-    adapter_id: int,
-    adapter_version_id: int | None,
-    experiment_id: int | None,
-    experiment_arm: str,
-    end_user_id: str,
-    end_user_opted_in: bool,
-    served_at: datetime,
-    latency_ms: float,
-    metadata: dict[str, Any],
-) -> None:
-    """Record what the completion endpoint served: one interaction per choice, in one INSERT.
-
-    One choice (the common case) is a single autocommitted INSERT: no transaction round trips on
-    the serving hot path."""
-    now = timezone.now()
-    rows = [
-        Interaction(
-            id=choice.interaction_id,
-            tenant=tenant,
-            source=Interaction.Source.SERVED,
-            prompt=prompt,
-            prefix=prefix,
-            suffix=suffix,
-            # A byte-level model can sample the byte 0x00, which Postgres cannot store in text;
-            # the token ids keep what was really sampled.
-            completion=choice.completion.replace("\x00", "\ufffd"),
-            prompt_token_ids=prompt_token_ids,
-            completion_token_ids=choice.completion_token_ids,
-            completion_logprobs=choice.completion_logprobs,
-            model_name=model_name,
-            adapter_id=adapter_id,
-            adapter_version_id=adapter_version_id,
-            experiment_id=experiment_id,
-            experiment_arm=experiment_arm,
-            end_user_id=end_user_id,
-            end_user_opted_in=end_user_opted_in,
-            served_at=served_at,
-            received_at=now,
-            latency_ms=latency_ms,
-            metadata={**metadata, "finish_reason": choice.finish_reason},
-        )
-        for choice in choices
-    ]
-    if len(rows) == 1:
-        rows[0].save(force_insert=True)
-    else:
-        Interaction.objects.bulk_create(rows)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from apps.common.parsing import is_uuid, json_problem
+from apps.interactions.messages import MessageError, messages_validate, tools_validate, turn_of
 from apps.interactions.models import Feedback
 
 MAX_ID_LEN = 200
@@ -48,6 +49,10 @@ class InteractionIn:
     served_at: datetime | None
     latency_ms: float | None
     metadata: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    conversation_id: str = ""
+    turn: int | None = None
 
 
 @dataclass
@@ -58,6 +63,9 @@ class FeedbackIn:
     kept_text: str
     occurred_at: datetime | None
     metadata: dict[str, Any] = field(default_factory=dict)
+    conversation_id: str | None = None  # a session outcome: spread over the session's turns
+    turn: int = 0
+    discount: float = 0.0
 
 
 def _text(item: dict[str, Any], name: str, *, required: bool = False, max_len: int | None = None) -> str | None:
@@ -185,8 +193,32 @@ INTERACTION_FIELDS = frozenset(
         "served_at",
         "latency_ms",
         "metadata",
+        "messages",
+        "tools",
+        "conversation_id",
+        "turn",
     }
 )
+
+
+def _turn(item: dict[str, Any], name: str = "turn") -> int | None:
+    value = item.get(name)
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value <= MAX_TOKEN_ID:
+        raise ItemError(name, "must be a whole number from 0 (the first reply of the session)")
+    return value
+
+
+def _conversation(item: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
+    try:
+        messages = messages_validate(item["messages"]) if item.get("messages") is not None else None
+        tools = tools_validate(item.get("tools"))
+    except MessageError as exc:
+        raise ItemError(exc.field, exc.message, exc.code) from None
+    if tools is not None and messages is None:
+        raise ItemError("tools", "go with 'messages' (a conversation), not with a prompt")
+    return messages, tools
 
 
 def interaction_validate(item: Any) -> InteractionIn:
@@ -197,8 +229,21 @@ def interaction_validate(item: Any) -> InteractionIn:
     prompt = _text(item, "prompt")
     prefix = _text(item, "prefix")
     suffix = _text(item, "suffix")
-    if prompt is None and prefix is None:
-        raise ItemError("prompt", "send 'prompt', or 'prefix' (and 'suffix') for fill-in-the-middle", "required")
+    messages, tools = _conversation(item)
+    if messages is not None and (prompt is not None or prefix is not None):
+        raise ItemError("messages", "send either 'messages' (a conversation) or 'prompt' / 'prefix', not both")
+    if prompt is None and prefix is None and messages is None:
+        raise ItemError(
+            "prompt",
+            "send 'prompt', 'prefix' (and 'suffix') for fill-in-the-middle, or 'messages' for a conversation",
+            "required",
+        )
+    conversation_id = _id(item, "conversation_id") or ""
+    turn = _turn(item)
+    if turn is not None and not conversation_id:
+        raise ItemError("turn", "needs 'conversation_id' (the session the turn belongs to)")
+    if turn is None and conversation_id and messages is not None:
+        turn = turn_of(messages)
     completion = _text(item, "completion", required=True)
     prompt_ids = _token_ids(item, "prompt_token_ids")
     completion_ids = _token_ids(item, "completion_token_ids")
@@ -227,10 +272,17 @@ def interaction_validate(item: Any) -> InteractionIn:
         served_at=_datetime(item, "served_at"),
         latency_ms=_number(item, "latency_ms"),
         metadata=_metadata(item),
+        messages=messages,
+        tools=tools,
+        conversation_id=conversation_id,
+        turn=turn,
     )
 
 
-FEEDBACK_FIELDS = frozenset({"interaction_id", "client_id", "outcome", "kept_text", "occurred_at", "metadata"})
+FEEDBACK_FIELDS = frozenset(
+    {"interaction_id", "client_id", "conversation_id", "turn", "discount", "outcome", "kept_text", "occurred_at",
+     "metadata"}
+)
 OUTCOMES = frozenset(choice.value for choice in Feedback.Outcome)
 
 
@@ -240,10 +292,12 @@ def feedback_validate(item: Any) -> FeedbackIn:
     _reject_unknown(item, FEEDBACK_FIELDS)
     raw_id = _text(item, "interaction_id", max_len=64)
     client_id = _id(item, "client_id")
-    if (raw_id is None) == (client_id is None):
+    conversation_id = _id(item, "conversation_id")
+    if (raw_id is not None) + (client_id is not None) + (conversation_id is not None) != 1:
         raise ItemError(
             "interaction_id",
-            "name the interaction by exactly one of 'interaction_id' (Strop's id) or 'client_id'",
+            "name exactly one of 'interaction_id' (Strop's id) or 'client_id' (an interaction), or "
+            "'conversation_id' (a session outcome, with 'turn')",
             "required",
         )
     interaction_id = None
@@ -257,6 +311,22 @@ def feedback_validate(item: Any) -> FeedbackIn:
     kept_text = _text(item, "kept_text")
     if outcome == Feedback.Outcome.EDITED and kept_text is None:
         raise ItemError("kept_text", "is required when outcome is 'edited'", "required")
+    turn, discount = 0, 0.0
+    if conversation_id is not None:
+        if outcome == Feedback.Outcome.EDITED:
+            raise ItemError("outcome", "'edited' names one completion; send it for the turn's interaction")
+        turn = _turn(item)  # type: ignore[assignment]
+        if turn is None:
+            raise ItemError(
+                "turn", "is required with 'conversation_id': the turn the session outcome follows", "required"
+            )
+        discount = _number(item, "discount") or 0.0
+        if discount > 1:
+            raise ItemError("discount", "must be from 0 (the named turn only) to 1 (every earlier turn in full)")
+    else:
+        for name in ("turn", "discount"):
+            if item.get(name) is not None:
+                raise ItemError(name, "goes with 'conversation_id' (a session outcome)")
     return FeedbackIn(
         interaction_id=interaction_id,
         client_id=client_id,
@@ -264,4 +334,7 @@ def feedback_validate(item: Any) -> FeedbackIn:
         kept_text=kept_text or "",
         occurred_at=_datetime(item, "occurred_at"),
         metadata=_metadata(item),
+        conversation_id=conversation_id,
+        turn=turn,
+        discount=discount,
     )

@@ -7,7 +7,7 @@ OpenAI's completion request is taken, and what vLLM cannot do is a clear 400.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import orjson
@@ -17,6 +17,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.adapters.models import Adapter
 from apps.adapters.selectors import adapter_get_for_tenant, adapter_list
 from apps.cohorts.selectors import consent_default
 from apps.cohorts.services import end_user_consent_now
@@ -190,13 +191,41 @@ class _Answer:
             }
         return body
 
-    def events(self, chunks: Iterator[CompletionChunk]) -> Iterator[bytes]:
+
+
+def sse_response(bodies: Generator[dict[str, Any], None, None]) -> StreamingHttpResponse:
+    """Server-sent events, one ``data: <JSON>`` per body; if vLLM fails mid-stream (the bodies
+    raise), ``data: {"error": …}``, which the openai client raises as APIError; then ``[DONE]``."""
+
+    def events() -> Iterator[bytes]:
         try:
-            for chunk in chunks:
-                yield b"data: " + orjson.dumps(self.body(chunk)) + b"\n\n"
-        except ApplicationError as exc:  # vLLM failed or dropped the stream; the openai client raises APIError
+            for body in bodies:
+                yield b"data: " + orjson.dumps(body) + b"\n\n"
+        except ApplicationError as exc:
             yield b"data: " + orjson.dumps({"error": exc.as_dict()}) + b"\n\n"
+        finally:
+            bodies.close()  # a client that left: the upstream closes now, and what was served is recorded
         yield b"data: [DONE]\n\n"
+
+    response = StreamingHttpResponse(events(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+def serving_context(api: ScopedApi, request: Request, attrs: dict[str, Any]) -> tuple[Adapter, str, bool, Route]:
+    """What every serving request needs first: the adapter ``model`` names (404 for another
+    tenant's), the end user and their consent now, and the route (version, experiment arm)."""
+    adapter = adapter_get_for_tenant(api.tenant, name=attrs.get("model") or None)
+    user, flag = end_user_of_request(request, attrs)
+    consent = end_user_consent_now(
+        api.tenant,
+        external_id=user,
+        flag=flag,
+        default=consent_default(api.tenant, api_key=request.auth),
+        actor=api.actor,
+    )
+    return adapter, user, consent, serving_route(api.tenant, adapter=adapter, end_user_id=user, opted_in=consent)
 
 
 _COMPLETION_OUT = inline_serializer(
@@ -254,16 +283,7 @@ class CompletionApi(ScopedApi):
         data = CompletionIn(data=request.data)
         data.is_valid(raise_exception=True)
         attrs = data.validated_data
-        adapter = adapter_get_for_tenant(self.tenant, name=attrs.get("model") or None)
-        user, flag = end_user_of_request(request, attrs)
-        consent = end_user_consent_now(
-            self.tenant,
-            external_id=user,
-            flag=flag,
-            default=consent_default(self.tenant, api_key=request.auth),
-            actor=self.actor,
-        )
-        route = serving_route(self.tenant, adapter=adapter, end_user_id=user, opted_in=consent)
+        adapter, user, consent, route = serving_context(self, request, attrs)
         sampling = {
             k: attrs[k] for k in ("frequency_penalty", "presence_penalty", "logit_bias", "best_of") if k in attrs
         }
@@ -288,10 +308,7 @@ class CompletionApi(ScopedApi):
         if attrs["stream"]:
             ids, chunks = completion_stream(self.tenant, route=route, request=served)
             answer = _Answer(served, route, [str(i) for i in ids], adapter.name)
-            response = StreamingHttpResponse(answer.events(chunks), content_type="text/event-stream")
-            response["Cache-Control"] = "no-cache"
-            response["X-Accel-Buffering"] = "no"
-            return response
+            return sse_response(answer.body(chunk) for chunk in chunks)
         completion, ids = completion_serve(self.tenant, route=route, request=served)
         return Response(_Answer(served, route, [str(i) for i in ids], adapter.name).body(completion))
 

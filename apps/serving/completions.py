@@ -23,11 +23,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.common.exceptions import ApplicationError
-from apps.interactions.services import ServedCompletion, interactions_record_served
+from apps.interactions.served import ServedCompletion, interactions_record_served
 from apps.serving.models import ServingFailure
 from apps.serving.prompts import parse_fim_prompt
 from apps.serving.services import Route, adapter_version_load, vllm_client
@@ -146,10 +147,12 @@ def _vllm_kwargs(route: Route, request: CompletionRequest) -> dict[str, Any]:
         "user": request.user or None,
         "extra": extra or None,
         "logprobs": request.logprobs or 1,
+        # The tenant's home replica keeps its adapters in vLLM's LoRA slots (settings.VLLM_ROUTING).
+        "affinity": f"tenant-{route.adapter.tenant_id}" if settings.VLLM_ROUTING == "tenant" else None,
     }
 
 
-def _with_load_on_demand(route: Route, call: Any) -> Any:
+def with_load_on_demand(route: Route, call: Any) -> Any:
     """Run ``call``; if vLLM lacks the version (a restart, a new replica), load it once and retry."""
     try:
         return call()
@@ -213,7 +216,7 @@ def _record(
 
 
 def serving_failure_record(
-    tenant: Tenant, *, route: Route, request: CompletionRequest, error: ApplicationError, started: float, streamed: bool
+    tenant: Tenant, *, route: Route, user: str, error: ApplicationError, started: float, streamed: bool
 ) -> None:
     """A request vLLM failed (not one the client got wrong): counted in the arm's error rate."""
     if isinstance(error, VLLMBadRequest) or error.status_code < 500:
@@ -224,7 +227,7 @@ def serving_failure_record(
         adapter_version=route.version,
         experiment=route.experiment,
         experiment_arm=route.arm,
-        end_user_id=request.user,
+        end_user_id=user,
         kind=error.code,
         message=error.message[:2000],
         streamed=streamed,
@@ -238,9 +241,9 @@ def completion_serve(tenant: Tenant, *, route: Route, request: CompletionRequest
     started, served_at = time.perf_counter(), timezone.now()
     kwargs = _vllm_kwargs(route, request)
     try:
-        completion = _with_load_on_demand(route, lambda: vllm_client().complete(**kwargs))
+        completion = with_load_on_demand(route, lambda: vllm_client().complete(**kwargs))
     except ApplicationError as exc:
-        serving_failure_record(tenant, route=route, request=request, error=exc, started=started, streamed=False)
+        serving_failure_record(tenant, route=route, user=request.user, error=exc, started=started, streamed=False)
         raise
     completion = replace(completion, choices=[_apply_stops(c, request.stop) for c in completion.choices])
     ids = [uuid.uuid4() for _ in range(request.n)]
@@ -269,9 +272,9 @@ def completion_stream(
     started, served_at = time.perf_counter(), timezone.now()
     kwargs = _vllm_kwargs(route, request)
     try:
-        upstream = _with_load_on_demand(route, lambda: vllm_client().stream(**kwargs))
+        upstream = with_load_on_demand(route, lambda: vllm_client().stream(**kwargs))
     except ApplicationError as exc:
-        serving_failure_record(tenant, route=route, request=request, error=exc, started=started, streamed=False)
+        serving_failure_record(tenant, route=route, user=request.user, error=exc, started=started, streamed=False)
         raise
     ids = [uuid.uuid4() for _ in range(request.n)]
     scanning = len(request.stop) > VLLM_MAX_STOP
@@ -307,7 +310,7 @@ def completion_stream(
                         yield replace(chunk, choices=[], usage=_usage_of(seen, request, states))
                     break  # closing the upstream iterator closes the connection: vLLM stops generating
         except ApplicationError as exc:
-            serving_failure_record(tenant, route=route, request=request, error=exc, started=started, streamed=True)
+            serving_failure_record(tenant, route=route, user=request.user, error=exc, started=started, streamed=True)
             seen = []  # nothing half-served is recorded as an interaction
             raise
         finally:

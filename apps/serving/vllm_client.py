@@ -5,9 +5,11 @@ Plain Python (httpx), no Django models: usable from views, Celery tasks and benc
 - Completions ask vLLM for ``logprobs: 1`` and ``return_token_ids: true``, so every answer
   carries the sampled token ids and their logprobs (what the trainer learns on).
 - Replicas share nothing: adapters are loaded on every replica and confirmed through
-  ``/v1/models``. Completions go round-robin and fail over to another replica only when the
-  connection could not be opened (nothing was sent); any later failure is reported, never
-  retried blindly.
+  ``/v1/models``. A completion with an ``affinity`` (the tenant) goes to that tenant's home
+  replica, chosen by rendezvous hashing, so each replica's LoRA slots hold only its tenants'
+  adapters and adding a replica moves only the tenants it takes; without one, round-robin.
+  Either way a completion fails over to the next replica only when the connection could not be
+  opened (nothing was sent); any later failure is reported, never retried blindly.
 - Every call has a timeout. A replica that is down or too slow gives :class:`VLLMUnavailable`
   (503 + Retry-After); vLLM's error JSON ``{"error": {"message", "type", "code"}}`` becomes a
   typed :class:`VLLMError` subclass carrying vLLM's message.
@@ -16,8 +18,8 @@ Plain Python (httpx), no Django models: usable from views, Celery tasks and benc
 
 from __future__ import annotations
 
+import hashlib
 import itertools
-import json
 import os
 import threading
 import time
@@ -46,6 +48,7 @@ from apps.serving.vllm_types import (
     parse_choice,
     parse_usage,
     prompt_ids,
+    read_sse_json,
 )
 
 __all__ = [
@@ -74,6 +77,11 @@ _down_until: dict[str, float] = {}
 _http_lock = threading.Lock()
 _http: httpx.Client | None = None
 _http_pid: int | None = None
+
+
+def _rendezvous(affinity: str, replica: str) -> bytes:
+    """Highest-random-weight hashing: the replica with the largest weight is ``affinity``'s home."""
+    return hashlib.blake2b(f"{affinity}\n{replica}".encode(), digest_size=8).digest()
 
 
 def _shared_http() -> httpx.Client:
@@ -122,12 +130,16 @@ class VLLMClient:
     def _timeouts(self, read: float) -> httpx.Timeout:
         return httpx.Timeout(connect=self._connect_timeout, read=read, write=10.0, pool=self._connect_timeout)
 
-    def _order(self) -> list[str]:
-        """Replicas in round-robin order from this call's turn; those that just refused a
-        connection go last, so a dead replica costs one connect attempt per cool-off, not one
-        per request."""
-        start = next(self._next) % len(self.base_urls)
-        ordered = self.base_urls[start:] + self.base_urls[:start]
+    def _order(self, affinity: str | None = None) -> list[str]:
+        """Replicas in the order to try: by rendezvous hash of ``affinity`` (its home first, the
+        same fallback every time), else round-robin from this call's turn. Those that just
+        refused a connection go last, so a dead replica costs one connect attempt per cool-off,
+        not one per request."""
+        if affinity is not None:
+            ordered = sorted(self.base_urls, key=lambda url: _rendezvous(affinity, url), reverse=True)
+        else:
+            start = next(self._next) % len(self.base_urls)
+            ordered = self.base_urls[start:] + self.base_urls[:start]
         now = time.monotonic()
         return sorted(ordered, key=lambda url: _down_until.get(url, 0.0) > now)
 
@@ -171,6 +183,7 @@ class VLLMClient:
         timeout: float | None = None,
         extra: dict[str, Any] | None = None,
         logprobs: int = 1,
+        affinity: str | None = None,
     ) -> Completion:
         """One completion (``n`` choices) with the sampled token ids and their logprobs."""
         body = self._completion_body(
@@ -186,7 +199,7 @@ class VLLMClient:
             extra=extra,
             logprobs=logprobs,
         )
-        response, replica = self._send_completion(body, timeout, stream=False)
+        response, replica = self._send_completion(body, timeout, stream=False, affinity=affinity)
         data = response.json()
         raw_choices = data.get("choices") or []
         return Completion(
@@ -199,7 +212,13 @@ class VLLMClient:
         )
 
     def _send_completion(
-        self, body: dict[str, Any], timeout: float | None, *, stream: bool
+        self,
+        body: dict[str, Any],
+        timeout: float | None,
+        *,
+        stream: bool,
+        affinity: str | None = None,
+        path: str = "/v1/completions",
     ) -> tuple[httpx.Response, str]:
         """POST a completion to the first replica that takes the connection.
 
@@ -209,9 +228,9 @@ class VLLMClient:
         """
         http, timeouts = _shared_http(), self._timeouts(timeout or self._timeout)
         last_error: Exception | None = None
-        for replica in self._order():
+        for replica in self._order(affinity):
             request = http.build_request(
-                "POST", f"{replica}/v1/completions", json=body, headers=self._headers, timeout=timeouts
+                "POST", f"{replica}{path}", json=body, headers=self._headers, timeout=timeouts
             )
             try:
                 response = http.send(request, stream=stream)
@@ -247,6 +266,7 @@ class VLLMClient:
         timeout: float | None = None,
         extra: dict[str, Any] | None = None,
         logprobs: int = 1,
+        affinity: str | None = None,
     ) -> Iterator[CompletionChunk]:
         """A streamed completion, one :class:`CompletionChunk` per server-sent event.
 
@@ -269,21 +289,13 @@ class VLLMClient:
         )
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-        response, replica = self._send_completion(body, timeout, stream=True)
+        response, replica = self._send_completion(body, timeout, stream=True, affinity=affinity)
         return self._read_events(response, replica)
 
     def _read_events(self, response: httpx.Response, replica: str) -> Iterator[CompletionChunk]:
+        events = read_sse_json(response, replica)
         try:
-            for line in response.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    return
-                data = json.loads(payload)
-                if "error" in data:  # vLLM reports a failure after the 200 as one more event
-                    message = data["error"].get("message", str(data["error"]))
-                    raise VLLMError(f"vLLM failed mid-stream: {message}", replica=replica)
+            for data in events:
                 raw_choices = data.get("choices") or []
                 yield CompletionChunk(
                     id=str(data.get("id", "")),
@@ -293,12 +305,32 @@ class VLLMClient:
                     usage=parse_usage(data.get("usage")),
                     replica=replica,
                 )
-        except httpx.TimeoutException as exc:
-            raise VLLMUnavailable(f"vLLM at {replica} stalled mid-stream", replica=replica) from exc
-        except httpx.TransportError as exc:
-            raise VLLMUnavailable(f"vLLM at {replica} dropped the stream: {exc}", replica=replica) from exc
         finally:
-            response.close()
+            events.close()  # closes the connection at once: vLLM stops generating
+
+    # ----------------------------------------------------------------- chat
+
+    def chat(
+        self, body: dict[str, Any], *, timeout: float | None = None, affinity: str | None = None
+    ) -> tuple[dict[str, Any], str]:
+        """One chat completion: vLLM's JSON answer as it is, and the replica that gave it. The
+        caller builds ``body`` (with ``return_token_ids`` and ``logprobs`` for training)."""
+        response, replica = self._send_completion(
+            {**body, "stream": False}, timeout, stream=False, affinity=affinity, path="/v1/chat/completions"
+        )
+        data: dict[str, Any] = response.json()
+        return data, replica
+
+    def chat_stream(
+        self, body: dict[str, Any], *, timeout: float | None = None, affinity: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """A streamed chat completion, one JSON event at a time (vLLM's chunks as they are; the last
+        carries ``usage``). Sent, and HTTP errors raised, by this call; exhaust or close it."""
+        body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        response, replica = self._send_completion(
+            body, timeout, stream=True, affinity=affinity, path="/v1/chat/completions"
+        )
+        return read_sse_json(response, replica)
 
     # ----------------------------------------------------------------- admin
 

@@ -1,13 +1,16 @@
-"""What vLLM answers, parsed: completions, stream chunks, model cards (plain dataclasses)."""
+"""What vLLM answers, parsed: completions, stream chunks (and the server-sent events they come in), model cards."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import httpx
+
 from apps.serving.stops import tokens_through
-from apps.serving.vllm_errors import VLLMError
+from apps.serving.vllm_errors import VLLMError, VLLMUnavailable
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,3 +154,26 @@ def prompt_ids(choices: list[dict[str, Any]]) -> list[int] | None:
         if raw.get("prompt_token_ids") is not None:
             return [int(t) for t in raw["prompt_token_ids"]]
     return None
+
+
+def read_sse_json(response: httpx.Response, replica: str) -> Iterator[dict[str, Any]]:
+    """A streamed answer's server-sent events, one JSON object each, until ``[DONE]``; vLLM's error
+    event after the 200, a stall or a dropped connection raise. Closes the response at the end."""
+    try:
+        for line in response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                return
+            data = json.loads(payload)
+            if "error" in data:  # vLLM reports a failure after the 200 as one more event
+                message = data["error"].get("message", str(data["error"]))
+                raise VLLMError(f"vLLM failed mid-stream: {message}", replica=replica)
+            yield data
+    except httpx.TimeoutException as exc:
+        raise VLLMUnavailable(f"vLLM at {replica} stalled mid-stream", replica=replica) from exc
+    except httpx.TransportError as exc:
+        raise VLLMUnavailable(f"vLLM at {replica} dropped the stream: {exc}", replica=replica) from exc
+    finally:
+        response.close()

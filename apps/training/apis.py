@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from apps.adapters.selectors import adapter_get_for_tenant
 from apps.common.apis import ScopedApi
 from apps.common.exceptions import Conflict, ValidationFailed
-from apps.training.models import TrainingPolicy, TrainingRun
+from apps.training.models import REWARD_FIELDS, TrainingPolicy, TrainingRun
 from apps.training.selectors import training_policy_get, training_run_get_for_tenant, training_run_list
 from apps.training.services import eval_set_upload, training_policy_update, training_schedule
 
@@ -23,10 +23,7 @@ class TrainingPolicyOut(serializers.ModelSerializer):
             "min_new_events",
             "max_wait_s",
             "heldout_fraction",
-            "reward_accepted",
-            "reward_rejected",
-            "reward_not_shown",
-            "reward_edited",
+            *REWARD_FIELDS.values(),
             "auto_experiment",
             "trainer_overrides",
             "gate_overrides",

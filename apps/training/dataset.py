@@ -44,7 +44,23 @@ def _ids_fit(ids: list[int] | None, vocab_size: int) -> bool:
     return ids is not None and all(0 <= t < vocab_size for t in ids)
 
 
-def interaction_to_sample(interaction: Interaction, *, base: BaseModel, reward: float) -> dict[str, Any]:
+def _silent(interaction: Interaction) -> bool:
+    """The model showed nothing: no text, and (chat) no tool call."""
+    return not interaction.completion.strip() and not (interaction.metadata or {}).get("tool_calls")
+
+
+def interaction_to_sample(
+    interaction: Interaction, *, base: BaseModel, reward: float, silence_reward: float | None = None
+) -> dict[str, Any]:
+    """One trainer sample; ``silence_reward`` goes with an agent's turn (what an empty answer earns)."""
+    sample = _sample(interaction, base=base, reward=reward)
+    if interaction.messages is not None and silence_reward is not None:
+        sample["silence_reward"] = silence_reward
+    return sample
+
+
+def _sample(interaction: Interaction, *, base: BaseModel, reward: float) -> dict[str, Any]:
+    from gpu_trainer.chat import chat_prompt_ids
     from gpu_trainer.fim import build_fim_prompt
 
     vocab = _vocab_size(base.path)
@@ -59,22 +75,23 @@ def interaction_to_sample(interaction: Interaction, *, base: BaseModel, reward: 
             "completion_token_ids": completion_ids,
             "behaviour_logprobs": logprobs,
             "reward": reward,
-            "silent": not interaction.completion.strip(),
+            "silent": _silent(interaction),
         }
     tokenizer = _tokenizer(base.path)
-    if interaction.prompt:
-        prompt = interaction.prompt
+    if interaction.messages is not None:  # a conversation, rendered with the base's chat template as vLLM does
+        prompt_ids = chat_prompt_ids(tokenizer, base.path, interaction.messages, interaction.tools)
     else:
-        prompt = build_fim_prompt(base.family, interaction.prefix, interaction.suffix)
+        prompt = interaction.prompt or build_fim_prompt(base.family, interaction.prefix, interaction.suffix)
+        prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
     # Ids from another tokenizer (a model served elsewhere) are useless here: tokenize the text.
     completion_ids = completion_ids if _ids_fit(completion_ids, vocab) else None
     return {
         "id": str(interaction.pk),
-        "prompt_token_ids": tokenizer.encode(prompt, add_special_tokens=False),
+        "prompt_token_ids": prompt_ids,
         "completion_token_ids": completion_ids or tokenizer.encode(interaction.completion, add_special_tokens=False),
         "behaviour_logprobs": logprobs if completion_ids is not None and logprobs is not None else None,
         "reward": reward,
-        "silent": not interaction.completion.strip(),
+        "silent": _silent(interaction),
     }
 
 
@@ -86,6 +103,8 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy) -> Window:
     base = run.adapter.base_model
     rng = random.Random(f"heldout:{run.pk}")  # a different held-out draw per run: none is held out forever
     window = Window()
+    # An agent that answers nothing leaves its user to ask again: its silence is a dissatisfied follow-up.
+    agent_silence_reward = policy.reward_follow_up_dissatisfied
     with transaction.atomic():
         events = list(
             training_events_eligible(run.adapter, parent=run.parent_version)
@@ -94,9 +113,11 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy) -> Window:
         )
         rows = []
         for feedback in events:
-            reward = policy.reward_for(feedback.outcome)
+            reward = policy.reward_of(feedback)
             held_out = rng.random() < policy.heldout_fraction
-            sample = interaction_to_sample(feedback.interaction, base=base, reward=reward)
+            sample = interaction_to_sample(
+                feedback.interaction, base=base, reward=reward, silence_reward=agent_silence_reward
+            )
             (window.heldout if held_out else window.train).append(sample)
             rows.append(TrainingRunEvent(run=run, feedback=feedback, held_out=held_out, reward=reward))
         TrainingRunEvent.objects.bulk_create(rows)

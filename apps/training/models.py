@@ -26,6 +26,13 @@ class TrainingPolicy(models.Model):
     reward_rejected = models.FloatField(default=-0.25)
     reward_not_shown = models.FloatField(default=0.0)
     reward_edited = models.FloatField(default=0.25)
+    # Agents' signals (see README, "Agents").
+    reward_thumbs_up = models.FloatField(default=1.0)
+    reward_thumbs_down = models.FloatField(default=-1.0)
+    reward_edit_persisted = models.FloatField(default=0.75)
+    reward_edit_reverted = models.FloatField(default=-0.5)
+    reward_follow_up_dissatisfied = models.FloatField(default=-0.5)
+    reward_tool_call_failed = models.FloatField(default=-0.5)
     auto_experiment = models.BooleanField(
         default=False, help_text="start an A/B experiment with each candidate that passes the gate"
     )
@@ -34,12 +41,15 @@ class TrainingPolicy(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     def reward_for(self, outcome: str) -> float:
-        return {
-            Feedback.Outcome.ACCEPTED: self.reward_accepted,
-            Feedback.Outcome.REJECTED: self.reward_rejected,
-            Feedback.Outcome.NOT_SHOWN: self.reward_not_shown,
-            Feedback.Outcome.EDITED: self.reward_edited,
-        }[outcome]
+        return float(getattr(self, REWARD_FIELDS[outcome]))
+
+    def reward_of(self, feedback: Feedback) -> float:
+        """The feedback row's reward: its outcome's, times its weight (a spread session outcome)."""
+        return self.reward_for(feedback.outcome) * feedback.reward_weight
+
+
+# The policy field that holds each outcome's reward.
+REWARD_FIELDS: dict[str, str] = {outcome: f"reward_{outcome}" for outcome in Feedback.Outcome.values}
 
 
 ACTIVE_STATUSES = ("queued", "exporting", "training", "evaluating")

@@ -67,8 +67,13 @@ def training_events_eligible(adapter: Adapter, *, parent: AdapterVersion | None)
         Feedback.objects.filter(tenant_id=adapter.tenant_id, interaction__isnull=False)
         .filter(consented_events("interaction__"))
         .filter(_belongs_to_adapter(adapter))
-        # Nothing to learn from an event without a prompt (an editor's noCode outcome).
-        .exclude(interaction__prompt="", interaction__prefix="", interaction__prompt_token_ids__isnull=True)
+        # Nothing to learn from an event without a prompt or conversation (an editor's noCode outcome).
+        .exclude(
+            interaction__prompt="",
+            interaction__prefix="",
+            interaction__prompt_token_ids__isnull=True,
+            interaction__messages__isnull=True,
+        )
         .exclude(id__in=trained_in_lineage)
     )
 

@@ -20,7 +20,7 @@ from apps.common.parsing import json_problem
 from apps.common.tasks import enqueue, enqueue_on_commit
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
-from apps.training.models import ACTIVE_STATUSES, EvalSet, TrainingPolicy, TrainingRun
+from apps.training.models import ACTIVE_STATUSES, REWARD_FIELDS, EvalSet, TrainingPolicy, TrainingRun
 from apps.training.selectors import adapter_lineage_head, training_events_new, training_policy_get
 
 logger = logging.getLogger(__name__)
@@ -30,10 +30,7 @@ POLICY_FIELDS = {
     "min_new_events": int,
     "max_wait_s": int,
     "heldout_fraction": float,
-    "reward_accepted": float,
-    "reward_rejected": float,
-    "reward_not_shown": float,
-    "reward_edited": float,
+    **dict.fromkeys(REWARD_FIELDS.values(), float),
     "auto_experiment": bool,
     "trainer_overrides": dict,
     "gate_overrides": dict,
@@ -43,10 +40,7 @@ POLICY_FIELDS = {
 POLICY_RANGES: dict[str, tuple[float, float]] = {
     "min_new_events": (1, 1_000_000),
     "max_wait_s": (0, 366 * 24 * 3600),
-    "reward_accepted": (-10.0, 10.0),
-    "reward_rejected": (-10.0, 10.0),
-    "reward_not_shown": (-10.0, 10.0),
-    "reward_edited": (-10.0, 10.0),
+    **dict.fromkeys(REWARD_FIELDS.values(), (-10.0, 10.0)),
 }
 
 
@@ -172,7 +166,7 @@ def training_schedule(adapter: Adapter, *, force: bool = False) -> TrainingRun |
         return None
     try:
         with transaction.atomic():
-            tenant = Tenant.objects.select_for_update().get(pk=adapter.tenant_id)
+            tenant = Tenant.objects.select_for_update(no_key=True).get(pk=adapter.tenant_id)
             active = TrainingRun.objects.filter(tenant=tenant, status__in=ACTIVE_STATUSES).count()
             if active >= tenant.max_concurrent_training_runs:
                 return None

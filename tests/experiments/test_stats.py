@@ -411,6 +411,7 @@ def test_a_metric_listed_as_secondary_and_guardrail_is_reported_once_as_a_guardr
         ("accepted_per_request", "guardrail"),
         ("slow_request_share", "guardrail"),
         ("error_rate", "guardrail"),
+        ("dissatisfied_rate", "guardrail"),
         ("accept_rate", "secondary"),
     ]
     assert "suggestion_rate" not in dict(roles)  # off by default: learning to stay silent lowers it legitimately

@@ -315,3 +315,16 @@ def test_silence_counterfactual_raises_the_token_a_stop_string_cuts_at_once(tiny
     probs = next_token_probs(load(tiny_starter_model, result.out_dir), setting["prompt"])
     before = setting["base_probs"][cut].item() + setting["base_probs"][0].item()
     assert probs[cut].item() + probs[0].item() > 3 * before, (before, probs[cut].item(), probs[0].item())
+
+
+def test_a_samples_own_silence_reward_overrides_the_configs(tiny_starter_model, setting, tmp_path):
+    """An agent's turn: every answer disliked (−1), but answering nothing is worse (−2, the
+    user asks again, louder). Where the config's silence reward (0) would raise silence, the
+    samples' own lowers it."""
+    eos = 0
+    before = setting["base_probs"][eos].item()
+    samples = [{**s, "silence_reward": -2.0} for s in _all_shown(setting, -1.0)]
+    config = FAST.replace(silence_counterfactual=True, silence_clip=0.2)
+    adapter = _train_rounds(tiny_starter_model, samples, config, tmp_path / "agent")
+    after = next_token_probs(load(tiny_starter_model, adapter), setting["prompt"])[eos].item()
+    assert after < before / 2, (before, after)

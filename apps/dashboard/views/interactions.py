@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from itertools import zip_longest
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
@@ -8,7 +9,8 @@ from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.forms import InteractionFilterForm
 from apps.dashboard.selectors import interaction_search, version_choices
 from apps.dashboard.views.common import page_of, tenant_render
-from apps.interactions.selectors import feedback_for_interaction, interaction_get_for_tenant
+from apps.interactions.models import Interaction
+from apps.interactions.selectors import conversation_turns, feedback_for_interaction, interaction_get_for_tenant
 from apps.training.selectors import training_policy_get
 
 
@@ -30,12 +32,21 @@ def interaction_detail(request: HttpRequest, ctx: TenantContext, interaction_id:
     tokens = list(
         zip_longest(interaction.completion_token_ids or [], interaction.completion_logprobs or [], fillvalue=None)
     )
-    adapter = next((a for a in ctx.adapters if a.pk == interaction.adapter_id), None)
+    adapter = next(  # a logged interaction names its adapter in ``model``
+        (a for a in ctx.adapters if a.pk == interaction.adapter_id or (
+            interaction.adapter_id is None and a.name == interaction.model_name)),
+        None,
+    )
     reward = None
     if feedback is not None and adapter is not None:
-        reward = training_policy_get(adapter).reward_for(feedback.outcome)
+        reward = training_policy_get(adapter).reward_of(feedback)
+    conversation = _conversation(interaction)
+    turns = conversation_turns(ctx.tenant, conversation_id=interaction.conversation_id) if conversation else []
     context = {
         "interaction": interaction,
+        "conversation": conversation,
+        "tool_calls": (interaction.metadata or {}).get("tool_calls") or [],
+        "turns": turns,
         "feedback": feedback,
         "tokens": tokens,
         "adapter": adapter,
@@ -43,3 +54,21 @@ def interaction_detail(request: HttpRequest, ctx: TenantContext, interaction_id:
         "version": interaction.adapter_version,
     }
     return tenant_render(request, ctx, "dashboard/interactions/detail.html", context, section="interactions")
+
+
+def _conversation(interaction: Interaction) -> list[dict[str, Any]]:
+    """The messages of a chat interaction as the page shows them: role, text, tool calls."""
+    shown = []
+    for message in interaction.messages or []:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        shown.append(
+            {
+                "role": message.get("role", ""),
+                "text": content or "",
+                "tool_calls": message.get("tool_calls") or [],
+                "tool_call_id": message.get("tool_call_id", ""),
+            }
+        )
+    return shown

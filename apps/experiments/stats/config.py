@@ -29,10 +29,12 @@ class ExperimentConfig:
     """The metric a promotion rests on: mean reward per request, the RL objective."""
     secondary_metrics: tuple[str, ...] = ("accept_rate", "accepted_per_request")
     """Reported with intervals and p-values; they never decide anything."""
-    guardrails: tuple[str, ...] = ("accepted_per_request", "slow_request_share", "error_rate")
+    guardrails: tuple[str, ...] = ("accepted_per_request", "slow_request_share", "error_rate", "dissatisfied_rate")
     """Metrics that must not get significantly worse; one that does rolls the candidate back.
     ``suggestion_rate`` is available but off by default: a policy that learns to stay silent when
-    it has nothing good to offer lowers it legitimately, and the reward already prices silence."""
+    it has nothing good to offer lowers it legitimately, and the reward already prices silence.
+    ``dissatisfied_rate`` (agents' dissatisfied follow-ups) is 0 in both arms of completion
+    traffic, where it never decides anything."""
     min_users_per_arm: int = 100
     """Both arms need this many users before a promotion: the normal approximation behind every
     interval is over users, and per-user counts are skewed. A rollback needs no minimum: the

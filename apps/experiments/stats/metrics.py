@@ -13,7 +13,20 @@ HIGHER_IS_BETTER = "higher_is_better"
 LOWER_IS_BETTER = "lower_is_better"
 
 # The columns of ArmData that hold one number per user.
-USER_COLUMNS = ("requests", "shown", "accepted", "reward_sum", "errors", "slow_requests")
+USER_COLUMNS = (
+    "requests",
+    "shown",
+    "accepted",
+    "reward_sum",
+    "errors",
+    "slow_requests",
+    "positive",
+    "dissatisfied",
+    "sessions",
+    "positive_sessions",
+)
+# Agents' columns: zeros where the data has none (completion traffic has no sessions).
+OPTIONAL_COLUMNS = ("positive", "dissatisfied", "sessions", "positive_sessions")
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,8 +52,20 @@ class ArmData:
     counted with the same threshold in both arms."""
     latency_p95_ms: float | None = None
     """The arm's own pooled p95 request latency, reported as is (not tested: see slow_request_share)."""
+    positive: NDArray[np.float64] | None = None
+    """Requests whose answer got a positive outcome (accepted, thumbs up, edit persisted)."""
+    dissatisfied: NDArray[np.float64] | None = None
+    """Requests followed by a dissatisfied follow-up (the user re-asked or corrected)."""
+    sessions: NDArray[np.float64] | None = None
+    """Agent sessions (distinct conversation ids) the user had."""
+    positive_sessions: NDArray[np.float64] | None = None
+    """Sessions with at least one positive outcome."""
 
     def __post_init__(self) -> None:
+        users = np.asarray(self.requests).size
+        for name in OPTIONAL_COLUMNS:
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.zeros(users))
         length = None
         for name in USER_COLUMNS:
             column = np.asarray(getattr(self, name), dtype=np.float64)
@@ -107,6 +132,24 @@ METRICS: dict[str, MetricDefinition] = {
             LOWER_IS_BETTER,
         ),
         MetricDefinition("error_rate", "Failed requests per request", "errors", "requests", LOWER_IS_BETTER),
+        # Agents: the user's outcomes per turn and per session; dissatisfaction as a guardrail.
+        MetricDefinition(
+            "positive_rate",
+            "Positive outcomes per turn (accepted, thumbs up, edit persisted)",
+            "positive",
+            "requests",
+            HIGHER_IS_BETTER,
+        ),
+        MetricDefinition(
+            "positive_session_rate",
+            "Sessions with a positive outcome per session",
+            "positive_sessions",
+            "sessions",
+            HIGHER_IS_BETTER,
+        ),
+        MetricDefinition(
+            "dissatisfied_rate", "Dissatisfied follow-ups per turn", "dissatisfied", "requests", LOWER_IS_BETTER
+        ),
     )
 }
 

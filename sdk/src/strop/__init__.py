@@ -22,9 +22,14 @@ from strop._exceptions import (
     StropError,
 )
 from strop._management_types import Adapter, Assignment, EndUser, Experiment, Model
-from strop._streaming import AsyncCompletionStream, CompletionStream
+from strop._streaming import AsyncChatCompletionStream, AsyncCompletionStream, ChatCompletionStream, CompletionStream
 from strop._types import (
     BatchResult,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatMessage,
     Completion,
     CompletionChoice,
     CompletionChunk,
@@ -45,6 +50,7 @@ __all__ = [
     "APITimeoutError",
     "Adapter",
     "Assignment",
+    "AsyncChatCompletionStream",
     "AsyncCompletionStream",
     "AsyncFeedbackBatcher",
     "AsyncStrop",
@@ -53,6 +59,12 @@ __all__ = [
     "BatchResult",
     "BatcherOptions",
     "BatcherStats",
+    "ChatChoice",
+    "ChatChunkChoice",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletionStream",
+    "ChatMessage",
     "Completion",
     "CompletionChoice",
     "CompletionChunk",

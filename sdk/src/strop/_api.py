@@ -14,6 +14,7 @@ from strop._core import Call, encode_json, read_json, without_none
 from strop._management_types import Adapter, Assignment, EndUser, Experiment, Model
 from strop._types import (
     BatchResult,
+    ChatCompletion,
     Completion,
     Interaction,
     ItemResult,
@@ -100,6 +101,52 @@ def completion_create(
 # ---- interactions ----
 
 
+def chat_create(
+    *,
+    messages: Sequence[Mapping[str, Any]],
+    model: str | None,
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str | Mapping[str, Any] | None,
+    max_tokens: int | None,
+    temperature: float | None,
+    top_p: float | None,
+    stop: str | Sequence[str] | None,
+    n: int | None,
+    seed: int | None,
+    user: str | None,
+    opted_in: bool | None,
+    conversation_id: str | None,
+    turn: int | None,
+    stream: bool = False,
+) -> Call[Any]:
+    body = without_none(
+        model=model,
+        messages=[dict(m) for m in messages],
+        tools=None if tools is None else [dict(t) for t in tools],
+        tool_choice=tool_choice if tool_choice is None or isinstance(tool_choice, str) else dict(tool_choice),
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        stop=stop if stop is None or isinstance(stop, str) else list(stop),
+        n=n,
+        seed=seed,
+        user=user,
+        opted_in=opted_in,
+        conversation_id=conversation_id,
+        turn=turn,
+    )
+    if stream:
+        body["stream"] = True
+        return Call("POST", "/v1/chat/completions", parse=lambda r: r, body=body, idempotent=False, stream=True)
+    return Call(
+        "POST",
+        "/v1/chat/completions",
+        parse=lambda r: ChatCompletion.from_json(read_json(r)),
+        body=body,
+        idempotent=False,
+    )
+
+
 def interaction_item(
     *,
     client_id: str,
@@ -116,10 +163,19 @@ def interaction_item(
     served_at: datetime | str | None = None,
     latency_ms: float | None = None,
     metadata: Mapping[str, Any] | None = None,
+    messages: Sequence[Mapping[str, Any]] | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    conversation_id: str | None = None,
+    turn: int | None = None,
 ) -> dict[str, Any]:
-    """One interaction as the API takes it (None fields left out)."""
+    """One interaction as the API takes it (None fields left out): a ``prompt`` (or ``prefix``),
+    or a conversation's ``messages`` (+ ``tools``, ``conversation_id``, ``turn``)."""
     return without_none(
         client_id=client_id,
+        messages=None if messages is None else [dict(m) for m in messages],
+        tools=None if tools is None else [dict(t) for t in tools],
+        conversation_id=conversation_id,
+        turn=turn,
         prompt=prompt,
         prefix=prefix,
         suffix=suffix,
@@ -168,12 +224,20 @@ def feedback_item(
     kept_text: str | None = None,
     occurred_at: datetime | str | None = None,
     metadata: Mapping[str, Any] | None = None,
+    conversation_id: str | None = None,
+    turn: int | None = None,
+    discount: float | None = None,
 ) -> dict[str, Any]:
     """One feedback event as the API takes it. Name the interaction by exactly one of
-    ``interaction_id`` (Strop's id) or ``client_id`` (yours); the API says which is wrong."""
+    ``interaction_id`` (Strop's id) or ``client_id`` (yours), or a session by ``conversation_id``
+    with the ``turn`` its outcome follows (and a ``discount`` for earlier turns); the API says
+    which is wrong."""
     return without_none(
         interaction_id=None if interaction_id is None else str(interaction_id),
         client_id=client_id,
+        conversation_id=conversation_id,
+        turn=turn,
+        discount=discount,
         outcome=outcome,
         kept_text=kept_text,
         occurred_at=occurred_at,

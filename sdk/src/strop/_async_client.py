@@ -16,9 +16,10 @@ from strop._batch_core import BatcherOptions
 from strop._core import DEFAULT_MAX_RETRIES, Call, ClientConfig, RetryPolicy, attempts
 from strop._drivers import run_async
 from strop._management_types import Adapter, Assignment, EndUser, Experiment, Model
-from strop._streaming import AsyncCompletionStream
+from strop._streaming import AsyncChatCompletionStream, AsyncCompletionStream
 from strop._types import (
     BatchResult,
+    ChatCompletion,
     Completion,
     Interaction,
     ItemResult,
@@ -58,6 +59,7 @@ class AsyncStrop:
         self._owns_http = http_client is None
         self._http = http_client or httpx.AsyncClient(timeout=self._config.http_timeout)
         self.completions = Completions(self)
+        self.chat = Chat(self)
         self.interactions = Interactions(self)
         self.feedback = Feedback(self, feedback_batching)
         self.users = Users(self)
@@ -172,6 +174,100 @@ class Completions(_Resource):
         return AsyncCompletionStream(result) if stream else result
 
 
+class ChatCompletions(_Resource):
+    @overload
+    async def create(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: str | Sequence[str] | None = None,
+        n: int | None = None,
+        seed: int | None = None,
+        user: str | None = None,
+        opted_in: bool | None = None,
+        conversation_id: str | None = None,
+        turn: int | None = None,
+        stream: Literal[False] = False,
+    ) -> ChatCompletion: ...
+
+    @overload
+    async def create(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: str | Sequence[str] | None = None,
+        n: int | None = None,
+        seed: int | None = None,
+        user: str | None = None,
+        opted_in: bool | None = None,
+        conversation_id: str | None = None,
+        turn: int | None = None,
+        stream: Literal[True],
+    ) -> AsyncChatCompletionStream: ...
+
+    async def create(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: str | Sequence[str] | None = None,
+        n: int | None = None,
+        seed: int | None = None,
+        user: str | None = None,
+        opted_in: bool | None = None,
+        conversation_id: str | None = None,
+        turn: int | None = None,
+        stream: bool = False,
+    ) -> ChatCompletion | AsyncChatCompletionStream:
+        """A chat completion from the tenant's adapter (agents): OpenAI's ``messages`` (and
+        ``tools``), rendered with the base model's chat template. ``conversation_id`` makes the
+        session one thread; ``turn`` defaults to the assistant messages before this reply. Each
+        choice's ``interaction_id`` is the turn to send feedback on. ``stream=True`` returns a
+        :class:`AsyncChatCompletionStream` of chunks."""
+        call = _api.chat_create(
+            messages=messages,
+            model=model,
+            tools=tools,
+            tool_choice=tool_choice,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop=stop,
+            n=n,
+            seed=seed,
+            user=user,
+            opted_in=opted_in,
+            conversation_id=conversation_id,
+            turn=turn,
+            stream=stream,
+        )
+        result = await self._client._run(call)
+        return AsyncChatCompletionStream(result) if stream else result
+
+
+class Chat(_Resource):
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self.completions = ChatCompletions(client)
+
+
 class Interactions(_Resource):
     async def log(
         self,
@@ -190,9 +286,15 @@ class Interactions(_Resource):
         served_at: datetime | str | None = None,
         latency_ms: float | None = None,
         metadata: Mapping[str, Any] | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        conversation_id: str | None = None,
+        turn: int | None = None,
     ) -> Interaction:
-        """Log one completion served elsewhere. Sending a ``client_id`` again stores nothing and
-        returns the first interaction (``created`` False)."""
+        """Log one completion served elsewhere: for a ``prompt`` (or ``prefix``), or an agent's
+        reply to ``messages`` (with ``tools``, its session's ``conversation_id`` and ``turn``).
+        Sending a ``client_id`` again stores nothing and returns the first interaction
+        (``created`` False)."""
         item = _api.interaction_item(
             client_id=client_id,
             completion=completion,
@@ -208,6 +310,10 @@ class Interactions(_Resource):
             served_at=served_at,
             latency_ms=latency_ms,
             metadata=metadata,
+            messages=messages,
+            tools=tools,
+            conversation_id=conversation_id,
+            turn=turn,
         )
         return await self._client._run(_api.interaction_log(item))
 
@@ -248,6 +354,29 @@ class Feedback(_Resource):
             interaction_id=interaction_id,
             client_id=client_id,
             kept_text=kept_text,
+            occurred_at=occurred_at,
+            metadata=metadata,
+        )
+        return await self._client._run(_api.feedback_send(item))
+
+    async def session_outcome(
+        self,
+        *,
+        conversation_id: str,
+        turn: int,
+        outcome: str,
+        discount: float | None = None,
+        occurred_at: datetime | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ItemResult:
+        """How an agent session ended (``thumbs_up``, ``follow_up_dissatisfied``...), after its
+        ``turn``: that turn gets the outcome's reward, each earlier one ``discount ** distance``
+        of it (default 0: that turn only). A turn's own feedback always wins."""
+        item = _api.feedback_item(
+            outcome=outcome,
+            conversation_id=conversation_id,
+            turn=turn,
+            discount=discount,
             occurred_at=occurred_at,
             metadata=metadata,
         )

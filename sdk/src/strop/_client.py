@@ -16,9 +16,10 @@ from strop._batcher import FeedbackBatcher
 from strop._core import DEFAULT_MAX_RETRIES, Call, ClientConfig, RetryPolicy, attempts
 from strop._drivers import run_sync
 from strop._management_types import Adapter, Assignment, EndUser, Experiment, Model
-from strop._streaming import CompletionStream
+from strop._streaming import ChatCompletionStream, CompletionStream
 from strop._types import (
     BatchResult,
+    ChatCompletion,
     Completion,
     Interaction,
     ItemResult,
@@ -55,6 +56,7 @@ class Strop:
         self._owns_http = http_client is None
         self._http = http_client or httpx.Client(timeout=self._config.http_timeout)
         self.completions = Completions(self)
+        self.chat = Chat(self)
         self.interactions = Interactions(self)
         self.feedback = Feedback(self, feedback_batching)
         self.users = Users(self)
@@ -169,6 +171,100 @@ class Completions(_Resource):
         return CompletionStream(result) if stream else result
 
 
+class ChatCompletions(_Resource):
+    @overload
+    def create(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: str | Sequence[str] | None = None,
+        n: int | None = None,
+        seed: int | None = None,
+        user: str | None = None,
+        opted_in: bool | None = None,
+        conversation_id: str | None = None,
+        turn: int | None = None,
+        stream: Literal[False] = False,
+    ) -> ChatCompletion: ...
+
+    @overload
+    def create(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: str | Sequence[str] | None = None,
+        n: int | None = None,
+        seed: int | None = None,
+        user: str | None = None,
+        opted_in: bool | None = None,
+        conversation_id: str | None = None,
+        turn: int | None = None,
+        stream: Literal[True],
+    ) -> ChatCompletionStream: ...
+
+    def create(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        model: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: str | Sequence[str] | None = None,
+        n: int | None = None,
+        seed: int | None = None,
+        user: str | None = None,
+        opted_in: bool | None = None,
+        conversation_id: str | None = None,
+        turn: int | None = None,
+        stream: bool = False,
+    ) -> ChatCompletion | ChatCompletionStream:
+        """A chat completion from the tenant's adapter (agents): OpenAI's ``messages`` (and
+        ``tools``), rendered with the base model's chat template. ``conversation_id`` makes the
+        session one thread; ``turn`` defaults to the assistant messages before this reply. Each
+        choice's ``interaction_id`` is the turn to send feedback on. ``stream=True`` returns a
+        :class:`ChatCompletionStream` of chunks."""
+        call = _api.chat_create(
+            messages=messages,
+            model=model,
+            tools=tools,
+            tool_choice=tool_choice,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop=stop,
+            n=n,
+            seed=seed,
+            user=user,
+            opted_in=opted_in,
+            conversation_id=conversation_id,
+            turn=turn,
+            stream=stream,
+        )
+        result = self._client._run(call)
+        return ChatCompletionStream(result) if stream else result
+
+
+class Chat(_Resource):
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self.completions = ChatCompletions(client)
+
+
 class Interactions(_Resource):
     def log(
         self,
@@ -187,9 +283,15 @@ class Interactions(_Resource):
         served_at: datetime | str | None = None,
         latency_ms: float | None = None,
         metadata: Mapping[str, Any] | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        conversation_id: str | None = None,
+        turn: int | None = None,
     ) -> Interaction:
-        """Log one completion served elsewhere. Sending a ``client_id`` again stores nothing and
-        returns the first interaction (``created`` False)."""
+        """Log one completion served elsewhere: for a ``prompt`` (or ``prefix``), or an agent's
+        reply to ``messages`` (with ``tools``, its session's ``conversation_id`` and ``turn``).
+        Sending a ``client_id`` again stores nothing and returns the first interaction
+        (``created`` False)."""
         item = _api.interaction_item(
             client_id=client_id,
             completion=completion,
@@ -205,6 +307,10 @@ class Interactions(_Resource):
             served_at=served_at,
             latency_ms=latency_ms,
             metadata=metadata,
+            messages=messages,
+            tools=tools,
+            conversation_id=conversation_id,
+            turn=turn,
         )
         return self._client._run(_api.interaction_log(item))
 
@@ -245,6 +351,29 @@ class Feedback(_Resource):
             interaction_id=interaction_id,
             client_id=client_id,
             kept_text=kept_text,
+            occurred_at=occurred_at,
+            metadata=metadata,
+        )
+        return self._client._run(_api.feedback_send(item))
+
+    def session_outcome(
+        self,
+        *,
+        conversation_id: str,
+        turn: int,
+        outcome: str,
+        discount: float | None = None,
+        occurred_at: datetime | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ItemResult:
+        """How an agent session ended (``thumbs_up``, ``follow_up_dissatisfied``...), after its
+        ``turn``: that turn gets the outcome's reward, each earlier one ``discount ** distance``
+        of it (default 0: that turn only). A turn's own feedback always wins."""
+        item = _api.feedback_item(
+            outcome=outcome,
+            conversation_id=conversation_id,
+            turn=turn,
+            discount=discount,
             occurred_at=occurred_at,
             metadata=metadata,
         )

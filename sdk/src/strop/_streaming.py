@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
 from strop._exceptions import StreamError, StropError, error_from_body
-from strop._types import CompletionChunk
+from strop._types import ChatCompletionChunk, CompletionChunk
 
-__all__ = ["AsyncCompletionStream", "CompletionStream"]
+__all__ = ["AsyncChatCompletionStream", "AsyncCompletionStream", "ChatCompletionStream", "CompletionStream"]
+
+Parse = Callable[[dict[str, Any]], Any]
 
 
 class SSEDecoder:
@@ -48,8 +50,9 @@ class SSEDecoder:
 DONE = object()
 
 
-def chunk_from_event(data: str, status: int) -> Any:
-    """A :class:`CompletionChunk`, or ``DONE``; an ``{"error": ...}`` event raises :class:`StreamError`."""
+def chunk_from_event(data: str, status: int, parse: Parse = CompletionChunk.from_json) -> Any:
+    """A chunk (``parse`` of the event's JSON), or ``DONE``; an ``{"error": ...}`` event raises
+    :class:`StreamError`."""
     if data.strip() == "[DONE]":
         return DONE
     try:
@@ -60,23 +63,24 @@ def chunk_from_event(data: str, status: int) -> Any:
         raise error_from_body(status, payload, cls=StreamError)
     if not isinstance(payload, dict):
         raise StropError(f"the completion stream sent an unexpected event: {data[:200]!r}")
-    return CompletionChunk.from_json(payload)
+    return parse(payload)
 
 
 class ChunkReader:
     """Lines of the stream in; a chunk, ``DONE`` or None (no complete event yet) out."""
 
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, parse: Parse = CompletionChunk.from_json) -> None:
         self._decoder = SSEDecoder()
         self._status = status
+        self._parse = parse
 
     def feed(self, line: str) -> Any:
         data = self._decoder.feed(line)
-        return None if data is None else chunk_from_event(data, self._status)
+        return None if data is None else chunk_from_event(data, self._status, self._parse)
 
     def end(self) -> Any:
         data = self._decoder.end()
-        return None if data is None else chunk_from_event(data, self._status)
+        return None if data is None else chunk_from_event(data, self._status, self._parse)
 
 
 class CompletionStream:
@@ -88,8 +92,10 @@ class CompletionStream:
         self.response = response
         self._iterator = self._chunks()
 
-    def _chunks(self) -> Iterator[CompletionChunk]:
-        reader = ChunkReader(self.response.status_code)
+    _parse: Parse = staticmethod(CompletionChunk.from_json)
+
+    def _chunks(self) -> Iterator[Any]:
+        reader = ChunkReader(self.response.status_code, self._parse)
         try:
             for line in self.response.iter_lines():
                 chunk = reader.feed(line)
@@ -128,8 +134,10 @@ class AsyncCompletionStream:
         self.response = response
         self._iterator = self._chunks()
 
-    async def _chunks(self) -> AsyncIterator[CompletionChunk]:
-        reader = ChunkReader(self.response.status_code)
+    _parse: Parse = staticmethod(CompletionChunk.from_json)
+
+    async def _chunks(self) -> AsyncIterator[Any]:
+        reader = ChunkReader(self.response.status_code, self._parse)
         try:
             async for line in self.response.aiter_lines():
                 chunk = reader.feed(line)
@@ -159,3 +167,28 @@ class AsyncCompletionStream:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+
+class ChatCompletionStream(CompletionStream):
+    """A streamed chat completion: iterate to get :class:`ChatCompletionChunk` objects (each
+    choice's ``delta``: the new text or tool-call pieces) until ``[DONE]``."""
+
+    _parse: Parse = staticmethod(ChatCompletionChunk.from_json)
+
+    def __iter__(self) -> Iterator[ChatCompletionChunk]:  # type: ignore[override]
+        return self._iterator
+
+    def __next__(self) -> ChatCompletionChunk:  # type: ignore[override]
+        return next(self._iterator)  # type: ignore[no-any-return]
+
+
+class AsyncChatCompletionStream(AsyncCompletionStream):
+    """The asyncio twin of :class:`ChatCompletionStream`."""
+
+    _parse: Parse = staticmethod(ChatCompletionChunk.from_json)
+
+    def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:  # type: ignore[override]
+        return self._iterator
+
+    async def __anext__(self) -> ChatCompletionChunk:  # type: ignore[override]
+        return await self._iterator.__anext__()  # type: ignore[no-any-return]

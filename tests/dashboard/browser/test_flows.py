@@ -160,3 +160,46 @@ def test_keyboard_skip_link_and_menus(page, live_world):
     page.keyboard.press("Escape")
     expect(page.get_by_role("link", name=live_world.b.name)).to_be_hidden()
     expect(switcher).to_be_focused()
+
+
+def test_a_chat_interaction_shows_its_conversation_tool_calls_and_session(page, live_world):
+    from apps.interactions.services import feedback_ingest, interactions_ingest
+
+    asked = [
+        {"role": "system", "content": "You edit code."},
+        {"role": "user", "content": "Rename x to count in utils.py"},
+    ]
+    edit = {"name": "edit_file", "arguments": '{"path": "utils.py"}'}
+    called = {"id": "call-1", "type": "function", "function": edit}
+    answered = [
+        *asked,
+        {"role": "assistant", "content": None, "tool_calls": [called]},
+        {"role": "tool", "tool_call_id": "call-1", "content": "renamed 4 uses"},
+    ]
+    common = {"conversation_id": "session-17", "end_user_id": "dev-1", "opted_in": True, "model": "tab"}
+    first, second = interactions_ingest(
+        live_world.a,
+        items=[
+            {**common, "client_id": "turn-0", "messages": asked, "completion": "", "turn": 0,
+             "metadata": {"tool_calls": [called]}},
+            {**common, "client_id": "turn-1", "messages": answered, "completion": "Done: renamed 4 uses.", "turn": 1},
+        ],
+    )
+    feedback_ingest(live_world.a, items=[{"conversation_id": "session-17", "turn": 1, "discount": 0.5,
+                                           "outcome": "thumbs_up"}])
+    sign_in(page, live_world.users["viewer"])
+    page.goto(f"/dashboard/t/{live_world.a.slug}/interactions/{second.id}/")
+    expect(page.get_by_role("heading", name="Conversation")).to_be_visible()
+    expect(page.get_by_text("Rename x to count in utils.py")).to_be_visible()
+    expect(page.get_by_text('→ edit_file({"path": "utils.py"})')).to_be_visible()
+    expect(page.get_by_text("answers call-1")).to_be_visible()
+    expect(page.get_by_text("the session outcome, weight 1")).to_be_visible()
+    expect(page.get_by_text("turn 1 (this one)")).to_be_visible()
+    expect(page.get_by_text("from the session outcome").first).to_be_visible()
+    tour_page(page, "interaction-chat")
+    page.get_by_role("link", name="turn 0").click()
+    expect(page.get_by_role("heading", name="Completion", exact=True)).to_be_visible()
+    expect(page.locator(".code--completion")).to_have_text('→ edit_file({"path": "utils.py"})')
+    page.goto(url_for("interactions", live_world))
+    expect(page.get_by_text("chat · turn 1")).to_be_visible()
+    expect(page.get_by_role("row").filter(has_text="chat · turn 0")).to_contain_text("(tool call)")

@@ -1,0 +1,251 @@
+"""A chat completion served through Strop: vLLM's chat endpoint, the base model's chat template.
+
+vLLM renders the conversation with the base model's template and is asked for the ids it built
+(``return_token_ids``) and the logprob of every sampled token, so each choice is recorded with
+exactly the prompt the model saw and the tokens it sampled: training needs no special case for
+chat. The answer the client gets is vLLM's, in OpenAI's shape, with Strop's fields added
+(``interaction_id`` per choice, ``strop``) and the training-only fields taken out.
+
+A request vLLM fails is recorded as a ServingFailure (as for completions), never as a half
+interaction; a stream the client leaves early is recorded as far as it was served.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from apps.adapters.models import Adapter
+from apps.common.exceptions import ApplicationError
+from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served
+from apps.serving.completions import serving_failure_record, with_load_on_demand
+from apps.serving.services import Route, vllm_client
+from apps.tenants.models import Tenant
+
+# Keys of vLLM's answer that are for training only (or vLLM's own), never sent to the client.
+_HIDDEN_TOP = frozenset(
+    {"prompt_token_ids", "prompt_logprobs", "prompt_text", "kv_transfer_params", "ec_transfer_params", "metrics"}
+)
+_HIDDEN_CHOICE = frozenset({"token_ids", "routed_experts"})
+
+
+@dataclass
+class ChatRequest:
+    """One chat completion request, as Strop serves it."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    tool_choice: Any
+    max_tokens: int
+    temperature: float
+    top_p: float
+    stop: list[str]
+    n: int
+    seed: int | None
+    user: str
+    opted_in: bool
+    conversation_id: str
+    turn: int | None
+    logprobs: bool = False  # the client wants logprobs back
+    top_logprobs: int | None = None
+    include_usage: bool = False
+    sampling: dict[str, Any] = field(default_factory=dict)  # passed to vLLM as they are
+    max_tokens_requested: int | None = None  # set when the adapter's limit lowered it
+
+
+def chat_request_build(adapter: Adapter, *, max_tokens: int | None, **options: Any) -> ChatRequest:
+    """The request Strop serves: ``max_tokens`` at most the adapter's limit (its default)."""
+    limit = adapter.max_completion_tokens
+    requested = max_tokens if max_tokens is not None else limit
+    return ChatRequest(
+        max_tokens=min(requested, limit), max_tokens_requested=requested if requested > limit else None, **options
+    )
+
+
+def _vllm_body(route: Route, request: ChatRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        **request.sampling,
+        "model": route.vllm_model,
+        "messages": request.messages,
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "n": request.n,
+        # Training needs the sampled tokens' own logprobs and the ids vLLM built and sampled.
+        "logprobs": True,
+        "top_logprobs": request.top_logprobs or 0,
+        "return_token_ids": True,
+    }
+    if request.tools is not None:
+        body["tools"] = request.tools
+    if request.tool_choice is not None:
+        body["tool_choice"] = request.tool_choice
+    for key in ("stop", "seed", "user"):
+        value = getattr(request, key)
+        if value:
+            body[key] = value
+    return body
+
+
+def _affinity(route: Route) -> str | None:
+    return f"tenant-{route.adapter.tenant_id}" if settings.VLLM_ROUTING == "tenant" else None
+
+
+@dataclass
+class _ChoiceSoFar:
+    """One choice as served so far (a whole answer, or the chunks of a stream joined)."""
+
+    content: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish_reason: str | None = None
+
+    def add(self, choice: dict[str, Any], *, message_key: str) -> None:
+        message = choice.get(message_key) or {}
+        if message.get("content"):
+            self.content.append(message["content"])
+        for position, call in enumerate(message.get("tool_calls") or []):
+            empty = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+            slot = self.tool_calls.setdefault(int(call.get("index", position)), empty)
+            slot["id"] = call.get("id") or slot["id"]
+            function = call.get("function") or {}
+            slot["function"]["name"] += function.get("name") or ""
+            slot["function"]["arguments"] += function.get("arguments") or ""
+        self.token_ids.extend(int(t) for t in choice.get("token_ids") or [])
+        entries = (choice.get("logprobs") or {}).get("content") or []
+        self.logprobs.extend(float(entry["logprob"]) for entry in entries)
+        self.finish_reason = choice.get("finish_reason") or self.finish_reason
+
+    def served(self, interaction_id: uuid.UUID) -> ServedCompletion:
+        logprobs = self.logprobs if len(self.logprobs) == len(self.token_ids) else []
+        calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+        return ServedCompletion(
+            interaction_id, "".join(self.content), self.token_ids, logprobs, self.finish_reason, calls or None
+        )
+
+
+def _record(
+    tenant: Tenant,
+    route: Route,
+    request: ChatRequest,
+    choices: dict[int, _ChoiceSoFar],
+    ids: list[uuid.UUID],
+    prompt_token_ids: list[int] | None,
+    *,
+    served_at: Any,
+    started: float,
+) -> None:
+    from apps.interactions.sessions import conversation_outcomes_apply
+
+    metadata: dict[str, Any] = {"temperature": request.temperature, "max_tokens": request.max_tokens, "chat": True}
+    if request.max_tokens_requested is not None:
+        metadata["max_tokens_requested"] = request.max_tokens_requested
+    interactions_record_served(
+        tenant,
+        choices=[choices[index].served(ids[index]) for index in sorted(choices)],
+        prompt="",
+        prefix="",
+        suffix="",
+        prompt_token_ids=prompt_token_ids,
+        model_name=route.vllm_model,
+        adapter_id=route.adapter.pk,
+        adapter_version_id=route.version.pk if route.version else None,
+        experiment_id=route.experiment.pk if route.experiment is not None else None,
+        experiment_arm=route.arm,
+        end_user_id=request.user,
+        end_user_opted_in=request.opted_in,
+        served_at=served_at,
+        latency_ms=(time.perf_counter() - started) * 1000,
+        metadata=metadata,
+        conversation=ServedConversation(request.messages, request.tools, request.conversation_id, request.turn),
+    )
+    if request.conversation_id:  # a session outcome may have arrived before this turn
+        conversation_outcomes_apply(tenant, conversation_ids=[request.conversation_id], now=timezone.now())
+
+
+class ChatAnswer:
+    """Shapes vLLM's chat answer (or its stream chunks) for the client."""
+
+    def __init__(self, request: ChatRequest, route: Route, ids: list[uuid.UUID], model: str) -> None:
+        self.request, self.ids, self.model = request, [str(i) for i in ids], model
+        self.strop: dict[str, Any] = {"version": route.vllm_model, "max_tokens": request.max_tokens}
+        if request.max_tokens_requested is not None:
+            self.strop["max_tokens_requested"] = request.max_tokens_requested
+        if request.conversation_id:
+            self.strop["conversation_id"] = request.conversation_id
+            self.strop["turn"] = request.turn
+
+    def body(self, data: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in data.items() if k not in _HIDDEN_TOP}
+        out["id"], out["model"], out["strop"] = self.ids[0], self.model, self.strop
+        choices = []
+        for choice in data.get("choices") or []:
+            shaped = {k: v for k, v in choice.items() if k not in _HIDDEN_CHOICE}
+            if not self.request.logprobs:
+                shaped["logprobs"] = None
+            index = int(choice.get("index", 0))
+            shaped["interaction_id"] = self.ids[index] if index < len(self.ids) else None
+            choices.append(shaped)
+        out["choices"] = choices
+        return out
+
+
+def chat_serve(tenant: Tenant, *, route: Route, request: ChatRequest) -> tuple[dict[str, Any], list[uuid.UUID]]:
+    """Ask vLLM, record one interaction per choice, and return vLLM's answer with the ids."""
+    started, served_at = time.perf_counter(), timezone.now()
+    body = _vllm_body(route, request)
+    try:
+        data, _ = with_load_on_demand(route, lambda: vllm_client().chat(body, affinity=_affinity(route)))
+    except ApplicationError as exc:
+        serving_failure_record(tenant, route=route, user=request.user, error=exc, started=started, streamed=False)
+        raise
+    choices: dict[int, _ChoiceSoFar] = {}
+    for choice in data.get("choices") or []:
+        choices.setdefault(int(choice.get("index", 0)), _ChoiceSoFar()).add(choice, message_key="message")
+    ids = [uuid.uuid4() for _ in range(request.n)]
+    _record(tenant, route, request, choices, ids, data.get("prompt_token_ids"), served_at=served_at, started=started)
+    return data, ids
+
+
+def chat_stream(
+    tenant: Tenant, *, route: Route, request: ChatRequest
+) -> tuple[list[uuid.UUID], Iterator[dict[str, Any]]]:
+    """Open a stream from vLLM (errors surface before the first byte goes to the client) and
+    return the interaction ids with an iterator of vLLM's chunks. What was served is recorded
+    when the stream ends, or when the client leaves; a stream vLLM fails records the failure."""
+    started, served_at = time.perf_counter(), timezone.now()
+    body = _vllm_body(route, request)
+    try:
+        upstream = with_load_on_demand(route, lambda: vllm_client().chat_stream(body, affinity=_affinity(route)))
+    except ApplicationError as exc:
+        serving_failure_record(tenant, route=route, user=request.user, error=exc, started=started, streamed=False)
+        raise
+    ids = [uuid.uuid4() for _ in range(request.n)]
+
+    def chunks() -> Iterator[dict[str, Any]]:
+        choices: dict[int, _ChoiceSoFar] = {}
+        prompt_ids: list[int] | None = None
+        try:
+            for data in upstream:
+                prompt_ids = prompt_ids or data.get("prompt_token_ids")
+                for choice in data.get("choices") or []:
+                    choices.setdefault(int(choice.get("index", 0)), _ChoiceSoFar()).add(choice, message_key="delta")
+                if data.get("choices") or request.include_usage:
+                    yield data
+        except ApplicationError as exc:
+            serving_failure_record(tenant, route=route, user=request.user, error=exc, started=started, streamed=True)
+            choices = {}  # nothing half-served is recorded as an interaction
+            raise
+        finally:
+            upstream.close()  # type: ignore[attr-defined]
+            if choices:
+                _record(tenant, route, request, choices, ids, prompt_ids, served_at=served_at, started=started)
+
+    return ids, chunks()

@@ -1,0 +1,234 @@
+"""OpenAI-compatible chat completions, served by the tenant's adapters on vLLM (agents).
+
+The official ``openai`` client's ``chat.completions.create`` is the reference: OpenAI's request
+fields are taken, plus Strop's ``conversation_id`` / ``turn`` (a multi-turn session is one
+thread) and ``opted_in``; anything else is a 400 that names the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import StreamingHttpResponse
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.common.apis import ScopedApi
+from apps.common.parsing import StrictSerializer
+from apps.interactions.messages import MessageError, messages_validate, tools_validate, turn_of
+from apps.serving.apis import (
+    INT64,
+    VLLM_MAX_LOGPROBS,
+    LogitBiasField,
+    StopField,
+    StreamOptionsIn,
+    serving_context,
+    sse_response,
+)
+from apps.serving.chat import ChatAnswer, chat_request_build, chat_serve, chat_stream
+from apps.serving.stops import VLLM_MAX_STOP
+
+
+@extend_schema_field({"type": "array", "items": {"type": "object"}})
+class MessagesField(serializers.Field):
+    """``messages``: OpenAI's chat messages (system, developer, user, assistant, tool), text content."""
+
+    def to_internal_value(self, data: Any) -> list[dict[str, Any]]:
+        try:
+            return messages_validate(data, "messages")
+        except MessageError as exc:
+            raise serializers.ValidationError(f"{exc.field}: {exc.message}") from None
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+@extend_schema_field({"type": "array", "items": {"type": "object"}})
+class ToolsField(serializers.Field):
+    """``tools``: function tools, each ``{"type": "function", "function": {"name", "parameters"}}``."""
+
+    def to_internal_value(self, data: Any) -> list[dict[str, Any]] | None:
+        if data == []:
+            raise serializers.ValidationError("must not be empty: offer at least one tool, or leave it out")
+        try:
+            return tools_validate(data, "tools")
+        except MessageError as exc:
+            raise serializers.ValidationError(f"{exc.field}: {exc.message}") from None
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+@extend_schema_field({"oneOf": [{"type": "string", "enum": ["none", "auto", "required"]}, {"type": "object"}]})
+class ToolChoiceField(serializers.Field):
+    def to_internal_value(self, data: Any) -> Any:
+        if data in ("none", "auto", "required"):
+            return data
+        function = data.get("function") if isinstance(data, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("name"), str) and function["name"]:
+            return {"type": "function", "function": {"name": function["name"]}}
+        raise serializers.ValidationError(
+            'must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}'
+        )
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class ResponseFormatIn(StrictSerializer):
+    type = serializers.ChoiceField(choices=["text", "json_object", "json_schema"])
+    json_schema = serializers.DictField(required=False)
+
+
+class ChatCompletionIn(StrictSerializer):
+    model = serializers.CharField(
+        required=False, allow_blank=True, help_text="your adapter's name; default adapter if empty"
+    )
+    messages = MessagesField(help_text="the conversation so far; the base model's chat template renders it")
+    tools = ToolsField(required=False)
+    tool_choice = ToolChoiceField(required=False)
+    parallel_tool_calls = serializers.BooleanField(required=False)
+    response_format = ResponseFormatIn(required=False)
+    prediction = serializers.DictField(
+        required=False, help_text="OpenAI's predicted output, a latency hint: accepted (Continue sends it) and not used"
+    )
+    max_tokens = serializers.IntegerField(required=False, min_value=1, max_value=2**31 - 1)
+    max_completion_tokens = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=2**31 - 1,
+        help_text="served at most the adapter's max_completion_tokens (its default; more is capped, not refused)",
+    )
+    temperature = serializers.FloatField(required=False, min_value=0.0, max_value=2.0, default=1.0)
+    top_p = serializers.FloatField(required=False, min_value=0.0001, max_value=1.0, default=1.0)
+    stop = StopField(required=False, default=list)
+    n = serializers.IntegerField(required=False, min_value=1, max_value=8, default=1)
+    seed = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=-INT64, max_value=INT64)
+    user = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+    stream = serializers.BooleanField(required=False, default=False)
+    stream_options = StreamOptionsIn(required=False)
+    logprobs = serializers.BooleanField(required=False, default=False)
+    top_logprobs = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=VLLM_MAX_LOGPROBS)
+    frequency_penalty = serializers.FloatField(required=False, min_value=-2.0, max_value=2.0)
+    presence_penalty = serializers.FloatField(required=False, min_value=-2.0, max_value=2.0)
+    logit_bias = LogitBiasField(required=False)
+    opted_in = serializers.BooleanField(required=False, help_text="the end user's consent to learning, now")
+    conversation_id = serializers.CharField(
+        required=False, allow_blank=True, max_length=200, default="", help_text="your id of the session (agents)"
+    )
+    turn = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=2**31 - 1,
+        help_text="0-based index of this reply in the session; default: the assistant messages before it",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if len(attrs["stop"]) > VLLM_MAX_STOP:
+            raise serializers.ValidationError({"stop": f"chat takes at most {VLLM_MAX_STOP} stop sequences"})
+        if attrs.get("tool_choice") not in (None, "none") and "tools" not in attrs:
+            raise serializers.ValidationError({"tool_choice": "needs `tools`"})
+        if attrs.get("top_logprobs") and not attrs["logprobs"]:
+            raise serializers.ValidationError({"top_logprobs": "needs `logprobs: true`"})
+        if attrs.get("turn") is not None and not attrs["conversation_id"]:
+            raise serializers.ValidationError({"turn": "needs `conversation_id` (the session the turn belongs to)"})
+        if "\x00" in attrs["conversation_id"]:
+            raise serializers.ValidationError({"conversation_id": "contains a NUL character"})
+        return attrs
+
+
+_CHAT_OUT = inline_serializer(
+    name="ChatCompletionOut",
+    fields={
+        "id": serializers.CharField(help_text="the interaction to send feedback on (the first choice's)"),
+        "object": serializers.CharField(),
+        "created": serializers.IntegerField(),
+        "model": serializers.CharField(),
+        "choices": serializers.ListField(
+            child=inline_serializer(
+                name="ChatChoiceOut",
+                fields={
+                    "index": serializers.IntegerField(),
+                    "message": serializers.DictField(help_text="role, content, tool_calls"),
+                    "logprobs": serializers.DictField(allow_null=True),
+                    "finish_reason": serializers.CharField(allow_null=True),
+                    "interaction_id": serializers.CharField(),
+                },
+            )
+        ),
+        "usage": serializers.DictField(required=False),
+        "strop": serializers.DictField(),
+    },
+)
+
+
+class ChatCompletionApi(ScopedApi):
+    """OpenAI-compatible chat completions, served by the tenant's adapter on vLLM and recorded."""
+
+    required_scope = "serve"
+
+    @extend_schema(
+        request=ChatCompletionIn,
+        responses={
+            (200, "application/json"): OpenApiResponse(
+                _CHAT_OUT,
+                description="OpenAI's chat completion; each choice has `interaction_id` (the turn to send "
+                "feedback on), `id` is the first choice's, and `strop` says which version served it",
+            ),
+            (200, "text/event-stream"): OpenApiResponse(
+                {  # one server-sent event
+                    "type": "object",
+                    "required": ["data"],
+                    "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+                },
+                description="With `stream: true`: one `data: <chat.completion.chunk>` per chunk, "
+                '`data: {"error": …}` if vLLM fails mid-stream, then `data: [DONE]`',
+            ),
+        },
+        description="`model` names your adapter (empty: your default). `conversation_id` and `turn` make a "
+        "multi-turn session one thread, for session feedback and the dashboard. 503 with Retry-After when vLLM "
+        "is down.",
+    )
+    def post(self, request: Request) -> Response | StreamingHttpResponse:
+        data = ChatCompletionIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        attrs = data.validated_data
+        adapter, user, consent, route = serving_context(self, request, attrs)
+        sampling = {
+            k: attrs[k]
+            for k in ("frequency_penalty", "presence_penalty", "logit_bias", "parallel_tool_calls", "response_format")
+            if k in attrs
+        }
+        conversation_id = attrs["conversation_id"].strip()
+        turn = attrs.get("turn")
+        if conversation_id and turn is None:
+            turn = turn_of(attrs["messages"])
+        served = chat_request_build(
+            adapter,
+            max_tokens=attrs.get("max_completion_tokens") or attrs.get("max_tokens"),
+            messages=attrs["messages"],
+            tools=attrs.get("tools"),
+            tool_choice=attrs.get("tool_choice"),
+            temperature=attrs["temperature"],
+            top_p=attrs["top_p"],
+            stop=attrs["stop"],
+            n=attrs["n"],
+            seed=attrs["seed"],
+            user=user,
+            opted_in=consent,
+            conversation_id=conversation_id,
+            turn=turn,
+            logprobs=attrs["logprobs"],
+            top_logprobs=attrs.get("top_logprobs"),
+            include_usage=attrs.get("stream_options", {}).get("include_usage", False),
+            sampling=sampling,
+        )
+        if attrs["stream"]:
+            ids, chunks = chat_stream(self.tenant, route=route, request=served)
+            answer = ChatAnswer(served, route, ids, adapter.name)
+            return sse_response(answer.body(chunk) for chunk in chunks)
+        body, ids = chat_serve(self.tenant, route=route, request=served)
+        return Response(ChatAnswer(served, route, ids, adapter.name).body(body))
