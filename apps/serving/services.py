@@ -47,6 +47,16 @@ class Route:
     def vllm_model(self) -> str:
         return self.version.vllm_name if self.version is not None else self.adapter.base_model.name
 
+    def recorded(self) -> dict[str, Any]:
+        """The columns a served interaction keeps of its route (interactions_record_served)."""
+        return {
+            "model_name": self.vllm_model,
+            "adapter_id": self.adapter.pk,
+            "adapter_version_id": self.version.pk if self.version is not None else None,
+            "experiment_id": self.experiment.pk if self.experiment is not None else None,
+            "experiment_arm": self.arm,
+        }
+
 
 def serving_route(tenant: Tenant, *, adapter: Adapter, end_user_id: str, opted_in: bool) -> Route:
     """Production, or for an opted-in end user the arm of the adapter's running experiment.
