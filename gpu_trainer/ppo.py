@@ -299,6 +299,13 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
                         loss = loss + silent_loss
                     if not torch.isfinite(loss):
                         raise TrainingDivergedError(f"non-finite loss at epoch {epoch} minibatch {mb}")
+                    # Every token's KL term is >= 0, so the passes so far bound the minibatch's
+                    # approx KL from below: once past target_kl, the minibatch will not be
+                    # stepped, whatever its other passes hold. Stop before this backward (the
+                    # same decision, and the same adapter, as reading every pass first).
+                    if config.target_kl is not None and float(totals[2]) + float(approx_kl) > config.target_kl:
+                        stopped_early = True
+                        break
                     loss.backward()
                     totals += torch.stack([
                         policy_loss.detach(), loss.detach(), approx_kl, clip_fraction,
@@ -309,10 +316,9 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
                     tokens += batch.num_tokens
                     del new, entropy, loss, policy_loss, kl_base, new_silent, silent_loss  # this pass's graph
                     release_freed_memory()
-                stats = totals.tolist()
-                if config.target_kl is not None and stats[2] > config.target_kl:
-                    stopped_early = True  # this minibatch already moved too far: do not step
+                if stopped_early:  # this minibatch already moved too far: do not step
                     break
+                stats = totals.tolist()
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
                 if not torch.isfinite(grad_norm):
                     raise TrainingDivergedError(f"non-finite gradient norm at epoch {epoch} minibatch {mb}")

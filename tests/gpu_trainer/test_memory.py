@@ -3,6 +3,7 @@ passes does not change what the trainer learns."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -158,3 +159,49 @@ def test_gate_passes_stay_within_the_budget(tiny_starter_model, tmp_path, forwar
     )
     assert verdict.kl_positions > 0 and verdict.fim_count == len(cases)
     assert forward_sizes and max(forward_sizes) <= budget
+
+
+def test_a_minibatch_past_target_kl_stops_before_the_backward_that_proves_it(tiny_starter_model, tmp_path,
+                                                                             monkeypatch):
+    """Each token's KL term is ≥ 0, so the passes read so far bound the minibatch's KL from below:
+    the pass that crosses ``target_kl`` is not backpropagated, nor are the passes after it, and
+    the update stops where reading the whole minibatch first would have stopped it."""
+    counts = {"backward": 0, "update_forwards": 0}
+    original_backward = torch.Tensor.backward
+
+    def backward(self, *args, **kwargs):
+        counts["backward"] += 1
+        return original_backward(self, *args, **kwargs)
+
+    from transformers import PreTrainedModel
+
+    original_call = PreTrainedModel.__call__
+
+    def call(self, *args, **kwargs):
+        if torch.is_grad_enabled() and type(self).__name__.endswith("ForCausalLM"):  # not its inner model
+            counts["update_forwards"] += 1
+        return original_call(self, *args, **kwargs)
+
+    samples = _varied_samples(16, seed=3)
+    config = PPOConfig(dtype="float32", device="cpu", learning_rate=1e-3, epochs=6, num_minibatches=2,
+                       target_kl=0.02)
+    results, weights = {}, {}
+    for name, budget in (("one", 100_000), ("many", 64)):
+        counts.update(backward=0, update_forwards=0)
+        monkeypatch.setattr(torch.Tensor, "backward", backward)
+        monkeypatch.setattr(PreTrainedModel, "__call__", call)
+        result = train_ppo(config.replace(max_tokens_per_pass=budget), samples, base_model_dir=tiny_starter_model,
+                           out_dir=tmp_path / name, progress=False)
+        monkeypatch.undo()
+        rows = [json.loads(line) for line in (result.out_dir / "metrics.jsonl").read_text().splitlines()]
+        stepped_passes = sum(row["passes"] for row in rows)
+        assert result.stopped_early and result.steps < config.epochs * config.num_minibatches, name
+        # Every stepped minibatch's passes were backpropagated; the stopped one's crossing pass was not.
+        assert counts["backward"] < counts["update_forwards"], (name, counts)
+        assert counts["update_forwards"] - counts["backward"] == 1, (name, counts)
+        assert counts["backward"] >= stepped_passes, (name, counts, stepped_passes)
+        results[name] = result
+        weights[name] = load_file(str(result.out_dir / WEIGHTS))
+    assert results["one"].steps == results["many"].steps
+    for key, one in weights["one"].items():
+        assert torch.allclose(one, weights["many"][key], rtol=0, atol=0.01 * config.learning_rate), key
