@@ -121,7 +121,8 @@ def bare_steps(policy, samples: list, config) -> int:
 def ppo_update(policy, samples: list, config) -> int:
     import torch
 
-    from gpu_trainer.ppo import compute_advantages, run_policy_update
+    from gpu_trainer.losses import compute_advantages
+    from gpu_trainer.ppo import run_policy_update
 
     rewards = torch.tensor([s.reward for s in samples])
     advantages = compute_advantages(rewards, baseline=config.baseline, normalize=config.normalize_advantages)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gpu_trainer.ppo import clipped_policy_loss, compute_advantages, kl_to_reference, masked_mean
+from gpu_trainer.losses import clipped_policy_loss, compute_advantages, kl_to_reference, masked_mean
 
 
 def test_baseline_none_keeps_raw_rewards_and_batch_mean_centres_them():

@@ -1,0 +1,58 @@
+"""The update's arithmetic, shared by PPO and GRPO: advantages, the masked means that let a
+minibatch be cut into passes, the clipped surrogate and the KL to the reference.
+
+Pure tensor functions: no model, no config object.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def compute_advantages(rewards: torch.Tensor, *, baseline: str, normalize: bool) -> torch.Tensor:
+    """advantage = reward − baseline, optionally divided by its standard deviation."""
+    advantages = rewards - rewards.mean() if baseline == "batch_mean" else rewards.clone()
+    if normalize and advantages.numel() > 1:
+        advantages = advantages / (advantages.std() + 1e-8)
+    return advantages
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, aggregation: str = "token_mean", *,
+                tokens: int | None = None, sequences: int | None = None) -> torch.Tensor:
+    """Mean over masked tokens, pooled (``token_mean``) or per sequence first (``sequence_mean``).
+
+    When ``mask`` covers one pass of a larger minibatch, ``tokens`` (its masked token count)
+    and ``sequences`` (its rows) are the minibatch's: the result is then this pass's share of the
+    minibatch mean, and the shares of its passes add up to that mean exactly.
+    """
+    if aggregation == "sequence_mean":
+        per_sequence = (values * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        return per_sequence.sum() / (sequences if sequences is not None else per_sequence.numel())
+    return (values * mask).sum() / (tokens if tokens is not None else mask.sum().clamp(min=1))
+
+
+def clipped_policy_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                        mask: torch.Tensor, weights: torch.Tensor, *, clip_eps: float, aggregation: str,
+                        tokens: int | None = None, sequences: int | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The one PPO loss (PPO and GRPO): token-level clipped surrogate, importance-weighted.
+
+    Returns (loss, approx KL(old ‖ new), clip fraction); the last two are detached. ``tokens``
+    and ``sequences``: as in ``masked_mean``, for one pass of a minibatch (all three are then
+    this pass's shares).
+    """
+    log_ratio = (new_logprobs - old_logprobs) * mask
+    ratio = log_ratio.exp()
+    adv = advantages.unsqueeze(-1)
+    surrogate = torch.min(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)
+    loss = masked_mean(-surrogate * weights, mask, aggregation, tokens=tokens, sequences=sequences)
+    with torch.no_grad():
+        approx_kl = masked_mean((ratio - 1) - log_ratio, mask, tokens=tokens)
+        clip_fraction = masked_mean(((ratio - 1).abs() > clip_eps).float(), mask, tokens=tokens)
+    return loss, approx_kl, clip_fraction
+
+
+def kl_to_reference(new_logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(policy ‖ reference): unbiased, always ≥ 0."""
+    delta = ref_logprobs - new_logprobs
+    return delta.exp() - delta - 1
