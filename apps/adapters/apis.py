@@ -29,6 +29,7 @@ class AdapterVersionOut(serializers.ModelSerializer):
             "parent",
             "lora_rank",
             "metrics",
+            "show_gate",
             "created_at",
             "loaded_at",
         ]

@@ -86,6 +86,11 @@ class AdapterVersion(models.Model):
     status_message = models.TextField(blank=True, help_text="why it failed, in vLLM's or the trainer's words")
     lora_rank = models.PositiveIntegerField(default=0)
     metrics = models.JSONField(default=dict, blank=True)
+    show_gate = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='{"threshold", "explore", ...}: completions scoring below the threshold are withheld (serving)',
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     loaded_at = models.DateTimeField(null=True, blank=True, help_text="when every replica confirmed it")
 

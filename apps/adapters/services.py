@@ -83,6 +83,7 @@ def adapter_version_register(
     source_dir: str | Path,
     parent: AdapterVersion | None = None,
     metrics: dict[str, Any] | None = None,
+    show_gate: dict[str, Any] | None = None,
     status: str = AdapterVersion.Status.CANDIDATE,
     actor: str = "system",
     enqueue_load: bool = True,
@@ -121,6 +122,7 @@ def adapter_version_register(
             status=status,
             lora_rank=int(config["r"]),
             metrics=metrics or {},
+            show_gate=show_gate,
         )
         audit_record(
             tenant,

@@ -25,6 +25,9 @@ class TrainingPolicyOut(serializers.ModelSerializer):
             "heldout_fraction",
             *REWARD_FIELDS.values(),
             "auto_experiment",
+            "show_gate",
+            "show_gate_recall",
+            "show_gate_explore",
             "trainer_overrides",
             "gate_overrides",
         ]

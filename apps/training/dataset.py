@@ -17,15 +17,40 @@ from typing import Any
 from django.db import transaction
 
 from apps.adapters.models import BaseModel
-from apps.interactions.models import Interaction
+from apps.interactions.models import Feedback, Interaction
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
 from apps.training.selectors import training_events_eligible
+from gpu_trainer.show_gate import GateEvent, suggestion_score
 
 
 @dataclass
 class Window:
     train: list[dict[str, Any]] = field(default_factory=list)
     heldout: list[dict[str, Any]] = field(default_factory=list)
+    # Every shown completion Strop served in the window, scored: what the show gate is fitted on.
+    gate_events: list[GateEvent] = field(default_factory=list)
+
+
+_SHOWN = (Feedback.Outcome.ACCEPTED, Feedback.Outcome.REJECTED, Feedback.Outcome.EDITED)
+
+
+def gate_event(feedback: Feedback) -> GateEvent | None:
+    """The show gate's view of one event: a completion Strop served (its own logprobs) that the
+    user saw, or None."""
+    interaction = feedback.interaction
+    logprobs = interaction.completion_logprobs
+    if (
+        interaction.source != Interaction.Source.SERVED
+        or interaction.messages is not None
+        or not interaction.completion.strip()
+        or not logprobs
+        or feedback.outcome not in _SHOWN
+    ):
+        return None
+    weight = float(((interaction.metadata or {}).get("show_gate") or {}).get("weight", 1.0))
+    return GateEvent(
+        score=suggestion_score(logprobs), accepted=feedback.outcome == Feedback.Outcome.ACCEPTED, weight=weight
+    )
 
 
 @functools.cache
@@ -119,6 +144,9 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy) -> Window:
                 feedback.interaction, base=base, reward=reward, silence_reward=agent_silence_reward
             )
             (window.heldout if held_out else window.train).append(sample)
+            scored = gate_event(feedback)
+            if scored is not None:
+                window.gate_events.append(scored)
             rows.append(TrainingRunEvent(run=run, feedback=feedback, held_out=held_out, reward=reward))
         TrainingRunEvent.objects.bulk_create(rows)
     return window

@@ -36,6 +36,15 @@ class TrainingPolicy(models.Model):
     auto_experiment = models.BooleanField(
         default=False, help_text="start an A/B experiment with each candidate that passes the gate"
     )
+    show_gate = models.BooleanField(
+        default=True, help_text="learn a show threshold per version: completions the model is unsure of are withheld"
+    )
+    show_gate_recall = models.FloatField(
+        default=0.95, help_text="share of the window's accepted suggestions the threshold keeps (gpu_trainer.show_gate)"
+    )
+    show_gate_explore = models.FloatField(
+        default=0.05, help_text="chance that serving shows a withheld suggestion anyway, so the gate keeps learning"
+    )
     trainer_overrides = models.JSONField(default=dict, blank=True, help_text="PPOConfig fields to override")
     gate_overrides = models.JSONField(default=dict, blank=True, help_text="GateConfig fields to override")
     updated_at = models.DateTimeField(auto_now=True)

@@ -22,8 +22,8 @@ from apps.adapters.services import adapter_serve_probe, adapter_version_register
 from apps.common.observability.metrics import training_run_finished
 from apps.common.tasks import enqueue
 from apps.serving.vllm_client import VLLMUnavailable
-from apps.training.dataset import dataset_export
-from apps.training.models import EvalSet, TrainingRun
+from apps.training.dataset import Window, dataset_export
+from apps.training.models import EvalSet, TrainingPolicy, TrainingRun
 from apps.training.selectors import training_policy_get
 from apps.training.services import (
     training_run_advance,
@@ -32,6 +32,7 @@ from apps.training.services import (
     training_run_heartbeat,
     training_schedule_tenant,
 )
+from gpu_trainer.show_gate import fit_show_threshold
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +161,7 @@ def _execute(run: TrainingRun) -> str:
 
     started = time.perf_counter()
     probe = adapter_serve_probe(base, result.out_dir, sample=window.train[0])
+    show_gate = _fit_show_gate(window, policy)
     version = adapter_version_register(
         run.tenant,
         adapter=run.adapter,
@@ -167,6 +169,7 @@ def _execute(run: TrainingRun) -> str:
         parent=parent,
         status=AdapterVersion.Status.CANDIDATE,
         metrics={"trainer": result.summary, "gate": gate, "run": run.pk, "serve_probe": probe},
+        show_gate=show_gate,
         actor=f"training-run:{run.pk}",
         enqueue_load=False,
     )
@@ -176,6 +179,17 @@ def _execute(run: TrainingRun) -> str:
     if policy.auto_experiment:
         _start_experiment(run, version)
     return "candidate"
+
+
+def _fit_show_gate(window: Window, policy: TrainingPolicy) -> dict[str, Any] | None:
+    """The candidate's show gate, fitted on the window's shown completions (gpu_trainer.show_gate);
+    None when the policy turns it off or too few suggestions were accepted to place it."""
+    if not policy.show_gate:
+        return None
+    fitted = fit_show_threshold(window.gate_events, recall=policy.show_gate_recall)
+    if fitted is None:
+        return None
+    return {**fitted, "recall": policy.show_gate_recall, "explore": policy.show_gate_explore}
 
 
 def _start_experiment(run: TrainingRun, version: AdapterVersion) -> None:

@@ -74,6 +74,9 @@ def training_events_eligible(adapter: Adapter, *, parent: AdapterVersion | None)
             interaction__prompt_token_ids__isnull=True,
             interaction__messages__isnull=True,
         )
+        # A suggestion the show gate withheld was never seen: its reward says nothing of it. (Containment,
+        # not a key lookup: a key lookup is NULL where the key is missing, and excluding NULL drops the row.)
+        .exclude(interaction__metadata__contains={"show_gate": {"withheld": True}})
         .exclude(id__in=trained_in_lineage)
     )
 

@@ -32,6 +32,9 @@ POLICY_FIELDS = {
     "heldout_fraction": float,
     **dict.fromkeys(REWARD_FIELDS.values(), float),
     "auto_experiment": bool,
+    "show_gate": bool,
+    "show_gate_recall": float,
+    "show_gate_explore": float,
     "trainer_overrides": dict,
     "gate_overrides": dict,
 }
@@ -41,6 +44,8 @@ POLICY_RANGES: dict[str, tuple[float, float]] = {
     "min_new_events": (1, 1_000_000),
     "max_wait_s": (0, 366 * 24 * 3600),
     **dict.fromkeys(REWARD_FIELDS.values(), (-10.0, 10.0)),
+    "show_gate_recall": (0.5, 1.0),
+    "show_gate_explore": (0.0, 1.0),
 }
 
 

@@ -14,6 +14,9 @@ def test_admin_reads_and_changes_the_training_policy(client_a, tiny_adapter):
     )
     assert changed.status_code == 200
     assert (changed.json()["min_new_events"], changed.json()["reward_rejected"]) == (64, -1.0)
+    gate = {"show_gate": False, "show_gate_recall": 0.9, "show_gate_explore": 0}
+    assert client_a.patch("/v1/adapters/tab/training-policy", gate, format="json").json() | gate == \
+        client_a.get("/v1/adapters/tab/training-policy").json()
 
 
 @pytest.mark.parametrize(
@@ -25,6 +28,9 @@ def test_admin_reads_and_changes_the_training_policy(client_a, tiny_adapter):
         ({"heldout_fraction": 0.95}, "heldout_fraction"),
         ({"trainer_overrides": {"learning_rat": 1e-4}}, "trainer_overrides"),
         ({"trainer_overrides": {"clip_eps": -1.0}}, "trainer_overrides"),
+        ({"show_gate_recall": 0.2}, "show_gate_recall"),
+        ({"show_gate_explore": 1.5}, "show_gate_explore"),
+        ({"show_gate": 1}, "show_gate"),
     ],
 )
 def test_bad_policy_changes_are_400_naming_the_field(client_a, tiny_adapter, body, words):

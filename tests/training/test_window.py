@@ -120,3 +120,32 @@ def test_another_tenants_events_never_enter_a_window(tiny_adapter, add_events, m
     other = make_tenant("other")
     add_events(5, tenant_=other)
     assert training_events_eligible(tiny_adapter, parent=None).count() == 0
+
+
+def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapter, add_events):
+    """What the show gate is fitted on: served completions the user saw, scored by their own logprobs,
+    an explored one weighed as serving recorded it; not what was not shown, logged or withheld."""
+    from apps.training.pipeline import _fit_show_gate
+
+    ids = add_events(24)  # outcomes cycle accepted, rejected, not_shown, edited
+    for k, interaction_id in enumerate(ids):
+        Interaction.objects.filter(pk=interaction_id).update(
+            source="served", completion_logprobs=[-0.1 * (k % 4), -0.2],
+            metadata={"show_gate": {"withheld": False, "explored": True, "weight": 20.0}} if k == 0 else {},
+        )
+    add_events(4)  # logged, not served: never scored
+    policy = TrainingPolicy.objects.get(adapter=tiny_adapter)
+    first = make_run(tiny_adapter)
+    window = dataset_export(first, policy=policy)
+    by_score = sorted((round(e.score, 4), e.accepted, e.weight) for e in window.gate_events)
+    assert by_score == sorted([(-0.2, True, 20.0)] + [(-0.2, True, 1.0)] * 5 + [(-0.3, False, 1.0)] * 6
+                              + [(-0.5, False, 1.0)] * 6)
+    assert _fit_show_gate(window, policy) is None  # 6 accepted: too few to place a threshold
+    TrainingRun.objects.filter(pk=first.pk).update(status="rejected")
+    add_events(40)
+    Interaction.objects.filter(source="logged").update(source="served")
+    window = dataset_export(make_run(tiny_adapter), policy=policy)
+    fitted = _fit_show_gate(window, policy)
+    assert fitted["threshold"] == pytest.approx(-1.5) and fitted["explore"] == 0.05 and fitted["recall"] == 0.95
+    policy.show_gate = False
+    assert _fit_show_gate(window, policy) is None
