@@ -25,6 +25,7 @@ class ServedCompletion:
     completion_logprobs: list[float]
     finish_reason: str | None
     tool_calls: list[dict[str, Any]] | None = None  # chat: the tool calls the model made
+    show_gate: dict[str, Any] | None = None  # the show gate's decision (apps.serving.completions)
 
 
 @dataclass
@@ -102,4 +103,6 @@ def _choice_metadata(metadata: dict[str, Any], choice: ServedCompletion) -> dict
     out = {**metadata, "finish_reason": choice.finish_reason}
     if choice.tool_calls:
         out["tool_calls"] = choice.tool_calls
+    if choice.show_gate is not None:
+        out["show_gate"] = choice.show_gate
     return out

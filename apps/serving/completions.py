@@ -10,12 +10,19 @@ What the client asks is adapted to the base model and to vLLM here, once:
 Every served choice is recorded with the exact token ids and logprobs vLLM sampled (cut where a
 stop string cut the text). A request vLLM fails is recorded as a :class:`ServingFailure`, never
 as a half interaction.
+
+A version with a show gate (``AdapterVersion.show_gate``, fitted on feedback by the training
+pipeline: ``gpu_trainer.show_gate``) withholds a suggestion whose log-probability is below its
+threshold: the client gets an empty completion, and the interaction records the decision (and
+what was withheld) in ``metadata.show_gate``. A stream through such a version is answered once the
+whole suggestion is known, in one chunk per choice: the gate needs every token's log-probability.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import random
 import time
 import uuid
 from collections.abc import Iterator
@@ -43,6 +50,7 @@ from apps.serving.vllm_client import (
     merge_chunks,
 )
 from apps.tenants.models import Tenant
+from gpu_trainer.show_gate import suggestion_score, withholds
 
 
 @dataclass
@@ -181,6 +189,7 @@ def _record(
     *,
     served_at: Any,
     started: float,
+    gates: dict[int, dict[str, Any]] | None = None,
 ) -> None:
     metadata: dict[str, Any] = {
         "temperature": request.temperature,
@@ -196,7 +205,10 @@ def _record(
     interactions_record_served(
         tenant,
         choices=[
-            ServedCompletion(ids[c.index], c.text, c.token_ids, c.logprobs, c.finish_reason) for c in completion.choices
+            ServedCompletion(
+                ids[c.index], c.text, c.token_ids, c.logprobs, c.finish_reason, show_gate=(gates or {}).get(c.index)
+            )
+            for c in completion.choices
         ],
         prompt=request.prompt,
         prefix=request.prefix,
@@ -232,6 +244,39 @@ def serving_failure_record(
     )
 
 
+def show_gate_of(route: Route) -> dict[str, Any] | None:
+    """The serving version's show gate, if it has one."""
+    gate = route.version.show_gate if route.version is not None else None
+    return gate if gate and gate.get("threshold") is not None else None
+
+
+def _withheld(choice: CompletionChoice) -> CompletionChoice:
+    """What the client gets of a withheld suggestion: nothing."""
+    return replace(choice, text="", token_ids=[], logprobs=[], finish_reason="stop", stop_reason=None, tokens=[],
+                   text_offset=[], top_logprobs=[])
+
+
+def _apply_show_gate(completion: Completion, gate: dict[str, Any]) -> tuple[Completion, dict[int, dict[str, Any]]]:
+    """The completion the client gets, and each shown choice's gate decision (for the record)."""
+    threshold, explore = float(gate["threshold"]), float(gate.get("explore") or 0.0)
+    out, decisions = [], {}
+    for choice in completion.choices:
+        if not choice.text.strip():  # the model said nothing itself: nothing for the gate to judge
+            out.append(choice)
+            continue
+        score = suggestion_score(choice.logprobs)
+        decision: dict[str, Any] = {"score": round(score, 4), "threshold": threshold, "withheld": False}
+        if withholds(score, threshold):
+            if explore > 0 and random.random() < explore:  # shown anyway, so the next fit sees below its threshold
+                decision.update(explored=True, weight=round(1.0 / explore, 4))
+            else:
+                decision.update(withheld=True, text=choice.text)
+                choice = _withheld(choice)
+        out.append(choice)
+        decisions[choice.index] = decision
+    return replace(completion, choices=out), decisions
+
+
 def completion_serve(tenant: Tenant, *, route: Route, request: CompletionRequest) -> tuple[Completion, list[uuid.UUID]]:
     """Ask vLLM, record one interaction per choice, and return both (ids in choice order)."""
     started, served_at = time.perf_counter(), timezone.now()
@@ -242,8 +287,19 @@ def completion_serve(tenant: Tenant, *, route: Route, request: CompletionRequest
         serving_failure_record(tenant, route=route, user=request.user, error=exc, started=started, streamed=False)
         raise
     completion = replace(completion, choices=[_apply_stops(c, request.stop) for c in completion.choices])
+    gates = None
+    gate = show_gate_of(route)
+    if gate is not None:
+        client, gates = _apply_show_gate(completion, gate)
+        # Recorded: the sampled tokens (the text of a withheld one stays in its gate decision).
+        completion = replace(
+            completion,
+            choices=[replace(c, text=shown.text) for c, shown in zip(completion.choices, client.choices, strict=True)],
+        )
     ids = [uuid.uuid4() for _ in range(request.n)]
-    _record(tenant, route, request, completion, ids, served_at=served_at, started=started)
+    _record(tenant, route, request, completion, ids, served_at=served_at, started=started, gates=gates)
+    if gates:
+        completion = client
     return completion, ids
 
 
@@ -265,6 +321,9 @@ def completion_stream(
     upstream stream is closed as soon as every choice has stopped. At the end what was served is
     recorded: the whole completion, or what the client received if it hung up early. If vLLM
     fails mid-stream, the failure is recorded instead and the error re-raised for the client."""
+    if show_gate_of(route) is not None:
+        completion, ids = completion_serve(tenant, route=route, request=request)
+        return ids, _as_stream(completion, include_usage=request.include_usage)
     started, served_at = time.perf_counter(), timezone.now()
     kwargs = _vllm_kwargs(route, request)
     try:
@@ -316,6 +375,15 @@ def completion_stream(
                 _record(tenant, route, request, served, ids, served_at=served_at, started=started)
 
     return ids, chunks()
+
+
+def _as_stream(completion: Completion, *, include_usage: bool) -> Iterator[CompletionChunk]:
+    """A whole completion as a stream: one chunk per choice, then the usage chunk if asked for."""
+    for choice in completion.choices:
+        yield CompletionChunk(completion.id, completion.model, [choice], completion.prompt_token_ids, None,
+                              completion.replica)
+    if include_usage:
+        yield CompletionChunk(completion.id, completion.model, [], None, completion.usage, completion.replica)
 
 
 def _served_from_stream(seen: list[CompletionChunk], states: dict[int, _ChoiceStream]) -> Completion:
