@@ -70,6 +70,7 @@ from benchmarks.simdev import (  # noqa: E402
     read_jsonl,
     summarise,
 )
+from gpu_trainer.show_gate import GateEvent, fit_show_threshold, suggestion_score, withholds  # noqa: E402
 
 
 def resolve_model(name: str) -> Path:
@@ -172,6 +173,23 @@ def train(model_dir: Path, samples: list[dict[str, Any]], config, out_dir: Path,
     print(f"[{label}] trained: {json.dumps({'steps': result.steps, **shown}, default=str)}", file=sys.stderr,
           flush=True)
     return result.out_dir
+
+
+def gate_events(served: Sequence[Served], requests: Sequence[Request]) -> list[GateEvent]:
+    """The show gate's view of collected events: each shown suggestion, scored by its own logprobs."""
+    return [GateEvent(suggestion_score(s.logprobs), r.outcome == "accepted")
+            for s, r in zip(served, requests, strict=True) if r.outcome != "not_shown"]
+
+
+def gated(requests: Sequence[Request], served: Sequence[Served], threshold: float, population: str,
+          tasks: Sequence[Task]) -> list[Request]:
+    """The same requests behind a show gate: a suggestion scoring below ``threshold`` reaches the
+    developer as nothing (``not_shown``), as serving withholds it (no exploration here)."""
+    from dataclasses import replace
+
+    return [replace(r, text="", outcome=decide(population, "", task))
+            if withholds(suggestion_score(s.logprobs), threshold) else r
+            for r, s, task in zip(requests, served, tasks, strict=True)]
 
 
 def describe(name: str, summary: Summary) -> str:
@@ -282,6 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-expected", action="store_true",
                         help="skip the expected (computed) outcomes of the line developer")
     parser.add_argument("--out", help="keep adapters and events here (default: a temporary folder)")
+    parser.add_argument("--no-gate", action="store_true",
+                        help="no show gate: 'trained' is the adapter alone (gpu_trainer.show_gate)")
+    parser.add_argument("--gate-recall", type=float, default=0.95,
+                        help="the show gate's recall of accepted suggestions (the training policy's default 0.95)")
     return parser
 
 
@@ -333,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(args.out) if args.out else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         policies: dict[str, Path | None] = {}
+        gates: dict[str, float] = {}  # the show gate's threshold fitted for a policy
         if adapter is not None:
             policies["adapter"] = adapter
         else:
@@ -347,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
                 except (TrainerInputError, TypeError) as exc:
                     raise SystemExit(f"error: --variant {spec}: {exc}") from None
             current: dict[str, Path | None] = {name: None for name in variants}
+            window: dict[str, list[GateEvent]] = {}  # each policy's last collected events, for its gate
             for round_no in range(1, args.rounds + 1):
                 tasks = train_tasks[(round_no - 1) * args.train_tasks: round_no * args.train_tasks]
                 collect_seed = args.seed * 1_000_003 + 7919 * round_no
@@ -357,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
                 for name, variant in variants.items():
                     served, requests, _ = shared or run_policy(model_dir, current[name], tasks, args, seed=collect_seed,
                                                             label=f"round {round_no}: collect ({name})")
+                    window[name] = gate_events(served, requests)
+                    if shared is not None:
+                        window["base"] = window[name]
                     samples = to_samples(served, requests)
                     (work / f"events-{name}-round{round_no}.jsonl").write_text(
                         "".join(json.dumps(s) + "\n" for s in samples))
@@ -366,19 +393,37 @@ def main(argv: list[str] | None = None) -> int:
                     current[name] = train(model_dir, samples, variant.replace(seed=args.seed + round_no - 1),
                                           out_dir, current[name], label=f"round {round_no} {name}")
             policies.update(current)
+            if not args.no_gate:
+                for name in ("base", "trained"):
+                    fitted = fit_show_threshold(window.get(name, []), recall=args.gate_recall)
+                    print(f"show gate for {name} (recall {args.gate_recall}, fitted on its last "
+                          f"{len(window.get(name, []))} shown events): {json.dumps(fitted)}", flush=True)
+                    if fitted is not None:
+                        gates[name] = float(fitted["threshold"])
 
         summaries: dict[str, Summary] = {}
         expected: dict[str, Expected] = {}
+        gated_summaries: dict[str, Summary] = {}
         eval_seed = args.seed * 1_000_003 + 104_729
         for name, adapter_dir in {"base": None, **policies}.items():
-            _, requests, outcomes = run_policy(model_dir, adapter_dir, eval_tasks, args, seed=eval_seed,
-                                               label=f"eval ({name})", expected=computes_expected(args))
+            served, requests, outcomes = run_policy(model_dir, adapter_dir, eval_tasks, args, seed=eval_seed,
+                                                    label=f"eval ({name})", expected=computes_expected(args))
             summaries[name] = summarise(requests)
+            if name in gates:
+                gated_summaries[name] = summarise(gated(requests, served, gates[name], args.population, eval_tasks))
             if outcomes is not None:
                 expected[name] = outcomes
         if args.out:
             print(f"adapters and events kept in {work}", flush=True)
 
+    if "trained" in gated_summaries:
+        # What the loop produces is a version: the adapter and its show gate. The parts are reported too.
+        summaries = {"base": summaries["base"], "trained": gated_summaries["trained"],
+                     "adapter_only": summaries["trained"],
+                     **({"gate_only": gated_summaries["base"]} if "base" in gated_summaries else {}),
+                     **{k: v for k, v in summaries.items() if k not in ("base", "trained")}}
+        if "trained" in expected:
+            expected["adapter_only"] = expected.pop("trained")
     print(f"\n{args.population} developers, {len(eval_tasks)} eval tasks "
           f"({time.monotonic() - started:.0f} s in all):")
     for name, summary in summaries.items():
