@@ -74,9 +74,11 @@ def training_events_eligible(adapter: Adapter, *, parent: AdapterVersion | None)
             interaction__prompt_token_ids__isnull=True,
             interaction__messages__isnull=True,
         )
-        # A suggestion the show gate withheld was never seen: its reward says nothing of it. (Containment,
-        # not a key lookup: a key lookup is NULL where the key is missing, and excluding NULL drops the row.)
-        .exclude(interaction__metadata__contains={"show_gate": {"withheld": True}})
+        # A suggestion the show gate withheld was never seen: its reward says nothing of it. (Not an
+        # exclude of the key: it is NULL where the key is missing, and excluding NULL drops the row.)
+        .filter(
+            Q(interaction__metadata__show_gate__isnull=True) | Q(interaction__metadata__show_gate__withheld=False)
+        )
         .exclude(id__in=trained_in_lineage)
     )
 
