@@ -49,6 +49,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -185,8 +186,6 @@ def gated(requests: Sequence[Request], served: Sequence[Served], threshold: floa
           tasks: Sequence[Task]) -> list[Request]:
     """The same requests behind a show gate: a suggestion scoring below ``threshold`` reaches the
     developer as nothing (``not_shown``), as serving withholds it (no exploration here)."""
-    from dataclasses import replace
-
     return [replace(r, text="", outcome=decide(population, "", task))
             if withholds(suggestion_score(s.logprobs), threshold) else r
             for r, s, task in zip(requests, served, tasks, strict=True)]

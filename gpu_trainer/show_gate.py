@@ -6,8 +6,8 @@ suggestion. On real code it separates what developers accept from what they reje
 anything else the platform sees: a suggestion the model wrote with low probability is rarely what
 the developer would have typed.
 
-The gate is learned from a tenant's own feedback. Its threshold is the score below which fall
-only ``1 − recall`` of the window's *accepted* suggestions (a weighted quantile): below it a
+The gate is learned from a tenant's own feedback. Its threshold is the highest score that leaves
+at most ``1 − recall`` of the window's *accepted* suggestions (weighted) below it: below it a
 suggestion is withheld, the client gets an empty completion. ``recall`` keeps useful suggestions:
 the gate is fitted to give up at most that share of what was accepted, and everything it removes
 beyond that was rejected. With fewer than ``MIN_ACCEPTED`` accepted suggestions in the window there

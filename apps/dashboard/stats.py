@@ -23,13 +23,12 @@ from django.db.models.functions import Trunc, TruncMinute
 from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion
-from apps.interactions.models import Feedback, Interaction
+from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
 from apps.tenants.models import AuditEvent
 from apps.training.models import ACTIVE_STATUSES, TrainingPolicy, TrainingRun
 from apps.training.selectors import feedback_belongs_to_adapter, interaction_belongs_to_adapter
 
 Outcome = Feedback.Outcome
-SHOWN_OUTCOMES = (Outcome.ACCEPTED, Outcome.REJECTED, Outcome.EDITED)
 
 
 @dataclass(frozen=True)

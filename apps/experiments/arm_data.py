@@ -18,11 +18,10 @@ from django.db.models.functions import Coalesce
 from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentExposure
 from apps.experiments.stats import ArmData
 from apps.experiments.stats.metrics import USER_COLUMNS
-from apps.interactions.models import Feedback, Interaction
+from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
 from apps.serving.models import ServingFailure
 from apps.training.selectors import training_policy_get
 
-SHOWN_OUTCOMES = (Feedback.Outcome.ACCEPTED, Feedback.Outcome.REJECTED, Feedback.Outcome.EDITED)
 # What counts as a good answer for the agents' metrics (positive_rate, positive_session_rate).
 POSITIVE_OUTCOMES = (Feedback.Outcome.ACCEPTED, Feedback.Outcome.THUMBS_UP, Feedback.Outcome.EDIT_PERSISTED)
 

@@ -154,6 +154,10 @@ class Feedback(models.Model):
         ]
 
 
+# The outcomes that say the user saw the suggestion (accept rate of shown = accepted / these).
+SHOWN_OUTCOMES = (Feedback.Outcome.ACCEPTED, Feedback.Outcome.REJECTED, Feedback.Outcome.EDITED)
+
+
 class ConversationOutcome(models.Model):
     """How an agent session ended, spread over its turns as per-turn feedback.
 

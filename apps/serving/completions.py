@@ -191,6 +191,7 @@ def _record(
     started: float,
     gates: dict[int, dict[str, Any]] | None = None,
 ) -> None:
+    gates = gates or {}
     metadata: dict[str, Any] = {
         "temperature": request.temperature,
         "max_tokens": request.max_tokens,
@@ -206,7 +207,7 @@ def _record(
         tenant,
         choices=[
             ServedCompletion(
-                ids[c.index], c.text, c.token_ids, c.logprobs, c.finish_reason, show_gate=(gates or {}).get(c.index)
+                ids[c.index], c.text, c.token_ids, c.logprobs, c.finish_reason, show_gate=gates.get(c.index)
             )
             for c in completion.choices
         ],
@@ -256,13 +257,12 @@ def _withheld(choice: CompletionChoice) -> CompletionChoice:
                    text_offset=[], top_logprobs=[])
 
 
-def _apply_show_gate(completion: Completion, gate: dict[str, Any]) -> tuple[Completion, dict[int, dict[str, Any]]]:
-    """The completion the client gets, and each shown choice's gate decision (for the record)."""
+def _show_gate_decisions(completion: Completion, gate: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Each choice's gate decision, by choice index (none for a choice the model left empty itself)."""
     threshold, explore = float(gate["threshold"]), float(gate.get("explore") or 0.0)
-    out, decisions = [], {}
+    decisions = {}
     for choice in completion.choices:
         if not choice.text.strip():  # the model said nothing itself: nothing for the gate to judge
-            out.append(choice)
             continue
         score = suggestion_score(choice.logprobs)
         decision: dict[str, Any] = {"score": round(score, 4), "threshold": threshold, "withheld": False}
@@ -271,10 +271,8 @@ def _apply_show_gate(completion: Completion, gate: dict[str, Any]) -> tuple[Comp
                 decision.update(explored=True, weight=round(1.0 / explore, 4))
             else:
                 decision.update(withheld=True, text=choice.text)
-                choice = _withheld(choice)
-        out.append(choice)
         decisions[choice.index] = decision
-    return replace(completion, choices=out), decisions
+    return decisions
 
 
 def completion_serve(tenant: Tenant, *, route: Route, request: CompletionRequest) -> tuple[Completion, list[uuid.UUID]]:
@@ -287,19 +285,18 @@ def completion_serve(tenant: Tenant, *, route: Route, request: CompletionRequest
         serving_failure_record(tenant, route=route, user=request.user, error=exc, started=started, streamed=False)
         raise
     completion = replace(completion, choices=[_apply_stops(c, request.stop) for c in completion.choices])
-    gates = None
     gate = show_gate_of(route)
-    if gate is not None:
-        client, gates = _apply_show_gate(completion, gate)
-        # Recorded: the sampled tokens (the text of a withheld one stays in its gate decision).
-        completion = replace(
-            completion,
-            choices=[replace(c, text=shown.text) for c, shown in zip(completion.choices, client.choices, strict=True)],
-        )
+    gates = _show_gate_decisions(completion, gate) if gate is not None else {}
+    withheld = {index for index, decision in gates.items() if decision["withheld"]}
+    recorded = completion
+    if withheld:  # recorded: the sampled tokens and no text (the text stays in the decision)
+        recorded = replace(completion, choices=[replace(c, text="") if c.index in withheld else c
+                                                for c in completion.choices])
     ids = [uuid.uuid4() for _ in range(request.n)]
-    _record(tenant, route, request, completion, ids, served_at=served_at, started=started, gates=gates)
-    if gates:
-        completion = client
+    _record(tenant, route, request, recorded, ids, served_at=served_at, started=started, gates=gates)
+    if withheld:  # the client gets nothing of a withheld choice
+        completion = replace(completion, choices=[_withheld(c) if c.index in withheld else c
+                                                  for c in completion.choices])
     return completion, ids
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 
 from apps.adapters.models import BaseModel
-from apps.interactions.models import Feedback, Interaction
+from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
 from apps.training.selectors import training_events_eligible
 from gpu_trainer.show_gate import GateEvent, suggestion_score
@@ -31,9 +31,6 @@ class Window:
     gate_events: list[GateEvent] = field(default_factory=list)
 
 
-_SHOWN = (Feedback.Outcome.ACCEPTED, Feedback.Outcome.REJECTED, Feedback.Outcome.EDITED)
-
-
 def gate_event(feedback: Feedback) -> GateEvent | None:
     """The show gate's view of one event: a completion Strop served (its own logprobs) that the
     user saw, or None."""
@@ -44,7 +41,7 @@ def gate_event(feedback: Feedback) -> GateEvent | None:
         or interaction.messages is not None
         or not interaction.completion.strip()
         or not logprobs
-        or feedback.outcome not in _SHOWN
+        or feedback.outcome not in SHOWN_OUTCOMES
     ):
         return None
     weight = float(((interaction.metadata or {}).get("show_gate") or {}).get("weight", 1.0))
