@@ -103,3 +103,17 @@ def test_a_stream_through_a_gated_version_arrives_whole_and_is_recorded_alike(se
     ids = [c["choices"][0]["interaction_id"] for c in chunks if c["choices"]]
     recorded = Interaction.objects.filter(pk__in=ids)
     assert len(recorded) == 2 and all(i.metadata["show_gate"]["withheld"] for i in recorded)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_openai_client_reads_a_gated_version_whole_and_streamed(live_server, serve_client, gated):
+    import openai
+
+    gated(threshold=1.0)
+    client = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=serve_client.raw_key, max_retries=0, timeout=60)
+    whole = client.completions.create(model="autocomplete", prompt=PROMPT, max_tokens=8, temperature=0, user="dev-1")
+    assert (whole.choices[0].text, whole.choices[0].finish_reason) == ("", "stop")
+    chunks = list(client.completions.create(model="autocomplete", prompt=PROMPT, max_tokens=8, temperature=0,
+                                            user="dev-1", stream=True))
+    assert [(c.choices[0].text, c.choices[0].finish_reason) for c in chunks] == [("", "stop")]
+    assert Interaction.objects.get(pk=chunks[0].id).metadata["show_gate"]["withheld"] is True
