@@ -158,6 +158,13 @@ class ExperimentStartForm(forms.Form):
     alpha = forms.FloatField(
         initial=0.05, min_value=0.001, max_value=0.2, label="Significance level α", help_text="0.001–0.2."
     )
+    expected_users = forms.IntegerField(
+        required=False,
+        min_value=2,
+        max_value=10**9,
+        label="Expected users",
+        help_text="Both arms together, by the end; the intervals are tightest there (N*).",
+    )
 
     def __init__(self, *args: Any, candidates: list[tuple[int, str]], **kwargs: Any) -> None:
         from apps.experiments.stats import METRICS, ExperimentConfig
@@ -168,6 +175,7 @@ class ExperimentStartForm(forms.Form):
         self.fields["primary_metric"].choices = metric_choices
         self.fields["guardrails"].choices = metric_choices
         self.fields["guardrails"].initial = list(ExperimentConfig().guardrails)
+        self.fields["expected_users"].initial = int(ExperimentConfig().n_star)
         if candidates:
             self.fields["candidate_version"].initial = candidates[0][0]
 
@@ -187,6 +195,7 @@ class ExperimentStartForm(forms.Form):
             "min_users_per_arm": data["min_users_per_arm"],
             "max_duration_s": data["max_duration_days"] * 86400,
             "alpha": data["alpha"],
+            **({"n_star": float(data["expected_users"])} if data.get("expected_users") else {}),
         }
 
 

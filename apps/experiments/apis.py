@@ -88,6 +88,14 @@ class ExperimentCreateIn(StrictSerializer):
     min_users_per_arm = serializers.IntegerField(required=False, min_value=2, max_value=10**7)
     max_duration_s = serializers.IntegerField(required=False, min_value=60, max_value=366 * 24 * 3600)
     alpha = serializers.FloatField(required=False, min_value=0.001, max_value=0.2)
+    expected_users = serializers.IntegerField(
+        required=False,
+        min_value=2,
+        max_value=10**9,
+        help_text="users (both arms together) the experiment expects to reach; the always-valid interval is "
+        "tightest there (stored as config.n_star, default 5000). A cohort far smaller than the default "
+        "should say so, or the interval stays too wide to decide.",
+    )
     start = serializers.BooleanField(required=False, default=False, help_text="start it at once")
 
 
@@ -113,6 +121,8 @@ class ExperimentCollectionApi(ScopedApi):
             for k in ("primary_metric", "guardrails", "min_users_per_arm", "max_duration_s", "alpha")
             if k in attrs
         }
+        if "expected_users" in attrs:
+            config["n_star"] = float(attrs["expected_users"])
         experiment = experiment_create(
             self.tenant,
             adapter=adapter,

@@ -70,6 +70,7 @@ ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
             "min_users_per_arm": "50",
             "max_duration_days": "7",
             "alpha": "0.05",
+            "expected_users": "400",
         },
         "experiment.create",
     ),

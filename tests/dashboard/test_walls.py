@@ -113,6 +113,8 @@ def test_admin_and_owner_act_and_each_action_writes_its_audit_row(request, login
     event = AuditEvent.objects.filter(tenant=world.a, action=audit_action).latest("id")
     assert event.actor == f"user:{user.pk}"
     assert not AuditEvent.objects.filter(tenant=world.b, actor=f"user:{user.pk}").exists()
+    if name == "experiment-new":  # the form's expected users set the interval's N*
+        assert world.adapter.experiments.latest("id").config["n_star"] == 400.0
 
 
 def test_account_routes_need_sign_in(client, world):

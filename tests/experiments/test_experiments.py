@@ -100,6 +100,20 @@ def test_starting_checks_that_vllm_serves_exactly_the_candidates_weights(
     assert Experiment.objects.get(pk=draft).status == "draft"
 
 
+def test_expected_users_tune_the_interval_and_a_bad_value_names_the_field(
+    serving_tenant, serving_adapter, admin, probed_version
+):
+    candidate = probed_version(seed=34)
+    url = "/v1/adapters/autocomplete/experiments"
+    response = admin.post(url, {"candidate_version": candidate.number, "expected_users": 1}, format="json")
+    assert response.status_code == 400 and response.json()["error"]["message"].startswith("expected_users:")
+    response = admin.post(url, {"candidate_version": candidate.number, "expected_users": 48}, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["config"]["n_star"] == 48.0
+    response = admin.post(url, {"candidate_version": candidate.number}, format="json")
+    assert response.json()["config"]["n_star"] == 5000.0
+
+
 def test_only_opted_in_users_are_randomised_and_their_arm_is_sticky(
     serving_tenant, serving_adapter, admin, probed_version
 ):
