@@ -10,7 +10,9 @@ Four checks, every one recorded on the verdict with its numbers:
 3. **off-policy reward** on the held-out logged interactions: self-normalised importance
    sampling with sequence weights w = min(π(completion) / β(completion), cap), where β is the
    serving (behaviour) probability when it was logged, else the parent's (on-policy assumption).
-   The candidate passes if V_candidate ≥ V_parent − margin.
+   The candidate passes if V_candidate ≥ V_parent − margin. Each is valued as it will be served:
+   a logged suggestion that a version's show gate withholds (its log-probability under that
+   version below the gate's threshold) earns that version silence's reward instead.
 4. **FIM** (when the tenant has a set): greedy decode of each middle with candidate and parent
    (prefix alone for a ``plain`` model); the candidate's edit similarity may be at most a
    margin below the parent's.
@@ -64,6 +66,9 @@ def evaluate_candidate(
     config: GateConfig | None = None,
     max_rank: int | None = None,
     kl_prompts: list[list[int]] | None = None,
+    candidate_show_threshold: float | None = None,
+    parent_show_threshold: float | None = None,
+    silence_reward: float = 0.0,
 ) -> GateVerdict:
     """Run the gate on ``candidate_adapter_dir`` against its parent (None: the base model).
 
@@ -142,7 +147,8 @@ def evaluate_candidate(
             verdict.kl_check = PASSED
 
     if samples:
-        _reward_check(verdict, samples, stats, config)
+        _reward_check(verdict, samples, stats, config,
+                      thresholds=(candidate_show_threshold, parent_show_threshold), silence_reward=silence_reward)
     else:
         verdict.notes.append("off-policy reward not estimated: no held-out samples")
 
@@ -195,7 +201,8 @@ def _load_adapters(model, base_dir: Path, fingerprint: str, candidate_dir: str |
     return peft_model.eval()
 
 
-def _reward_check(verdict: GateVerdict, samples: list[Sample], stats: dict[str, Any], config: GateConfig) -> None:
+def _reward_check(verdict: GateVerdict, samples: list[Sample], stats: dict[str, Any], config: GateConfig, *,
+                  thresholds: tuple[float | None, float | None], silence_reward: float) -> None:
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
     # Silence ([eos]) never has a logged log-prob: the parent is assumed to have served it.
     logged = [s.behaviour_logprobs is not None and bool(s.completion_token_ids) for s in samples]
@@ -203,9 +210,21 @@ def _reward_check(verdict: GateVerdict, samples: list[Sample], stats: dict[str, 
                            for s, known in zip(samples, logged, strict=True)], dtype=torch.float64)
     behaviour = torch.where(torch.tensor(logged), served, stats["logp_parent"])
     verdict.behaviour_known = sum(logged)
+    # What serving's show gate judges: a completion (not an agent's turn, which carries its own
+    # silence reward) that showed text. Withheld counts as silence; the few shown anyway to keep
+    # the gate learning (explore, 5 % by default) are left out of this estimate.
+    suggested = torch.tensor([bool(s.completion_token_ids) and not s.silent and s.silence_reward is None
+                              for s in samples])
+    as_served = {}
+    for name, threshold in zip(("candidate", "parent"), thresholds, strict=True):
+        withheld = torch.zeros_like(suggested)
+        if threshold is not None:  # show_gate.withholds, over all samples at once
+            withheld = suggested & (stats[f"logp_{name}"] < threshold)
+        as_served[name] = torch.where(withheld, torch.tensor(silence_reward, dtype=torch.float64), rewards)
+        setattr(verdict, f"withheld_{name}", int(withheld.sum()))
     candidate, verdict.effective_sample_size = off_policy_value(
-        stats["logp_candidate"], behaviour, rewards, cap=config.importance_cap)
-    parent, _ = off_policy_value(stats["logp_parent"], behaviour, rewards, cap=config.importance_cap)
+        stats["logp_candidate"], behaviour, as_served["candidate"], cap=config.importance_cap)
+    parent, _ = off_policy_value(stats["logp_parent"], behaviour, as_served["parent"], cap=config.importance_cap)
     verdict.reward_candidate, verdict.reward_parent = candidate, parent
     if len(samples) < config.min_heldout:
         verdict.reward_check = SKIPPED

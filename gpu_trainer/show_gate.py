@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 MIN_ACCEPTED = 10
 
@@ -82,6 +83,12 @@ def fit_show_threshold(events: Iterable[GateEvent], *, recall: float) -> dict[st
         "accept_rate_before": round(sum(w for _, w in accepted) / shown, 4),
         "accept_rate_after": round(kept_accepted / kept_weight, 4) if kept_weight else 0.0,
     }
+
+
+def threshold_of(gate: dict[str, Any] | None) -> float | None:
+    """A version's stored gate (``AdapterVersion.show_gate``) as its threshold; None: no gate."""
+    threshold = (gate or {}).get("threshold")
+    return None if threshold is None else float(threshold)
 
 
 def withholds(score: float, threshold: float | None) -> bool:

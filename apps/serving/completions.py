@@ -50,7 +50,7 @@ from apps.serving.vllm_client import (
     merge_chunks,
 )
 from apps.tenants.models import Tenant
-from gpu_trainer.show_gate import suggestion_score, withholds
+from gpu_trainer.show_gate import suggestion_score, threshold_of, withholds
 
 
 @dataclass
@@ -248,7 +248,7 @@ def serving_failure_record(
 def show_gate_of(route: Route) -> dict[str, Any] | None:
     """The serving version's show gate, if it has one."""
     gate = route.version.show_gate if route.version is not None else None
-    return gate if gate and gate.get("threshold") is not None else None
+    return gate if threshold_of(gate) is not None else None
 
 
 def _withheld(choice: CompletionChoice) -> CompletionChoice:
@@ -259,7 +259,7 @@ def _withheld(choice: CompletionChoice) -> CompletionChoice:
 
 def _show_gate_decisions(completion: Completion, gate: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Each choice's gate decision, by choice index (none for a choice the model left empty itself)."""
-    threshold, explore = float(gate["threshold"]), float(gate.get("explore") or 0.0)
+    threshold, explore = threshold_of(gate), float(gate.get("explore") or 0.0)
     decisions = {}
     for choice in completion.choices:
         if not choice.text.strip():  # the model said nothing itself: nothing for the gate to judge

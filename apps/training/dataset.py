@@ -27,7 +27,8 @@ from gpu_trainer.show_gate import GateEvent, suggestion_score
 class Window:
     train: list[dict[str, Any]] = field(default_factory=list)
     heldout: list[dict[str, Any]] = field(default_factory=list)
-    # Every shown completion Strop served in the window, scored: what the show gate is fitted on.
+    # Every shown completion Strop served in the window's training part, scored: what the show gate
+    # is fitted on (never the held-out part, on which the eval gate judges the version with it).
     gate_events: list[GateEvent] = field(default_factory=list)
 
 
@@ -141,7 +142,7 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy) -> Window:
                 feedback.interaction, base=base, reward=reward, silence_reward=agent_silence_reward
             )
             (window.heldout if held_out else window.train).append(sample)
-            scored = gate_event(feedback)
+            scored = None if held_out else gate_event(feedback)
             if scored is not None:
                 window.gate_events.append(scored)
             rows.append(TrainingRunEvent(run=run, feedback=feedback, held_out=held_out, reward=reward))

@@ -32,7 +32,7 @@ from apps.training.services import (
     training_run_heartbeat,
     training_schedule_tenant,
 )
-from gpu_trainer.show_gate import fit_show_threshold
+from gpu_trainer.show_gate import fit_show_threshold, threshold_of
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +137,9 @@ def _execute(run: TrainingRun) -> str:
 
     started = time.perf_counter()
     eval_set = EvalSet.objects.filter(adapter=run.adapter).first()
+    # The candidate is judged as it will be served: with the show gate fitted on its window's
+    # training part, against production with production's own gate.
+    show_gate = _fit_show_gate(window, policy)
     verdict = evaluate_candidate(
         base_model_dir=base.path,
         parent_adapter_dir=parent.artifact_path if parent else None,
@@ -146,6 +149,9 @@ def _execute(run: TrainingRun) -> str:
         config=GateConfig.from_dict({"seed": run.pk, **policy.gate_overrides}),
         max_rank=settings.VLLM_MAX_LORA_RANK,
         kl_prompts=[sample["prompt_token_ids"] for sample in window.train[:32]],
+        candidate_show_threshold=threshold_of(show_gate),
+        parent_show_threshold=threshold_of(parent.show_gate if parent else None),
+        silence_reward=policy.reward_not_shown,
     )
     seconds["gate"] = time.perf_counter() - started
     gate = verdict.as_dict()
@@ -161,7 +167,6 @@ def _execute(run: TrainingRun) -> str:
 
     started = time.perf_counter()
     probe = adapter_serve_probe(base, result.out_dir, sample=window.train[0])
-    show_gate = _fit_show_gate(window, policy)
     version = adapter_version_register(
         run.tenant,
         adapter=run.adapter,

@@ -117,6 +117,37 @@ def test_candidate_trained_toward_accepted_completions_estimates_a_higher_reward
     assert 1 <= verdict.effective_sample_size <= len(heldout)
 
 
+def test_each_version_is_valued_as_its_show_gate_serves_it(tiny_starter_model, trained, heldout, tmp_path):
+    """A suggestion a version's show gate withholds earns silence's reward in that version's value."""
+    same = _copy(trained, tmp_path / "same")
+
+    def judge(candidate: float | None, parent: float | None) -> GateVerdict:
+        return evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=trained,
+                                  candidate_adapter_dir=same, heldout=heldout, candidate_show_threshold=candidate,
+                                  parent_show_threshold=parent, silence_reward=0.1)
+
+    plain = judge(None, None)
+    assert plain.withheld_candidate == plain.withheld_parent == 0
+    # Above every log-probability: the gate withholds every held-out suggestion.
+    everything = judge(1.0, None)
+    assert everything.withheld_candidate == len(heldout) and everything.withheld_parent == 0
+    assert everything.reward_candidate == pytest.approx(0.1)
+    assert everything.reward_parent == pytest.approx(plain.reward_parent, abs=1e-9)
+    swapped = judge(None, 1.0)
+    assert swapped.withheld_parent == len(heldout) and swapped.reward_parent == pytest.approx(0.1)
+    assert swapped.reward_candidate == pytest.approx(plain.reward_candidate, abs=1e-9)
+    nothing = judge(-1e9, -1e9)  # below every log-probability: nothing withheld, nothing changes
+    assert nothing.withheld_candidate == nothing.withheld_parent == 0
+    assert nothing.reward_candidate == pytest.approx(plain.reward_candidate, abs=1e-9)
+    # Serving never gates a completion whose text was empty, nor an agent's turn.
+    ungated = [{**heldout[0], "silent": True}, {**heldout[1], "silence_reward": -0.5},
+               {**heldout[2], "completion_token_ids": [], "behaviour_logprobs": None}]
+    verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=trained,
+                                 candidate_adapter_dir=same, heldout=ungated + heldout[3:],
+                                 candidate_show_threshold=1.0, silence_reward=0.1)
+    assert verdict.withheld_candidate == len(heldout) - 3
+
+
 def test_wildly_perturbed_adapter_fails_the_kl_bound(tiny_starter_model, heldout, tmp_path):
     wild = write_random_lora(tiny_starter_model, tmp_path / "wild", seed=3, b_std=3.0)
     verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,

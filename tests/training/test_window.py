@@ -135,6 +135,7 @@ def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapt
         )
     add_events(4)  # logged, not served: never scored
     policy = TrainingPolicy.objects.get(adapter=tiny_adapter)
+    policy.heldout_fraction = 0.0
     first = make_run(tiny_adapter)
     window = dataset_export(first, policy=policy)
     by_score = sorted((round(e.score, 4), e.accepted, e.weight) for e in window.gate_events)
@@ -144,8 +145,13 @@ def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapt
     TrainingRun.objects.filter(pk=first.pk).update(status="rejected")
     add_events(40)
     Interaction.objects.filter(source="logged").update(source="served")
-    window = dataset_export(make_run(tiny_adapter), policy=policy)
+    second = make_run(tiny_adapter)
+    window = dataset_export(second, policy=policy)
     fitted = _fit_show_gate(window, policy)
     assert fitted["threshold"] == pytest.approx(-1.5) and fitted["explore"] == 0.05 and fitted["recall"] == 0.95
     policy.show_gate = False
     assert _fit_show_gate(window, policy) is None
+    TrainingRun.objects.filter(pk=second.pk).update(status="rejected")
+    policy.heldout_fraction = 1.0  # what the eval gate judges the version on is never what its gate was fitted on
+    held = dataset_export(make_run(tiny_adapter), policy=policy)
+    assert held.heldout and not held.gate_events
