@@ -8,7 +8,7 @@
 #   feedback and gates it, and an A/B experiment on the opted-in developers decides whether it is
 #   promoted (the demo acts on its decision as an admin would). Rounds repeat while they fit in
 #   DEMO_BUDGET minutes. A report (text and PNG) ends it. The API keeps serving until Ctrl-C.
-#   DEMO_PORT=8000   API port (loopback only)      DEMO_EVENTS=96    events per round and tenant
+#   DEMO_PORT=8000   API port (loopback only)      DEMO_EVENTS=128   events per round and tenant
 #   DEMO_BUDGET=20   minutes for the whole demo    DEMO_ROUNDS=2     at most this many rounds
 #   DEMO_MODEL=smollm2 (or starter: the small starter model, quicker and learns nothing)
 #   DEMO_EXIT=1      stop at the end instead of serving
@@ -89,7 +89,7 @@ call POST /v1/completions '{"prefix": "def fibonacci(n):\n    ", "suffix": "\n",
 echo "==> the learning loop"
 echo "    dashboard: $BASE/dashboard/  user demo-admin  password $DASH_PASSWORD"
 $PY platform/demo_loop.py --base "$BASE" --tenant "demo:$KEY:line" --tenant "blocks:$KEY_BLOCKS:block" \
-  --events "${DEMO_EVENTS:-96}" --budget-min "$(( ${DEMO_BUDGET:-20} - SECONDS / 60 ))" --rounds "${DEMO_ROUNDS:-2}" \
+  --events "${DEMO_EVENTS:-128}" --budget-min "$(( ${DEMO_BUDGET:-20} - SECONDS / 60 ))" --rounds "${DEMO_ROUNDS:-2}" \
   --trainer "$TRAINER" --report var/demo --dashboard "$BASE/dashboard/ (user demo-admin, password $DASH_PASSWORD)" \
   $([ "${DEMO_EXIT:-0}" = "1" ] || echo "--leave-last $BASE/dashboard/")
 

@@ -25,11 +25,22 @@ import httpx
 from strop import Strop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from simdev import Context, Summary, Task, load_tasks, run_session  # noqa: E402
+from simdev import Context, SessionResult, Summary, Task, load_tasks, run_session  # noqa: E402
 
 ADAPTER = "tab"
 DEVELOPERS = 8  # opted-in developers whose feedback trains the adapter
-EXPERIMENT_USERS = 24  # the experiment's cohort: enough that the hash split gives both arms some
+# The experiment's cohort arrives in waves of new opted-in developers, each making a few requests;
+# Strop's always-valid statistics may be read after every wave, and the demo acts as soon as they
+# decide, or after the last wave. Its interval is tuned to the whole cohort (expected_users).
+WAVE_USERS = 12
+WAVES = 4
+EXPERIMENT_USERS = WAVE_USERS * WAVES
+# The default guardrails but latency: here the control is the base model alone, and vLLM's CPU
+# build serves any LoRA adapter slower than that, whatever it learned (measured: 25-46 % of a
+# candidate's requests slower than the control's p95, against 6-8 %; two demos on 2026-11-24
+# rolled back three of four candidates on it after one or two waves). On a GPU the LoRA path costs little and
+# the latency guardrail belongs on, as it is by default.
+GUARDRAILS = ["accepted_per_request", "error_rate", "dissatisfied_rate"]
 RUN_TIMEOUT_S = 1800
 # Tasks carry a short window of the file, so that serving and training on CPU stay quick.
 CONTEXT = Context(max_prefix_lines=12, max_prefix_chars=500, suffix_lines=2)
@@ -144,12 +155,22 @@ def report_run(tenant: Tenant, run: dict[str, Any]) -> None:
         print(f"    {tenant.slug}: the run ended {run['status']}: {why}")
 
 
-def experiment(tenant: Tenant, version: int, tasks: list[Task], round_no: int, *, dashboard: str = "") -> bool:
-    """Test the candidate against production on the opted-in cohort, then act on the decision
-    (or, with ``dashboard``, leave the decision to the admin on the experiment's page)."""
+def experiment(
+    tenant: Tenant, version: int, tasks: list[Task], round_no: int, *, dashboard: str = "", deadline: float = 0.0
+) -> bool:
+    """Test the candidate against production on the opted-in cohort, wave by wave, then act on the
+    decision (or, with ``dashboard``, leave it to the admin on the experiment's page). The first
+    wave always runs; a later one starts only before ``deadline`` (monotonic seconds; 0: none)."""
     created = tenant.http.post(
         f"/v1/adapters/{ADAPTER}/experiments",
-        json={"candidate_version": version, "candidate_weight": 0.5, "min_users_per_arm": 8, "start": True},
+        json={
+            "candidate_version": version,
+            "candidate_weight": 0.5,
+            "min_users_per_arm": 8,
+            "expected_users": max(2, min(EXPERIMENT_USERS, len(tasks))),
+            "guardrails": GUARDRAILS,
+            "start": True,
+        },
     )
     if created.status_code != 201:
         print(f"    {tenant.slug}: the experiment could not start ({created.status_code}): {created.text[:300]}")
@@ -160,30 +181,48 @@ def experiment(tenant: Tenant, version: int, tasks: list[Task], round_no: int, *
     # starts until both are in.
     set_min_events(tenant, 1_000_000)
     control = production(exp["control_version"])
+    per_wave = -(-len(tasks) // WAVES)  # the last wave takes what is left
     print(
-        f"==> {tenant.slug}: experiment {exp['id']}, version {version} against production ({control}); "
-        f"{EXPERIMENT_USERS} opted-in developers split 50/50 by a hash of their id, on held-out packages"
+        f"==> {tenant.slug}: experiment {exp['id']}, version {version} against production ({control}), on held-out "
+        f"packages: up to {WAVES} waves of {WAVE_USERS} new opted-in developers ({per_wave} requests a wave), "
+        "split 50/50 by a hash of their id; the statistics are read after every wave"
     )
-    result = run_session(
-        tenant.client,
-        tasks,
-        tenant.population,
-        users=tenant.users("ab", EXPERIMENT_USERS),
-        concurrency=2,
-        seed=round_no * 100_000 + 50_000,
-        progress=f"{tenant.slug}: A/B experiment",
-        **REQUEST[tenant.population],
-    )
+    requests: list[Any] = []
+    action, reason, decided = "keep_running", "", exp
+    for wave in range(WAVES):
+        wave_tasks = tasks[wave * per_wave : (wave + 1) * per_wave]
+        if not wave_tasks:
+            break
+        if wave and deadline and time.monotonic() > deadline:
+            print(f"    {tenant.slug}: the demo's budget leaves no time for wave {wave + 1}")
+            break
+        result = run_session(
+            tenant.client,
+            wave_tasks,
+            tenant.population,
+            users=tenant.users(f"ab{round_no}w{wave}", WAVE_USERS),
+            concurrency=2,
+            seed=round_no * 100_000 + 50_000 + wave * per_wave,
+            progress=f"{tenant.slug}: A/B experiment, wave {wave + 1} of {WAVES}",
+            **REQUEST[tenant.population],
+        )
+        requests += result.requests
+        snap = tenant.http.post(f"/v1/experiments/{exp['id']}/snapshot")
+        decided = snap.json() if snap.status_code == 200 else tenant.http.get(f"/v1/experiments/{exp['id']}").json()
+        latest = decided.get("latest") or {}
+        action = latest.get("action") or decided.get("decision") or "keep_running"
+        reason = ((latest.get("analysis") or {}).get("decision") or {}).get("reason") or decided.get(
+            "decision_reason", ""
+        )
+        print(f"    {tenant.slug}: after wave {wave + 1} ({latest.get('users', '?')} users): {action}")
+        if action in ("promote", "rollback"):
+            break
+    result = SessionResult(population=tenant.population, requests=requests)
     for served, summary in result.by_version().items():
         candidate = served.startswith(f"{tenant.slug}--{ADAPTER}--v{version}-")
         label = f"version {version}" if candidate else control
         tenant.rows.append(Row(tenant.slug, round_no, "A/B candidate" if candidate else "A/B control", label, summary))
         print(f"    {tenant.slug}: {label}: {describe(summary)}")
-    snap = tenant.http.post(f"/v1/experiments/{exp['id']}/snapshot")
-    decided = snap.json() if snap.status_code == 200 else tenant.http.get(f"/v1/experiments/{exp['id']}").json()
-    latest = decided.get("latest") or {}
-    action = latest.get("action") or decided.get("decision") or "keep_running"
-    reason = ((latest.get("analysis") or {}).get("decision") or {}).get("reason") or decided.get("decision_reason", "")
     print(f"    {tenant.slug}: the experiment says {action}: {reason}")
     left = decided["status"] == "running" and bool(dashboard)
     if left:
@@ -204,7 +243,7 @@ def experiment(tenant: Tenant, version: int, tasks: list[Task], round_no: int, *
             decided = acted.json()
         status, now = decided["status"], production(production_version(tenant))
         print(f"==> {tenant.slug}: experiment {exp['id']} ended {status}; production is {now}")
-    set_min_events(tenant, tenant.events + len(tasks))
+    set_min_events(tenant, tenant.events + len(requests))
     tenant.experiments.append(
         {
             "tenant": tenant.slug,
@@ -331,7 +370,13 @@ def main() -> None:
         metavar="SLUG:KEY:POPULATION",
         help="a tenant, its admin key and its developers' population (line or block); repeatable",
     )
-    parser.add_argument("--events", type=int, default=96, help="labelled events per round, per tenant")
+    parser.add_argument("--events", type=int, default=128, help="labelled events per round, per tenant")
+    parser.add_argument(
+        "--experiment-requests",
+        type=int,
+        default=4 * WAVE_USERS * WAVES,
+        help=f"requests of each A/B experiment at most, in {WAVES} waves",
+    )
     parser.add_argument("--budget-min", type=float, default=20.0, help="start another round only if it fits")
     parser.add_argument("--rounds", type=int, default=2, help="at most this many rounds")
     parser.add_argument("--trainer", default="{}", help="JSON trainer overrides for the training policy")
@@ -376,10 +421,19 @@ def main() -> None:
                 continue
             report_run(t, run)
             if run["status"] == "candidate":
-                tasks = load_tasks("eval", args.events, seed=round_no * 10 + i, context=CONTEXT)
+                tasks = load_tasks("eval", args.experiment_requests, seed=round_no * 10 + i, context=CONTEXT)
                 now = time.monotonic()  # a next round takes longer than this one has so far
                 last = round_no == args.rounds or (now - started) + (now - round_started) > args.budget_min * 60
-                left |= experiment(t, run["output_version"], tasks, round_no, dashboard=args.leave_last if last else "")
+                # A wave takes about a minute; the tenants after this one still train and test theirs.
+                deadline = started + args.budget_min * 60 - 60 * (2 + 3 * (len(tenants) - 1 - i))
+                left |= experiment(
+                    t,
+                    run["output_version"],
+                    tasks,
+                    round_no,
+                    dashboard=args.leave_last if last else "",
+                    deadline=deadline,
+                )
         round_s = time.monotonic() - round_started
         if left:  # the admin decides the rest on the dashboard
             break
