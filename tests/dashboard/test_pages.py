@@ -198,6 +198,18 @@ def test_one_interaction_whole(login, world):
         assert text in body, text
 
 
+def test_a_suggestion_the_show_gate_withheld_says_so_with_its_score_and_text(login, world):
+    from apps.interactions.models import Interaction
+
+    gate = {"score": -7.25, "threshold": -5.5, "withheld": True, "text": "return a - b"}
+    Interaction.objects.filter(pk=world.interaction_id).update(completion="", metadata={"show_gate": gate})
+    client = login(world.users["viewer"])
+    body = client.get(url_for("interaction-detail", world)).content.decode()
+    assert "Withheld by the show gate" in body and "-7.25" in body and "-5.5" in body and "return a - b" in body
+    assert "the model chose to suggest nothing" not in body
+    assert "(withheld by the show gate)" in client.get(url_for("interactions", world)).content.decode()
+
+
 def test_audit_log_filters_and_names_users(login, world):
     client = login(world.users["viewer"])
     url = url_for("audit", world)

@@ -59,3 +59,18 @@ def test_a_viewer_sees_no_action_and_gets_a_message_when_acting(page, live_world
     page.goto(url_for("version-promote", live_world))
     expect(page.get_by_role("heading", name="Your role can read, not act")).to_be_visible()
     tour_page(page, "forbidden")
+
+
+@pytest.mark.slow
+def test_a_suggestion_the_show_gate_withheld(page, live_world):
+    from apps.interactions.models import Interaction
+
+    gate = {"score": -7.25, "threshold": -5.5, "withheld": True, "text": "return a - b"}
+    Interaction.objects.filter(pk=live_world.interaction_id).update(completion="", metadata={"show_gate": gate})
+    sign_in(page, live_world.users["viewer"])
+    page.goto(url_for("interaction-detail", live_world))
+    expect(page.get_by_text("Withheld by the show gate")).to_be_visible()
+    tour_page(page, "interaction-withheld")
+    page.goto(url_for("interactions", live_world))
+    expect(page.get_by_text("(withheld by the show gate)")).to_be_visible()
+    tour_page(page, "interactions-withheld")
