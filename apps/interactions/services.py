@@ -299,6 +299,8 @@ def feedback_ingest(tenant: Tenant, *, items: Sequence[Any]) -> list[ItemResult]
 def _feedback_store(
     tenant: Tenant, valid: list[tuple[int, FeedbackIn]], results: list[ItemResult | None], *, now: datetime
 ) -> None:
+    if len(valid) == 1 and _feedback_store_one(tenant, *valid[0], results, now=now):
+        return
     ids = {item.interaction_id for _, item in valid if item.interaction_id is not None}
     client_ids = {item.client_id for _, item in valid if item.client_id is not None}
     known_ids = {row[0] for row in tenant_rows(Interaction, tenant.pk, key="id", values=ids, columns=("id",))}
@@ -358,6 +360,60 @@ def _feedback_store(
         _feedback_upsert(tenant, merged.values(), now=now)
         if any(row.interaction_id is not None for row in merged.values()):
             _after_commit_notify_training(tenant.pk)
+
+
+# One item naming an interaction that exists: find it and upsert its feedback in one statement,
+# one round trip instead of a lookup and then the write. No row back: the interaction is not
+# there (yet), and the general path below decides (404, pending or rejected).
+_FEEDBACK_UPSERT_FOUND = """
+INSERT INTO {table} (tenant_id, interaction_id, pending_client_id, outcome, kept_text, occurred_at, received_at,
+                     updated_at, events_received, metadata, reward_weight, session_outcome_id)
+SELECT %s, i.id, NULL, %s, %s, %s, %s, %s, 1, %s::jsonb, 1.0, NULL
+FROM {interactions} i WHERE i.tenant_id = %s AND i.{key} = %s
+ON CONFLICT (tenant_id, interaction_id) WHERE interaction_id IS NOT NULL DO UPDATE SET
+{updates}
+RETURNING interaction_id
+"""
+
+
+def _feedback_store_one(
+    tenant: Tenant, index: int, item: FeedbackIn, results: list[ItemResult | None], *, now: datetime
+) -> bool:
+    """The single-item fast path; False when the general path must decide."""
+    if connection.vendor != "postgresql" or item.conversation_id is not None:
+        return False
+    if item.interaction_id is not None:
+        key, value = "id", item.interaction_id
+    else:
+        key, value = "client_id", item.client_id
+    table = connection.ops.quote_name(Feedback._meta.db_table)
+    sql = _FEEDBACK_UPSERT_FOUND.format(
+        table=table,
+        interactions=connection.ops.quote_name(Interaction._meta.db_table),
+        key=key,
+        updates=_FEEDBACK_UPSERT.split("DO UPDATE SET", 1)[1].format(table=table, newer=_NEWER.format(table=table)),
+    )
+    adapt = connection.ops.adapt_datetimefield_value
+    occurred_at = item.occurred_at or now
+    params = (
+        tenant.pk,
+        item.outcome,
+        item.kept_text,
+        adapt(occurred_at),
+        adapt(now),
+        adapt(now),
+        json_text(item.metadata),
+        tenant.pk,
+        value,
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    results[index] = ItemResult(index=index, status="recorded", id=str(row[0]), client_id=item.client_id)
+    _after_commit_notify_training(tenant.pk)
+    return True
 
 
 def _feedback_merge(into: Feedback, other: Feedback) -> None:

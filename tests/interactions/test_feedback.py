@@ -114,3 +114,25 @@ def test_pending_feedback_merges_into_feedback_recorded_meanwhile(client_a):
     row = Feedback.objects.get()
     assert (row.interaction_id, row.outcome, row.events_received) == (interaction.pk, "rejected", 2)
     assert feedback_attach_pending(client_a.tenant) == 0
+
+
+def test_one_item_naming_a_stored_interaction_is_one_statement_and_stores_what_a_batch_would(client_a):
+    """The single-item fast path finds the interaction and upserts in one statement; the row is
+    the one the general (batch) path writes for the same event."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    log(client_a, "one")
+    log(client_a, "two")
+    event = {"outcome": "edited", "kept_text": "x = 2", "occurred_at": "2026-11-21T10:00:03Z", "metadata": {"k": [1]}}
+    with CaptureQueriesContext(connection) as queries:
+        (result,) = feedback_ingest(client_a.tenant, items=[{"client_id": "one", **event}])
+    assert result.status == "recorded" and len(queries) == 1
+    feedback_ingest(client_a.tenant, items=[{"client_id": "two", **event}, {"client_id": "absent", **event}])
+    fields = ("outcome", "kept_text", "occurred_at", "metadata", "events_received", "reward_weight")
+    one, two = (Feedback.objects.filter(interaction__client_id=c).values(*fields).get() for c in ("one", "two"))
+    assert one == two and one["metadata"] == {"k": [1]}
+    older = {"client_id": "one", "outcome": "accepted", "occurred_at": "2026-11-21T10:00:01Z"}
+    assert feedback_ingest(client_a.tenant, items=[older])[0].status == "recorded"
+    row = Feedback.objects.get(interaction__client_id="one")
+    assert (row.outcome, row.events_received) == ("edited", 2)  # the later event still wins
