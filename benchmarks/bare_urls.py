@@ -12,10 +12,11 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from apps.interactions.models import Feedback
-from apps.interactions.services import _FEEDBACK_UPSERT
+from apps.interactions.services import _FEEDBACK_UPSERT, _NEWER
 from config.urls import urlpatterns as strop_urlpatterns
 
-_SQL = _FEEDBACK_UPSERT.format(table=Feedback._meta.db_table, target="pending_client_id")
+_TABLE = Feedback._meta.db_table
+_SQL = _FEEDBACK_UPSERT.format(table=_TABLE, target="pending_client_id", newer=_NEWER.format(table=_TABLE))
 _TENANT_ID = int(os.environ.get("BENCH_BARE_TENANT_ID", "0"))
 
 
