@@ -55,8 +55,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL))
     parser.add_argument("--model", help="smollm2, or a base model directory (default: the small starter model)")
-    parser.add_argument("--no-autocast", dest="autocast", action="store_false",
-                        help="train in fp32 (default: bf16 autocast, TRAINER_AUTOCAST_BF16=1; ~1.65x on this CPU)")
+    parser.add_argument("--no-autocast", dest="autocast", action="store_const", const="0", default="auto",
+                        help="train in fp32 (default: bf16 autocast where bf16 is native, TRAINER_AUTOCAST_BF16="
+                        "auto: ~1.65x with AMX, ~10x slower without)")
     parser.add_argument("--prefix-chars", type=int, default=500, help="characters of the file before the cursor")
     parser.add_argument("--events", type=int, default=256, help="labelled events that start a run (N)")
     parser.add_argument("--max-tokens", type=int, default=16)
@@ -86,7 +87,7 @@ def main() -> None:
         "STROP_ADAPTER_ROOT": str(work / "adapters"),
         "STROP_RUN_ROOT": str(work / "runs"),
         "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/13"),
-        "TRAINER_AUTOCAST_BF16": "1" if args.autocast else "0",
+        "TRAINER_AUTOCAST_BF16": args.autocast,
     }
     env = django_env(db_url, **extra)
     procs: list[subprocess.Popen] = []
@@ -187,6 +188,10 @@ def main() -> None:
         for proc in reversed(procs):
             stop(proc)
 
+    import torch
+
+    from gpu_trainer.policy import autocast_setting
+
     def ts(value: datetime) -> float:
         return value.timestamp()
 
@@ -197,7 +202,9 @@ def main() -> None:
     )
     print(
         f"window: {run.window_size} trained + {run.heldout_size} held out; trainer: "
-        f"{run.trainer_summary.get('tokens_per_second', run.trainer_summary.get('tokens_per_s', '?'))} tokens/s"
+        f"{run.trainer_summary.get('tokens_per_second', run.trainer_summary.get('tokens_per_s', '?'))} tokens/s, "
+        f"bf16 autocast {'on' if autocast_setting(args.autocast, torch.device('cpu')) else 'off'} "
+        f"(TRAINER_AUTOCAST_BF16={args.autocast})"
     )
     print(f"wait for schedule   {ts(run.created_at) - t0:6.2f} s   (Nth event accepted -> run created)")
     print(

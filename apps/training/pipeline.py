@@ -119,7 +119,7 @@ def _execute(run: TrainingRun) -> str:
     config = PPOConfig.from_dict({
         "seed": run.pk,
         "max_lora_rank": settings.VLLM_MAX_LORA_RANK,
-        "autocast_bf16": settings.TRAINER_AUTOCAST_BF16,
+        "autocast_bf16": _autocast(),
         "silence_reward": policy.reward_not_shown,
         **policy.trainer_overrides,
     })
@@ -212,6 +212,16 @@ def _start_experiment(run: TrainingRun, version: AdapterVersion) -> None:
         experiment_start(run.tenant, experiment=experiment, actor=actor)
     except ApplicationError as exc:  # recorded on the run; the candidate stays, for a person to test
         training_run_advance_log(run, f"experiment not started: {exc.message}")
+
+
+def _autocast() -> bool:
+    """TRAINER_AUTOCAST_BF16 for this worker's device (``auto``: where bf16 is native)."""
+    import torch
+
+    from gpu_trainer.policy import autocast_setting
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return autocast_setting(settings.TRAINER_AUTOCAST_BF16, device)
 
 
 def _limit_cpu_threads() -> None:
