@@ -11,12 +11,9 @@ from django.urls import path
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from apps.interactions.models import Feedback
-from apps.interactions.services import _FEEDBACK_UPSERT, _NEWER
+from apps.interactions.services import feedback_upsert_sql
 from config.urls import urlpatterns as strop_urlpatterns
 
-_TABLE = Feedback._meta.db_table
-_SQL = _FEEDBACK_UPSERT.format(table=_TABLE, target="pending_client_id", newer=_NEWER.format(table=_TABLE))
 _TENANT_ID = int(os.environ.get("BENCH_BARE_TENANT_ID", "0"))
 
 
@@ -25,9 +22,8 @@ def bare_feedback(request: HttpRequest) -> JsonResponse:
     body = orjson.loads(request.body)
     now = timezone.now()
     with connection.cursor() as cursor:
-        cursor.execute(
-            _SQL, (_TENANT_ID, None, "bare-" + body["client_id"], body["outcome"], "", now, now, now, 1, "{}")
-        )
+        params = (_TENANT_ID, None, "bare-" + body["client_id"], body["outcome"], "", now, now, now, 1, "{}")
+        cursor.execute(feedback_upsert_sql("pending_client_id"), params)
     return JsonResponse({"status": "pending", "client_id": body["client_id"]})
 
 

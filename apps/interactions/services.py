@@ -7,6 +7,7 @@ one transaction: ``COPY`` on Postgres, a bulk insert elsewhere, never a save per
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
@@ -218,11 +219,9 @@ def _interactions_store(
 
 # Last write wins by the time the user acted; a turn's own feedback always replaces a session outcome
 # spread to it (apps.interactions.sessions). Every event is counted in events_received.
-_FEEDBACK_UPSERT = """
-INSERT INTO {table} (tenant_id, interaction_id, pending_client_id, outcome, kept_text, occurred_at, received_at,
-                     updated_at, events_received, metadata, reward_weight, session_outcome_id)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1.0, NULL)
-ON CONFLICT (tenant_id, {target}) WHERE {target} IS NOT NULL DO UPDATE SET
+_FEEDBACK_COLUMNS = """INSERT INTO {table} (tenant_id, interaction_id, pending_client_id, outcome, kept_text,
+    occurred_at, received_at, updated_at, events_received, metadata, reward_weight, session_outcome_id)"""
+_FEEDBACK_ON_CONFLICT = """ON CONFLICT (tenant_id, {target}) WHERE {target} IS NOT NULL DO UPDATE SET
     outcome = CASE WHEN {newer} THEN excluded.outcome ELSE {table}.outcome END,
     kept_text = CASE WHEN {newer} THEN excluded.kept_text ELSE {table}.kept_text END,
     metadata = CASE WHEN {newer} THEN excluded.metadata ELSE {table}.metadata END,
@@ -230,9 +229,28 @@ ON CONFLICT (tenant_id, {target}) WHERE {target} IS NOT NULL DO UPDATE SET
     occurred_at = CASE WHEN {newer} THEN excluded.occurred_at ELSE {table}.occurred_at END,
     session_outcome_id = CASE WHEN {newer} THEN NULL ELSE {table}.session_outcome_id END,
     updated_at = excluded.updated_at,
-    events_received = {table}.events_received + excluded.events_received
-"""
+    events_received = {table}.events_received + excluded.events_received"""
 _NEWER = "(excluded.occurred_at >= {table}.occurred_at OR {table}.session_outcome_id IS NOT NULL)"
+# One item naming an interaction that exists: find it and upsert its feedback in one statement,
+# one round trip instead of a lookup and then the write. No row back: the interaction is not
+# there (yet), and the general path decides (404, pending or rejected).
+_FEEDBACK_FROM_INTERACTION = """SELECT %s, i.id, NULL, %s, %s, %s, %s, %s, 1, %s::jsonb, 1.0, NULL
+FROM {interactions} i WHERE i.tenant_id = %s AND i.{key} = %s"""
+
+
+@functools.cache
+def feedback_upsert_sql(target: str, key: str | None = None) -> str:
+    """The feedback upsert on ``target`` (interaction_id or pending_client_id), built once: from
+    VALUES, or with ``key`` (id or client_id) from the interaction it names, returning its id."""
+    table = connection.ops.quote_name(Feedback._meta.db_table)
+    clause = _FEEDBACK_ON_CONFLICT.format(table=table, target=target, newer=_NEWER.format(table=table))
+    if key is None:
+        values = "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1.0, NULL)"
+        return f"{_FEEDBACK_COLUMNS.format(table=table)}\n{values}\n{clause}"
+    rows = _FEEDBACK_FROM_INTERACTION.format(
+        interactions=connection.ops.quote_name(Interaction._meta.db_table), key=key
+    )
+    return f"{_FEEDBACK_COLUMNS.format(table=table)}\n{rows}\n{clause}\nRETURNING interaction_id"
 
 
 @dataclass
@@ -266,10 +284,9 @@ def _feedback_upsert(tenant: Tenant, rows: Iterable[_FeedbackRow], *, now: datet
                 json_text(row.item.metadata),
             )
         )
-    table = connection.ops.quote_name(Feedback._meta.db_table)
     with connection.cursor() as cursor:
         for target, params in by_target.items():
-            sql = _FEEDBACK_UPSERT.format(table=table, target=target, newer=_NEWER.format(table=table))
+            sql = feedback_upsert_sql(target)
             if len(params) == 1:
                 cursor.execute(sql, params[0])  # one round trip; executemany adds a pipeline sync
             elif params:
@@ -362,20 +379,6 @@ def _feedback_store(
             _after_commit_notify_training(tenant.pk)
 
 
-# One item naming an interaction that exists: find it and upsert its feedback in one statement,
-# one round trip instead of a lookup and then the write. No row back: the interaction is not
-# there (yet), and the general path below decides (404, pending or rejected).
-_FEEDBACK_UPSERT_FOUND = """
-INSERT INTO {table} (tenant_id, interaction_id, pending_client_id, outcome, kept_text, occurred_at, received_at,
-                     updated_at, events_received, metadata, reward_weight, session_outcome_id)
-SELECT %s, i.id, NULL, %s, %s, %s, %s, %s, 1, %s::jsonb, 1.0, NULL
-FROM {interactions} i WHERE i.tenant_id = %s AND i.{key} = %s
-ON CONFLICT (tenant_id, interaction_id) WHERE interaction_id IS NOT NULL DO UPDATE SET
-{updates}
-RETURNING interaction_id
-"""
-
-
 def _feedback_store_one(
     tenant: Tenant, index: int, item: FeedbackIn, results: list[ItemResult | None], *, now: datetime
 ) -> bool:
@@ -386,13 +389,7 @@ def _feedback_store_one(
         key, value = "id", item.interaction_id
     else:
         key, value = "client_id", item.client_id
-    table = connection.ops.quote_name(Feedback._meta.db_table)
-    sql = _FEEDBACK_UPSERT_FOUND.format(
-        table=table,
-        interactions=connection.ops.quote_name(Interaction._meta.db_table),
-        key=key,
-        updates=_FEEDBACK_UPSERT.split("DO UPDATE SET", 1)[1].format(table=table, newer=_NEWER.format(table=table)),
-    )
+    sql = feedback_upsert_sql("interaction_id", key)
     adapt = connection.ops.adapt_datetimefield_value
     occurred_at = item.occurred_at or now
     params = (
