@@ -21,25 +21,39 @@ def adapter_list(tenant: Tenant) -> QuerySet[Adapter]:
     return Adapter.objects.filter(tenant=tenant).select_related("base_model", "production_version").order_by("name")
 
 
-def adapter_get_for_tenant(tenant: Tenant, *, name: str | None) -> Adapter:
-    """The tenant's adapter by name, or its default one when ``name`` is empty. 404 otherwise."""
+ADAPTER_ROW = (Adapter, BaseModel, AdapterVersion)  # the models adapter_row_sql selects, in order
+
+
+def adapter_row_sql(*, named: bool) -> str:
+    """The statement that reads a tenant's adapter by name (``named``) or its default one, with its
+    base model and production version (the ``ADAPTER_ROW`` models); parameters: the tenant's id,
+    then the name when ``named``."""
     quote = connection.ops.quote_name
-    found = joined_row(
+    return (
         f"SELECT {model_columns(Adapter, 'a')}, {model_columns(BaseModel, 'b')}, {model_columns(AdapterVersion, 'v')} "
         f"FROM {quote(Adapter._meta.db_table)} a JOIN {quote(BaseModel._meta.db_table)} b ON b.id = a.base_model_id "
         f"LEFT JOIN {quote(AdapterVersion._meta.db_table)} v ON v.id = a.production_version_id "
-        f"WHERE a.tenant_id = %s AND {'a.name = %s' if name else 'a.is_default'} ORDER BY a.id LIMIT 1",
-        [tenant.pk, name] if name else [tenant.pk],
-        (Adapter, BaseModel, AdapterVersion),
-    )  # on every completion: one plain query (the ORM's compile of these joins cost more than serving it)
-    adapter = None
-    if found is not None:
-        adapter, adapter.base_model, adapter.production_version = found
-    if adapter is None:
+        f"WHERE a.tenant_id = %s AND {'a.name = %s' if named else 'a.is_default'} ORDER BY a.id LIMIT 1"
+    )
+
+
+def adapter_of_row(found: list | None, *, name: str | None) -> Adapter:
+    """The adapter of a row read with ``adapter_row_sql`` (its first three instances), its base
+    model and production version attached. 404 when there is no row."""
+    if found is None:
         if name:
             raise NotFound(f"model {name!r} not found", code="model_not_found")
         raise NotFound("this tenant has no default adapter; name one in `model`", code="model_not_found")
+    adapter, adapter.base_model, adapter.production_version = found[:3]
     return adapter
+
+
+def adapter_get_for_tenant(tenant: Tenant, *, name: str | None) -> Adapter:
+    """The tenant's adapter by name, or its default one when ``name`` is empty. 404 otherwise."""
+    # One plain query (the ORM's compile of these joins costs more than answering them); serving
+    # reads the same row with the end user and the experiment (apps.serving.selectors).
+    found = joined_row(adapter_row_sql(named=bool(name)), [tenant.pk, name] if name else [tenant.pk], ADAPTER_ROW)
+    return adapter_of_row(found, name=name)
 
 
 def adapter_version_list(tenant: Tenant, *, adapter: Adapter) -> QuerySet[AdapterVersion]:

@@ -9,7 +9,8 @@ Each interaction records the state at the moment it happened.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,6 +28,15 @@ from apps.tenants.services import audit_record
 MAX_EXTERNAL_ID = 200
 
 
+class NotRead(enum.Enum):
+    """A caller that has not read the end user (as opposed to having read that there is none)."""
+
+    NOT_READ = "not read"
+
+
+NOT_READ = NotRead.NOT_READ
+
+
 def _history(tenant: Tenant, user_id: int, opted_in: bool, *, source: str, actor: str, at: datetime) -> ConsentChange:
     return ConsentChange(
         tenant=tenant, end_user_id=user_id, opted_in=opted_in, source=source, actor=actor, changed_at=at
@@ -40,24 +50,32 @@ def end_users_observe(
     source: str,
     actor: str,
     default: bool,
+    known: Mapping[str, tuple[int, bool] | None] | None = None,
 ) -> list[bool]:
     """Apply (external id, flag or None) in order and answer each one's consent at that moment.
 
     The ingest and serving hot path: one query for the users a batch names, more only for users
-    seen for the first time or whose consent changes. An empty id is nobody: never consenting.
-    Runs in the caller's transaction.
+    seen for the first time or whose consent changes. ``known`` is what the caller already read
+    of some of them: their stored (id, consent), None for one not stored; they are not read again.
+    An empty id is nobody: never consenting. Runs in the caller's transaction.
     """
     ids = {external_id for external_id, _ in observations if external_id}
     if not ids:
         return [False] * len(observations)
     now = timezone.now()
+    known = known or {}
     # (id, consent) per external id: plain values, not model instances (a batch names hundreds).
     users: dict[str, tuple[int, bool]] = {
-        external_id: (pk, opted_in)
-        for external_id, pk, opted_in in tenant_rows(
-            EndUser, tenant.pk, key="external_id", values=ids, columns=("external_id", "id", "opted_in")
-        )
+        external_id: row for external_id, row in known.items() if external_id in ids and row is not None
     }
+    unread = ids - known.keys()
+    if unread:
+        users.update(
+            (external_id, (pk, opted_in))
+            for external_id, pk, opted_in in tenant_rows(
+                EndUser, tenant.pk, key="external_id", values=unread, columns=("external_id", "id", "opted_in")
+            )
+        )
     missing = ids - users.keys()
     history: list[ConsentChange] = []
     if missing:
@@ -108,10 +126,25 @@ def end_users_observe(
     return states
 
 
-def end_user_consent_now(tenant: Tenant, *, external_id: str, flag: bool | None, default: bool, actor: str) -> bool:
-    """The consent of the end user a request names, after applying its flag (see the module docstring)."""
+def end_user_consent_now(
+    tenant: Tenant,
+    *,
+    external_id: str,
+    flag: bool | None,
+    default: bool,
+    actor: str,
+    stored: EndUser | None | NotRead = NOT_READ,
+) -> bool:
+    """The consent of the end user a request names, after applying its flag (see the module
+    docstring). ``stored``: the caller already read the end user (None: not stored yet)."""
+    known = None if stored is NOT_READ else {external_id: None if stored is None else (stored.pk, stored.opted_in)}
     return end_users_observe(
-        tenant, observations=[(external_id, flag)], source=ConsentChange.Source.REQUEST, actor=actor, default=default
+        tenant,
+        observations=[(external_id, flag)],
+        source=ConsentChange.Source.REQUEST,
+        actor=actor,
+        default=default,
+        known=known,
     )[0]
 
 

@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.adapters.models import Adapter
-from apps.adapters.selectors import adapter_get_for_tenant, adapter_list
+from apps.adapters.selectors import adapter_list
 from apps.cohorts.selectors import consent_default
 from apps.cohorts.services import end_user_consent_now
 from apps.common.apis import ScopedApi, end_user_of_request
@@ -31,6 +31,7 @@ from apps.serving.completions import (
     completion_stream,
     suffix_shown,
 )
+from apps.serving.selectors import serving_lookup
 from apps.serving.services import Route, serving_route
 from apps.serving.vllm_client import Completion, CompletionChoice, CompletionChunk
 
@@ -215,17 +216,22 @@ def sse_response(bodies: Generator[dict[str, Any], None, None]) -> StreamingHttp
 
 def serving_context(api: ScopedApi, request: Request, attrs: dict[str, Any]) -> tuple[Adapter, str, bool, Route]:
     """What every serving request needs first: the adapter ``model`` names (404 for another
-    tenant's), the end user and their consent now, and the route (version, experiment arm)."""
-    adapter = adapter_get_for_tenant(api.tenant, name=attrs.get("model") or None)
+    tenant's), the end user and their consent now, and the route (version, experiment arm).
+    What is stored of them is read in one statement (``serving_lookup``)."""
     user, flag = end_user_of_request(request, attrs)
+    found = serving_lookup(api.tenant, name=attrs.get("model") or None, external_id=user)
     consent = end_user_consent_now(
         api.tenant,
         external_id=user,
         flag=flag,
         default=consent_default(api.tenant, api_key=request.auth),
         actor=api.actor,
+        stored=found.end_user,
     )
-    return adapter, user, consent, serving_route(api.tenant, adapter=adapter, end_user_id=user, opted_in=consent)
+    route = serving_route(
+        api.tenant, adapter=found.adapter, end_user_id=user, opted_in=consent, running=found.experiment
+    )
+    return found.adapter, user, consent, route
 
 
 _COMPLETION_OUT = inline_serializer(

@@ -15,6 +15,7 @@ from django.conf import settings
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.adapters.services import adapter_version_mark_failed, adapter_version_mark_loaded
+from apps.cohorts.services import NOT_READ
 from apps.common.observability.metrics import adapter_load_counted
 from apps.serving.vllm_client import (
     AdapterRejected,
@@ -58,12 +59,15 @@ class Route:
         }
 
 
-def serving_route(tenant: Tenant, *, adapter: Adapter, end_user_id: str, opted_in: bool) -> Route:
+def serving_route(
+    tenant: Tenant, *, adapter: Adapter, end_user_id: str, opted_in: bool, running: Any = NOT_READ
+) -> Route:
     """Production, or for an opted-in end user the arm of the adapter's running experiment.
 
     Only opted-in users are randomised (one rule with training: apps.cohorts.selectors); their
     arm is a hash of the experiment's salt and their id, so it never moves; the exposure is
-    recorded once. Everyone else gets production."""
+    recorded once. Everyone else gets production. ``running``: the adapter's running experiment
+    (or None) when the caller has read it already (``serving_lookup``)."""
     from apps.experiments.assignment import assign_arm
     from apps.experiments.selectors import experiment_running_for
     from apps.experiments.services import exposure_record
@@ -72,7 +76,7 @@ def serving_route(tenant: Tenant, *, adapter: Adapter, end_user_id: str, opted_i
     if version is not None and version.status == AdapterVersion.Status.FAILED:
         version = None  # never route to a version vLLM refused; the base model still answers
     if opted_in and end_user_id:
-        experiment = experiment_running_for(adapter)
+        experiment = experiment_running_for(adapter) if running is NOT_READ else running
         if experiment is not None:
             arm = assign_arm(experiment.salt, end_user_id, candidate_weight=experiment.candidate_weight)
             exposure_record(experiment, external_id=end_user_id, arm=arm)

@@ -147,6 +147,29 @@ def test_only_opted_in_users_are_randomised_and_their_arm_is_sticky(
         assert (interaction.adapter_version_id == candidate.pk) == (arm == "candidate")
 
 
+def test_an_opted_in_users_completion_reads_its_adapter_consent_and_arm_in_one_round_trip(
+    serving_tenant, serving_adapter, admin, probed_version, settings
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    settings.STROP_KEY_LAST_USED_RESOLUTION_S = 3600  # no key touch inside the counted request, however slow
+    candidate = probed_version(seed=42)
+    running(serving_tenant, serving_adapter, candidate)
+    arms = {}
+    for user in ("in-0", "in-1"):  # with SALT: in-0 and in-1 fall in different arms
+        arms[user] = serve(admin, user)[1]  # first sight: the user is created, the exposure recorded
+    assert set(arms.values()) == {serving_adapter.base_model.name, candidate.vllm_name}
+    for user, version in arms.items():
+        with CaptureQueriesContext(connection) as captured:
+            assert serve(admin, user, opted_in=None)[1] == version  # the same arm, read in the same trip
+        statements = [q["sql"] for q in captured.captured_queries]
+        assert len(statements) == 3, statements  # the key; adapter, experiment and end user; the record
+        lookup = statements[1]
+        assert all(table in lookup for table in ("adapters_adapter", "experiments_experiment", "cohorts_enduser"))
+        assert statements[2].startswith("INSERT INTO")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_better_candidate_is_detected_and_promoted_by_the_snapshot_task(
     serving_tenant, serving_adapter, admin, probed_version, celery_workers
