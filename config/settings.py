@@ -246,7 +246,8 @@ TRAINING_MAX_ATTEMPTS = env_int("TRAINING_MAX_ATTEMPTS", 3)
 TRAINER_CPU_THREADS = env_int("TRAINER_CPU_THREADS", 1)
 # Forward passes of training under bf16 autocast (PPOConfig.autocast_bf16), unless a tenant's
 # trainer overrides say otherwise: 1 / 0, or "auto" (where bf16 is native: a GPU, or a CPU with AMX
-# or AVX-512 bf16). ~1.65x on a CPU with AMX; about 10x slower on one without.
+# or AVX-512 bf16). ~1.65x on a CPU with AMX, ~2.3x (SmolLM2) with AVX-512 bf16 alone; about 10x
+# slower on one with neither.
 TRAINER_AUTOCAST_BF16 = os.environ.get("TRAINER_AUTOCAST_BF16", "0")
 # Starting an experiment checks that vLLM serves the candidate's weights: the largest difference
 # allowed between vLLM's and the trainer's log-prob of a probe token (nats). fp32 on CPU agrees to

@@ -121,9 +121,10 @@ class PPOConfig:
     """torch.use_deterministic_algorithms during training (same seed, same bytes)."""
     autocast_bf16: bool = False
     """Run every forward pass under bfloat16 autocast (matrix products in bf16; weights, LoRA,
-    optimizer and log-softmax stay in ``dtype``). On a CPU with AMX (this machine) the PPO update
-    is ~1.65x faster than in fp32; log-probs then carry bf16 rounding (~1e-2), the same in the
-    old and new passes, so the ratio still starts at exactly 1. Still deterministic."""
+    optimizer and log-softmax stay in ``dtype``). On a CPU with AMX the PPO update is ~1.65x
+    faster than in fp32, with AVX-512 bf16 alone ~2.3x (SmolLM2), without either ~10x slower.
+    Log-probs then carry bf16 rounding (~1e-2), the same in the old and new passes, so the ratio
+    still starts at exactly 1. Still deterministic."""
 
     def __post_init__(self) -> None:
         self._check_types()
