@@ -11,7 +11,7 @@ from django.urls import path
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from apps.interactions.services import feedback_upsert_sql
+from apps.interactions.rows import feedback_upsert_sql
 from config.urls import urlpatterns as strop_urlpatterns
 
 _TENANT_ID = int(os.environ.get("BENCH_BARE_TENANT_ID", "0"))

@@ -9,7 +9,6 @@ Each interaction records the state at the moment it happened.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,15 +25,6 @@ from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 
 MAX_EXTERNAL_ID = 200
-
-
-class NotRead(enum.Enum):
-    """A caller that has not read the end user (as opposed to having read that there is none)."""
-
-    NOT_READ = "not read"
-
-
-NOT_READ = NotRead.NOT_READ
 
 
 def _history(tenant: Tenant, user_id: int, opted_in: bool, *, source: str, actor: str, at: datetime) -> ConsentChange:
@@ -133,11 +123,12 @@ def end_user_consent_now(
     flag: bool | None,
     default: bool,
     actor: str,
-    stored: EndUser | None | NotRead = NOT_READ,
+    stored: EndUser | None,
 ) -> bool:
     """The consent of the end user a request names, after applying its flag (see the module
-    docstring). ``stored``: the caller already read the end user (None: not stored yet)."""
-    known = None if stored is NOT_READ else {external_id: None if stored is None else (stored.pk, stored.opted_in)}
+    docstring). ``stored``: the end user as the request read it (``serving_lookup``; None: not
+    stored yet), so it is not read again."""
+    known = {external_id: None if stored is None else (stored.pk, stored.opted_in)}
     return end_users_observe(
         tenant,
         observations=[(external_id, flag)],

@@ -23,7 +23,6 @@ from apps.experiments.selectors import (
     experiment_get_for_tenant,
     experiment_latest_snapshot,
     experiment_list,
-    experiment_running_for,
     experiment_snapshots,
 )
 from apps.experiments.services import (
@@ -37,6 +36,7 @@ from apps.experiments.services import (
     exposure_record,
 )
 from apps.experiments.stats import METRICS
+from apps.serving.selectors import serving_lookup
 
 
 class ExperimentOut(serializers.ModelSerializer):
@@ -225,15 +225,17 @@ class AssignmentApi(ScopedApi):
         user = query_text(request.query_params, "user") or ""
         if not user.strip():
             raise ValidationFailed("user: required, the end user's id")
-        adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
+        found = serving_lookup(self.tenant, name=adapter_name, external_id=user)
+        adapter = found.adapter
         consent = end_user_consent_now(
             self.tenant,
             external_id=user,
             flag=query_bool(request.query_params, "opted_in"),
             default=consent_default(self.tenant, api_key=request.auth),
             actor=self.actor,
+            stored=found.end_user,
         )
-        experiment = experiment_running_for(adapter) if consent else None
+        experiment = found.experiment if consent else None
         arm, version = None, adapter.production_version
         if experiment is not None:
             arm = assign_arm(experiment.salt, user, candidate_weight=experiment.candidate_weight)

@@ -1,15 +1,17 @@
 """Interaction rows as the writers take them: one tuple per row, in ``INTERACTION_COLUMNS`` order,
 JSON columns as text. ``COPY`` for batches, one plain ``INSERT`` for what the completion endpoint
-serves, a bulk insert of model instances where the database is not Postgres."""
+serves, a bulk insert of model instances where the database is not Postgres. And the statement
+that upserts feedback rows (``feedback_upsert_sql``)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import orjson
 from django.db import connection
 
-from apps.interactions.models import Interaction
+from apps.interactions.models import Feedback, Interaction
 
 
 def json_text(value: Any) -> str | None:
@@ -82,3 +84,39 @@ def interactions_bulk_insert(rows: list[tuple]) -> None:
             values[name] = orjson.loads(values[name]) if values[name] is not None else None
         objects.append(Interaction(**values))
     Interaction.objects.bulk_create(objects, ignore_conflicts=True)
+
+
+# Last write wins by the time the user acted; a turn's own feedback always replaces a session outcome
+# spread to it (apps.interactions.sessions). Every event is counted in events_received.
+_FEEDBACK_COLUMNS = """INSERT INTO {table} (tenant_id, interaction_id, pending_client_id, outcome, kept_text,
+    occurred_at, received_at, updated_at, events_received, metadata, reward_weight, session_outcome_id)"""
+_FEEDBACK_ON_CONFLICT = """ON CONFLICT (tenant_id, {target}) WHERE {target} IS NOT NULL DO UPDATE SET
+    outcome = CASE WHEN {newer} THEN excluded.outcome ELSE {table}.outcome END,
+    kept_text = CASE WHEN {newer} THEN excluded.kept_text ELSE {table}.kept_text END,
+    metadata = CASE WHEN {newer} THEN excluded.metadata ELSE {table}.metadata END,
+    reward_weight = CASE WHEN {newer} THEN 1.0 ELSE {table}.reward_weight END,
+    occurred_at = CASE WHEN {newer} THEN excluded.occurred_at ELSE {table}.occurred_at END,
+    session_outcome_id = CASE WHEN {newer} THEN NULL ELSE {table}.session_outcome_id END,
+    updated_at = excluded.updated_at,
+    events_received = {table}.events_received + excluded.events_received"""
+_NEWER = "(excluded.occurred_at >= {table}.occurred_at OR {table}.session_outcome_id IS NOT NULL)"
+# One item naming an interaction that exists: find it and upsert its feedback in one statement,
+# one round trip instead of a lookup and then the write. No row back: the interaction is not
+# there (yet), and the general path decides (404, pending or rejected).
+_FEEDBACK_FROM_INTERACTION = """SELECT %s, i.id, NULL, %s, %s, %s, %s, %s, 1, %s::jsonb, 1.0, NULL
+FROM {interactions} i WHERE i.tenant_id = %s AND i.{key} = %s"""
+
+
+@functools.cache
+def feedback_upsert_sql(target: str, key: str | None = None) -> str:
+    """The feedback upsert on ``target`` (interaction_id or pending_client_id), built once: from
+    VALUES, or with ``key`` (id or client_id) from the interaction it names, returning its id."""
+    table = connection.ops.quote_name(Feedback._meta.db_table)
+    clause = _FEEDBACK_ON_CONFLICT.format(table=table, target=target, newer=_NEWER.format(table=table))
+    if key is None:
+        values = "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1.0, NULL)"
+        return f"{_FEEDBACK_COLUMNS.format(table=table)}\n{values}\n{clause}"
+    rows = _FEEDBACK_FROM_INTERACTION.format(
+        interactions=connection.ops.quote_name(Interaction._meta.db_table), key=key
+    )
+    return f"{_FEEDBACK_COLUMNS.format(table=table)}\n{rows}\n{clause}\nRETURNING interaction_id"

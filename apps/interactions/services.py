@@ -7,7 +7,6 @@ one transaction: ``COPY`` on Postgres, a bulk insert elsewhere, never a save per
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
@@ -23,7 +22,7 @@ from apps.common.exceptions import PayloadTooLarge
 from apps.common.lookups import ids_by_client_id, in_values, tenant_rows
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.models import Feedback, Interaction
-from apps.interactions.rows import interactions_bulk_insert, interactions_copy, json_text
+from apps.interactions.rows import feedback_upsert_sql, interactions_bulk_insert, interactions_copy, json_text
 from apps.interactions.sessions import conversation_outcome_record, conversation_outcomes_apply
 from apps.interactions.validation import (
     FeedbackIn,
@@ -215,42 +214,6 @@ def _interactions_store(
     if conversations:
         if conversation_outcomes_apply(tenant, conversation_ids=conversations, now=now):
             _after_commit_notify_training(tenant.pk)
-
-
-# Last write wins by the time the user acted; a turn's own feedback always replaces a session outcome
-# spread to it (apps.interactions.sessions). Every event is counted in events_received.
-_FEEDBACK_COLUMNS = """INSERT INTO {table} (tenant_id, interaction_id, pending_client_id, outcome, kept_text,
-    occurred_at, received_at, updated_at, events_received, metadata, reward_weight, session_outcome_id)"""
-_FEEDBACK_ON_CONFLICT = """ON CONFLICT (tenant_id, {target}) WHERE {target} IS NOT NULL DO UPDATE SET
-    outcome = CASE WHEN {newer} THEN excluded.outcome ELSE {table}.outcome END,
-    kept_text = CASE WHEN {newer} THEN excluded.kept_text ELSE {table}.kept_text END,
-    metadata = CASE WHEN {newer} THEN excluded.metadata ELSE {table}.metadata END,
-    reward_weight = CASE WHEN {newer} THEN 1.0 ELSE {table}.reward_weight END,
-    occurred_at = CASE WHEN {newer} THEN excluded.occurred_at ELSE {table}.occurred_at END,
-    session_outcome_id = CASE WHEN {newer} THEN NULL ELSE {table}.session_outcome_id END,
-    updated_at = excluded.updated_at,
-    events_received = {table}.events_received + excluded.events_received"""
-_NEWER = "(excluded.occurred_at >= {table}.occurred_at OR {table}.session_outcome_id IS NOT NULL)"
-# One item naming an interaction that exists: find it and upsert its feedback in one statement,
-# one round trip instead of a lookup and then the write. No row back: the interaction is not
-# there (yet), and the general path decides (404, pending or rejected).
-_FEEDBACK_FROM_INTERACTION = """SELECT %s, i.id, NULL, %s, %s, %s, %s, %s, 1, %s::jsonb, 1.0, NULL
-FROM {interactions} i WHERE i.tenant_id = %s AND i.{key} = %s"""
-
-
-@functools.cache
-def feedback_upsert_sql(target: str, key: str | None = None) -> str:
-    """The feedback upsert on ``target`` (interaction_id or pending_client_id), built once: from
-    VALUES, or with ``key`` (id or client_id) from the interaction it names, returning its id."""
-    table = connection.ops.quote_name(Feedback._meta.db_table)
-    clause = _FEEDBACK_ON_CONFLICT.format(table=table, target=target, newer=_NEWER.format(table=table))
-    if key is None:
-        values = "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1.0, NULL)"
-        return f"{_FEEDBACK_COLUMNS.format(table=table)}\n{values}\n{clause}"
-    rows = _FEEDBACK_FROM_INTERACTION.format(
-        interactions=connection.ops.quote_name(Interaction._meta.db_table), key=key
-    )
-    return f"{_FEEDBACK_COLUMNS.format(table=table)}\n{rows}\n{clause}\nRETURNING interaction_id"
 
 
 @dataclass

@@ -217,7 +217,7 @@ def sse_response(bodies: Generator[dict[str, Any], None, None]) -> StreamingHttp
 def serving_context(api: ScopedApi, request: Request, attrs: dict[str, Any]) -> tuple[Adapter, str, bool, Route]:
     """What every serving request needs first: the adapter ``model`` names (404 for another
     tenant's), the end user and their consent now, and the route (version, experiment arm).
-    What is stored of them is read in one statement (``serving_lookup``)."""
+    What is stored of them is read in one round trip (``serving_lookup``)."""
     user, flag = end_user_of_request(request, attrs)
     found = serving_lookup(api.tenant, name=attrs.get("model") or None, external_id=user)
     consent = end_user_consent_now(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from django.db import connection
 
 from apps.adapters.models import Adapter, AdapterVersion
-from apps.adapters.selectors import ADAPTER_ROW, adapter_of_row, adapter_row_sql
+from apps.adapters.selectors import ADAPTER_ROW, adapter_of_row, adapter_row_sql, adapter_where
 from apps.cohorts.models import EndUser
 from apps.common.lookups import joined_rows, model_columns
 from apps.experiments.models import Experiment
@@ -38,8 +38,7 @@ def _statements(named: bool, vendor: str) -> tuple[str, str, str]:
     versions = quote(AdapterVersion._meta.db_table)
     # The first statement's adapter, found again by the same condition: its id is not known yet.
     adapter_id = (
-        f"SELECT a.id FROM {quote(Adapter._meta.db_table)} a "
-        f"WHERE a.tenant_id = %s AND {'a.name = %s' if named else 'a.is_default'} ORDER BY a.id LIMIT 1"
+        f"SELECT a.id FROM {quote(Adapter._meta.db_table)} a WHERE {adapter_where(named=named)} ORDER BY a.id LIMIT 1"
     )
     experiment = (
         f"SELECT {model_columns(Experiment, 'x')}, {model_columns(AdapterVersion, 'xc')}, "

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.adapters.services import adapter_version_mark_failed, adapter_version_mark_loaded
-from apps.cohorts.services import NOT_READ
 from apps.common.observability.metrics import adapter_load_counted
 from apps.serving.vllm_client import (
     AdapterRejected,
@@ -24,6 +23,9 @@ from apps.serving.vllm_client import (
     VLLMUnavailable,
 )
 from apps.tenants.models import Tenant
+
+if TYPE_CHECKING:
+    from apps.experiments.models import Experiment
 
 
 @functools.cache
@@ -60,27 +62,25 @@ class Route:
 
 
 def serving_route(
-    tenant: Tenant, *, adapter: Adapter, end_user_id: str, opted_in: bool, running: Any = NOT_READ
+    tenant: Tenant, *, adapter: Adapter, end_user_id: str, opted_in: bool, running: Experiment | None
 ) -> Route:
     """Production, or for an opted-in end user the arm of the adapter's running experiment.
 
     Only opted-in users are randomised (one rule with training: apps.cohorts.selectors); their
     arm is a hash of the experiment's salt and their id, so it never moves; the exposure is
     recorded once. Everyone else gets production. ``running``: the adapter's running experiment
-    (or None) when the caller has read it already (``serving_lookup``)."""
+    or None, as the request read it (``serving_lookup``)."""
     from apps.experiments.assignment import assign_arm
-    from apps.experiments.selectors import experiment_running_for
     from apps.experiments.services import exposure_record
 
     version = adapter.production_version
     if version is not None and version.status == AdapterVersion.Status.FAILED:
         version = None  # never route to a version vLLM refused; the base model still answers
     if opted_in and end_user_id:
-        experiment = experiment_running_for(adapter) if running is NOT_READ else running
-        if experiment is not None:
-            arm = assign_arm(experiment.salt, end_user_id, candidate_weight=experiment.candidate_weight)
-            exposure_record(experiment, external_id=end_user_id, arm=arm)
-            return Route(adapter=adapter, version=experiment.version_of(arm), arm=arm, experiment=experiment)
+        if running is not None:
+            arm = assign_arm(running.salt, end_user_id, candidate_weight=running.candidate_weight)
+            exposure_record(running, external_id=end_user_id, arm=arm)
+            return Route(adapter=adapter, version=running.version_of(arm), arm=arm, experiment=running)
     return Route(adapter=adapter, version=version)
 
 
