@@ -53,6 +53,11 @@ def database_from_url(url: str) -> dict[str, object]:
             # A health check is one more round trip at the start of every request; a dropped
             # connection fails one request instead and is replaced.
             "CONN_HEALTH_CHECKS": env_bool("DATABASE_CONN_HEALTH_CHECKS", False),
+            # The hot paths' plain statements (apps.common.lookups.prepared_cursor) are prepared
+            # on their connection at their second use, so Postgres stops planning them on every
+            # request. 0 turns it off: behind a PgBouncer in transaction mode older than 1.21 a
+            # prepared statement does not follow the client to the next server connection.
+            "OPTIONS": {"prepare_threshold": 1 if env_bool("DATABASE_PREPARED_STATEMENTS", True) else None},
         }
     raise ValueError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (postgres or sqlite)")
 

@@ -7,10 +7,14 @@ on the ingest hot path. Use :func:`in_values` to get the right lookup for the da
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 from django.db import connection
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import CharField, Lookup, Model, UUIDField
 
 
@@ -55,7 +59,7 @@ def tenant_rows(
     else:
         where, params = f"{quote(key)} IN ({', '.join(['%s'] * len(wanted))})", [tenant_id, *wanted]
     fields = [model._meta.get_field(name) for name in columns]
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(
             f"SELECT {', '.join(quote(f.column) for f in fields)} FROM {quote(model._meta.db_table)} "
             f"WHERE tenant_id = %s AND {where}",
@@ -118,21 +122,74 @@ def joined_row(sql: str, params: Sequence[Any], models: Sequence[type[Model]]) -
 
 def joined_rows(reads: Sequence[tuple[str, Sequence[Any], Sequence[type[Model]]]]) -> list[list[Any] | None]:
     """``joined_row`` of each (sql, params, models), in one round trip on Postgres (the statements
-    sent together), one after the other elsewhere. On a request path the wait for each answer
-    costs more than the small queries; one statement joining them all costs the planner more."""
-    together = connection.vendor == "postgresql" and not connection.settings_dict["OPTIONS"].get("server_side_binding")
-    with connection.cursor() as cursor:
-        if len(reads) > 1 and together:  # client-side binding: psycopg sends the statements as one
-            cursor.execute("; ".join(sql for sql, _, _ in reads), [p for _, params, _ in reads for p in params])
-            rows = [cursor.fetchone()]
-            while cursor.nextset():
-                rows.append(cursor.fetchone())
+    pipelined, each prepared on the connection: see prepared_cursor), one after the other
+    elsewhere. On a request path the wait for each answer costs more than the small queries; one
+    statement joining them all costs the planner more."""
+    with prepared_cursor() as cursor:
+        if len(reads) > 1 and connection.vendor == "postgresql":
+            rows = _pipelined(reads)
         else:
             rows = []
             for sql, params, _ in reads:
                 cursor.execute(sql, params)
                 rows.append(cursor.fetchone())
     return [None if row is None else _instances(row, models) for row, (_, _, models) in zip(rows, reads, strict=True)]
+
+
+def _pipelined(reads: Sequence[tuple[str, Sequence[Any], Any]]) -> list[Any]:
+    """The first row of each read, the statements sent together in psycopg's pipeline mode (one
+    cursor each: a cursor holds one result). Django's query log gets one entry for the trip."""
+    raw = connection.connection
+    started = time.monotonic()
+    cursors = [psycopg.Cursor(raw) for _ in reads]
+    try:
+        with connection.wrap_database_errors:
+            with raw.pipeline():
+                for cursor, (sql, params, _) in zip(cursors, reads, strict=True):
+                    cursor.execute(sql, params)
+            rows = [cursor.fetchone() for cursor in cursors]
+    finally:
+        for cursor in cursors:
+            cursor.close()
+    if connection.queries_logged:
+        sql = "; ".join(connection.ops.compose_sql(sql, params) for sql, params, _ in reads)
+        connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
+    return rows
+
+
+class _ServerCursorDebugWrapper(CursorDebugWrapper):
+    """Django's query log for a cursor that binds on the server: the statement with its
+    parameters as text (Django reads it back from the cursor only when it binds on the client)."""
+
+    def debug_sql(self, sql: Any = None, params: Any = None, use_last_executed_query: bool = False, many: bool = False):
+        if use_last_executed_query and sql is not None:
+            sql = connection.ops.compose_sql(sql, params)
+        return super().debug_sql(sql, params, use_last_executed_query=False, many=many)
+
+
+@contextmanager
+def prepared_cursor() -> Iterator[Any]:
+    """A cursor for the hot paths' plain statements (authentication, routing, the served record,
+    single feedback). On Postgres it binds parameters on the server, so psycopg prepares each
+    statement on its connection at its second use (``prepare_threshold`` in the settings) and
+    Postgres stops planning it on every request: planning the serving lookup's three statements
+    cost more than running them. Statements and parameters are as for ``connection.cursor()``
+    (``%s`` placeholders), errors are Django's and its query log sees them. Elsewhere it is
+    ``connection.cursor()``.
+
+    Postgres types each parameter from the statement: a bare ``%s`` whose type the statement does
+    not say (in a SELECT list feeding a jsonb column, say) needs a cast."""
+    with connection.cursor() as cursor:  # connected, on this thread, errors mapped
+        if connection.vendor != "postgresql":
+            yield cursor
+            return
+        # Django's default cursor binds on the client, and psycopg never prepares those.
+        wrapper = _ServerCursorDebugWrapper if connection.queries_logged else CursorWrapper
+        server = wrapper(psycopg.Cursor(connection.connection), connection)
+        try:
+            yield server
+        finally:
+            server.close()
 
 
 def _instances(row: Sequence[Any], models: Sequence[type[Model]]) -> list[Any]:

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 from django.db import connection
 
+from apps.common.lookups import prepared_cursor
 from apps.interactions.models import Feedback, Interaction
 
 
@@ -71,7 +72,7 @@ def interactions_insert(rows: list[tuple]) -> None:
         return
     table, columns = _table_and_columns()
     values = ", ".join(["(" + ", ".join(["%s"] * len(INTERACTION_COLUMNS)) + ")"] * len(rows))
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values}", [v for row in rows for v in row])
 
 

@@ -19,7 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from apps.common.exceptions import PayloadTooLarge
-from apps.common.lookups import ids_by_client_id, in_values, tenant_rows
+from apps.common.lookups import ids_by_client_id, in_values, prepared_cursor, tenant_rows
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.models import Feedback, Interaction
 from apps.interactions.rows import feedback_upsert_sql, interactions_bulk_insert, interactions_copy, json_text
@@ -247,7 +247,7 @@ def _feedback_upsert(tenant: Tenant, rows: Iterable[_FeedbackRow], *, now: datet
                 json_text(row.item.metadata),
             )
         )
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         for target, params in by_target.items():
             sql = feedback_upsert_sql(target)
             if len(params) == 1:
@@ -366,7 +366,7 @@ def _feedback_store_one(
         tenant.pk,
         value,
     )
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:

@@ -1,0 +1,78 @@
+"""The hot paths' plain statements: prepared on their connection, sent together, logged and
+failing as Django's own queries do (apps.common.lookups.prepared_cursor, joined_rows)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+from django.db.utils import ProgrammingError
+from django.test.utils import CaptureQueriesContext
+
+from apps.common.lookups import joined_rows, prepared_cursor
+from apps.tenants.models import ApiKey, Tenant
+from config.settings import database_from_url
+
+pytestmark = pytest.mark.django_db
+
+_KEY = "SELECT k.id, k.prefix, k.tenant_id FROM tenants_apikey k WHERE k.prefix = %s"
+_TENANT = "SELECT t.id, t.slug, t.name FROM tenants_tenant t WHERE t.slug = %s"
+
+
+def _prepared() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _row(sql: str, params: list) -> tuple:
+    with connection.cursor() as cursor:  # Django's own cursor: bound on the client, never prepared
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def test_a_hot_statement_is_prepared_at_its_second_use_and_answers_as_before(client_a):
+    key = ApiKey.objects.get(tenant=client_a.tenant)
+    statement = _KEY + " AND k.name <> 'never a key name'"  # a statement no other test sends
+    answers = []
+    for _ in range(3):
+        with prepared_cursor() as cursor:
+            cursor.execute(statement, [key.prefix])
+            answers.append(cursor.fetchone())
+    assert answers == [_row(statement, [key.prefix])] * 3 == [(key.pk, key.prefix, key.tenant_id)] * 3
+    assert [s for s in _prepared() if "never a key name" in s] == [statement.replace("%s", "$1")]
+
+
+def test_reads_go_together_in_one_logged_trip_each_prepared(client_a, make_tenant):
+    key, other = ApiKey.objects.get(tenant=client_a.tenant), make_tenant("other")
+    reads = [
+        (_KEY + " AND k.name <> 'together'", [key.prefix], (ApiKey,)),
+        (_TENANT + " AND t.name <> 'together'", [other.slug], (Tenant,)),
+        (_TENANT + " AND t.name <> 'together'", ["no-such-tenant"], (Tenant,)),
+    ]
+    reads = [(sql, params, ()) for sql, params, _ in reads]  # no models: compare the raw rows
+    with CaptureQueriesContext(connection) as captured:
+        first = joined_rows(reads)
+    again = joined_rows(reads)
+    assert first == again == [[], [], None]  # a row (no model to build), a row, none
+    # One entry for the one round trip, with the parameters written in, as Django logs its own.
+    assert len(captured.captured_queries) == 1
+    logged = captured.captured_queries[0]["sql"]
+    assert f"k.prefix = '{key.prefix}'" in logged and f"t.slug = '{other.slug}'" in logged
+    assert logged.count("; ") == 2
+    assert len([s for s in _prepared() if "'together'" in s]) == 2  # the tenant statement once
+
+
+def test_a_failing_statement_raises_djangos_error_and_the_connection_goes_on(client_a):
+    reads = [(_TENANT, [client_a.tenant.slug], ()), ("SELECT nothing FROM no_such_table WHERE id = %s", [1], ())]
+    with pytest.raises(ProgrammingError, match="no_such_table"), transaction.atomic():
+        joined_rows(reads)
+    with pytest.raises(ProgrammingError, match="no_such_table"), transaction.atomic():
+        with prepared_cursor() as cursor:
+            cursor.execute(reads[1][0], reads[1][1])
+    assert joined_rows(reads[:1]) == [[]]  # a row; the connection still answers
+
+
+def test_preparing_can_be_turned_off_for_a_transaction_pooler(monkeypatch):
+    assert database_from_url("postgres://u@h/db")["OPTIONS"] == {"prepare_threshold": 1}
+    monkeypatch.setenv("DATABASE_PREPARED_STATEMENTS", "0")
+    assert database_from_url("postgres://u@h/db")["OPTIONS"] == {"prepare_threshold": None}
