@@ -248,3 +248,26 @@ def test_b_cannot_see_or_act_on_a_experiments(world):
         assert b.post(f"/v1/experiments/{experiment.pk}/{action}").status_code == 404, action
     experiment.refresh_from_db()
     assert experiment.status == "running"
+
+
+def test_what_a_key_reads_ahead_serves_only_its_own_tenant(world):
+    """Serving reads the adapter and end user with the API key, before the key is checked
+    (ReadAhead): those rows are used only once the key proves valid, for its own tenant."""
+    from rest_framework.test import APIClient
+
+    from apps.serving.selectors import ReadAhead, serving_lookup
+    from apps.tenants.selectors import api_key_find_with
+
+    a, b, _, a_key = world
+    base = BaseModel.objects.create(name="walls-ahead", path="/nonexistent", family="qwen")
+    Adapter.objects.create(tenant=a.tenant, name="a-private", base_model=base, is_default=True)
+    Adapter.objects.create(tenant=b.tenant, name="b-own", base_model=base, is_default=True)
+    ahead = ReadAhead(name=None, external_id="")
+    ahead.rows = api_key_find_with(prefix=a_key.prefix, also=ahead.reads(a_key.prefix))[1]
+    ahead.tenant_id = a.tenant.pk
+    assert serving_lookup(a.tenant, name=None, external_id="", ahead=ahead).adapter.name == "a-private"
+    assert serving_lookup(b.tenant, name=None, external_id="", ahead=ahead).adapter.name == "b-own"
+    forged = APIClient()  # A's key prefix with a secret that is not A's
+    forged.credentials(HTTP_AUTHORIZATION=f"Bearer strop_{a_key.prefix}_{'x' * 32}")
+    response = forged.post("/v1/completions", {"prompt": "x"}, format="json")
+    assert response.status_code == 401 and "a-private" not in response.content.decode()

@@ -24,22 +24,22 @@ def adapter_list(tenant: Tenant) -> QuerySet[Adapter]:
 ADAPTER_ROW = (Adapter, BaseModel, AdapterVersion)  # the models adapter_row_sql selects, in order
 
 
-def adapter_where(*, named: bool) -> str:
+def adapter_where(*, named: bool, tenant: str = "%s") -> str:
     """Which of a tenant's adapters a request means (alias a): by name when ``named``, else its
-    default one. Parameters: the tenant's id, then the name when ``named``."""
-    return f"a.tenant_id = %s AND {'a.name = %s' if named else 'a.is_default'}"
+    default one. Parameters: the tenant's (``tenant``'s: by default its id), then the name when
+    ``named``."""
+    return f"a.tenant_id = {tenant} AND {'a.name = %s' if named else 'a.is_default'}"
 
 
-def adapter_row_sql(*, named: bool) -> str:
+def adapter_row_sql(*, named: bool, tenant: str = "%s") -> str:
     """The statement that reads a tenant's adapter by name (``named``) or its default one, with its
-    base model and production version (the ``ADAPTER_ROW`` models); parameters: the tenant's id,
-    then the name when ``named``."""
+    base model and production version (the ``ADAPTER_ROW`` models); parameters as adapter_where's."""
     quote = connection.ops.quote_name
     return (
         f"SELECT {model_columns(Adapter, 'a')}, {model_columns(BaseModel, 'b')}, {model_columns(AdapterVersion, 'v')} "
         f"FROM {quote(Adapter._meta.db_table)} a JOIN {quote(BaseModel._meta.db_table)} b ON b.id = a.base_model_id "
         f"LEFT JOIN {quote(AdapterVersion._meta.db_table)} v ON v.id = a.production_version_id "
-        f"WHERE {adapter_where(named=named)} ORDER BY a.id LIMIT 1"
+        f"WHERE {adapter_where(named=named, tenant=tenant)} ORDER BY a.id LIMIT 1"
     )
 
 

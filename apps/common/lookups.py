@@ -110,6 +110,10 @@ def _model_columns(model: type[Model], alias: str, vendor: str) -> str:
     return ", ".join(f"{alias}.{connection.ops.quote_name(f.column)}" for f in model._meta.concrete_fields)
 
 
+# One statement to read: (sql, params, the models whose columns it selects in turn).
+Read = tuple[str, Sequence[Any], Sequence[type[Model]]]
+
+
 def joined_row(sql: str, params: Sequence[Any], models: Sequence[type[Model]]) -> list[Any] | None:
     """The first row of ``sql`` (selecting every column of each of ``models`` in turn, see
     model_columns) as one instance per model; None for a model whose columns are all NULL (an
@@ -120,7 +124,7 @@ def joined_row(sql: str, params: Sequence[Any], models: Sequence[type[Model]]) -
     return joined_rows([(sql, params, models)])[0]
 
 
-def joined_rows(reads: Sequence[tuple[str, Sequence[Any], Sequence[type[Model]]]]) -> list[list[Any] | None]:
+def joined_rows(reads: Sequence[Read]) -> list[list[Any] | None]:
     """``joined_row`` of each (sql, params, models), in one round trip on Postgres (the statements
     pipelined, each prepared on the connection: see prepared_cursor), one after the other
     elsewhere. On a request path the wait for each answer costs more than the small queries; one
@@ -136,7 +140,7 @@ def joined_rows(reads: Sequence[tuple[str, Sequence[Any], Sequence[type[Model]]]
     return [None if row is None else _instances(row, models) for row, (_, _, models) in zip(rows, reads, strict=True)]
 
 
-def _pipelined(reads: Sequence[tuple[str, Sequence[Any], Any]]) -> list[Any]:
+def _pipelined(reads: Sequence[Read]) -> list[Any]:
     """The first row of each read, the statements sent together in psycopg's pipeline mode (one
     cursor each: a cursor holds one result). Django's query log gets one entry for the trip."""
     raw = connection.connection

@@ -11,6 +11,8 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 import orjson
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import serializers
@@ -31,7 +33,7 @@ from apps.serving.completions import (
     completion_stream,
     suffix_shown,
 )
-from apps.serving.selectors import serving_lookup
+from apps.serving.selectors import ReadAhead, serving_lookup
 from apps.serving.services import Route, serving_route
 from apps.serving.vllm_client import Completion, CompletionChoice, CompletionChunk
 
@@ -193,7 +195,6 @@ class _Answer:
         return body
 
 
-
 def sse_response(bodies: Generator[dict[str, Any], None, None]) -> StreamingHttpResponse:
     """Server-sent events, one ``data: <JSON>`` per body; if vLLM fails mid-stream (the bodies
     raise), ``data: {"error": …}``, which the openai client raises as APIError; then ``[DONE]``."""
@@ -214,12 +215,44 @@ def sse_response(bodies: Generator[dict[str, Any], None, None]) -> StreamingHttp
     return response
 
 
-def serving_context(api: ScopedApi, request: Request, attrs: dict[str, Any]) -> tuple[Adapter, str, bool, Route]:
+class ServingApi(ScopedApi):
+    """Base of the completion endpoints: the adapter, the end user and the experiment they read
+    first go in the API key's round trip (``read_ahead``, asked by ApiKeyAuthentication)."""
+
+    required_scope = "serve"
+    ahead: ReadAhead | None = None
+
+    def read_ahead(self, request: Request) -> ReadAhead | None:
+        """The adapter name and end user the raw JSON body names (the user header otherwise), as
+        the validated body will; None when the body cannot say (not JSON, too large, odd types).
+        The body is parsed again, strictly, after authentication."""
+        django_request = request._request
+        try:
+            length = int(django_request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            return None
+        if not 0 < length <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE or "json" not in (request.content_type or ""):
+            return None
+        try:
+            body = orjson.loads(django_request.body)
+        except (orjson.JSONDecodeError, RequestDataTooBig, OSError):
+            return None
+        if not isinstance(body, dict):
+            return None
+        model, user = body.get("model") or "", body.get("user") or request.headers.get("X-Strop-User", "")
+        if not isinstance(model, str) or not isinstance(user, str):
+            return None
+        self.ahead = ReadAhead(name=model.strip() or None, external_id=user.strip())
+        return self.ahead
+
+
+def serving_context(api: ServingApi, request: Request, attrs: dict[str, Any]) -> tuple[Adapter, str, bool, Route]:
     """What every serving request needs first: the adapter ``model`` names (404 for another
     tenant's), the end user and their consent now, and the route (version, experiment arm).
-    What is stored of them is read in one round trip (``serving_lookup``)."""
+    What is stored of them was read with the API key, or is read now in one round trip
+    (``serving_lookup``)."""
     user, flag = end_user_of_request(request, attrs)
-    found = serving_lookup(api.tenant, name=attrs.get("model") or None, external_id=user)
+    found = serving_lookup(api.tenant, name=attrs.get("model") or None, external_id=user, ahead=api.ahead)
     consent = end_user_consent_now(
         api.tenant,
         external_id=user,
@@ -259,10 +292,8 @@ _COMPLETION_OUT = inline_serializer(
 )
 
 
-class CompletionApi(ScopedApi):
+class CompletionApi(ServingApi):
     """OpenAI-compatible completions, served by the tenant's adapter on vLLM and recorded."""
-
-    required_scope = "serve"
 
     @extend_schema(
         request=CompletionIn,

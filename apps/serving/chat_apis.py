@@ -15,13 +15,13 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.common.apis import ScopedApi
 from apps.common.parsing import StrictSerializer
 from apps.interactions.messages import MessageError, messages_validate, tools_validate, turn_of
 from apps.serving.apis import (
     INT64,
     VLLM_MAX_LOGPROBS,
     LogitBiasField,
+    ServingApi,
     StopField,
     StreamOptionsIn,
     serving_context,
@@ -165,10 +165,8 @@ _CHAT_OUT = inline_serializer(
 )
 
 
-class ChatCompletionApi(ScopedApi):
+class ChatCompletionApi(ServingApi):
     """OpenAI-compatible chat completions, served by the tenant's adapter on vLLM and recorded."""
-
-    required_scope = "serve"
 
     @extend_schema(
         request=ChatCompletionIn,

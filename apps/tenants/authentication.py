@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from apps.common.observability.context import bind_tenant
 from apps.tenants.keys import key_matches, parse_key
 from apps.tenants.models import ApiKey, Tenant
-from apps.tenants.selectors import api_key_find_by_prefix
+from apps.tenants.selectors import api_key_find_with
 from apps.tenants.services import api_key_touch
 
 
@@ -43,11 +43,18 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if keyword.lower() != self.keyword.lower() or not raw.strip():
             raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <API key>'")
         parsed = parse_key(raw.strip())
-        api_key = api_key_find_by_prefix(prefix=parsed.prefix) if parsed else None
-        if parsed is None or api_key is None or not key_matches(parsed.raw, api_key.key_hash):
+        if parsed is None:
+            raise exceptions.AuthenticationFailed("invalid API key")
+        # A view that knows what it reads next has it read in the key's round trip (serving).
+        view = (getattr(request, "parser_context", None) or {}).get("view")
+        ahead = view.read_ahead(request) if hasattr(view, "read_ahead") else None
+        api_key, rows = api_key_find_with(prefix=parsed.prefix, also=ahead.reads(parsed.prefix) if ahead else [])
+        if api_key is None or not key_matches(parsed.raw, api_key.key_hash):
             raise exceptions.AuthenticationFailed("invalid API key")
         if not api_key.is_active:
             raise exceptions.AuthenticationFailed("this API key was revoked")
+        if ahead is not None:  # the key is valid: what was read with it is its tenant's to use
+            ahead.rows, ahead.tenant_id = rows, api_key.tenant_id
         api_key_touch(api_key=api_key, resolution_s=settings.STROP_KEY_LAST_USED_RESOLUTION_S)
         principal = ApiPrincipal(tenant=api_key.tenant, api_key=api_key, scopes=frozenset(api_key.scopes))
         bind_tenant(api_key.tenant.slug)  # for this request's log lines and metrics

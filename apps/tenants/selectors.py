@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from django.db import connection
 from django.db.models import QuerySet
 
 from apps.common.exceptions import NotFound
-from apps.common.lookups import joined_row, model_columns
+from apps.common.lookups import Read, joined_rows, model_columns
 from apps.common.parsing import parse_id
 from apps.tenants.models import ApiKey, AuditEvent, Tenant
 
@@ -12,17 +15,35 @@ from apps.tenants.models import ApiKey, AuditEvent, Tenant
 def api_key_find_by_prefix(*, prefix: str) -> ApiKey | None:
     """The key with this prefix and its tenant, read fresh on every request (a revoked key stops
     working at once), in one plain query: authentication runs on every API call."""
+    return api_key_find_with(prefix=prefix, also=[])[0]
+
+
+def api_key_find_with(*, prefix: str, also: Sequence[Read]) -> tuple[ApiKey | None, list[list[Any] | None]]:
+    """``api_key_find_by_prefix`` with other reads sent in the same round trip (``joined_rows``),
+    each naming the key's tenant by ``tenant_of_key_sql()`` with ``prefix`` as its parameter: what
+    a request reads next, read before the key is checked. Their rows are the key's tenant's, and
+    only for a caller whose key then proves valid."""
     key_table, tenant_table = (connection.ops.quote_name(m._meta.db_table) for m in (ApiKey, Tenant))
-    found = joined_row(
-        f"SELECT {model_columns(ApiKey, 'k')}, {model_columns(Tenant, 't')} FROM {key_table} k "
-        f"JOIN {tenant_table} t ON t.id = k.tenant_id WHERE k.prefix = %s",
-        [prefix],
-        (ApiKey, Tenant),
+    found, *rows = joined_rows(
+        [
+            (
+                f"SELECT {model_columns(ApiKey, 'k')}, {model_columns(Tenant, 't')} FROM {key_table} k "
+                f"JOIN {tenant_table} t ON t.id = k.tenant_id WHERE k.prefix = %s",
+                [prefix],
+                (ApiKey, Tenant),
+            ),
+            *also,
+        ]
     )
     if found is None:
-        return None
+        return None, rows
     api_key, api_key.tenant = found
-    return api_key
+    return api_key, rows
+
+
+def tenant_of_key_sql() -> str:
+    """The id of the tenant whose API key has the prefix given as the parameter, as a subquery."""
+    return f"(SELECT kt.tenant_id FROM {connection.ops.quote_name(ApiKey._meta.db_table)} kt WHERE kt.prefix = %s)"
 
 
 def api_key_list(tenant: Tenant) -> QuerySet[ApiKey]:

@@ -147,7 +147,7 @@ def test_only_opted_in_users_are_randomised_and_their_arm_is_sticky(
         assert (interaction.adapter_version_id == candidate.pk) == (arm == "candidate")
 
 
-def test_an_opted_in_users_completion_reads_its_adapter_consent_and_arm_in_one_round_trip(
+def test_an_opted_in_users_completion_reads_its_key_adapter_consent_and_arm_in_one_round_trip(
     serving_tenant, serving_adapter, admin, probed_version, settings
 ):
     from django.db import connection
@@ -164,10 +164,11 @@ def test_an_opted_in_users_completion_reads_its_adapter_consent_and_arm_in_one_r
         with CaptureQueriesContext(connection) as captured:
             assert serve(admin, user, opted_in=None)[1] == version  # the same arm, read in the same trip
         statements = [q["sql"] for q in captured.captured_queries]
-        assert len(statements) == 3, statements  # the key; adapter, experiment and end user; the record
-        lookup = statements[1]
-        assert all(table in lookup for table in ("adapters_adapter", "experiments_experiment", "cohorts_enduser"))
-        assert statements[2].startswith("INSERT INTO")
+        assert len(statements) == 2, statements  # the key with adapter, experiment and end user; the record
+        tables = ("tenants_apikey", "adapters_adapter", "experiments_experiment", "cohorts_enduser")
+        assert all(table in statements[0] for table in tables) and statements[0].count("; ") == 3
+        assert f"external_id = '{user}'" in statements[0]
+        assert statements[1].startswith("INSERT INTO")
 
 
 @pytest.mark.django_db(transaction=True)
