@@ -271,3 +271,27 @@ def test_what_a_key_reads_ahead_serves_only_its_own_tenant(world):
     forged.credentials(HTTP_AUTHORIZATION=f"Bearer strop_{a_key.prefix}_{'x' * 32}")
     response = forged.post("/v1/completions", {"prompt": "x"}, format="json")
     assert response.status_code == 401 and "a-private" not in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("body", "headers"),
+    [
+        ({"prompt": "x", "user": "dev\u0000one"}, {}),
+        ({"prompt": "x", "model": "a\u0000b"}, {}),
+        ({"prompt": "x"}, {"HTTP_X_STROP_USER": "dev\u0000one"}),
+        ('{"prompt": "x", "user": "dev\\ud800"}', {}),
+    ],
+)
+def test_what_serving_reads_ahead_never_turns_a_bad_body_into_a_500(world, body, headers):
+    """The adapter and end user are read before the body is validated: a name Postgres cannot take
+    is left to validation, which answers 400 after the key is checked (401 without a valid key)."""
+    from rest_framework.test import APIClient
+
+    a, _, _, a_key = world
+    raw = body if isinstance(body, str) else None
+    send = {"data": raw, "content_type": "application/json"} if raw else {"data": body, "format": "json"}
+    response = a.post("/v1/completions", **send, **headers)
+    assert response.status_code == 400, response.content
+    stranger = APIClient()
+    stranger.credentials(HTTP_AUTHORIZATION=f"Bearer strop_{a_key.prefix}_{'x' * 32}")
+    assert stranger.post("/v1/completions", **send, **headers).status_code == 401

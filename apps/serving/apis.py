@@ -240,10 +240,21 @@ class ServingApi(ScopedApi):
         if not isinstance(body, dict):
             return None
         model, user = body.get("model") or "", body.get("user") or request.headers.get("X-Strop-User", "")
-        if not isinstance(model, str) or not isinstance(user, str):
-            return None
+        if not (_storable(model) and _storable(user)):
+            return None  # validation answers (a 400), after authentication
         self.ahead = ReadAhead(name=model.strip() or None, external_id=user.strip())
         return self.ahead
+
+
+def _storable(value: Any) -> bool:
+    """A string Postgres can take as a parameter (no NUL, no lone surrogate), of a sane length."""
+    if not isinstance(value, str) or len(value) > 1000 or "\x00" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def serving_context(api: ServingApi, request: Request, attrs: dict[str, Any]) -> tuple[Adapter, str, bool, Route]:
