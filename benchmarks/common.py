@@ -86,10 +86,18 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, what: str) 
 
 
 def start_gunicorn(
-    db_url: str, port: int, workers: int, *, log: IO[bytes] | None = None, timeout_s: float = 60, **extra_env: str
+    db_url: str,
+    port: int,
+    workers: int,
+    *,
+    log: IO[bytes] | int | None = None,
+    timeout_s: float = 60,
+    root: Path = ROOT,
+    **extra_env: str,
 ) -> subprocess.Popen:
     """Gunicorn on ``port`` in a process group of its own, answering /health; stopped again if it
-    does not come up. ``log`` takes its output (default: this process's)."""
+    does not come up. ``log`` takes its output (default: this process's). ``root``: the checkout
+    it runs (default this one; another one uses this one's Python environment)."""
     proc = subprocess.Popen(
         [
             PY,
@@ -109,8 +117,8 @@ def start_gunicorn(
             "--log-level",
             "warning",
         ],
-        cwd=ROOT,
-        env=django_env(db_url, **extra_env),
+        cwd=root,
+        env=django_env(db_url, **({"PYTHONPATH": str(root)} | extra_env)),
         start_new_session=True,
         stdout=log,
         stderr=subprocess.STDOUT if log is not None else None,

@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from common import (
@@ -79,6 +80,20 @@ def start_vllm(model_dir: Path, port: int, log_path: Path, *extra_args: str, **e
         )
     wait_healthy(f"http://127.0.0.1:{port}/health", proc, 600, f"vLLM (log: {log_path})")
     return proc
+
+
+def bench_adapter(model_dir: Path, db_url: str, **extra: str) -> tuple[str, Any, Any]:
+    """Tenant "bench" (its rate limit out of the way) with a key, the base model registered and its
+    default adapter "tab"; Django set up on ``db_url``. Returns (raw key, tenant, adapter)."""
+    key = manage("tenant_create", "Bench", "--rate-limit", "100000000", "--key-only", db_url=db_url)
+    manage("base_model_register", "base", str(model_dir), db_url=db_url)
+    manage("adapter_create", "bench", "tab", "--base", "base", "--default", db_url=db_url)
+    setup_django(db_url, **extra)
+    from apps.adapters.models import Adapter
+    from apps.tenants.models import Tenant
+
+    tenant = Tenant.objects.get(slug="bench")
+    return key, tenant, Adapter.objects.get(tenant=tenant, name="tab")
 
 
 def run_load(url: str, bodies: list[dict], headers: dict, concurrency: int) -> tuple[float, list[float], int]:
@@ -191,17 +206,10 @@ def main() -> None:
     vllm_start_s = time.perf_counter() - started
     api = None
     try:
-        key = manage("tenant_create", "Bench", "--rate-limit", "100000000", "--key-only", db_url=db_url)
-        manage("base_model_register", "base", str(model_dir), db_url=db_url)
-        manage("adapter_create", "bench", "tab", "--base", "base", "--default", db_url=db_url)
-        setup_django(db_url, **extra)
-        from apps.adapters.models import Adapter
+        key, tenant, adapter = bench_adapter(model_dir, db_url, **extra)
         from apps.adapters.services import adapter_version_promote, adapter_version_register
         from apps.serving.services import adapter_version_load, vllm_client
-        from apps.tenants.models import Tenant
 
-        tenant = Tenant.objects.get(slug="bench")
-        adapter = Adapter.objects.get(tenant=tenant, name="tab")
         load_times, register_times = [], []
         version = None
         for seed in range(3):

@@ -24,37 +24,10 @@ import time
 from pathlib import Path
 
 import httpx
-from common import (
-    DEFAULT_DATABASE_URL,
-    PY,
-    ROOT,
-    django_env,
-    free_port,
-    fresh_database,
-    manage,
-    setup_django,
-    stop,
-    wait_healthy,
-)
-from serving import median_interval, prompts_from_stdlib, start_vllm
+from common import DEFAULT_DATABASE_URL, ROOT, free_port, fresh_database, start_gunicorn, stop
+from serving import bench_adapter, median_interval, prompts_from_stdlib, start_vllm
 
 WARM_UP = 20  # prompts sent every way before the timed ones
-
-
-def start_api(root: Path, db_url: str, port: int, **extra: str) -> subprocess.Popen:
-    """One gunicorn worker (4 threads) running the checkout at ``root``."""
-    env = django_env(db_url, **extra) | {"PYTHONPATH": str(root)}
-    proc = subprocess.Popen(
-        [PY, "-m", "gunicorn", "-c", "platform/gunicorn.conf.py", "config.wsgi", "-b", f"127.0.0.1:{port}"]
-        + ["-w", "1", "-k", "gthread", "--threads", "4", "--log-level", "warning"],
-        cwd=root,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_healthy(f"http://127.0.0.1:{port}/health", proc, 60, f"gunicorn ({root})")
-    return proc
 
 
 def main() -> None:
@@ -77,24 +50,17 @@ def main() -> None:
     vllm = start_vllm(model_dir, vllm_port, work / "vllm.log")
     apis: list[subprocess.Popen] = []
     try:
-        key = manage("tenant_create", "Bench", "--rate-limit", "100000000", "--key-only", db_url=db_url)
-        manage("base_model_register", "base", str(model_dir), db_url=db_url)
-        manage("adapter_create", "bench", "tab", "--base", "base", "--default", db_url=db_url)
-        setup_django(db_url, **extra)
-        from apps.adapters.models import Adapter
+        key, tenant, adapter = bench_adapter(model_dir, db_url, **extra)
         from apps.adapters.services import adapter_version_promote, adapter_version_register
         from apps.serving.services import adapter_version_load
-        from apps.tenants.models import Tenant
 
-        tenant = Tenant.objects.get(slug="bench")
-        adapter = Adapter.objects.get(tenant=tenant, name="tab")
         source = write_random_lora(model_dir, work / "lora", seed=0, rank=8)
         version = adapter_version_register(tenant, adapter=adapter, source_dir=source, enqueue_load=False)
         assert adapter_version_load(version_id=version.pk) == "loaded"
         version.refresh_from_db()
         adapter_version_promote(tenant, version=version, actor="bench")
-        apis.append(start_api(ROOT, db_url, this_port, **extra))
-        apis.append(start_api(args.other.resolve(), db_url, other_port, **extra))
+        for root, port in ((ROOT, this_port), (args.other.resolve(), other_port)):  # one worker each, 4 threads
+            apis.append(start_gunicorn(db_url, port, 1, log=subprocess.DEVNULL, root=root, **extra))
 
         sampling = {"max_tokens": 16, "temperature": 0.0, "seed": 1, "stream": args.stream}
         auth = {"Authorization": f"Bearer {key}"}

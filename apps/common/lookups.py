@@ -129,11 +129,11 @@ def joined_rows(reads: Sequence[Read]) -> list[list[Any] | None]:
     pipelined, each prepared on the connection: see prepared_cursor), one after the other
     elsewhere. On a request path the wait for each answer costs more than the small queries; one
     statement joining them all costs the planner more."""
-    with prepared_cursor() as cursor:
-        if len(reads) > 1 and connection.vendor == "postgresql":
-            rows = _pipelined(reads)
-        else:
-            rows = []
+    if len(reads) > 1 and connection.vendor == "postgresql":
+        rows = _pipelined(reads)
+    else:
+        rows = []
+        with prepared_cursor() as cursor:
             for sql, params, _ in reads:
                 cursor.execute(sql, params)
                 rows.append(cursor.fetchone())
@@ -143,7 +143,7 @@ def joined_rows(reads: Sequence[Read]) -> list[list[Any] | None]:
 def _pipelined(reads: Sequence[Read]) -> list[Any]:
     """The first row of each read, the statements sent together in psycopg's pipeline mode (one
     cursor each: a cursor holds one result). Django's query log gets one entry for the trip."""
-    raw = connection.connection
+    raw = _connected()
     started = time.monotonic()
     cursors = [psycopg.Cursor(raw) for _ in reads]
     try:
@@ -183,17 +183,23 @@ def prepared_cursor() -> Iterator[Any]:
 
     Postgres types each parameter from the statement: a bare ``%s`` whose type the statement does
     not say (in a SELECT list feeding a jsonb column, say) needs a cast."""
-    with connection.cursor() as cursor:  # connected, on this thread, errors mapped
-        if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
             yield cursor
-            return
-        # Django's default cursor binds on the client, and psycopg never prepares those.
-        wrapper = _ServerCursorDebugWrapper if connection.queries_logged else CursorWrapper
-        server = wrapper(psycopg.Cursor(connection.connection), connection)
-        try:
-            yield server
-        finally:
-            server.close()
+        return
+    # Django's default cursor binds on the client, and psycopg never prepares those.
+    wrapper = _ServerCursorDebugWrapper if connection.queries_logged else CursorWrapper
+    with wrapper(psycopg.Cursor(_connected()), connection) as cursor:
+        yield cursor
+
+
+def _connected() -> psycopg.Connection:
+    """The psycopg connection under Django's, after the checks ``connection.cursor()`` makes
+    before it opens a cursor (a failed health check reconnects; one thread per connection)."""
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    return connection.connection
 
 
 def _instances(row: Sequence[Any], models: Sequence[type[Model]]) -> list[Any]:

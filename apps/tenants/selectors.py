@@ -12,17 +12,13 @@ from apps.common.parsing import parse_id
 from apps.tenants.models import ApiKey, AuditEvent, Tenant
 
 
-def api_key_find_by_prefix(*, prefix: str) -> ApiKey | None:
-    """The key with this prefix and its tenant, read fresh on every request (a revoked key stops
-    working at once), in one plain query: authentication runs on every API call."""
-    return api_key_find_with(prefix=prefix, also=[])[0]
-
-
 def api_key_find_with(*, prefix: str, also: Sequence[Read]) -> tuple[ApiKey | None, list[list[Any] | None]]:
-    """``api_key_find_by_prefix`` with other reads sent in the same round trip (``joined_rows``),
-    each naming the key's tenant by ``tenant_of_key_sql()`` with ``prefix`` as its parameter: what
-    a request reads next, read before the key is checked. Their rows are the key's tenant's, and
-    only for a caller whose key then proves valid."""
+    """The key with this prefix and its tenant, read fresh on every request (a revoked key stops
+    working at once) in one plain query, authentication running on every API call; and the rows
+    of ``also``, other reads sent in the same round trip (``joined_rows``), each naming the key's
+    tenant by ``tenant_of_key_sql()`` with ``prefix`` as its parameter: what a request reads next,
+    read before the key is checked. Their rows are the key's tenant's, and only for a caller whose
+    key then proves valid."""
     key_table, tenant_table = (connection.ops.quote_name(m._meta.db_table) for m in (ApiKey, Tenant))
     found, *rows = joined_rows(
         [

@@ -122,7 +122,7 @@ def test_tenant_create_with_exists_ok_leaves_the_tenant_alone(tenant):
 def test_the_key_lookup_reads_every_field_of_the_key_and_its_tenant_as_the_orm_does(make_tenant):
     from django.forms.models import model_to_dict
 
-    from apps.tenants.selectors import api_key_find_by_prefix
+    from apps.tenants.selectors import api_key_find_with
     from apps.tenants.services import api_key_create, api_key_touch
 
     tenant = make_tenant("lookup")
@@ -133,11 +133,11 @@ def test_the_key_lookup_reads_every_field_of_the_key_and_its_tenant_as_the_orm_d
     api_key_touch(api_key=key, resolution_s=0)
     key.refresh_from_db()
 
-    found = api_key_find_by_prefix(prefix=key.prefix)
+    found = api_key_find_with(prefix=key.prefix, also=[])[0]
     assert model_to_dict(found) == model_to_dict(key)
     assert (found.created_at, found.last_used_at, found.revoked_at) == (key.created_at, key.last_used_at, None)
     assert found.scopes == ["ingest", "serve"] and found.default_opt_in is False
     assert model_to_dict(found.tenant) == model_to_dict(key.tenant)
     assert found.tenant.created_at == key.tenant.created_at and found.tenant.pk == tenant.pk
     assert found.tenant.rate_limit_per_minute == 77 and found.tenant.accept_pending_feedback is False
-    assert api_key_find_by_prefix(prefix="nosuchprefix") is None
+    assert api_key_find_with(prefix="nosuchprefix", also=[])[0] is None
