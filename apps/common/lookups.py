@@ -59,7 +59,9 @@ def tenant_rows(
     else:
         where, params = f"{quote(key)} IN ({', '.join(['%s'] * len(wanted))})", [tenant_id, *wanted]
     fields = [model._meta.get_field(name) for name in columns]
-    with prepared_cursor() as cursor:
+    # Planned on every call, never prepared: Postgres would keep the generic plan it chose while the
+    # table was small (a sequential scan), and a batch's array of values makes that scan costly.
+    with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {', '.join(quote(f.column) for f in fields)} FROM {quote(model._meta.db_table)} "
             f"WHERE tenant_id = %s AND {where}",
