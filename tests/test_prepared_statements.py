@@ -92,3 +92,21 @@ def test_lookups_of_many_values_are_planned_each_time_never_prepared(client_a):
         feedback = [{"client_id": item["client_id"], "outcome": "accepted"} for item in items]
         assert {r.status for r in feedback_ingest(tenant, items=feedback)} == {"recorded"}
     assert [s for s in _prepared() if "ANY(" in s.upper().replace(" ", "")] == []
+
+
+def test_the_prepared_end_user_read_keeps_its_index_plan_from_an_empty_table():
+    """The serving lookup's end-user statement is prepared; the plan Postgres keeps for it may be
+    chosen while the table is empty. That generic plan must look the user up by the unique
+    (tenant, external id) index, not scan the tenant's users: it once took a tenant-only index."""
+    from apps.serving.selectors import _statements
+
+    end_user = _statements(False, "%s", connection.vendor)[2].replace("%s", "$1", 1).replace("%s", "$2", 1)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE end_user_probe AS {end_user}")
+        try:
+            cursor.execute("EXPLAIN EXECUTE end_user_probe(1, 'someone')")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("DEALLOCATE end_user_probe")
+    assert "end_user_unique_external_id" in plan and "Filter" not in plan, plan
