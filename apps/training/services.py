@@ -4,6 +4,7 @@ delivered twice, a reaper and a worker coming back from the dead cannot both mov
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -128,6 +129,12 @@ def _dispatch(run: TrainingRun) -> None:
 # every event is seen by a check that starts after it committed, without waiting for beat.
 SCHEDULE_CHECK_DELAY_S = 0.5
 SCHEDULE_CHECK_KEY_TIMEOUT_S = 10  # a lost message blocks checks this long at most (beat covers it)
+# For a while after this process asked for a check, the check cannot have started: an event that
+# commits then is one it will count, so the process does not ask Redis again (one round trip
+# fewer on most feedback requests). The part of the delay it trusts leaves room for a worker
+# whose clock runs ahead of this one.
+SCHEDULE_CHECK_TRUSTED = 0.8
+_check_asked_until: dict[int, float] = {}  # tenant id -> monotonic time
 
 
 def _schedule_check_key(tenant_id: int) -> str:
@@ -139,13 +146,18 @@ def training_check_soon(tenant_id: int) -> None:
 
     Runs after the feedback committed, so it must not fail the request: with the cache (Redis)
     down, no check is asked for, and beat's ``training_schedule_all`` finds the run due."""
+    asked = time.monotonic()
+    if asked < _check_asked_until.get(tenant_id, 0.0):
+        return  # the check this process asked for has not started: it will count this event
     try:
         first = cache.add(_schedule_check_key(tenant_id), 1, timeout=SCHEDULE_CHECK_KEY_TIMEOUT_S)
     except Exception as exc:  # the cache backend's own errors (redis, files); none may fail the caller
         logger.warning("no scheduling check for tenant %s (the cache failed: %s); beat will check", tenant_id, exc)
         return
-    if first:
-        enqueue("workers.training.training_schedule_tenant", tenant_id, countdown=SCHEDULE_CHECK_DELAY_S, expires=60)
+    if first and enqueue(
+        "workers.training.training_schedule_tenant", tenant_id, countdown=SCHEDULE_CHECK_DELAY_S, expires=60
+    ):
+        _check_asked_until[tenant_id] = asked + SCHEDULE_CHECK_DELAY_S * SCHEDULE_CHECK_TRUSTED
 
 
 def training_schedule(adapter: Adapter, *, force: bool = False) -> TrainingRun | None:

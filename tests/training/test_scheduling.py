@@ -157,3 +157,33 @@ def test_a_scheduling_check_clears_the_debounce_so_later_events_ask_again(tiny_a
     cache.set(_schedule_check_key(tiny_adapter.tenant_id), 1, timeout=60)
     training_schedule_tenant(tiny_adapter.tenant_id)
     assert cache.get(_schedule_check_key(tiny_adapter.tenant_id)) is None
+
+
+@pytest.mark.django_db
+def test_while_its_own_check_cannot_have_started_a_process_does_not_ask_redis_again(tiny_adapter, monkeypatch):
+    """Events that commit before the check this process asked for starts are counted by it, so
+    the process skips the debounce's Redis round trip for them; once that check may have started,
+    it asks again. Seen from Redis: the key the check would clear is not set again by a skip."""
+    import time
+
+    from django.core.cache import cache
+
+    from apps.training import services
+
+    tenant_id = tiny_adapter.tenant_id
+    key = services._schedule_check_key(tenant_id)
+    # A long delay, so that the second ask below falls inside the window however loaded the machine.
+    monkeypatch.setattr(services, "SCHEDULE_CHECK_DELAY_S", 60.0)
+    monkeypatch.setitem(services._check_asked_until, tenant_id, 0.0)
+    asked = time.monotonic()
+    services.training_check_soon(tenant_id)
+    assert cache.get(key) == 1
+    # The window ends before the check can start, with room for a worker clock running ahead.
+    assert asked < services._check_asked_until[tenant_id] < asked + services.SCHEDULE_CHECK_DELAY_S
+    cache.delete(key)  # as the check does when it starts, which it cannot have done yet
+    services.training_check_soon(tenant_id)
+    assert cache.get(key) is None  # skipped: no round trip to Redis
+    services._check_asked_until[tenant_id] = time.monotonic()  # the check may have started now
+    services.training_check_soon(tenant_id)
+    assert cache.get(key) == 1
+    cache.delete(key)
