@@ -3,7 +3,8 @@
 Starts the API under gunicorn on a fresh Postgres database and, in one run, measures
   (a) raw psycopg COPY of the same rows into the same table, in the same batches (the ceiling),
   (b) events/s through POST /v1/interactions with concurrent clients,
-  (c) single POST /v1/feedback requests/s with p50/p99 latency, and
+  (c) single POST /v1/feedback requests/s with p50/p99 latency (a Celery worker takes the training
+      checks they ask for, as in production), and
   (d) the same bodies to a bare Django view in the same gunicorn running the same upsert once
       (benchmarks/bare_urls.py), in alternating rounds: (c)/(d) is what Strop's checks cost,
 then counts rows to prove nothing was lost or duplicated. Prints one line per figure.
@@ -17,14 +18,25 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import httpx
 import orjson
 import psycopg
-from common import DEFAULT_DATABASE_URL, fresh_database, manage, percentile, setup_django, start_gunicorn, stop
+from common import (
+    DEFAULT_DATABASE_URL,
+    django_env,
+    fresh_database,
+    manage,
+    percentile,
+    setup_django,
+    start_gunicorn,
+    stop,
+)
 
 
 def event(n: int, run: str) -> dict:
@@ -128,6 +140,13 @@ def main() -> None:
     del ceiling_rows
 
     base = f"http://127.0.0.1:{args.port}"
+    # Feedback asks for a training check; a worker takes it and clears the debounce, as in production.
+    from config.celery import app
+    from tests.fixtures.workers import Workers
+
+    app.control.purge()
+    workers = Workers(env=django_env(db_url), log_dir=Path(tempfile.mkdtemp(prefix="strop-bench-ingest-")))
+    workers.start("default", "default", "threads")
     gunicorn = start_gunicorn(
         db_url,
         args.port,
@@ -162,6 +181,7 @@ def main() -> None:
                     single[path] = (single[path][0] + latencies, single[path][1] + elapsed)
     finally:
         stop(gunicorn)
+        workers.stop_all()
 
     with psycopg.connect(db_url) as conn:
         rows, distinct = conn.execute(
