@@ -60,7 +60,7 @@ def tenant_rows(
         where, params = f"{quote(key)} IN ({', '.join(['%s'] * len(wanted))})", [tenant_id, *wanted]
     fields = [model._meta.get_field(name) for name in columns]
     # Planned on every call, never prepared: Postgres would keep the generic plan it chose while the
-    # table was small (a sequential scan), and a batch's array of values makes that scan costly.
+    # table was small (every row of the tenant, filtered against the array), and the table grows.
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {', '.join(quote(f.column) for f in fields)} FROM {quote(model._meta.db_table)} "
