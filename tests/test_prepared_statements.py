@@ -94,19 +94,37 @@ def test_lookups_of_many_values_are_planned_each_time_never_prepared(client_a):
     assert [s for s in _prepared() if "ANY(" in s.upper().replace(" ", "")] == []
 
 
-def test_the_prepared_end_user_read_keeps_its_index_plan_from_an_empty_table():
-    """The serving lookup's end-user statement is prepared; the plan Postgres keeps for it may be
-    chosen while the table is empty. That generic plan must look the user up by the unique
-    (tenant, external id) index, not scan the tenant's users: it once took a tenant-only index."""
-    from apps.serving.selectors import _statements
-
-    end_user = _statements(False, "%s", connection.vendor)[2].replace("%s", "$1", 1).replace("%s", "$2", 1)
+def _generic_plan(statement: str, types: list[str]) -> str:
+    """The plan Postgres would keep for ``statement`` if it made it now (``force_generic_plan``)."""
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute(f"PREPARE end_user_probe AS {end_user}")
+        cursor.execute(f"PREPARE generic_probe({', '.join(types)}) AS {statement}")
         try:
-            cursor.execute("EXPLAIN EXECUTE end_user_probe(1, 'someone')")
-            plan = "\n".join(row[0] for row in cursor.fetchall())
+            cursor.execute(f"EXPLAIN EXECUTE generic_probe({', '.join(['NULL'] * len(types))})")
+            return "\n".join(row[0] for row in cursor.fetchall())
         finally:
-            cursor.execute("DEALLOCATE end_user_probe")
-    assert "end_user_unique_external_id" in plan and "Filter" not in plan, plan
+            cursor.execute("DEALLOCATE generic_probe")
+
+
+def test_feedback_by_interaction_id_keeps_a_primary_key_plan_made_on_an_empty_table(client_a):
+    """The single-feedback upsert by interaction id is prepared, and the plan Postgres keeps may be
+    made while the table is nearly empty, where an index on the tenant alone cost as little as the
+    primary key: that plan filtered every interaction of the tenant until it was made again. The
+    tenant is compared so that no index serves it, and the primary key finds the row."""
+    from apps.interactions.services import feedback_ingest, interactions_ingest
+
+    tenant = client_a.tenant
+    (stored,) = interactions_ingest(tenant, items=[{"client_id": "by-id", "prompt": "p", "completion": "c"}])
+    for outcome in ("accepted", "rejected"):  # prepared at its second use
+        (result,) = feedback_ingest(tenant, items=[{"interaction_id": stored.id, "outcome": outcome}])
+        assert result.status == "recorded"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT statement, parameter_types::text[] FROM pg_prepared_statements "
+            "WHERE statement LIKE 'INSERT INTO \"interactions_feedback\"%%' AND statement LIKE '%%i.id = $%%'"
+        )
+        (statement, types), *others = cursor.fetchall()
+    assert others == []
+    plan = _generic_plan(statement, types)
+    assert "Index Scan using interactions_interaction_pkey on interactions_interaction" in plan, plan
+    assert "Filter: ((tenant_id + 0) = $" in plan, plan  # the wall still holds, on the one row found
