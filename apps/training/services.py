@@ -131,10 +131,13 @@ SCHEDULE_CHECK_DELAY_S = 0.5
 SCHEDULE_CHECK_KEY_TIMEOUT_S = 10  # a lost message blocks checks this long at most (beat covers it)
 # For a while after this process asked for a check, the check cannot have started: an event that
 # commits then is one it will count, so the process does not ask Redis again (one round trip
-# fewer on most feedback requests). The part of the delay it trusts leaves room for a worker
-# whose clock runs ahead of this one.
-SCHEDULE_CHECK_TRUSTED = 0.8
-_check_asked_until: dict[int, float] = {}  # tenant id -> monotonic time
+# fewer on most feedback requests). Celery runs the check once the worker's wall clock reaches
+# the send time plus the delay; the window is measured on the same clock and ends a fifth of the
+# delay (0.1 s) earlier, room for a worker clock that runs ahead. One further ahead than that can
+# start the check inside the window: an event then left uncounted waits for the next check, at
+# the latest beat's (training_schedule_all, every 15 s).
+SCHEDULE_CHECK_TRUSTED_FRACTION = 0.8
+_check_asked_until: dict[int, float] = {}  # tenant id -> wall-clock time (one entry per tenant)
 
 
 def _schedule_check_key(tenant_id: int) -> str:
@@ -146,7 +149,7 @@ def training_check_soon(tenant_id: int) -> None:
 
     Runs after the feedback committed, so it must not fail the request: with the cache (Redis)
     down, no check is asked for, and beat's ``training_schedule_all`` finds the run due."""
-    asked = time.monotonic()
+    asked = time.time()
     if asked < _check_asked_until.get(tenant_id, 0.0):
         return  # the check this process asked for has not started: it will count this event
     try:
@@ -157,7 +160,7 @@ def training_check_soon(tenant_id: int) -> None:
     if first and enqueue(
         "workers.training.training_schedule_tenant", tenant_id, countdown=SCHEDULE_CHECK_DELAY_S, expires=60
     ):
-        _check_asked_until[tenant_id] = asked + SCHEDULE_CHECK_DELAY_S * SCHEDULE_CHECK_TRUSTED
+        _check_asked_until[tenant_id] = asked + SCHEDULE_CHECK_DELAY_S * SCHEDULE_CHECK_TRUSTED_FRACTION
 
 
 def training_schedule(adapter: Adapter, *, force: bool = False) -> TrainingRun | None:

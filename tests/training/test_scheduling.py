@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from django.db import connection
@@ -161,29 +162,27 @@ def test_a_scheduling_check_clears_the_debounce_so_later_events_ask_again(tiny_a
 
 @pytest.mark.django_db
 def test_while_its_own_check_cannot_have_started_a_process_does_not_ask_redis_again(tiny_adapter, monkeypatch):
-    """Events that commit before the check this process asked for starts are counted by it, so
-    the process skips the debounce's Redis round trip for them; once that check may have started,
-    it asks again. Seen from Redis: the key the check would clear is not set again by a skip."""
-    import time
-
+    """Events that commit before the check this process asked for starts are counted by it, so the
+    process skips the debounce's Redis round trip for them; from the moment that check may start
+    (its delay less the margin for a worker clock running ahead), it asks again. Seen from Redis:
+    the key the check clears is not set again by a skipped ask."""
     from django.core.cache import cache
 
     from apps.training import services
 
-    tenant_id = tiny_adapter.tenant_id
-    key = services._schedule_check_key(tenant_id)
-    # A long delay, so that the second ask below falls inside the window however loaded the machine.
-    monkeypatch.setattr(services, "SCHEDULE_CHECK_DELAY_S", 60.0)
-    monkeypatch.setitem(services._check_asked_until, tenant_id, 0.0)
-    asked = time.monotonic()
-    services.training_check_soon(tenant_id)
+    clock = [1_000_000.0]
+    monkeypatch.setattr(services, "time", SimpleNamespace(time=lambda: clock[0]))
+    monkeypatch.setitem(services._check_asked_until, tiny_adapter.tenant_id, 0.0)
+    key = services._schedule_check_key(tiny_adapter.tenant_id)
+    window = services.SCHEDULE_CHECK_DELAY_S * services.SCHEDULE_CHECK_TRUSTED_FRACTION
+    assert 0 < window <= services.SCHEDULE_CHECK_DELAY_S - 0.1
+    services.training_check_soon(tiny_adapter.tenant_id)
     assert cache.get(key) == 1
-    # The window ends before the check can start, with room for a worker clock running ahead.
-    assert asked < services._check_asked_until[tenant_id] < asked + services.SCHEDULE_CHECK_DELAY_S
     cache.delete(key)  # as the check does when it starts, which it cannot have done yet
-    services.training_check_soon(tenant_id)
+    clock[0] += window - 0.001
+    services.training_check_soon(tiny_adapter.tenant_id)
     assert cache.get(key) is None  # skipped: no round trip to Redis
-    services._check_asked_until[tenant_id] = time.monotonic()  # the check may have started now
-    services.training_check_soon(tenant_id)
+    clock[0] += 0.001  # from here the check may have started
+    services.training_check_soon(tiny_adapter.tenant_id)
     assert cache.get(key) == 1
     cache.delete(key)
