@@ -146,15 +146,16 @@ def main() -> None:
 
     app.control.purge()
     workers = Workers(env=django_env(db_url), log_dir=Path(tempfile.mkdtemp(prefix="strop-bench-ingest-")))
-    workers.start("default", "default", "threads")
-    gunicorn = start_gunicorn(
-        db_url,
-        args.port,
-        args.workers,
-        DJANGO_SETTINGS_MODULE="benchmarks.bare_settings",
-        BENCH_BARE_TENANT_ID=str(tenant.pk),
-    )
+    gunicorn = None
     try:
+        workers.start("default", "default", "threads")
+        gunicorn = start_gunicorn(
+            db_url,
+            args.port,
+            args.workers,
+            DJANGO_SETTINGS_MODULE="benchmarks.bare_settings",
+            BENCH_BARE_TENANT_ID=str(tenant.pk),
+        )
         bodies = [orjson.dumps({"items": events[i : i + args.batch]}) for i in range(0, len(events), args.batch)]
         shards = [(base, key, "/v1/interactions", 207, bodies[c :: args.clients]) for c in range(args.clients)]
         with ProcessPoolExecutor(args.clients) as pool:
@@ -180,8 +181,11 @@ def main() -> None:
                     elapsed = time.perf_counter() - start
                     single[path] = (single[path][0] + latencies, single[path][1] + elapsed)
     finally:
-        stop(gunicorn)
-        workers.stop_all()
+        try:
+            if gunicorn is not None:
+                stop(gunicorn)
+        finally:
+            workers.stop_all()
 
     with psycopg.connect(db_url) as conn:
         rows, distinct = conn.execute(
