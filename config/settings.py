@@ -225,6 +225,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = STROP_MAX_BODY_BYTES
 STROP_MAX_BATCH_ITEMS = env_int("STROP_MAX_BATCH_ITEMS", 1000)
 # Default per-tenant request budget per minute; each tenant may override it.
 STROP_DEFAULT_RATE_LIMIT_PER_MINUTE = env_int("STROP_DEFAULT_RATE_LIMIT_PER_MINUTE", 6000)
+# An API process takes a tenant's budget from Redis in blocks of at most this many requests (and at
+# most 1/16 of what is left in the minute), so most requests make no Redis round trip; 1 asks Redis
+# on every request.
+STROP_RATE_LIMIT_BLOCK = env_int("STROP_RATE_LIMIT_BLOCK", 32)
 # last_used_at of a key is written at most this often (seconds), to keep auth off the write path.
 STROP_KEY_LAST_USED_RESOLUTION_S = env_int("STROP_KEY_LAST_USED_RESOLUTION_S", 60)
 

@@ -10,6 +10,18 @@ must go on (Redis is never the only copy of anything). A short socket timeout bo
 Redis costs, and after a failure the process asks Redis again only every ``RETRY_S`` seconds, so
 during an outage requests pay nothing. Each process logs one warning when an outage begins and
 one line when Redis answers again, never one per request.
+
+A process does not ask Redis on every request: it takes the tenant's budget in blocks (INCRBY n)
+and spends a block locally, so most requests make no Redis round trip. A block belongs to one
+window and is never more than ``STROP_RATE_LIMIT_BLOCK`` requests (default 32) nor more than a
+sixteenth of what the tenant had left in the window when it was taken: far from the limit a
+process asks once per block, near it blocks shrink to one request and every request is counted
+in Redis, as without blocks. Redis's count never goes past the limit by what it grants, so a
+tenant is never served more than its limit in a window; what it may lose is the unspent part of
+other processes' last blocks when the window fills (a few requests a process). Once Redis's
+count has reached the limit, the process refuses the rest of the window without asking again.
+A process holding a block keeps serving from it while Redis is down; the outage shows, and is
+logged, when it next needs one.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ import functools
 import logging
 import threading
 import time
+from dataclasses import dataclass
 
 import redis
 from django.conf import settings
@@ -72,15 +85,15 @@ class _Outage:
 _outage = _Outage()
 
 
-def _count(key: str) -> int | None:
-    """The key's count after this request; None when Redis could not count it."""
+def _count(key: str, taken: int) -> int | None:
+    """The key's count after adding ``taken``; None when Redis could not count it."""
     if settings.REDIS_URL:
         now = time.monotonic()
         if _outage.skip(now):
             return None
         try:
             pipe = _redis_client(settings.REDIS_URL).pipeline(transaction=False)
-            pipe.incr(key)
+            pipe.incrby(key, taken)
             pipe.expire(key, WINDOW_S + 5, nx=True)
             count, _ = pipe.execute()
         except redis.RedisError as exc:
@@ -90,21 +103,61 @@ def _count(key: str) -> int | None:
         return int(count)
     cache.add(key, 0, timeout=WINDOW_S + 5)
     try:
-        return cache.incr(key)
+        return cache.incr(key, taken)
     except ValueError:  # the key expired between add and incr
-        cache.add(key, 1, timeout=WINDOW_S + 5)
-        return 1
+        cache.add(key, taken, timeout=WINDOW_S + 5)
+        return taken
+
+
+@dataclass
+class _Block:
+    """This process's share of one tenant's budget in one window."""
+
+    window: int
+    limit: int
+    left: int  # requests this process may still serve without asking Redis
+    seen: int  # the tenant's count in Redis when the block was taken, with the block
+
+
+_blocks: dict[int, _Block] = {}  # tenant id -> its block in this process
+_blocks_lock = threading.Lock()
+BLOCK_SHARE = 16  # a block is at most this fraction (1/16) of what the tenant had left
+
+
+def _block_size(limit: int, seen: int) -> int:
+    return max(1, min(settings.STROP_RATE_LIMIT_BLOCK, (limit - seen) // BLOCK_SHARE))
 
 
 def rate_limit_check(tenant: Tenant, *, now: float | None = None) -> None:
     limit = tenant.rate_limit_per_minute or settings.STROP_DEFAULT_RATE_LIMIT_PER_MINUTE
     now = time.time() if now is None else now
     window = int(now // WINDOW_S)
-    count = _count(f"strop:rl:{tenant.pk}:{window}")
-    if count is not None and count > limit:
-        retry_after = max(1, int((window + 1) * WINDOW_S - now + 0.999))
-        raise RateLimited(
-            f"tenant {tenant.slug} is over its limit of {limit} requests per minute",
-            retry_after_s=retry_after,
-            details={"limit_per_minute": limit},
-        )
+    with _blocks_lock:
+        block = _blocks.get(tenant.pk)
+        current = block is not None and block.window == window and block.limit == limit
+        if current and block.left > 0:
+            block.left -= 1
+            return
+        if current and block.seen >= limit:  # Redis's count only grows within a window
+            _refuse(tenant, limit, window, now)
+        seen = block.seen if current else 0
+    size = _block_size(limit, seen)
+    count = _count(f"strop:rl:{tenant.pk}:{window}", size)
+    if count is None:
+        return  # Redis could not count it: served uncounted
+    granted = max(0, min(size, limit - (count - size)))
+    with _blocks_lock:
+        block = _blocks.get(tenant.pk)
+        left = block.left if block is not None and block.window == window and block.limit == limit else 0
+        _blocks[tenant.pk] = _Block(window=window, limit=limit, left=left + max(0, granted - 1), seen=count)
+    if granted == 0:
+        _refuse(tenant, limit, window, now)
+
+
+def _refuse(tenant: Tenant, limit: int, window: int, now: float) -> None:
+    retry_after = max(1, int((window + 1) * WINDOW_S - now + 0.999))
+    raise RateLimited(
+        f"tenant {tenant.slug} is over its limit of {limit} requests per minute",
+        retry_after_s=retry_after,
+        details={"limit_per_minute": limit},
+    )

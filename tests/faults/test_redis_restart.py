@@ -121,7 +121,9 @@ def test_ingest_goes_on_while_redis_restarts_and_the_sweepers_recover_the_lost_w
     lost_run = TrainingRun.objects.get(adapter=manual_adapter)
     assert lost_run.status == "queued"
 
-    # Rate limits failed open, and said so once, not once per request.
+    # Rate limits failed open, and said so once, not once per request. (Burst's requests were served
+    # from the block of its budget the process took before the stop; manual's first request needed
+    # a block of its own and found Redis gone.)
     assert _log_count(api.log_path, FAIL_OPEN_LINE) == 1, api.log_tail()
 
     private_redis.start()  # empty: every queued message and counter is gone
@@ -162,7 +164,7 @@ def test_ingest_goes_on_while_redis_restarts_and_the_sweepers_recover_the_lost_w
         workers=workers,
     )
 
-    # ... and counts requests again, once it has asked Redis again.
+    # ... and counts requests again, once it has asked Redis again (when a tenant needs a new block).
     def enforced_again() -> bool:
         assert burst.call("GET", "/v1/tenant")[0].status_code == 200
         return _log_count(api.log_path, ENFORCED_AGAIN_LINE) == 1

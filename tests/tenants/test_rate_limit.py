@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import time
+
 import pytest
+
+from apps.common.exceptions import RateLimited
 
 pytestmark = pytest.mark.django_db
 
@@ -29,3 +33,96 @@ def test_all_keys_of_a_tenant_share_one_budget(make_tenant, make_client):
     assert first.get("/v1/tenant").status_code == 200
     assert second.get("/v1/tenant").status_code == 200
     assert first.get("/v1/tenant").status_code == 429
+
+
+@pytest.fixture
+def process(settings):
+    """rate_limit_check as a fresh API process sees it, at the start of a window no other test uses
+    (``window``, ``now``), with blocks of at most 32; ``blocks(d)`` switches to another process's."""
+    from apps.tenants import ratelimit
+
+    settings.STROP_RATE_LIMIT_BLOCK = 32
+    window = 10**7 + int(time.time() * 1000) % 10**6
+    ratelimit._blocks = {}
+
+    class Process:
+        def __init__(self) -> None:
+            self.window, self.now = window, window * ratelimit.WINDOW_S + 1.0
+
+        def check(self, tenant) -> bool:
+            try:
+                ratelimit.rate_limit_check(tenant, now=self.now)
+                return True
+            except RateLimited:
+                return False
+
+        def counted(self, tenant) -> int:
+            value = ratelimit._redis_client(settings.REDIS_URL).get(f"strop:rl:{tenant.pk}:{self.window}")
+            return int(value or 0)
+
+        def blocks(self, blocks: dict) -> None:
+            ratelimit._blocks = blocks
+
+    yield Process()
+    ratelimit._blocks = {}
+
+
+def test_far_from_the_limit_a_process_asks_redis_once_per_block(make_tenant, process):
+    tenant = make_tenant("roomy", rate_limit_per_minute=6000)
+    assert all(process.check(tenant) for _ in range(40))
+    assert process.counted(tenant) == 64  # two blocks of 32 (INCRBY 32 twice), not 40 increments of one
+
+
+def test_near_the_limit_two_processes_never_serve_more_than_the_limit(make_tenant, process):
+    """Two API processes, each with its own blocks, alternate one tenant's requests in one window:
+    no more than the limit is served, and their unspent blocks cost at most a request each."""
+    tenant = make_tenant("edge", rate_limit_per_minute=100)
+    mine: dict = {}
+    theirs: dict = {}
+    served = 0
+    for n in range(300):
+        process.blocks(mine if n % 2 else theirs)
+        served += process.check(tenant)
+    assert 98 <= served <= 100
+    assert process.counted(tenant) <= 102  # once the count reached the limit, neither asked again
+
+
+def test_over_the_limit_the_process_refuses_without_asking_redis_again(make_tenant, process):
+    tenant = make_tenant("runaway", rate_limit_per_minute=3)
+    assert [process.check(tenant) for _ in range(10)] == [True] * 3 + [False] * 7
+    assert process.counted(tenant) == 3
+
+
+def test_a_raised_limit_applies_to_the_next_request(make_tenant, process):
+    tenant = make_tenant("raised", rate_limit_per_minute=1)
+    assert [process.check(tenant) for _ in range(2)] == [True, False]
+    tenant.rate_limit_per_minute = 1000
+    assert process.check(tenant)
+
+
+def test_over_the_limit_over_http_is_429_with_retry_after_on_every_request(make_tenant, make_client):
+    tenant = make_tenant("refused", rate_limit_per_minute=1)
+    client = make_client(tenant)
+    client.get("/v1/tenant")
+    for _ in range(3):  # refused by this process without asking Redis: the same answer
+        response = client.get("/v1/tenant")
+        assert response.status_code == 429 and 1 <= int(response["Retry-After"]) <= 60
+
+
+def test_a_process_serves_from_its_block_while_redis_is_down_and_says_so_once_it_needs_another(
+    private_redis, make_tenant, process, settings, caplog
+):
+    from apps.tenants import ratelimit
+
+    settings.REDIS_URL = private_redis.url()
+    ratelimit._outage.__init__()  # this process's view of Redis, fresh for this test
+    tenant = make_tenant("outage", rate_limit_per_minute=6000)
+    try:
+        assert process.check(tenant)  # takes a block of 32
+        private_redis.stop()
+        assert all(process.check(tenant) for _ in range(31))  # spent from the block: Redis is not asked
+        assert not [r for r in caplog.records if "rate limits are not enforced" in r.getMessage()]
+        assert all(process.check(tenant) for _ in range(10))  # a new block: Redis is gone, served uncounted
+        assert len([r for r in caplog.records if "rate limits are not enforced" in r.getMessage()]) == 1
+    finally:
+        ratelimit._outage.__init__()
