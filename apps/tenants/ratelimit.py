@@ -133,25 +133,30 @@ def rate_limit_check(tenant: Tenant, *, now: float | None = None) -> None:
     now = time.time() if now is None else now
     window = int(now // WINDOW_S)
     with _blocks_lock:
-        block = _blocks.get(tenant.pk)
-        current = block is not None and block.window == window and block.limit == limit
-        if current and block.left > 0:
+        block = _current_block(tenant.pk, window, limit)
+        if block is not None and block.left > 0:
             block.left -= 1
             return
-        if current and block.seen >= limit:  # Redis's count only grows within a window
+        if block is not None and block.seen >= limit:  # Redis's count only grows within a window
             _refuse(tenant, limit, window, now)
-        seen = block.seen if current else 0
+        seen = block.seen if block is not None else 0
     size = _block_size(limit, seen)
     count = _count(f"strop:rl:{tenant.pk}:{window}", size)
     if count is None:
         return  # Redis could not count it: served uncounted
     granted = max(0, min(size, limit - (count - size)))
-    with _blocks_lock:
-        block = _blocks.get(tenant.pk)
-        left = block.left if block is not None and block.window == window and block.limit == limit else 0
-        _blocks[tenant.pk] = _Block(window=window, limit=limit, left=left + max(0, granted - 1), seen=count)
+    with _blocks_lock:  # another thread may have taken a block meanwhile: keep what is left of it
+        block = _current_block(tenant.pk, window, limit)
+        left = (block.left if block is not None else 0) + max(0, granted - 1)
+        _blocks[tenant.pk] = _Block(window=window, limit=limit, left=left, seen=count)
     if granted == 0:
         _refuse(tenant, limit, window, now)
+
+
+def _current_block(tenant_id: int, window: int, limit: int) -> _Block | None:
+    """The tenant's block in this process, if it is for this window and this limit."""
+    block = _blocks.get(tenant_id)
+    return block if block is not None and block.window == window and block.limit == limit else None
 
 
 def _refuse(tenant: Tenant, limit: int, window: int, now: float) -> None:
