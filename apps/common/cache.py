@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.cache.backends.redis import RedisCacheClient
 
@@ -30,3 +31,26 @@ class RedisCache(DjangoRedisCache):
     def __init__(self, server: str, params: dict[str, Any]) -> None:
         super().__init__(server, params)
         self._class = _SharedClients
+
+
+def cache_add_or_get(key: str, value: int, *, timeout_s: float) -> int | None:
+    """Store ``value`` under ``key`` (for ``timeout_s``) unless the key is there: None when it was
+    stored, else the value already there (0 when it cannot be read). On Redis one round trip
+    (``SET NX GET``, Redis 7.0 or later); elsewhere an add, then a read."""
+    backend = caches["default"]
+    if isinstance(backend, RedisCache):
+        client = backend._cache.get_client(write=True)
+        found = client.set(
+            backend.make_and_validate_key(key), value, nx=True, get=True, px=max(1, int(timeout_s * 1000))
+        )
+        return None if found is None else _as_int(found)
+    if backend.add(key, value, timeout=timeout_s):
+        return None
+    return _as_int(backend.get(key, 0))
+
+
+def _as_int(found: Any) -> int:
+    try:
+        return int(found)
+    except (TypeError, ValueError):  # a value some other writer left
+        return 0

@@ -16,6 +16,7 @@ from django.db.models.functions import Concat
 from django.utils import timezone
 
 from apps.adapters.models import Adapter
+from apps.common.cache import cache_add_or_get
 from apps.common.exceptions import ValidationFailed
 from apps.common.parsing import json_problem
 from apps.common.tasks import enqueue, enqueue_on_commit
@@ -129,13 +130,14 @@ def _dispatch(run: TrainingRun) -> None:
 # every event is seen by a check that starts after it committed, without waiting for beat.
 SCHEDULE_CHECK_DELAY_S = 0.5
 SCHEDULE_CHECK_KEY_TIMEOUT_S = 10  # a lost message blocks checks this long at most (beat covers it)
-# For a while after this process asked for a check, the check cannot have started: an event that
-# commits then is one it will count, so the process does not ask Redis again (one round trip
-# fewer on most feedback requests). Celery runs the check once the worker's wall clock reaches
-# the send time plus the delay; the window is measured on the same clock and ends a fifth of the
-# delay (0.1 s) earlier, room for a worker clock that runs ahead. One further ahead than that can
-# start the check inside the window: an event then left uncounted waits for the next check, at
-# the latest beat's (training_schedule_all, every 15 s).
+# Until a pending check can start, an event that commits is one it will count, so a process that
+# knows when the pending check is due does not ask Redis again (one round trip fewer on most
+# feedback requests). The key holds that time: the asking process's wall clock plus the delay, a
+# lower bound for the check's start, since Celery runs it once the worker's wall clock reaches the
+# send time (later still) plus the delay. The process that set the key and every process that found
+# it set trust it until a fifth of the delay (0.1 s) before that time, room for a worker clock that
+# runs ahead. One further ahead than that can start the check inside the window: an event then
+# left uncounted waits for the next check, at the latest beat's (training_schedule_all, every 15 s).
 SCHEDULE_CHECK_TRUSTED_FRACTION = 0.8
 _check_asked_until: dict[int, float] = {}  # tenant id -> wall-clock time (one entry per tenant)
 
@@ -151,16 +153,20 @@ def training_check_soon(tenant_id: int) -> None:
     down, no check is asked for, and beat's ``training_schedule_all`` finds the run due."""
     asked = time.time()
     if asked < _check_asked_until.get(tenant_id, 0.0):
-        return  # the check this process asked for has not started: it will count this event
+        return  # the pending check has not started: it will count this event
+    due_ms = int((asked + SCHEDULE_CHECK_DELAY_S) * 1000)
     try:
-        first = cache.add(_schedule_check_key(tenant_id), 1, timeout=SCHEDULE_CHECK_KEY_TIMEOUT_S)
+        pending_due_ms = cache_add_or_get(
+            _schedule_check_key(tenant_id), due_ms, timeout_s=SCHEDULE_CHECK_KEY_TIMEOUT_S
+        )
     except Exception as exc:  # the cache backend's own errors (redis, files); none may fail the caller
         logger.warning("no scheduling check for tenant %s (the cache failed: %s); beat will check", tenant_id, exc)
         return
-    if first and enqueue(
-        "workers.training.training_schedule_tenant", tenant_id, countdown=SCHEDULE_CHECK_DELAY_S, expires=60
-    ):
-        _check_asked_until[tenant_id] = asked + SCHEDULE_CHECK_DELAY_S * SCHEDULE_CHECK_TRUSTED_FRACTION
+    margin_s = SCHEDULE_CHECK_DELAY_S * (1 - SCHEDULE_CHECK_TRUSTED_FRACTION)
+    if pending_due_ms is not None:  # another ask's check is pending, due then (a key left by a lost one: in the past)
+        _check_asked_until[tenant_id] = pending_due_ms / 1000 - margin_s
+    elif enqueue("workers.training.training_schedule_tenant", tenant_id, countdown=SCHEDULE_CHECK_DELAY_S, expires=60):
+        _check_asked_until[tenant_id] = due_ms / 1000 - margin_s
 
 
 def training_schedule(adapter: Adapter, *, force: bool = False) -> TrainingRun | None:

@@ -177,12 +177,42 @@ def test_while_its_own_check_cannot_have_started_a_process_does_not_ask_redis_ag
     window = services.SCHEDULE_CHECK_DELAY_S * services.SCHEDULE_CHECK_TRUSTED_FRACTION
     assert 0 < window <= services.SCHEDULE_CHECK_DELAY_S - 0.1
     services.training_check_soon(tiny_adapter.tenant_id)
-    assert cache.get(key) == 1
+    assert cache.get(key) == int((1_000_000.0 + services.SCHEDULE_CHECK_DELAY_S) * 1000)  # when it is due
     cache.delete(key)  # as the check does when it starts, which it cannot have done yet
     clock[0] += window - 0.001
     services.training_check_soon(tiny_adapter.tenant_id)
     assert cache.get(key) is None  # skipped: no round trip to Redis
     clock[0] += 0.001  # from here the check may have started
     services.training_check_soon(tiny_adapter.tenant_id)
-    assert cache.get(key) == 1
+    assert cache.get(key) is not None
+    cache.delete(key)
+
+
+@pytest.mark.django_db
+def test_a_process_that_finds_another_processs_check_pending_trusts_it_until_it_is_due(tiny_adapter, monkeypatch):
+    """Another API process asked for a check due at T (its key holds T): this process's event is
+    counted by it, and so are its next ones until T less the margin, so it does not ask Redis for
+    them; from then on it asks again. A key left by a check whose message was lost (due in the
+    past) earns no trust."""
+    from django.core.cache import cache
+
+    from apps.training import services
+
+    clock = [2_000_000.0]
+    monkeypatch.setattr(services, "time", SimpleNamespace(time=lambda: clock[0]))
+    monkeypatch.setitem(services._check_asked_until, tiny_adapter.tenant_id, 0.0)
+    key = services._schedule_check_key(tiny_adapter.tenant_id)
+    due = clock[0] + 0.3  # asked 0.2 s ago by another process
+    cache.set(key, int(due * 1000), timeout=60)
+    services.training_check_soon(tiny_adapter.tenant_id)
+    assert cache.get(key) == int(due * 1000)  # found pending: not replaced, nothing enqueued
+    cache.delete(key)
+    clock[0] = due - 0.1 - 0.001
+    services.training_check_soon(tiny_adapter.tenant_id)
+    assert cache.get(key) is None  # skipped: the pending check will count it
+    clock[0] = due - 0.1  # from here that check may have started
+    cache.set(key, int((clock[0] - 5) * 1000), timeout=60)  # a key whose check never came
+    services.training_check_soon(tiny_adapter.tenant_id)
+    services.training_check_soon(tiny_adapter.tenant_id)
+    assert services._check_asked_until[tiny_adapter.tenant_id] < clock[0]  # every event asks again
     cache.delete(key)
