@@ -135,9 +135,10 @@ SCHEDULE_CHECK_KEY_TIMEOUT_S = 10  # a lost message blocks checks this long at m
 # feedback requests). The key holds that time: the asking process's wall clock plus the delay, a
 # lower bound for the check's start, since Celery runs it once the worker's wall clock reaches the
 # send time (later still) plus the delay. The process that set the key and every process that found
-# it set trust it until a fifth of the delay (0.1 s) before that time, room for a worker clock that
-# runs ahead. One further ahead than that can start the check inside the window: an event then
-# left uncounted waits for the next check, at the latest beat's (training_schedule_all, every 15 s).
+# it set trust it until a fifth of the delay (0.1 s) before that time (a found time no later than
+# its own ask's would be), room for a worker clock that runs ahead. One further ahead than that
+# can start the check inside the window: an event then left uncounted waits for the next check, at
+# the latest beat's (training_schedule_all, every 15 s).
 SCHEDULE_CHECK_TRUSTED_FRACTION = 0.8
 _check_asked_until: dict[int, float] = {}  # tenant id -> wall-clock time (one entry per tenant)
 
@@ -164,7 +165,8 @@ def training_check_soon(tenant_id: int) -> None:
         return
     margin_s = SCHEDULE_CHECK_DELAY_S * (1 - SCHEDULE_CHECK_TRUSTED_FRACTION)
     if pending_due_ms is not None:  # another ask's check is pending, due then (a key left by a lost one: in the past)
-        _check_asked_until[tenant_id] = pending_due_ms / 1000 - margin_s
+        # Never trusted longer than this process's own ask would be: a clock far ahead stays harmless.
+        _check_asked_until[tenant_id] = min(pending_due_ms, due_ms) / 1000 - margin_s
     elif enqueue("workers.training.training_schedule_tenant", tenant_id, countdown=SCHEDULE_CHECK_DELAY_S, expires=60):
         _check_asked_until[tenant_id] = due_ms / 1000 - margin_s
 

@@ -193,7 +193,7 @@ def test_a_process_that_finds_another_processs_check_pending_trusts_it_until_it_
     """Another API process asked for a check due at T (its key holds T): this process's event is
     counted by it, and so are its next ones until T less the margin, so it does not ask Redis for
     them; from then on it asks again. A key left by a check whose message was lost (due in the
-    past) earns no trust."""
+    past) earns no trust, and one from a clock far ahead no more than this process's own ask."""
     from django.core.cache import cache
 
     from apps.training import services
@@ -215,4 +215,7 @@ def test_a_process_that_finds_another_processs_check_pending_trusts_it_until_it_
     services.training_check_soon(tiny_adapter.tenant_id)
     services.training_check_soon(tiny_adapter.tenant_id)
     assert services._check_asked_until[tiny_adapter.tenant_id] < clock[0]  # every event asks again
+    cache.set(key, int((clock[0] + 3600) * 1000), timeout=60)  # set by a process whose clock runs an hour ahead
+    services.training_check_soon(tiny_adapter.tenant_id)
+    assert services._check_asked_until[tiny_adapter.tenant_id] <= clock[0] + services.SCHEDULE_CHECK_DELAY_S
     cache.delete(key)
