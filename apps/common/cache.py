@@ -32,6 +32,12 @@ class RedisCache(DjangoRedisCache):
         super().__init__(server, params)
         self._class = _SharedClients
 
+    def add_or_get(self, key: str, value: int, *, timeout_s: float) -> Any:
+        """``SET NX GET`` (Redis 7.0 or later): stores ``value`` unless ``key`` is there, in one round
+        trip; None when it stored it, else the raw value already there."""
+        client = self._cache.get_client(write=True)
+        return client.set(self.make_and_validate_key(key), value, nx=True, get=True, px=max(1, int(timeout_s * 1000)))
+
 
 def cache_add_or_get(key: str, value: int, *, timeout_s: float) -> int | None:
     """Store ``value`` under ``key`` (for ``timeout_s``) unless the key is there: None when it was
@@ -39,10 +45,7 @@ def cache_add_or_get(key: str, value: int, *, timeout_s: float) -> int | None:
     (``SET NX GET``, Redis 7.0 or later); elsewhere an add, then a read."""
     backend = caches["default"]
     if isinstance(backend, RedisCache):
-        client = backend._cache.get_client(write=True)
-        found = client.set(
-            backend.make_and_validate_key(key), value, nx=True, get=True, px=max(1, int(timeout_s * 1000))
-        )
+        found = backend.add_or_get(key, value, timeout_s=timeout_s)
         return None if found is None else _as_int(found)
     if backend.add(key, value, timeout=timeout_s):
         return None
