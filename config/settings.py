@@ -8,10 +8,14 @@ Production and the test suite set ``DATABASE_URL`` (Postgres) and ``REDIS_URL``.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 from kombu import Exchange, Queue
+
+from config.secret_keys import load_secrets
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STROP_VAR_DIR", BASE_DIR / "var"))
@@ -62,11 +66,64 @@ def database_from_url(url: str) -> dict[str, object]:
     raise ValueError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (postgres or sqlite)")
 
 
-SECRET_KEY = os.environ.get("SECRET_KEY", "strop-embedded-default-not-for-production")
-# Keyed hash for API keys. Changing it invalidates every issued key.
-API_KEY_PEPPER = os.environ.get("API_KEY_PEPPER", SECRET_KEY)
 DEBUG = env_bool("DEBUG", False)
+# Secrets (config/secret_keys.py): a deployment (DEBUG off, DATABASE_URL set) must set both to long
+# random values, or no process starts; the embedded default generates each once under VAR_DIR.
+# SECRET_KEY signs sessions and CSRF tokens. API keys are HMAC-SHA256(API_KEY_PEPPER, key): changing
+# the pepper invalidates every issued key, so it is a secret of its own, rotated on its own.
+_secrets = load_secrets(
+    ("SECRET_KEY", "API_KEY_PEPPER"),
+    deployed=not DEBUG and bool(os.environ.get("DATABASE_URL")),
+    debug=DEBUG,
+    var_dir=VAR_DIR,
+)
+SECRET_KEY = _secrets["SECRET_KEY"]
+API_KEY_PEPPER = _secrets["API_KEY_PEPPER"]
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
+
+# HTTPS (platform/env.example). Off by default: the embedded default serves plain HTTP on loopback.
+# Behind a TLS-terminating proxy, SECURE_PROXY_SSL_HEADER names the header it sets and the value that
+# means HTTPS, Django-style ("HTTP_X_FORWARDED_PROTO,https"); only for a proxy that always sets it and
+# drops a client's own.
+_proxy_ssl_header = [part.strip() for part in os.environ.get("SECURE_PROXY_SSL_HEADER", "").split(",") if part.strip()]
+if _proxy_ssl_header and len(_proxy_ssl_header) != 2:
+    raise ValueError("SECURE_PROXY_SSL_HEADER must be HEADER,VALUE, e.g. HTTP_X_FORWARDED_PROTO,https")
+SECURE_PROXY_SSL_HEADER = (_proxy_ssl_header[0], _proxy_ssl_header[1]) if _proxy_ssl_header else None
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+# The operator's own probes call these straight on the API's port, past the proxy, in plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^health$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# Cookies travel over HTTPS only once Strop knows it is served over HTTPS (either setting above).
+_served_over_https = SECURE_SSL_REDIRECT or SECURE_PROXY_SSL_HEADER is not None
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _served_over_https)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _served_over_https)
+SESSION_COOKIE_HTTPONLY = True
+# No script reads the CSRF cookie: every form carries its token.
+CSRF_COOKIE_HTTPONLY = True
+# Origins (scheme://host) whose form posts are trusted, e.g. the public https URL behind a proxy.
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+# The dashboard's content security policy (django-csp): its own scripts and styles only, from
+# /static/ (htmx and axe-core under /static/vendor/). Bars and chart widths are style attributes
+# computed per row; nothing else inline. Swagger UI (/api/docs/) starts itself with an inline script.
+# The API's JSON answers carry none (apps/dashboard/csp.py).
+CONTENT_SECURITY_POLICY = {
+    "EXCLUDE_URL_PREFIXES": ["/api/docs/"],
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "style-src-attr": [UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+        **({"report-uri": [os.environ["CSP_REPORT_URI"]]} if os.environ.get("CSP_REPORT_URI") else {}),
+    },
+}
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -78,6 +135,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
+    "csp",
     "apps.common.apps.CommonConfig",
     "apps.tenants",
     "apps.interactions",
@@ -93,6 +152,7 @@ MIDDLEWARE = [
     "apps.common.observability.middleware.RequestObservabilityMiddleware",
     "apps.common.body.ChunkedBodyMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "apps.dashboard.csp.PageCSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -100,6 +160,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # After authentication: answers a locked-out login with the lockout page (axes, below).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -192,8 +254,28 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 }
 
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Dashboard (and admin) sign-in is throttled by django-axes: after AXES_FAILURE_LIMIT failures for one
+# username (from any address), or from one address (for any username), that username or address is
+# refused for AXES_COOLOFF_MINUTES, with the lockout page and a 429, even with the right password.
+# Failures are rows in the database (the embedded default's SQLite or Postgres), shared by every API
+# process; `manage.py axes_reset_username NAME` / `axes_reset_ip ADDRESS` lift a lockout early.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_TEMPLATE = "dashboard/auth/locked_out.html"
+# Behind proxies, the client's address is the one the outermost of STROP_TRUSTED_PROXY_HOPS proxies
+# appended to X-Forwarded-For; 0 (no proxy) takes the connection's address.
+STROP_TRUSTED_PROXY_HOPS = env_int("STROP_TRUSTED_PROXY_HOPS", 0)
+AXES_CLIENT_IP_CALLABLE = "apps.dashboard.login_throttle.client_address"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -229,6 +311,10 @@ STROP_DEFAULT_RATE_LIMIT_PER_MINUTE = env_int("STROP_DEFAULT_RATE_LIMIT_PER_MINU
 # most 1/16 of what is left in the minute), so most requests make no Redis round trip; 1 asks Redis
 # on every request.
 STROP_RATE_LIMIT_BLOCK = env_int("STROP_RATE_LIMIT_BLOCK", 32)
+# While Redis is unreachable each API process counts alone and serves a tenant at most its limit
+# divided by this (at least 1 unit). 1: every process may serve the whole limit (an outage admits at
+# most processes x limit); the number of API processes: a bound near the limit, if load is even.
+STROP_RATE_LIMIT_PROCESSES = env_int("STROP_RATE_LIMIT_PROCESSES", 1)
 # last_used_at of a key is written at most this often (seconds), to keep auth off the write path.
 STROP_KEY_LAST_USED_RESOLUTION_S = env_int("STROP_KEY_LAST_USED_RESOLUTION_S", 60)
 
@@ -238,6 +324,9 @@ VLLM_MAX_LORA_RANK = env_int("VLLM_MAX_LORA_RANK", 16)
 VLLM_MAX_LORAS = env_int("VLLM_MAX_LORAS", 4)
 VLLM_MAX_CPU_LORAS = env_int("VLLM_MAX_CPU_LORAS", 16)
 VLLM_TIMEOUT_S = float(os.environ.get("VLLM_TIMEOUT_S", "30"))
+# Sent as "Authorization: Bearer" on every call to every replica; platform/vllm.sh starts vLLM with
+# the same key. Empty: none (only for a vLLM that nothing but Strop can reach).
+VLLM_API_KEY = os.environ.get("VLLM_API_KEY", "")
 # With several replicas: "tenant" sends each tenant's completions to its home replica (rendezvous
 # hashing; the next one only if it refuses connections), so its adapters stay in that replica's
 # LoRA slots; "round_robin" spreads every request.
@@ -249,6 +338,13 @@ STROP_RUN_ROOT = Path(os.environ.get("STROP_RUN_ROOT", VAR_DIR / "runs"))
 TRAINING_HEARTBEAT_S = float(os.environ.get("TRAINING_HEARTBEAT_S", "5"))
 TRAINING_STALE_AFTER_S = env_int("TRAINING_STALE_AFTER_S", 60)
 TRAINING_MAX_ATTEMPTS = env_int("TRAINING_MAX_ATTEMPTS", 3)
+# Wall-time limit of one training run, export to registration (seconds). A run past it stops at its
+# next step and ends failed, freeing the gpu worker; Celery's soft and hard time limits on the gpu
+# task (this plus TRAINING_STALE_AFTER_S, and plus twice that) back it up. A 512-event SmolLM2 round
+# takes 5-30 minutes on 2 CPU cores.
+TRAINING_MAX_RUN_S = env_int("TRAINING_MAX_RUN_S", 3600)
+# The most labelled events one run's window takes (the oldest first; the rest wait for the next run).
+TRAINING_MAX_WINDOW_EVENTS = env_int("TRAINING_MAX_WINDOW_EVENTS", 2048)
 # CPU threads for training when there is no GPU. vLLM's CPU build binds its busy-waiting OpenMP
 # workers to every core but one; a trainer that also spreads over them runs ~7x slower (measured
 # here: 27 s vs 3.8 s for one run). The default takes the one core vLLM leaves free.
@@ -282,6 +378,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # An experiment's primary metric and its guardrails choose from the same metrics: one enum.
+    "ENUM_NAME_OVERRIDES": {"ExperimentMetricEnum": "apps.experiments.stats.metrics.METRICS"},
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "apps.common.schema.add_error_responses",

@@ -4,6 +4,8 @@ import secrets
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
@@ -22,7 +24,9 @@ class Command(BaseCommand):
         parser.add_argument("username")
         parser.add_argument("--tenant", required=True, help="the tenant's slug")
         parser.add_argument("--role", default=Membership.Role.VIEWER, choices=Membership.Role.values)
-        parser.add_argument("--password", help="default: a generated one, printed once")
+        parser.add_argument(
+            "--password", help="default: a generated one, printed once; checked by AUTH_PASSWORD_VALIDATORS"
+        )
         parser.add_argument("--email", default="")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -33,6 +37,13 @@ class Command(BaseCommand):
         generated = None
         with transaction.atomic():
             user = users.filter(username=options["username"]).first()
+            if options["password"]:
+                # The same validators as the dashboard's password change, against this user's name and email.
+                candidate = user or users.model(username=options["username"], email=options["email"])
+                try:
+                    validate_password(options["password"], user=candidate)
+                except ValidationError as exc:
+                    raise CommandError("password refused: " + " ".join(exc.messages)) from exc
             if user is None:
                 password = options["password"] or (generated := secrets.token_urlsafe(12))
                 user = users.create_user(username=options["username"], email=options["email"], password=password)
