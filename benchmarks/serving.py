@@ -66,6 +66,7 @@ def start_vllm(model_dir: Path, port: int, log_path: Path, *extra_args: str, **e
         VLLM_SERVED_MODEL_NAME="base",
         VLLM_KV_CACHE_BYTES="512M",
         VLLM_MAX_MODEL_LEN="2048",
+        VLLM_API_KEY="",  # a loopback vLLM of the benchmark's own: its direct calls send no key
         **extra_env,
     )
     subprocess.run(["bash", "platform/vllm-env.sh"], cwd=ROOT, check=True)

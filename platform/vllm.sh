@@ -10,6 +10,12 @@
 #                           then unset: inside vLLM, VLLM_PORT is the base of its *internal* ports
 #                           (0.32 steps past a taken one, but internal ports should not depend on it).
 #   VLLM_BIND_HOST          default 127.0.0.1 (loopback only; Strop is the only client)
+#   VLLM_API_KEY            when set, every route but /health, /ping, /metrics and /version needs
+#                           "Authorization: Bearer <key>" (Strop sends settings.VLLM_API_KEY). vLLM reads
+#                           it from its environment, never the command line (/proc/PID/cmdline is
+#                           world-readable). vLLM's own check covers only /v1, /v2, /inference and
+#                           /cohere: /invocations and /adapters (inference and runtime LoRA loading)
+#                           stay open without platform/vllm_plugins/strop_vllm_auth.py, added here.
 #   VLLM_SERVED_MODEL_NAME  the base model's name in /v1/models and requests (default "base")
 #   VLLM_MAX_LORAS          adapters in one batch (default 4)
 #   VLLM_MAX_LORA_RANK      one of 1 8 16 32 64 128 256 320 512 (default 16); bigger adapters are refused
@@ -81,6 +87,15 @@ if [[ $on_gpu == 0 ]]; then
 else
     [[ -n "$dtype" ]] && args+=(--dtype "$dtype")
     [[ -n "$kv_bytes" ]] && args+=(--kv-cache-memory-bytes "$kv_bytes")
+fi
+
+if [[ -n "${VLLM_API_KEY:-}" ]]; then
+    export VLLM_API_KEY  # vLLM's own middleware (/v1/...) reads it here, as does strop_vllm_auth
+    export PYTHONPATH="$ROOT/platform/vllm_plugins${PYTHONPATH:+:$PYTHONPATH}"
+    args+=(--middleware strop_vllm_auth.RequireKey)
+else
+    unset VLLM_API_KEY
+    echo "vllm.sh: VLLM_API_KEY is not set: anyone who can reach $host:$port can load adapters and call any of them" >&2
 fi
 
 export VLLM_ALLOW_RUNTIME_LORA_UPDATING=true

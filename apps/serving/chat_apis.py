@@ -3,10 +3,17 @@
 The official ``openai`` client's ``chat.completions.create`` is the reference: OpenAI's request
 fields are taken, plus Strop's ``conversation_id`` / ``turn`` (a multi-turn session is one
 thread) and ``opted_in``; anything else is a 400 that names the field.
+
+Schemas a tenant sends (``tools``' parameters, ``response_format``'s JSON schema) go into the
+shared engine's prompt and its structured-output grammar, whose compile time grows with their
+size and nesting: they are bounded here, far above what real clients send (the openai client's
+and Continue's tools are a few hundred bytes each, a handful of levels deep), and a request past
+a bound is a 400 that names the field and the limit before anything reaches vLLM.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.http import StreamingHttpResponse
@@ -45,6 +52,53 @@ class MessagesField(serializers.Field):
         return value
 
 
+# OpenAI's own limit on tools per request.
+MAX_TOOLS = 128
+# Serialized as compact JSON (UTF-8): all tools together, and the response_format's json_schema.
+MAX_TOOLS_BYTES = 256 * 1024
+MAX_SCHEMA_BYTES = 64 * 1024
+# JSON nesting levels inside a tool's `parameters` or the `json_schema` object (itself level 1):
+# each nested object property of a JSON schema takes two (the schema, its `properties`).
+MAX_SCHEMA_DEPTH = 20
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests deeper than ``limit`` levels (iterative: any depth is safe)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        if isinstance(current, dict):
+            current = list(current.values())
+        elif not isinstance(current, list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((inner, depth + 1) for inner in current if isinstance(inner, (dict, list)))
+    return False
+
+
+def _json_bytes(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def tools_bounded(data: Any) -> None:
+    """At most MAX_TOOLS tools, MAX_TOOLS_BYTES in all, each ``parameters`` MAX_SCHEMA_DEPTH deep."""
+    if not isinstance(data, list):
+        return  # tools_validate names the shape
+    if len(data) > MAX_TOOLS:
+        raise serializers.ValidationError(f"at most {MAX_TOOLS} tools, this request has {len(data)}")
+    for index, tool in enumerate(data):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        parameters = function.get("parameters") if isinstance(function, dict) else None
+        if parameters is not None and _depth_over(parameters, MAX_SCHEMA_DEPTH):
+            raise serializers.ValidationError(
+                f"[{index}].function.parameters: nested deeper than {MAX_SCHEMA_DEPTH} levels (the limit)"
+            )
+    size = _json_bytes(data)
+    if size > MAX_TOOLS_BYTES:
+        raise serializers.ValidationError(f"{size} bytes as JSON, at most {MAX_TOOLS_BYTES} for all tools together")
+
+
 @extend_schema_field({"type": "array", "items": {"type": "object"}})
 class ToolsField(serializers.Field):
     """``tools``: function tools, each ``{"type": "function", "function": {"name", "parameters"}}``."""
@@ -52,6 +106,7 @@ class ToolsField(serializers.Field):
     def to_internal_value(self, data: Any) -> list[dict[str, Any]] | None:
         if data == []:
             raise serializers.ValidationError("must not be empty: offer at least one tool, or leave it out")
+        tools_bounded(data)
         try:
             return tools_validate(data, "tools")
         except MessageError as exc:
@@ -80,6 +135,14 @@ class ToolChoiceField(serializers.Field):
 class ResponseFormatIn(StrictSerializer):
     type = serializers.ChoiceField(choices=["text", "json_object", "json_schema"])
     json_schema = serializers.DictField(required=False)
+
+    def validate_json_schema(self, value: dict[str, Any]) -> dict[str, Any]:
+        if _depth_over(value, MAX_SCHEMA_DEPTH):
+            raise serializers.ValidationError(f"nested deeper than {MAX_SCHEMA_DEPTH} levels (the limit)")
+        size = _json_bytes(value)
+        if size > MAX_SCHEMA_BYTES:
+            raise serializers.ValidationError(f"{size} bytes as JSON, at most {MAX_SCHEMA_BYTES}")
+        return value
 
 
 class ChatCompletionIn(StrictSerializer):

@@ -29,12 +29,12 @@ if TYPE_CHECKING:
 
 
 @functools.cache
-def _client(urls: tuple[str, ...], timeout: float) -> VLLMClient:
-    return VLLMClient(list(urls), timeout=timeout)
+def _client(urls: tuple[str, ...], timeout: float, api_key: str) -> VLLMClient:
+    return VLLMClient(list(urls), timeout=timeout, api_key=api_key)
 
 
 def vllm_client() -> VLLMClient:
-    return _client(tuple(settings.VLLM_BASE_URLS), settings.VLLM_TIMEOUT_S)
+    return _client(tuple(settings.VLLM_BASE_URLS), settings.VLLM_TIMEOUT_S, settings.VLLM_API_KEY)
 
 
 @dataclass(frozen=True)

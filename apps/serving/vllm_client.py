@@ -14,6 +14,9 @@ Plain Python (httpx), no Django models: usable from views, Celery tasks and benc
   (503 + Retry-After); vLLM's error JSON ``{"error": {"message", "type", "code"}}`` becomes a
   typed :class:`VLLMError` subclass carrying vLLM's message.
 - One ``httpx.Client`` (keep-alive pool) per process, shared by every :class:`VLLMClient`.
+- Every request to every replica (completions, chat, adapters, models, health, probes) carries
+  ``Authorization: Bearer <api_key>`` when the client has one: ``api_key`` as given (Strop passes
+  ``settings.VLLM_API_KEY``), else ``$VLLM_API_KEY``, as openai-python reads ``$OPENAI_API_KEY``.
 """
 
 from __future__ import annotations
@@ -97,6 +100,18 @@ def _shared_http() -> httpx.Client:
     return _http
 
 
+def _raise_if_key_refused(response: httpx.Response, replica: str) -> None:
+    """401/403 is the operator's mistake (Strop's VLLM_API_KEY is not the one vLLM was started
+    with), never the tenant's: a 502 that says so, not vLLM's 4xx passed on as a bad request."""
+    if response.status_code in (401, 403):
+        raise VLLMError(
+            f"vLLM at {replica} refused Strop's API key (HTTP {response.status_code}): "
+            "VLLM_API_KEY must be the key vLLM was started with",
+            replica=replica,
+            vllm_status=response.status_code,
+        )
+
+
 # --------------------------------------------------------------------------- client
 
 
@@ -105,7 +120,8 @@ class VLLMClient:
 
     ``connect_timeout`` bounds opening a connection (a dead replica fails fast and the next one
     is tried); ``timeout`` bounds the wait for a completion (for a stream: between two chunks);
-    ``admin_timeout`` bounds adapter loads and listings.
+    ``admin_timeout`` bounds adapter loads and listings. ``api_key``: vLLM's key (None: read
+    ``$VLLM_API_KEY``; empty: send none).
     """
 
     def __init__(
@@ -121,6 +137,8 @@ class VLLMClient:
         if not urls:
             raise ValueError("VLLMClient needs at least one base URL")
         self.base_urls = [u.rstrip("/") for u in urls]
+        if api_key is None:
+            api_key = os.environ.get("VLLM_API_KEY", "")
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._connect_timeout = connect_timeout
         self._timeout = timeout
@@ -227,7 +245,7 @@ class VLLMClient:
         An error status is raised as its typed error, the body read and the connection closed.
         """
         http, timeouts = _shared_http(), self._timeouts(timeout or self._timeout)
-        last_error: Exception | None = None
+        tried: list[str] = []
         for replica in self._order(affinity):
             request = http.build_request(
                 "POST", f"{replica}{path}", json=body, headers=self._headers, timeout=timeouts
@@ -235,7 +253,7 @@ class VLLMClient:
             try:
                 response = http.send(request, stream=stream)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                last_error = exc  # nothing reached this replica: the next one may take it
+                tried.append(f"{replica}: {exc}")  # nothing reached this replica: the next one may take it
                 _down_until[replica] = time.monotonic() + REPLICA_COOL_OFF_S
                 continue
             except httpx.TimeoutException as exc:
@@ -247,9 +265,11 @@ class VLLMClient:
                     response.read()
                 finally:
                     response.close()
+            _raise_if_key_refused(response, replica)
             raise_for(response, replica, what="completion")
             return response, replica
-        raise VLLMUnavailable(f"no vLLM replica reachable ({last_error})")
+        # The operator's log reads every replica tried; the tenant's copy has the addresses cut out.
+        raise VLLMUnavailable(f"no vLLM replica reachable ({'; '.join(tried)})")
 
     def stream(
         self,
@@ -337,9 +357,10 @@ class VLLMClient:
     def _admin(
         self, replica: str, method: str, path: str, body: Any = None, *, timeout: float | None = None
     ) -> httpx.Response:
-        """One admin call; connection failures and timeouts become VLLMUnavailable."""
+        """One admin call; connection failures and timeouts become VLLMUnavailable, a refused key
+        a VLLMError."""
         try:
-            return _shared_http().request(
+            response = _shared_http().request(
                 method,
                 f"{replica}{path}",
                 json=body,
@@ -350,6 +371,8 @@ class VLLMClient:
             raise VLLMUnavailable(f"vLLM at {replica} did not answer {path} in time", replica=replica) from exc
         except httpx.TransportError as exc:
             raise VLLMUnavailable(f"vLLM at {replica} is unreachable: {exc}", replica=replica) from exc
+        _raise_if_key_refused(response, replica)
+        return response
 
     def prompt_logprobs(self, replica: str, *, model: str, token_ids: Sequence[int]) -> list[float | None]:
         """The log-prob of each given token after those before it (None for the first), on one
@@ -387,7 +410,7 @@ class VLLMClient:
         for replica in self.base_urls:
             try:
                 status[replica] = self._admin(replica, "GET", "/health", timeout=timeout).status_code == 200
-            except VLLMUnavailable:
+            except (VLLMUnavailable, VLLMError):
                 status[replica] = False
         return status
 

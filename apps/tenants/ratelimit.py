@@ -1,27 +1,35 @@
-"""Per-tenant request budget: a fixed one-minute window counted in Redis.
+"""Per-tenant budget of work: a fixed one-minute window counted in Redis.
 
-INCR on Redis is atomic, so every API process shares one count per tenant and window; INCR and
-EXPIRE go in one pipelined round trip on a client shared by the process. Without Redis (the
-embedded default, one process) the Django cache counts instead.
+A request costs one unit; a batch call costs one unit per item (``cost``), so a 1,000-item batch
+weighs what 1,000 single calls weigh. The budget is the tenant's ``rate_limit_per_minute``
+units. A batch that costs more than the whole budget can never pass and is refused as such.
 
-Redis down fails open: the request is served uncounted. The limit protects the platform from a
-runaway client; refusing every tenant's traffic while Redis restarts would stop ingest, which
-must go on (Redis is never the only copy of anything). A short socket timeout bounds what a hung
-Redis costs, and after a failure the process asks Redis again only every ``RETRY_S`` seconds, so
-during an outage requests pay nothing. Each process logs one warning when an outage begins and
-one line when Redis answers again, never one per request.
+INCR on Redis is atomic, so every API process shares one count per tenant and window; INCRBY and
+EXPIRE go in one pipelined round trip on a client shared by the process. Without Redis configured
+(the embedded default, one process) the Django cache counts instead.
 
 A process does not ask Redis on every request: it takes the tenant's budget in blocks (INCRBY n)
 and spends a block locally, so most requests make no Redis round trip. A block belongs to one
-window and is never more than ``STROP_RATE_LIMIT_BLOCK`` requests (default 32) nor more than a
-sixteenth of what the tenant had left in the window when it was taken: far from the limit a
-process asks once per block, near it blocks shrink to one request and every request is counted
-in Redis, as without blocks. Redis's count never goes past the limit by what it grants, so a
-tenant is never served more than its limit in a window; what it may lose is the unspent part of
-other processes' last blocks when the window fills (a few requests a process). Once Redis's
-count has reached the limit, the process refuses the rest of the window without asking again.
-A process holding a block keeps serving from it while Redis is down; the outage shows, and is
-logged, when it next needs one.
+window; beyond what the request itself needs it holds at most ``STROP_RATE_LIMIT_BLOCK`` units
+(default 32) and at most a sixteenth of what the tenant had left in the window when it was taken:
+far from the limit a process asks once per block, near it every request is counted in Redis, as
+without blocks. Redis's count never goes past the limit by what it grants, so a tenant is never
+served more than its limit in a window; what it may lose is the unspent part of processes' last
+blocks when the window fills (a few units a process, and the part of a refused batch that was
+granted, which stays in the process's block for the requests after it). Once Redis's count has
+reached the limit, the process refuses what its block cannot cover without asking again.
+
+Redis down: each process counts alone. Refusing every tenant while Redis restarts would stop
+ingest, which must go on (Redis is never the only copy of anything); serving without any count
+would let a runaway client through unlimited. So while Redis does not answer, a process serves a
+tenant at most ``limit // STROP_RATE_LIMIT_PROCESSES`` units a window (at least one), counting
+everything it served in that window, blocks included. The default of 1 process gives every
+process the tenant's whole limit: an outage admits at most (API processes x limit) a minute,
+never more; set it to the number of API processes for a bound near the limit itself, knowing
+that a load balancer which sends one tenant's requests unevenly then refuses some early.
+A short socket timeout bounds what a hung Redis costs, and after a failure the process asks
+Redis again only every ``RETRY_S`` seconds, so during an outage requests pay no round trip. Each
+process logs one warning when an outage begins and one line when Redis answers again.
 """
 
 from __future__ import annotations
@@ -70,7 +78,10 @@ class _Outage:
             if self.since is None:
                 self.since = now
                 logger.warning(
-                    "rate limits are not enforced until Redis answers again (asked every %.0f s): %s", RETRY_S, exc
+                    "Redis is unreachable: rate limits are not enforced across processes until it answers again "
+                    "(asked every %.0f s); meanwhile each process counts alone, up to its local share: %s",
+                    RETRY_S,
+                    exc,
                 )
 
     def answered(self, now: float) -> None:
@@ -78,7 +89,9 @@ class _Outage:
             return
         with self._lock:
             if self.since is not None:
-                logger.info("Redis answers again after %.0f s: rate limits are enforced", now - self.since)
+                logger.info(
+                    "Redis answers again after %.0f s: rate limits are enforced across processes", now - self.since
+                )
                 self.since = None
 
 
@@ -115,11 +128,12 @@ class _Block:
 
     window: int
     limit: int
-    left: int  # requests this process may still serve without asking Redis
+    left: int  # units this process may still serve without asking Redis
     seen: int  # the tenant's count in Redis when the block was taken, with the block
 
 
 _blocks: dict[int, _Block] = {}  # tenant id -> its block in this process
+_served: dict[int, tuple[int, int]] = {}  # tenant id -> (window, units this process served in it)
 _blocks_lock = threading.Lock()
 BLOCK_SHARE = 16  # a block is at most this fraction (1/16) of what the tenant had left
 
@@ -128,29 +142,73 @@ def _block_size(limit: int, seen: int) -> int:
     return max(1, min(settings.STROP_RATE_LIMIT_BLOCK, (limit - seen) // BLOCK_SHARE))
 
 
-def rate_limit_check(tenant: Tenant, *, now: float | None = None) -> None:
+def local_limit(limit: int) -> int:
+    """What one process serves a tenant in a window while Redis cannot count."""
+    return max(1, limit // max(1, settings.STROP_RATE_LIMIT_PROCESSES))
+
+
+def rate_limit_check(tenant: Tenant, *, cost: int = 1, items: int | None = None, now: float | None = None) -> None:
+    """Charge ``cost`` units of the tenant's budget for this window, or raise RateLimited.
+
+    ``items``: the size of the batch being charged, for the refusal's message (a batch is charged
+    one unit before its body is read and ``items - 1`` after)."""
     limit = tenant.rate_limit_per_minute or settings.STROP_DEFAULT_RATE_LIMIT_PER_MINUTE
     now = time.time() if now is None else now
     window = int(now // WINDOW_S)
+    if cost <= 0:
+        return
+    if (items or cost) > limit:
+        _refuse(tenant, limit, window, now, items=items or cost, never=True)
     with _blocks_lock:
         block = _current_block(tenant.pk, window, limit)
-        if block is not None and block.left > 0:
-            block.left -= 1
+        if block is not None and block.left >= cost:
+            block.left -= cost
+            _count_served(tenant.pk, window, cost)
             return
         if block is not None and block.seen >= limit:  # Redis's count only grows within a window
-            _refuse(tenant, limit, window, now)
+            _refuse(tenant, limit, window, now, items=items)
         seen = block.seen if block is not None else 0
-    size = _block_size(limit, seen)
+        have = 0
+        if block is not None:  # what the block still holds goes to this request; reserved meanwhile
+            have, block.left = block.left, 0
+    size = (cost - have) + _block_size(limit, seen) - 1
     count = _count(f"strop:rl:{tenant.pk}:{window}", size)
-    if count is None:
-        return  # Redis could not count it: served uncounted
-    granted = max(0, min(size, limit - (count - size)))
-    with _blocks_lock:  # another thread may have taken a block meanwhile: keep what is left of it
-        block = _current_block(tenant.pk, window, limit)
-        left = (block.left if block is not None else 0) + max(0, granted - 1)
+    with _blocks_lock:
+        if count is None:  # Redis could not count it: this process counts alone
+            _local_check(tenant, limit, window, now, cost=cost, items=items, returned=have)
+            return
+        granted = max(0, min(size, limit - (count - size)))
+        served = have + granted >= cost
+        block = _current_block(tenant.pk, window, limit)  # another thread may have taken one meanwhile
+        left = (block.left if block is not None else 0) + have + granted - (cost if served else 0)
         _blocks[tenant.pk] = _Block(window=window, limit=limit, left=left, seen=count)
-    if granted == 0:
-        _refuse(tenant, limit, window, now)
+        if served:
+            _count_served(tenant.pk, window, cost)
+            return
+    _refuse(tenant, limit, window, now, items=items)
+
+
+def _count_served(tenant_id: int, window: int, cost: int) -> int:
+    """Add ``cost`` to what this process served the tenant in ``window``; the new total."""
+    seen_window, units = _served.get(tenant_id, (window, 0))
+    units = (units if seen_window == window else 0) + cost
+    _served[tenant_id] = (window, units)
+    return units
+
+
+def _local_check(
+    tenant: Tenant, limit: int, window: int, now: float, *, cost: int, items: int | None, returned: int
+) -> None:
+    """Redis is down: serve ``cost`` only within this process's local share (lock held)."""
+    block = _current_block(tenant.pk, window, limit)
+    if block is not None:
+        block.left += returned  # the reserved part of the block was not spent
+    seen_window, units = _served.get(tenant.pk, (window, 0))
+    units = units if seen_window == window else 0
+    share = local_limit(limit)
+    if units + cost > share:
+        _refuse(tenant, limit, window, now, items=items, local=share)
+    _served[tenant.pk] = (window, units + cost)
 
 
 def _current_block(tenant_id: int, window: int, limit: int) -> _Block | None:
@@ -159,10 +217,29 @@ def _current_block(tenant_id: int, window: int, limit: int) -> _Block | None:
     return block if block is not None and block.window == window and block.limit == limit else None
 
 
-def _refuse(tenant: Tenant, limit: int, window: int, now: float) -> None:
+def _refuse(
+    tenant: Tenant,
+    limit: int,
+    window: int,
+    now: float,
+    *,
+    items: int | None = None,
+    never: bool = False,
+    local: int | None = None,
+) -> None:
     retry_after = max(1, int((window + 1) * WINDOW_S - now + 0.999))
-    raise RateLimited(
-        f"tenant {tenant.slug} is over its limit of {limit} requests per minute",
-        retry_after_s=retry_after,
-        details={"limit_per_minute": limit},
-    )
+    message = f"tenant {tenant.slug} is over its limit of {limit} requests per minute"
+    details: dict[str, int] = {"limit_per_minute": limit}
+    if items is not None:
+        details["cost"] = items
+        if never:
+            message = (
+                f"a batch of {items} items costs {items} of tenant {tenant.slug}'s {limit} requests per minute, "
+                "more than the whole limit: send smaller batches"
+            )
+        else:
+            message += f": this batch of {items} items costs {items} (one per item)"
+    if local is not None:
+        message += f" (counted by this API process alone while Redis is unreachable: at most {local})"
+        details["local_limit_per_minute"] = local
+    raise RateLimited(message, retry_after_s=retry_after, details=details)

@@ -126,3 +126,68 @@ def test_a_process_serves_from_its_block_while_redis_is_down_and_says_so_once_it
         assert len([r for r in caplog.records if "rate limits are not enforced" in r.getMessage()]) == 1
     finally:
         ratelimit._outage.__init__()
+
+
+@pytest.fixture
+def redis_down(private_redis, settings):
+    """Redis as this process sees it, stopped after ``up()`` let the test take a first block."""
+    from apps.tenants import ratelimit
+
+    settings.REDIS_URL = private_redis.url()
+    ratelimit._outage.__init__()
+    ratelimit._served = {}
+    yield private_redis
+    ratelimit._outage.__init__()
+    ratelimit._served = {}
+
+
+def test_with_redis_down_a_process_refuses_past_the_tenants_limit(redis_down, make_tenant, process, settings):
+    settings.STROP_RATE_LIMIT_PROCESSES = 1  # the default: every process may serve the whole limit
+    tenant = make_tenant("outage-capped", rate_limit_per_minute=10)
+    assert process.check(tenant)  # counted in Redis
+    redis_down.stop()
+    served = [process.check(tenant) for _ in range(15)]
+    assert served == [True] * 9 + [False] * 6  # 10 in this window, what Redis counted included
+
+
+def test_with_redis_down_a_process_serves_its_share_of_the_limit(redis_down, make_tenant, process, settings):
+    from apps.tenants import ratelimit
+
+    settings.STROP_RATE_LIMIT_PROCESSES = 4
+    tenant = make_tenant("outage-share", rate_limit_per_minute=20)
+    redis_down.stop()
+    assert [process.check(tenant) for _ in range(7)] == [True] * 5 + [False] * 2
+    with pytest.raises(RateLimited) as refused:
+        ratelimit.rate_limit_check(tenant, now=process.now)
+    assert "while Redis is unreachable: at most 5" in refused.value.message
+    assert refused.value.details["local_limit_per_minute"] == 5
+
+
+def test_with_redis_down_a_batch_costs_its_items_locally(redis_down, make_tenant, process, settings):
+    from apps.tenants import ratelimit
+
+    settings.STROP_RATE_LIMIT_PROCESSES = 1
+    tenant = make_tenant("outage-batch", rate_limit_per_minute=10)
+    redis_down.stop()
+    ratelimit.rate_limit_check(tenant, cost=6, items=6, now=process.now)  # 6 of 10
+    with pytest.raises(RateLimited) as refused:
+        ratelimit.rate_limit_check(tenant, cost=6, items=6, now=process.now)  # 12: refused whole
+    assert "batch of 6 items costs 6" in refused.value.message
+    assert [process.check(tenant) for _ in range(5)] == [True] * 4 + [False]
+
+
+def test_with_redis_down_over_http_requests_past_the_local_limit_are_429(
+    redis_down, make_tenant, make_client, settings
+):
+    from apps.tenants import ratelimit
+
+    if time.time() % ratelimit.WINDOW_S > ratelimit.WINDOW_S - 10:  # the five requests share one window
+        time.sleep(ratelimit.WINDOW_S - time.time() % ratelimit.WINDOW_S + 0.1)
+    settings.STROP_RATE_LIMIT_PROCESSES = 1
+    tenant = make_tenant("outage-http", rate_limit_per_minute=3)
+    client = make_client(tenant)
+    redis_down.stop()
+    codes = [client.get("/v1/tenant").status_code for _ in range(5)]
+    assert codes == [200, 200, 200, 429, 429]
+    response = client.get("/v1/tenant")
+    assert int(response["Retry-After"]) >= 1 and response.json()["error"]["code"] == "rate_limited"

@@ -139,7 +139,8 @@ def test_promote_loads_an_unloaded_version_into_vllm_first(page, live_world, ser
 def served_models(served) -> set[str]:
     import httpx
 
-    return {m["id"] for m in httpx.get(f"{served.base_url}/v1/models", timeout=30).json()["data"]}
+    listed = httpx.get(f"{served.base_url}/v1/models", headers=served.headers, timeout=30).json()["data"]
+    return {m["id"] for m in listed}
 
 
 def test_keyboard_skip_link_and_menus(page, live_world):

@@ -1,0 +1,137 @@
+"""Chat requests' schemas (``tools``, ``response_format``) are bounded before they reach the shared
+vLLM engine: past a bound, a 400 that names the field and the limit, and nothing sent or recorded."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from apps.interactions.models import Interaction
+from apps.serving.chat_apis import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, MAX_TOOLS, MAX_TOOLS_BYTES
+from apps.serving.models import ServingFailure
+
+pytestmark = pytest.mark.django_db
+
+MESSAGES = [{"role": "user", "content": "Rename x to count"}]
+
+
+def _tool(name: str, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": parameters or {"type": "object"}}}
+
+
+def _nested_schema(levels: int) -> dict[str, Any]:
+    """A JSON schema of objects inside objects; each level adds two JSON levels."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"inner": schema}}
+    return schema
+
+
+@pytest.fixture
+def tripwire(settings) -> Iterator[socket.socket]:
+    """vLLM's address, as Strop sees it, is a socket that only notes whether anyone connected."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    settings.VLLM_BASE_URLS = [f"http://127.0.0.1:{sock.getsockname()[1]}"]
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+def _nobody_connected(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        sock.accept()[0].close()
+    except BlockingIOError:
+        return True
+    return False
+
+
+@pytest.fixture
+def client(make_tenant, make_client):
+    return make_client(make_tenant("schemas"), scopes=["serve"])
+
+
+OVER_THE_BOUNDS = [
+    pytest.param({"tools": [_tool(f"t{i}") for i in range(MAX_TOOLS + 1)]}, "tools", str(MAX_TOOLS), id="tool-count"),
+    pytest.param(
+        {"tools": [_tool("big", {"type": "object", "description": "x" * MAX_TOOLS_BYTES})]},
+        "tools",
+        str(MAX_TOOLS_BYTES),
+        id="tools-bytes",
+    ),
+    pytest.param(
+        {"tools": [_tool("fine"), _tool("deep", _nested_schema(MAX_SCHEMA_DEPTH // 2))]},
+        "tools",
+        f"[1].function.parameters: nested deeper than {MAX_SCHEMA_DEPTH} levels",
+        id="tool-depth",
+    ),
+    pytest.param(
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": _nested_schema(10)}}},
+        "json_schema",
+        f"nested deeper than {MAX_SCHEMA_DEPTH} levels",
+        id="schema-depth",
+    ),
+    pytest.param(
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "r", "schema": {"type": "string", "description": "x" * MAX_SCHEMA_BYTES}},
+            }
+        },
+        "json_schema",
+        f"at most {MAX_SCHEMA_BYTES}",
+        id="schema-bytes",
+    ),
+]
+
+
+@pytest.mark.parametrize("extra, field, limit", OVER_THE_BOUNDS)
+def test_a_schema_past_its_bound_is_a_400_naming_the_field_and_limit_and_never_reaches_vllm(
+    client, tripwire, extra: dict[str, Any], field: str, limit: str
+):
+    response = client.post("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4, **extra}, format="json")
+    assert response.status_code == 400, response.content
+    error = json.dumps(response.json()["error"])
+    assert field in error and limit in error, error
+    assert _nobody_connected(tripwire)
+    assert not Interaction.objects.exists() and not ServingFailure.objects.exists()
+
+
+def test_schemas_the_size_real_clients_send_pass_the_bounds():
+    """Continue's and the openai client's shapes, and the bounds themselves, are not refused."""
+    from rest_framework import serializers
+
+    from apps.serving.chat_apis import ResponseFormatIn, tools_bounded
+
+    tools_bounded([_tool(f"t{i}", _nested_schema(4)) for i in range(MAX_TOOLS)])
+    # parameters object + (properties, inner) per level: 1 + 2 * levels JSON levels
+    tools_bounded([_tool("deepest", _nested_schema((MAX_SCHEMA_DEPTH - 1) // 2))])
+    with pytest.raises(serializers.ValidationError):
+        tools_bounded([_tool("deeper", _nested_schema((MAX_SCHEMA_DEPTH - 1) // 2 + 1))])
+    schema = {"type": "json_schema", "json_schema": {"name": "r", "schema": _nested_schema(8), "strict": True}}
+    assert ResponseFormatIn(data=schema).is_valid(), ResponseFormatIn(data=schema).errors
+
+
+@pytest.mark.vllm
+def test_a_json_schema_response_format_within_the_bounds_is_served_by_vllm(serve_client, serving_adapter):
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    response = serve_client.post(
+        "/v1/chat/completions",
+        {
+            "model": "autocomplete",
+            "messages": MESSAGES,
+            "max_tokens": 8,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+            "tools": [_tool("edit_file", {"type": "object", "properties": {"path": {"type": "string"}}})],
+        },
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    assert Interaction.objects.filter(pk=response.json()["id"]).exists()
