@@ -14,10 +14,16 @@ from apps.adapters.selectors import (
 )
 from apps.adapters.services import adapter_version_promote
 from apps.common.apis import ScopedApi
+from apps.common.exception_handler import public_text
 
 
 class AdapterVersionOut(serializers.ModelSerializer):
     parent = serializers.IntegerField(source="parent.number", allow_null=True, default=None)
+    status_message = serializers.SerializerMethodField(help_text="why the version failed to load, if it did")
+
+    def get_status_message(self, version: AdapterVersion) -> str:
+        # Rows written before messages were cleaned may hold a replica's address or a path.
+        return public_text(version.status_message) if version.status_message else ""
 
     class Meta:
         model = AdapterVersion

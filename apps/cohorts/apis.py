@@ -20,7 +20,8 @@ from apps.cohorts.services import MAX_IMPORT_ITEMS, end_user_consent_set, end_us
 from apps.common.apis import ScopedApi, batch_items, paginated, paginated_schema
 from apps.common.exceptions import ValidationFailed
 from apps.common.parsers import StrictJSONParser
-from apps.common.parsing import query_bool, query_text, reject_unknown_query
+from apps.common.parsing import body_read, query_bool, query_text, reject_unknown_query
+from apps.tenants.permissions import batch_cost
 
 
 class EndUserOut(serializers.ModelSerializer):
@@ -76,9 +77,7 @@ class CsvParser(BaseParser):
     media_type = "text/csv"
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        from django.conf import settings
-
-        raw = stream.read(settings.STROP_MAX_BODY_BYTES + 1) if stream is not None else b""
+        raw = body_read(stream)  # past the body limit: a 413, not the rows that fit
         try:
             text = raw.decode("utf-8-sig")
         except UnicodeDecodeError:
@@ -108,6 +107,7 @@ class EndUserListApi(ScopedApi):
     required_scope = "ingest"
 
     @extend_schema(
+        operation_id="v1_users_list",
         parameters=[
             OpenApiParameter("search", str, description="part of the end user id"),
             OpenApiParameter("opted_in", bool),
@@ -134,6 +134,7 @@ class EndUserImportApi(ScopedApi):
     """Set many end users' consent at once: JSON ``{"items": [...]}`` or a CSV upload; 207 per item."""
 
     required_scope = "ingest"
+    rate_cost = staticmethod(batch_cost)  # one unit of the rate limit per item
     parser_classes = [StrictJSONParser, CsvParser]
 
     @extend_schema(

@@ -4,7 +4,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connection
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseServerError, JsonResponse
+from django.template import TemplateDoesNotExist, loader
 from django.views.defaults import page_not_found
 from django.views.defaults import server_error as default_server_error
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -16,6 +17,8 @@ from rest_framework.views import APIView
 
 from apps.common.exception_handler import error_body
 from apps.common.exceptions import ValidationFailed
+from apps.common.observability.context import current_request_id
+from apps.common.parsing import end_user_id_check
 
 
 class ScopedApi(APIView):
@@ -84,10 +87,18 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    """500 (already logged by Django): the JSON error shape under /v1/, Django's page elsewhere."""
+    """500 (already logged, with its traceback, on a line that carries the request id): the JSON
+    error shape under /v1/, a page elsewhere. Either says only that the server failed and the
+    request id to quote to the operator; never the error itself, a path or a host."""
+    request_id = current_request_id() or ""
+    message = f"the server failed; the operator's log holds the details under request id {request_id}"
     if _is_api_path(request.path):
-        return JsonResponse(error_body("server_error", "the server failed; the error was logged"), status=500)
-    return default_server_error(request)
+        return JsonResponse(error_body("server_error", message, {"request_id": request_id}), status=500)
+    try:
+        page = loader.get_template("500.html").render({"request_id": request_id})
+    except TemplateDoesNotExist:
+        return default_server_error(request)
+    return HttpResponseServerError(page)
 
 
 def paginated(
@@ -136,13 +147,15 @@ def end_user_of_request(request: Request, attrs: dict[str, Any]) -> tuple[str, b
     """(end user id, consent flag or None) of a serving request: the body's ``user`` and
     ``opted_in``, else the ``X-Strop-User`` and ``X-Strop-Opt-In`` headers, which editor plugins
     can send from their configuration (Continue: ``requestOptions.headers``)."""
-    user = attrs.get("user") or request.headers.get("X-Strop-User", "")
-    if len(user) > 200 or "\x00" in user:
-        raise ValidationFailed("X-Strop-User: at most 200 characters, without NUL")
+    field_name, user = "user", attrs.get("user") or ""
+    if not user:
+        field_name, user = "X-Strop-User", request.headers.get("X-Strop-User", "").strip()
+    if user:
+        end_user_id_check(user, field_name=field_name)
     flag = attrs.get("opted_in")
     if flag is None and "X-Strop-Opt-In" in request.headers:
         raw = request.headers["X-Strop-Opt-In"].strip().lower()
         if raw not in ("true", "false", "1", "0"):
             raise ValidationFailed("X-Strop-Opt-In: must be true or false")
         flag = raw in ("true", "1")
-    return user.strip(), flag
+    return user, flag

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -36,6 +37,32 @@ def database_unreachable(exc: Exception) -> bool:
         return False
     state = cause.sqlstate
     return state is None or state.startswith(_CONNECTION_SQLSTATES)  # None: failed on the client's side
+
+
+# What a tenant must not read in an error: where things run (URLs, host:port) and where files
+# live (absolute paths). The operator's log keeps the full text, under the request's id.
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>()\[\]]*[^\s'\"<>()\[\]:.,;]")
+_HOST_PORT = re.compile(r"\b(?:\d{1,3}(?:\.\d{1,3}){3}|localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+):\d{2,5}\b")
+_PATH = re.compile(r"(?<![\w.~-])(?:[A-Za-z]:)?(?:[/\\][\w.~@+-]+){2,}[/\\]?")
+
+
+_TRACEBACK = "Traceback (most recent call last)"
+
+
+def public_text(text: str, *, max_length: int = 500, first_line: bool = True) -> str:
+    """``text`` as a tenant may read it: never a traceback (its first line only, or with
+    ``first_line=False`` everything before a traceback), URLs, hosts and file paths replaced by
+    placeholders, at most ``max_length`` characters."""
+    if first_line:
+        lines = [part.strip() for part in text.splitlines() if part.strip()]
+        # A bare traceback: its last line names the exception, its first says nothing.
+        text = lines[-1] if lines and lines[0].startswith(_TRACEBACK) else (lines[0] if lines else "")
+    else:
+        text = text.split(_TRACEBACK, 1)[0].strip()
+    text = _URL.sub("<url>", text)
+    text = _HOST_PORT.sub("<host>", text)
+    text = _PATH.sub("<path>", text)
+    return text if len(text) <= max_length else text[: max_length - 1] + "…"
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:

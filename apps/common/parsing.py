@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.conf import settings
 from rest_framework import serializers
 
-from apps.common.exceptions import NotFound, ValidationFailed
+from apps.common.exceptions import NotFound, PayloadTooLarge, ValidationFailed
 
 _DIGITS = re.compile(r"(?:0|[1-9][0-9]{0,17})")  # fits a signed 64-bit integer
 
@@ -25,6 +26,18 @@ def parse_id(value: str, *, what: str) -> int:
     if not isinstance(value, str) or not _DIGITS.fullmatch(value):
         raise NotFound(f"{what} {str(value)[:64]!r} not found")
     return int(value)
+
+
+def body_read(stream: Any) -> bytes:
+    """A request body of at most ``STROP_MAX_BODY_BYTES``; a longer one is a 413, never cut short
+    (a parser that read only the first part would answer for part of the data as if it were all)."""
+    limit = settings.STROP_MAX_BODY_BYTES
+    body: bytes = stream.read(limit + 1) if stream is not None else b""
+    if len(body) > limit:
+        raise PayloadTooLarge(
+            f"request body is larger than {limit} bytes; split it", details={"limit_bytes": limit}
+        )
+    return body
 
 
 def query_int(params: Any, name: str, *, default: int, minimum: int, maximum: int) -> int:
@@ -64,6 +77,39 @@ def reject_unknown_query(params: Any, allowed: set[str]) -> None:
             f"{unknown[0]}: is not a query parameter here (known: {', '.join(sorted(allowed)) or 'none'})",
             code="unknown_field",
         )
+
+
+# An end user id names a resource of the API (``/v1/users/<id>``, ``…/opt-in``, ``…/opt-out``), so
+# ingest takes only ids the API can address: a "/" would split the path, "." and ".." are
+# normalised away by HTTP clients, and "import" is the route of the bulk import.
+MAX_END_USER_ID = 200
+RESERVED_END_USER_IDS = frozenset({".", "..", "import"})
+
+
+def end_user_id_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be an end user id, or None when it can (the one rule, used wherever an
+    end user id enters: ingest, serving, editor outcomes, consent, assignment)."""
+    if not isinstance(value, str):
+        return f"must be a string, not {type(value).__name__}"
+    if not value.strip():
+        return "must not be blank"
+    if len(value) > MAX_END_USER_ID:
+        return f"is longer than {MAX_END_USER_ID} characters"
+    if "\x00" in value:
+        return "contains a NUL character, which cannot be stored"
+    if "/" in value:
+        return "must not contain '/': the id must be addressable as /v1/users/<id>"
+    if value in RESERVED_END_USER_IDS:
+        return f"{value!r} is reserved (it cannot be addressed as /v1/users/<id>)"
+    return None
+
+
+def end_user_id_check(value: Any, *, field_name: str = "end_user_id") -> str:
+    """``value`` when it is an addressable end user id; else a 400 naming ``field_name``."""
+    problem = end_user_id_problem(value)
+    if problem is not None:
+        raise ValidationFailed(f"{field_name}: {problem}", details={"field": field_name})
+    return value
 
 
 class StrictSerializer(serializers.Serializer):

@@ -1,5 +1,5 @@
 """Experiments over the API (key scope ``admin``), and the assignment a tenant that serves
-elsewhere asks for (any key)."""
+elsewhere asks for (key scope ``serve`` or ``ingest``: it records consent)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -16,7 +17,7 @@ from apps.cohorts.selectors import consent_default
 from apps.cohorts.services import end_user_consent_now
 from apps.common.apis import ScopedApi
 from apps.common.exceptions import ValidationFailed
-from apps.common.parsing import StrictSerializer, query_text, reject_unknown_query
+from apps.common.parsing import StrictSerializer, end_user_id_check, query_bool, query_text, reject_unknown_query
 from apps.experiments.assignment import assign_arm
 from apps.experiments.models import Experiment, ExperimentSnapshot
 from apps.experiments.selectors import (
@@ -194,9 +195,14 @@ class ExperimentActionApi(ScopedApi):
 
 class AssignmentApi(ScopedApi):
     """For tenants that serve elsewhere: which version this end user should get now. Opted-in users
-    of a running experiment get their arm (and the exposure is recorded); everyone else production."""
+    of a running experiment get their arm (and the exposure is recorded); everyone else production.
+
+    It records the end user's consent (``opted_in``, or the default for a user seen for the first
+    time), so the key needs a scope that may write consent: ``serve`` (as a served completion
+    would) or ``ingest`` (as logging does)."""
 
     required_scope = "any"
+    consent_scopes = frozenset({"serve", "ingest"})
 
     @extend_schema(
         parameters=[
@@ -219,18 +225,20 @@ class AssignmentApi(ScopedApi):
         },
     )
     def get(self, request: Request, adapter_name: str) -> Response:
-        from apps.common.parsing import query_bool
-
+        if not self.consent_scopes & request.user.scopes:
+            raise PermissionDenied("this API key lacks the 'serve' or 'ingest' scope (assignment records consent)")
         reject_unknown_query(request.query_params, {"user", "opted_in"})
         user = query_text(request.query_params, "user") or ""
-        if not user.strip():
+        if not user:
             raise ValidationFailed("user: required, the end user's id")
+        end_user_id_check(user, field_name="user")
+        flag = query_bool(request.query_params, "opted_in")
         found = serving_lookup(self.tenant, name=adapter_name, external_id=user)
         adapter = found.adapter
         consent = end_user_consent_now(
             self.tenant,
             external_id=user,
-            flag=query_bool(request.query_params, "opted_in"),
+            flag=flag,
             default=consent_default(self.tenant, api_key=request.auth),
             actor=self.actor,
             stored=found.end_user,

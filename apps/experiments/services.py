@@ -94,7 +94,7 @@ def experiment_create(
 
 @dataclass
 class ProbeCheck:
-    replica: str
+    replica: int  # its place in VLLM_BASE_URLS, from 1: tenants never see the replicas' addresses
     max_abs_diff: float | None
     ok: bool
     message: str
@@ -117,18 +117,23 @@ def serve_probe_verify(version: AdapterVersion) -> list[ProbeCheck]:
     client = vllm_client()
     checks: list[ProbeCheck] = []
     prompt, completion, expected = probe["prompt_token_ids"], probe["completion_token_ids"], probe["logprobs"]
-    for replica in client.base_urls:
+    for index, replica in enumerate(client.base_urls, start=1):
         served = client.prompt_logprobs(replica, model=version.vllm_name, token_ids=[*prompt, *completion])
         tail = served[len(prompt) :]
         if len(tail) != len(expected) or any(v is None for v in tail):
-            checks.append(ProbeCheck(replica, None, False, "vLLM returned no log-prob for some probe tokens"))
+            checks.append(ProbeCheck(index, None, False, "vLLM returned no log-prob for some probe tokens"))
             continue
         gap = max(abs(float(a) - float(b)) for a, b in zip(tail, expected, strict=True))
         ok = gap <= tolerance
-        checks.append(ProbeCheck(replica, gap, ok, "" if ok else f"max |Δ logprob| {gap:.4f} > {tolerance}"))
+        checks.append(ProbeCheck(index, gap, ok, "" if ok else f"max |Δ logprob| {gap:.4f} > {tolerance}"))
     failed = [c for c in checks if not c.ok]
     if failed:
-        details = "; ".join(f"{c.replica}: {c.message}" for c in failed)
+        for check in failed:  # the operator's log names the replica; the tenant reads its number
+            logger.warning(
+                "serve probe of %s failed on replica %d (%s): %s",
+                version.vllm_name, check.replica, client.base_urls[check.replica - 1], check.message,
+            )
+        details = "; ".join(f"replica {c.replica} of {len(checks)}: {c.message}" for c in failed)
         raise Conflict(
             f"vLLM does not serve version {version.number}'s weights: {details}. The experiment was not started.",
             code="serve_probe_mismatch",

@@ -7,8 +7,10 @@ or "noCode" without prefix, suffix, prompt and completion). The bare outcome is 
 An outcome becomes feedback on the completion Strop served, when there is one: Continue's
 ``completionId`` is its own, but the ``prompt`` it logs is exactly the prompt it sent, so the
 served interaction is the recent one of this tenant with that prompt whose completion the shown
-text begins. That interaction takes the ``completionId`` as its client id (a replay finds it
-again), and the feedback lands on the tokens vLLM sampled. Without such a match the outcome is
+text begins, served to the same developer (or to nobody named: Continue sends no user with its
+completions unless configured to). One developer's outcome never lands on another's completion.
+That interaction takes the ``completionId`` as its client id (a replay finds it again), and the
+feedback lands on the tokens vLLM sampled. Without such a match the outcome is
 logged as an interaction of its own. A noCode outcome has no text: it is recorded, with its
 feedback, but there is nothing in it to learn from or to count as a shown suggestion.
 """
@@ -20,8 +22,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from apps.common.parsing import end_user_id_problem
 from apps.interactions.models import Interaction
 from apps.interactions.services import ItemResult, feedback_ingest, interactions_ingest
 from apps.interactions.validation import ItemError
@@ -85,12 +89,31 @@ def _unwrap(payload: Any) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
     return "autocomplete", payload, {}
 
 
-def _served_match(tenant: Any, outcome: dict[str, Any]) -> Interaction | None:
-    """The recent completion Strop served for this prompt whose text the shown completion begins."""
+def _outcome_user(outcome: dict[str, Any], end_user: str) -> str:
+    """The developer an outcome is about: the header's (already checked), else ``userId``, else
+    ``uniqueId``; "" when none is sent. An id the API could not address is a 400 naming its field."""
+    if end_user:
+        return end_user
+    for key in ("userId", "uniqueId"):
+        value = outcome.get(key)
+        if value is None or value == "":
+            continue
+        problem = end_user_id_problem(value)
+        if problem is not None:
+            raise ItemError(key, problem)
+        return value
+    return ""
+
+
+def _served_match(tenant: Any, outcome: dict[str, Any], user: str) -> Interaction | None:
+    """The recent completion Strop served for this prompt whose text the shown completion begins,
+    served to ``user`` or to nobody named; one served to ``user`` is preferred."""
     prompt, shown = outcome.get("prompt"), outcome.get("completion")
     if not isinstance(prompt, str) or not prompt or not isinstance(shown, str) or not shown.strip():
         return None
+    same_user = Q(end_user_id="") | Q(end_user_id=user) if user else Q(end_user_id="")
     candidates = Interaction.objects.filter(
+        same_user,
         tenant=tenant,
         source=Interaction.Source.SERVED,
         client_id__isnull=True,
@@ -98,11 +121,12 @@ def _served_match(tenant: Any, outcome: dict[str, Any]) -> Interaction | None:
         received_at__gte=timezone.now() - SERVED_MATCH_WINDOW,
     ).order_by("-received_at")[:20]
     wanted = shown.strip()
-    for candidate in candidates:
-        served = candidate.completion.strip()
-        if served.startswith(wanted) or wanted.startswith(served) and served:
-            return candidate
-    return None
+    matches = [
+        candidate
+        for candidate in candidates
+        if (served := candidate.completion.strip()) and (served.startswith(wanted) or wanted.startswith(served))
+    ]
+    return next((c for c in matches if c.end_user_id), matches[0] if matches else None)
 
 
 def editor_outcome_ingest(
@@ -116,13 +140,13 @@ def editor_outcome_ingest(
     accepted = outcome.get("accepted")
     if accepted is not None and not isinstance(accepted, bool):
         raise ItemError("accepted", "must be true, false or absent")
-    user = end_user or outcome.get("userId") or outcome.get("uniqueId")
+    user = _outcome_user(outcome, end_user)
     no_code = envelope.get("level") == "noCode"
     metadata = {key: value for key, value in outcome.items() if key not in _MAPPED}
     if envelope:
         metadata["continue"] = envelope
     with transaction.atomic():
-        served = None if no_code else _served_match(tenant, outcome)
+        served = None if no_code else _served_match(tenant, outcome, user)
         if served is not None:
             return _link(tenant, served, outcome, accepted, user, metadata, consent_default, actor)
         interaction = {
@@ -132,7 +156,7 @@ def editor_outcome_ingest(
             "suffix": outcome.get("suffix"),
             "completion": outcome.get("completion") if not no_code else "",
             "model": outcome.get("modelName"),
-            "end_user_id": user,
+            "end_user_id": user or None,
             "served_at": _timestamp(outcome.get("timestamp")),
             "latency_ms": outcome.get("time"),
             "metadata": {**metadata, "text_withheld": True} if no_code else metadata,
@@ -154,7 +178,7 @@ def _link(
     served: Interaction,
     outcome: dict[str, Any],
     accepted: bool | None,
-    user: Any,
+    user: str,
     metadata: dict[str, Any],
     consent_default: bool,
     actor: str,
@@ -169,9 +193,9 @@ def _link(
     served.client_id = client_id
     served.metadata = {**served.metadata, "editor_outcome": metadata}
     fields = ["client_id", "metadata"]
-    if not served.end_user_id and isinstance(user, str) and user.strip() and len(user) <= 200:
+    if not served.end_user_id and user:
         # Continue sends no user with completions; the outcome is the first time Strop learns who it was.
-        served.end_user_id = user.strip()
+        served.end_user_id = user
         (served.end_user_opted_in,) = end_users_observe(
             tenant, observations=[(served.end_user_id, None)], source="editor", actor=actor, default=consent_default
         )

@@ -10,16 +10,23 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from apps.common.parsing import is_uuid, json_problem
+from apps.common.parsing import end_user_id_problem, is_uuid, json_problem
 from apps.interactions.messages import MessageError, messages_validate, tools_validate, turn_of
 from apps.interactions.models import Feedback
 
 MAX_ID_LEN = 200
 MAX_TOKEN_ID = 2**31 - 1
 _MAX_LOGPROB = 1e-4  # logprobs are <= 0; allow float noise
+# Numbers outside these ranges are a client's bug, not data: refused with a 400 rather than stored
+# (where they would skew latency percentiles, importance weights or training windows).
+MIN_LOGPROB = -10_000.0  # below any real token's log-probability; vLLM writes -9999.0 for -inf
+MAX_LATENCY_MS = 3_600_000.0  # one hour for one completion
+MAX_TURN = 100_000
+EARLIEST_TIMESTAMP = datetime(2000, 1, 1, tzinfo=UTC)
+MAX_CLOCK_SKEW = timedelta(days=1)  # a client's clock may run ahead of ours, not by more
 
 
 class ItemError(Exception):
@@ -90,6 +97,17 @@ def _id(item: dict[str, Any], name: str, *, required: bool = False) -> str | Non
     return value
 
 
+def _end_user_id(item: dict[str, Any], name: str = "end_user_id") -> str:
+    """The end user: absent or "" is nobody; anything else must be an id the API can address."""
+    value = item.get(name)
+    if value is None or value == "":
+        return ""
+    problem = end_user_id_problem(value)
+    if problem is not None:
+        raise ItemError(name, problem)
+    return value
+
+
 def _optional_bool(item: dict[str, Any], name: str) -> bool | None:
     value = item.get(name)
     if value is not None and not isinstance(value, bool):
@@ -117,7 +135,12 @@ def _logprobs(item: dict[str, Any], name: str) -> list[float] | None:
         return None
     if not isinstance(value, list):
         raise ItemError(name, "must be a list of numbers")
-    if not value or (all(type(x) is float for x in value) and math.isfinite(sum(value)) and max(value) <= _MAX_LOGPROB):
+    if not value or (
+        all(type(x) is float for x in value)
+        and math.isfinite(sum(value))
+        and max(value) <= _MAX_LOGPROB
+        and min(value) >= MIN_LOGPROB
+    ):
         return value  # the common case; the JSON parser already refused NaN and Infinity
     out: list[float] = []
     for index, number in enumerate(value):
@@ -125,18 +148,27 @@ def _logprobs(item: dict[str, Any], name: str) -> list[float] | None:
             raise ItemError(name, f"item {index} must be a finite number")
         if number > _MAX_LOGPROB:
             raise ItemError(name, f"item {index} is {number}; a log-probability is at most 0")
+        if number < MIN_LOGPROB:
+            lowest = _plain(MIN_LOGPROB)
+            raise ItemError(name, f"item {index} is {number}; a log-probability must be from {lowest} to 0")
         out.append(float(number))
     return out
 
 
-def _number(item: dict[str, Any], name: str, *, minimum: float = 0.0) -> float | None:
+def _plain(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() and abs(number) < 1e15 else repr(number)
+
+
+def _number(item: dict[str, Any], name: str, *, minimum: float = 0.0, maximum: float, unit: str = "") -> float | None:
     value = item.get(name)
     if value is None:
         return None
     if type(value) not in (int, float) or not math.isfinite(value):
         raise ItemError(name, "must be a finite number")
-    if value < minimum:
-        raise ItemError(name, f"must be at least {minimum}")
+    if not minimum <= value <= maximum:
+        raise ItemError(
+            name, f"must be from {_plain(minimum)} to {_plain(maximum)}{unit}, not {_plain(value)}", "out_of_range"
+        )
     return float(value)
 
 
@@ -153,9 +185,18 @@ def _datetime(item: dict[str, Any], name: str) -> datetime | None:
     if parsed.tzinfo is None:
         raise ItemError(name, "must include a timezone (for example a trailing Z for UTC)")
     try:  # 0001-01-01T00:00+01:00 parses, but is before year 1 in UTC
-        return parsed.astimezone(UTC)
+        parsed = parsed.astimezone(UTC)
     except OverflowError:
         raise ItemError(name, f"{value!r} is outside the years 1 to 9999 once converted to UTC") from None
+    latest = datetime.now(UTC) + MAX_CLOCK_SKEW
+    if not EARLIEST_TIMESTAMP <= parsed <= latest:
+        raise ItemError(
+            name,
+            f"{value!r} is not a plausible time: it must be from {EARLIEST_TIMESTAMP:%Y-%m-%dT%H:%M:%SZ} to a day "
+            f"from now ({latest:%Y-%m-%dT%H:%M:%SZ})",
+            "out_of_range",
+        )
+    return parsed
 
 
 def _metadata(item: dict[str, Any], name: str = "metadata") -> dict[str, Any]:
@@ -205,8 +246,8 @@ def _turn(item: dict[str, Any], name: str = "turn") -> int | None:
     value = item.get(name)
     if value is None:
         return None
-    if type(value) is not int or not 0 <= value <= MAX_TOKEN_ID:
-        raise ItemError(name, "must be a whole number from 0 (the first reply of the session)")
+    if type(value) is not int or not 0 <= value <= MAX_TURN:
+        raise ItemError(name, f"must be a whole number from 0 (the first reply of the session) to {MAX_TURN}")
     return value
 
 
@@ -267,10 +308,10 @@ def interaction_validate(item: Any) -> InteractionIn:
         completion_token_ids=completion_ids,
         completion_logprobs=logprobs,
         model_name=_text(item, "model", max_len=200) or "",
-        end_user_id=_text(item, "end_user_id", max_len=200) or "",
+        end_user_id=_end_user_id(item),
         end_user_opted_in=_optional_bool(item, "opted_in"),
         served_at=_datetime(item, "served_at"),
-        latency_ms=_number(item, "latency_ms"),
+        latency_ms=_number(item, "latency_ms", maximum=MAX_LATENCY_MS, unit=" milliseconds"),
         metadata=_metadata(item),
         messages=messages,
         tools=tools,
@@ -320,9 +361,8 @@ def feedback_validate(item: Any) -> FeedbackIn:
             raise ItemError(
                 "turn", "is required with 'conversation_id': the turn the session outcome follows", "required"
             )
-        discount = _number(item, "discount") or 0.0
-        if discount > 1:
-            raise ItemError("discount", "must be from 0 (the named turn only) to 1 (every earlier turn in full)")
+        spread = " (0: the named turn only; 1: every earlier turn in full)"
+        discount = _number(item, "discount", maximum=1.0, unit=spread) or 0.0
     else:
         for name in ("turn", "discount"):
             if item.get(name) is not None:

@@ -4,16 +4,37 @@ vLLM answers errors as ``{"error": {"message", "type", "code"}}`` with the HTTP 
 ``code``. Each becomes an :class:`~apps.common.exceptions.ApplicationError` subclass, so the API
 answers it in its one error shape: the tenant's mistakes as 4xx, vLLM down or too slow as 503
 with Retry-After, anything else as 502.
+
+Replicas are the operator's: a tenant never reads their URLs, hosts or adapter paths. ``message``
+(what the API, the event stream and the dashboard show) has them replaced by placeholders, and
+``as_dict`` leaves them out of the details; the full text (``operator_message``) and the replica
+go to the operator's log when the error is made, on a line that carries the request id.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import httpx
 
+from apps.common.exception_handler import public_text
 from apps.common.exceptions import ApplicationError, ServiceUnavailable
+
+logger = logging.getLogger(__name__)
+
+# Details the operator's log keeps and a tenant's answer leaves out.
+OPERATOR_ONLY_DETAILS = frozenset({"replica", "lora_path"})
+
+
+def _operator_log(error: ApplicationError, operator_message: str, replica: str | None) -> None:
+    level = logging.WARNING if error.status_code >= 500 else logging.INFO
+    logger.log(level, "%s (%s) from vLLM replica %s: %s", type(error).__name__, error.code, replica, operator_message)
+
+
+def _public_details(details: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in details.items() if key not in OPERATOR_ONLY_DETAILS}
 
 
 class VLLMError(ApplicationError):
@@ -32,10 +53,16 @@ class VLLMError(ApplicationError):
         details: dict[str, Any] | None = None,
     ) -> None:
         extra = {"replica": replica, "vllm_status": vllm_status, "vllm_type": vllm_type}
-        super().__init__(message, details={**extra, **(details or {})})
+        public = public_text(message, max_length=1000, first_line=False)
+        super().__init__(public, details={**extra, **(details or {})})
+        self.operator_message = message
         self.replica = replica
         self.vllm_status = vllm_status
         self.vllm_type = vllm_type
+        _operator_log(self, message, replica)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "details": _public_details(self.details)}
 
 
 class VLLMBadRequest(VLLMError):
@@ -72,8 +99,14 @@ class VLLMUnavailable(ServiceUnavailable):
     code = "vllm_unavailable"
 
     def __init__(self, message: str, *, replica: str | None = None, retry_after_s: int = 5) -> None:
-        super().__init__(message, retry_after_s=retry_after_s, details={"replica": replica})
+        public = public_text(message, max_length=1000, first_line=False)
+        super().__init__(public, retry_after_s=retry_after_s, details={"replica": replica})
+        self.operator_message = message
         self.replica = replica
+        _operator_log(self, message, replica)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "details": _public_details(self.details)}
 
 
 def error_parts(response: httpx.Response) -> tuple[str, str | None]:
