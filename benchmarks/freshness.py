@@ -115,7 +115,7 @@ def main() -> None:
         procs.append(start_gunicorn(db_url, api_port, 2, **extra))
         workers = Workers(env=env, log_dir=work)
         procs.append(workers.start("default", "default,serving", "threads"))
-        procs.append(workers.start("gpu", "gpu", "solo"))
+        procs.append(workers.start_gpu())
 
         client = Strop(base_url=api_url, api_key=key, timeout=120)
         tasks = load_tasks("train", args.events, context=Context(max_prefix_chars=args.prefix_chars))

@@ -25,6 +25,7 @@ from apps.serving.apis import CompletionApi, ModelListApi
 from apps.serving.chat_apis import ChatCompletionApi
 from apps.tenants.apis import ApiKeyCollectionApi, ApiKeyDetailApi, AuditEventListApi, TenantMeApi
 from apps.training.apis import (
+    AdapterRetrainApi,
     EvalSetApi,
     TrainingPolicyApi,
     TrainingRunCollectionApi,
@@ -57,6 +58,7 @@ urlpatterns = [
     path("v1/adapters/<str:adapter_name>/training-policy", TrainingPolicyApi.as_view(), name="training-policy"),
     path("v1/adapters/<str:adapter_name>/eval-set", EvalSetApi.as_view(), name="eval-set"),
     path("v1/adapters/<str:adapter_name>/training-runs", TrainingRunCollectionApi.as_view(), name="training-runs"),
+    path("v1/adapters/<str:adapter_name>/retrain", AdapterRetrainApi.as_view(), name="adapter-retrain"),
     path("v1/training-runs/<str:run_id>", TrainingRunDetailApi.as_view(), name="training-run-detail"),
     path("v1/users", EndUserListApi.as_view(), name="end-users"),
     path("v1/users/import", EndUserImportApi.as_view(), name="end-users-import"),

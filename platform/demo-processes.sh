@@ -33,7 +33,7 @@ demo_start_api() {  # demo_start_api PORT
 demo_start_workers() {  # default + serving queues, and the gpu queue
   demo_spawn worker-default .venv/bin/celery -A config worker -Q default,serving --pool threads -c 4 \
     -n demo-default@%h -l info
-  demo_spawn worker-gpu .venv/bin/celery -A config worker -Q gpu --pool solo -n demo-gpu@%h -l info
+  demo_spawn worker-gpu .venv/bin/celery -A config worker -Q gpu --pool prefork -c 1 -n demo-gpu@%h -l info
 }
 
 _demo_any_alive() {

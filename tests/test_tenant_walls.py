@@ -37,6 +37,7 @@ WITH_IDS = {
     "training-policy",
     "eval-set",
     "training-runs",
+    "adapter-retrain",
     "training-run-detail",
     "interaction-detail",
     "api-key-detail",
@@ -200,6 +201,7 @@ def test_b_cannot_see_or_steer_a_training(world):
     assert b.put("/v1/adapters/a-trained/eval-set", cases, format="json").status_code == 404
     assert b.get("/v1/adapters/a-trained/training-runs").status_code == 404
     assert b.post("/v1/adapters/a-trained/training-runs").status_code == 404
+    assert b.post("/v1/adapters/a-trained/retrain").status_code == 404
     response = b.get(f"/v1/training-runs/{run.pk}")
     assert response.status_code == 404 and "secret" not in response.content.decode()
     assert not TrainingPolicy.objects.filter(adapter=adapter).exists()

@@ -1,10 +1,24 @@
 from __future__ import annotations
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import worker_init
+from django.conf import settings
+
+# Celery's own limits back the run's wall-time limit (apps.training.pipeline stops a run past
+# TRAINING_MAX_RUN_S at its next step): the soft one raises in the task a stale-after later, the
+# hard one kills the pool process after another. Only a prefork pool enforces them, so the gpu
+# worker runs ``--pool prefork --concurrency 1``; the reaper then ends the run failed.
+RUN_SOFT_LIMIT_S = settings.TRAINING_MAX_RUN_S + settings.TRAINING_STALE_AFTER_S
+RUN_HARD_LIMIT_S = settings.TRAINING_MAX_RUN_S + 2 * settings.TRAINING_STALE_AFTER_S
 
 
-@shared_task(name="workers.training.training_run_execute", acks_late=True, reject_on_worker_lost=True)
+@shared_task(
+    name="workers.training.training_run_execute",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=RUN_SOFT_LIMIT_S,
+    time_limit=RUN_HARD_LIMIT_S,
+)
 def training_run_execute(run_id: int, attempt: int) -> str:
     """Train one run (gpu queue). Idempotent: only the attempt's first delivery claims the run."""
     from apps.training.pipeline import training_run_execute as execute
@@ -40,10 +54,12 @@ def training_sweep_queued() -> int:
     return len(sweep())
 
 
-@worker_ready.connect
+@worker_init.connect
 def preload_trainer(sender: object = None, **_: object) -> None:
-    """A gpu worker imports torch, transformers and peft once at start, not in its first run's clock."""
-    queues = {queue.name for queue in getattr(getattr(sender, "task_consumer", None), "queues", [])}
+    """A gpu worker imports torch, transformers and peft once at start, before its pool process
+    forks, not in its first run's clock."""
+    selected = getattr(getattr(getattr(sender, "app", None), "amqp", None), "queues", None)
+    queues = set(getattr(selected, "consume_from", None) or {})
     if "gpu" in queues:
         import gpu_trainer.gate  # noqa: F401
         import gpu_trainer.ppo  # noqa: F401

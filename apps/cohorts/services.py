@@ -21,10 +21,9 @@ from apps.cohorts.models import ConsentChange, EndUser
 from apps.cohorts.selectors import versions_touched_by
 from apps.common.exceptions import NotFound, ValidationFailed
 from apps.common.lookups import in_values, tenant_rows
+from apps.common.parsing import end_user_id_check
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
-
-MAX_EXTERNAL_ID = 200
 
 
 def _history(tenant: Tenant, user_id: int, opted_in: bool, *, source: str, actor: str, at: datetime) -> ConsentChange:
@@ -157,11 +156,7 @@ def end_user_consent_set(tenant: Tenant, *, external_id: str, opted_in: bool, so
 
 
 def _check_external_id(external_id: Any, field_name: str = "end_user_id") -> str:
-    if not isinstance(external_id, str) or not external_id.strip():
-        raise ValidationFailed(f"{field_name}: must be a non-blank string")
-    if len(external_id) > MAX_EXTERNAL_ID or "\x00" in external_id:
-        raise ValidationFailed(f"{field_name}: at most {MAX_EXTERNAL_ID} characters, without NUL")
-    return external_id
+    return end_user_id_check(external_id, field_name=field_name)
 
 
 @dataclass
@@ -229,12 +224,18 @@ class EraseReport:
     deleted: dict[str, int] = field(default_factory=dict)
     versions_trained_on: list[dict[str, Any]] = field(default_factory=list)
     versions_evaluated_on: list[dict[str, Any]] = field(default_factory=list)
+    # Every training run whose window held the user, active ones included (those are discarded and
+    # rerun without them), and how to retrain the lineages whose versions learned from them.
+    training_runs: list[dict[str, Any]] = field(default_factory=list)
+    retrain: list[dict[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "deleted": self.deleted,
             "versions_trained_on": self.versions_trained_on,
             "versions_evaluated_on": self.versions_evaluated_on,
+            "training_runs": self.training_runs,
+            "retrain": self.retrain,
         }
 
 
@@ -250,6 +251,7 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     from apps.experiments.models import ExperimentExposure
     from apps.interactions.models import ConversationOutcome, Feedback, Interaction
     from apps.serving.models import ServingFailure
+    from apps.training.erasure import training_erasure_record
 
     user = EndUser.objects.select_for_update().filter(tenant=tenant, external_id=external_id).first()
     interactions = Interaction.objects.filter(tenant=tenant, end_user_id=external_id)
@@ -257,6 +259,9 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
         raise NotFound(f"no end user {external_id[:200]!r}")
     report = EraseReport()
     report.versions_trained_on, report.versions_evaluated_on = versions_touched_by(interactions)
+    # Marked before the rows go (the marks outlive them); an active run's mark discards it.
+    erased_runs = training_erasure_record(tenant, interactions=interactions, external_id=external_id)
+    report.training_runs, report.retrain = erased_runs.runs, erased_runs.retrain
     client_ids = [c for c in interactions.values_list("client_id", flat=True) if c]
     conversations = interactions.exclude(conversation_id="").values_list("conversation_id", flat=True)
     conversation_ids = list(conversations.distinct())
@@ -291,6 +296,10 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
         action="end_user.erase",
         target_type="end_user",
         target_id="erased",
-        data={"deleted": report.deleted, "versions_trained_on": [v["vllm_name"] for v in report.versions_trained_on]},
+        data={
+            "deleted": report.deleted,
+            "versions_trained_on": [v["vllm_name"] for v in report.versions_trained_on],
+            "training_runs": [r["run"] for r in report.training_runs],
+        },
     )
     return report

@@ -13,13 +13,15 @@ from apps.dashboard.selectors import NO_FEEDBACK, InteractionFilters
 from apps.interactions.models import Feedback
 from apps.tenants.services import ALL_SCOPES
 from apps.training.models import TrainingPolicy
+from apps.training.overrides import gate_knobs, trainer_knobs
 
 
 def attach_service_error(form: forms.Form, exc: ValidationFailed) -> None:
     """Put a service's ``"field: message"`` beside that field, else above the form."""
     name, sep, message = exc.message.partition(":")
-    if sep and name.strip() in form.fields:
-        form.add_error(name.strip(), message.strip())
+    field = name.strip().split(".", 1)[0]  # "trainer_overrides.epochs: ..." belongs beside trainer_overrides
+    if sep and field in form.fields:
+        form.add_error(field, message.strip() if field == name.strip() else exc.message)
     else:
         form.add_error(None, exc.message)
 
@@ -70,8 +72,12 @@ class TrainingPolicyForm(forms.Form):
         label="Reward dissatisfied follow-up", help_text="Agents: the user re-asked or corrected the answer."
     )
     reward_tool_call_failed = forms.FloatField(label="Reward failed tool call")
-    trainer_overrides = JSONObjectField(help_text="PPO settings to override, as a JSON object.")
-    gate_overrides = JSONObjectField(help_text="Gate settings to override, as a JSON object.")
+    trainer_overrides = JSONObjectField(
+        help_text="PPO settings to override, as a JSON object. Allowed: " + ", ".join(trainer_knobs()) + "."
+    )
+    gate_overrides = JSONObjectField(
+        help_text="Gate settings to override, as a JSON object. Allowed: " + ", ".join(gate_knobs()) + "."
+    )
 
     @classmethod
     def for_policy(cls, policy: TrainingPolicy, data: Any = None) -> TrainingPolicyForm:

@@ -38,6 +38,7 @@ tenant_patterns = [
     path("cohorts/user/erase/", cohorts.end_user_erase_view, name="end-user-erase"),
     path("adapters/<slug:adapter_name>/training-policy/", adapters.training_policy, name="training-policy"),
     path("adapters/<slug:adapter_name>/runs/start/", adapters.training_run_start_view, name="run-start"),
+    path("adapters/<slug:adapter_name>/retrain/", adapters.lineage_retrain_view, name="lineage-retrain"),
     path("runs/", runs.run_list, name="runs"),
     path("runs/<int:run_id>/", runs.run_detail, name="run-detail"),
     path("runs/<int:run_id>/status/", runs.run_status, name="run-status"),

@@ -9,13 +9,23 @@ from rest_framework.response import Response
 
 from apps.adapters.selectors import adapter_get_for_tenant
 from apps.common.apis import ScopedApi
+from apps.common.exception_handler import public_text
 from apps.common.exceptions import Conflict, ValidationFailed
+from apps.training.erasure import training_lineage_retrain
 from apps.training.models import REWARD_FIELDS, TrainingPolicy, TrainingRun
+from apps.training.overrides import overrides_reference
 from apps.training.selectors import training_policy_get, training_run_get_for_tenant, training_run_list
 from apps.training.services import eval_set_upload, training_policy_update, training_schedule
 
 
 class TrainingPolicyOut(serializers.ModelSerializer):
+    override_limits = serializers.SerializerMethodField(
+        help_text="every key trainer_overrides and gate_overrides may hold, with its range"
+    )
+
+    def get_override_limits(self, policy: TrainingPolicy) -> dict[str, dict[str, str]]:
+        return overrides_reference()
+
     class Meta:
         model = TrainingPolicy
         fields = [
@@ -30,13 +40,23 @@ class TrainingPolicyOut(serializers.ModelSerializer):
             "show_gate_explore",
             "trainer_overrides",
             "gate_overrides",
+            "override_limits",
         ]
 
 
 class TrainingRunOut(serializers.ModelSerializer):
     adapter = serializers.CharField(source="adapter.name")
+    error = serializers.SerializerMethodField(
+        help_text="why the run failed, in one line (the traceback is in the operator's log)"
+    )
     parent_version = serializers.IntegerField(source="parent_version.number", allow_null=True, default=None)
     output_version = serializers.IntegerField(source="output_version.number", allow_null=True, default=None)
+    erased_users = serializers.SerializerMethodField(
+        help_text="end users erased while their events were in this run's trained window (their data is gone)"
+    )
+
+    def get_erased_users(self, run: TrainingRun) -> int:
+        return sum(1 for erasure in run.erasures.all() if erasure.trained_on)
 
     class Meta:
         model = TrainingRun
@@ -59,7 +79,11 @@ class TrainingRunOut(serializers.ModelSerializer):
             "gate",
             "log",
             "error",
+            "erased_users",
         ]
+
+    def get_error(self, obj: TrainingRun) -> str:
+        return public_text(obj.error) if obj.error else ""
 
 
 class TrainingPolicyApi(ScopedApi):
@@ -125,6 +149,24 @@ class TrainingRunCollectionApi(ScopedApi):
         run = training_schedule(adapter, force=True)
         if run is None:
             raise Conflict("a training run is already going for this adapter or tenant", code="run_active")
+        return Response(TrainingRunOut(run).data, status=202)
+
+
+class AdapterRetrainApi(ScopedApi):
+    """Retrain the adapter's lineage without the end users erased since its versions learned from them."""
+
+    required_scope = "admin"
+
+    @extend_schema(
+        request=None,
+        responses={202: TrainingRunOut},
+        description="A run from the newest version that learned from no erased end user (or the base), on "
+        "every event the newer versions learned and all since; 409 when no version learned from an erased "
+        "user, or a run is already going.",
+    )
+    def post(self, request: Request, adapter_name: str) -> Response:
+        adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
+        run = training_lineage_retrain(self.tenant, adapter=adapter, actor=self.actor)
         return Response(TrainingRunOut(run).data, status=202)
 
 

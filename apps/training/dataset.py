@@ -118,10 +118,11 @@ def _sample(interaction: Interaction, *, base: BaseModel, reward: float) -> dict
     }
 
 
-def dataset_export(run: TrainingRun, *, policy: TrainingPolicy) -> Window:
+def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int | None = None) -> Window:
     """Fix the run's window (recorded as TrainingRunEvent rows) and build its samples.
 
-    Events committed after this moment are not in the window and stay eligible for the next run.
+    Events committed after this moment are not in the window and stay eligible for the next run,
+    as do those past ``max_events`` (the oldest are taken first).
     """
     base = run.adapter.base_model
     rng = random.Random(f"heldout:{run.pk}")  # a different held-out draw per run: none is held out forever
@@ -132,7 +133,7 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy) -> Window:
         events = list(
             training_events_eligible(run.adapter, parent=run.parent_version)
             .select_related("interaction")
-            .order_by("id")
+            .order_by("id")[:max_events]
         )
         rows = []
         for feedback in events:

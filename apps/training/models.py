@@ -107,6 +107,9 @@ class TrainingRun(models.Model):
     stage_seconds = models.JSONField(default=dict, blank=True)
     log = models.TextField(blank=True)
     error = models.TextField(blank=True)
+    dispatched_at = models.DateTimeField(
+        null=True, blank=True, help_text="sent to the gpu queue (at most one waiting run per tenant)"
+    )
 
     class Meta:
         constraints = [
@@ -132,6 +135,23 @@ class TrainingRunEvent(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "feedback"], name="training_event_once_per_run")]
         indexes = [models.Index(fields=["feedback", "held_out"])]
+
+
+class TrainingRunErasure(models.Model):
+    """An end user erased while their events were in this run's window.
+
+    Outlives the erased data on purpose: it holds a keyed one-way hash of the user, never the id,
+    so the version the run produced (``run.output_version``) stays marked as having learned from
+    an erased user, and its lineage can be retrained without them."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey(TrainingRun, on_delete=models.CASCADE, related_name="erasures")
+    user_hash = models.CharField(max_length=64)
+    trained_on = models.BooleanField(help_text="in the trained part of the window (else only held out)")
+    erased_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "user_hash"], name="training_erasure_once_per_run")]
 
 
 class EvalSet(models.Model):

@@ -10,46 +10,59 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
 from apps.adapters.models import AdapterVersion
 from apps.adapters.services import adapter_serve_probe, adapter_version_register
+from apps.common.exceptions import ValidationFailed
 from apps.common.observability.metrics import training_run_finished
 from apps.common.tasks import enqueue
 from apps.serving.vllm_client import VLLMUnavailable
 from apps.training.dataset import Window, dataset_export
+from apps.training.erasure import training_run_erased
 from apps.training.models import EvalSet, TrainingPolicy, TrainingRun
+from apps.training.overrides import overrides_checked
 from apps.training.selectors import training_policy_get
 from apps.training.services import (
     training_run_advance,
     training_run_advance_log,
     training_run_claim,
     training_run_heartbeat,
+    training_schedule,
     training_schedule_tenant,
+    wall_time_reason,
 )
+from gpu_trainer.errors import TrainerInputError, TrainingDivergedError
 from gpu_trainer.show_gate import fit_show_threshold, threshold_of
 
 logger = logging.getLogger(__name__)
 
 
 class _Heartbeat(threading.Thread):
-    """Beats while the run works, so the reaper can tell a dead worker from a slow one."""
+    """Beats while the run works, so the reaper can tell a dead worker from a slow one; and
+    notices, at each beat, that the run was taken back or an end user in its window was erased."""
 
     def __init__(self, run: TrainingRun) -> None:
         super().__init__(daemon=True, name=f"heartbeat-run-{run.pk}")
-        self.run_id, self.attempt = run.pk, run.attempt
+        self.training_run = run
+        self.lost = threading.Event()  # the reaper took this attempt back
+        self.erased = threading.Event()  # an end user in the window was erased
         self._stopped = threading.Event()
 
     def run(self) -> None:
         try:
             while not self._stopped.wait(settings.TRAINING_HEARTBEAT_S):
-                if not training_run_heartbeat(self.run_id, attempt=self.attempt):
+                run = self.training_run
+                if not training_run_heartbeat(run.pk, attempt=run.attempt):
+                    self.lost.set()
                     return
+                if training_run_erased(run):
+                    self.erased.set()
         finally:
             connection.close()
 
@@ -59,7 +72,43 @@ class _Heartbeat(threading.Thread):
 
 
 class RunTakenBack(Exception):
-    """The reaper requeued this attempt while it was working; stop quietly."""
+    """The reaper requeued (or ended) this attempt while it was working; stop quietly."""
+
+
+class RunStopped(Exception):
+    """The run must stop now and end failed, with this reason (no traceback: nothing broke)."""
+
+
+class RunDiscarded(RunStopped):
+    """An end user in the window was erased: what the run learned must not be registered."""
+
+
+DISCARD_REASON = (
+    "discarded: an end user in its window was erased while it ran; nothing it learned was kept, "
+    "and a new run without them was scheduled"
+)
+
+
+RERUN_TRIGGER = "rerun without an erased user"
+
+
+class _Guard:
+    """What stops a run between two trainer steps (and between stages): its wall-time limit, an
+    erased end user, the reaper taking it back."""
+
+    def __init__(self, run: TrainingRun, heartbeat: _Heartbeat) -> None:
+        self.run, self.heartbeat = run, heartbeat
+        self.deadline = time.monotonic() + settings.TRAINING_MAX_RUN_S
+
+    def check(self, step: object = None) -> None:
+        """Between trainer steps (``step``: its metrics) the heartbeat's flags are read; between
+        stages the database is asked too."""
+        if self.heartbeat.lost.is_set():
+            raise RunTakenBack("taken back by the reaper")
+        if self.heartbeat.erased.is_set() or (step is None and training_run_erased(self.run)):
+            raise RunDiscarded(DISCARD_REASON)
+        if time.monotonic() > self.deadline:
+            raise RunStopped(wall_time_reason())
 
 
 def _advance(run: TrainingRun, status: str, **fields: Any) -> None:
@@ -74,16 +123,20 @@ def training_run_execute(run_id: int, *, attempt: int) -> str:
     heartbeat = _Heartbeat(run)
     heartbeat.start()
     try:
-        outcome = _execute(run)
+        outcome = _execute(run, _Guard(run, heartbeat))
     except RunTakenBack:
         return "taken back"
+    except RunStopped as exc:
+        logger.warning("training run %s stopped: %s", run.pk, exc)
+        training_run_advance(run, status=TrainingRun.Status.FAILED, error=str(exc))
+        if isinstance(exc, RunDiscarded):
+            training_schedule(run.adapter, force=True, parent=run.parent_version, trigger=RERUN_TRIGGER)
+        outcome = "failed"
     except Exception as exc:  # the trainer, the gate or the export failed: record it, keep the adapter
+        # The tenant sees what went wrong in one line; the traceback, with hosts and paths, goes
+        # to the operator's log only.
         logger.exception("training run %s failed", run.pk)
-        training_run_advance(
-            run,
-            status=TrainingRun.Status.FAILED,
-            error=f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()[-8000:]}",
-        )
+        training_run_advance(run, status=TrainingRun.Status.FAILED, error=failure_reason(exc))
         outcome = "failed"
     finally:
         heartbeat.stop()
@@ -93,7 +146,19 @@ def training_run_execute(run_id: int, *, attempt: int) -> str:
     return outcome
 
 
-def _execute(run: TrainingRun) -> str:
+def failure_reason(exc: BaseException) -> str:
+    """The one line a tenant reads: what failed, never where (paths of this host are cut out)."""
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return wall_time_reason()
+    text = str(exc).splitlines()[0] if str(exc).strip() else ""
+    for root in (settings.STROP_RUN_ROOT, settings.STROP_ADAPTER_ROOT, settings.BASE_DIR):
+        text = text.replace(str(root), "…")
+    if isinstance(exc, (TrainerInputError, TrainingDivergedError, ValidationFailed)):
+        return text[:1000]
+    return f"{type(exc).__name__}: {text[:1000]}" if text else f"{type(exc).__name__} (see the operator's log)"
+
+
+def _execute(run: TrainingRun, guard: _Guard) -> str:
     from gpu_trainer.config import PPOConfig
     from gpu_trainer.gate import GateConfig, evaluate_candidate
     from gpu_trainer.ppo import train_ppo
@@ -103,8 +168,9 @@ def _execute(run: TrainingRun) -> str:
     base, parent = run.adapter.base_model, run.parent_version
     seconds: dict[str, float] = {}
     started = time.perf_counter()
-    window = dataset_export(run, policy=policy)
+    window = dataset_export(run, policy=policy, max_events=settings.TRAINING_MAX_WINDOW_EVENTS)
     seconds["export"] = time.perf_counter() - started
+    guard.check()
     if not window.train:
         raise ValueError("the window holds no events to train on (all were held out or none are eligible)")
     _advance(
@@ -115,13 +181,16 @@ def _execute(run: TrainingRun) -> str:
         stage_seconds=seconds,
     )
 
+    # A policy stored before its limits were tightened fails here, with the API's own message.
+    trainer_overrides = overrides_checked("trainer_overrides", policy.trainer_overrides)
+    gate_overrides = overrides_checked("gate_overrides", policy.gate_overrides)
     run_dir = Path(settings.STROP_RUN_ROOT) / run.tenant.slug / run.adapter.name / f"run-{run.pk}-attempt-{run.attempt}"
     config = PPOConfig.from_dict({
         "seed": run.pk,
         "max_lora_rank": settings.VLLM_MAX_LORA_RANK,
         "autocast_bf16": _autocast(),
         "silence_reward": policy.reward_not_shown,
-        **policy.trainer_overrides,
+        **trainer_overrides,
     })
     started = time.perf_counter()
     result = train_ppo(
@@ -131,8 +200,10 @@ def _execute(run: TrainingRun) -> str:
         parent_adapter_dir=parent.artifact_path if parent else None,
         out_dir=run_dir / "adapter",
         progress=False,
+        on_step=guard.check,
     )
     seconds["train"] = time.perf_counter() - started
+    guard.check()
     _advance(run, TrainingRun.Status.EVALUATING, trainer_summary=result.summary, stage_seconds=seconds)
 
     started = time.perf_counter()
@@ -146,7 +217,7 @@ def _execute(run: TrainingRun) -> str:
         candidate_adapter_dir=result.out_dir,
         heldout=window.heldout,
         fim_eval=eval_set.cases if eval_set else None,
-        config=GateConfig.from_dict({"seed": run.pk, **policy.gate_overrides}),
+        config=GateConfig.from_dict({"seed": run.pk, **gate_overrides}),
         max_rank=settings.VLLM_MAX_LORA_RANK,
         kl_prompts=[sample["prompt_token_ids"] for sample in window.train[:32]],
         candidate_show_threshold=threshold_of(show_gate),
@@ -165,19 +236,29 @@ def _execute(run: TrainingRun) -> str:
         )
         return "rejected"
 
+    guard.check()
     started = time.perf_counter()
     probe = adapter_serve_probe(base, result.out_dir, sample=window.train[0])
-    version = adapter_version_register(
-        run.tenant,
-        adapter=run.adapter,
-        source_dir=result.out_dir,
-        parent=parent,
-        status=AdapterVersion.Status.CANDIDATE,
-        metrics={"trainer": result.summary, "gate": gate, "run": run.pk, "serve_probe": probe},
-        show_gate=show_gate,
-        actor=f"training-run:{run.pk}",
-        enqueue_load=False,
-    )
+    with transaction.atomic():
+        # The run's row is locked while its version registers: an erase marking this run waits for
+        # the commit and then names the version; one that marked it first is seen here.
+        locked = TrainingRun.objects.select_for_update().filter(pk=run.pk, attempt=run.attempt, status=run.status)
+        if locked.first() is None:
+            raise RunTakenBack(f"run {run.pk} attempt {run.attempt} was taken back")
+        if training_run_erased(run):
+            raise RunDiscarded(DISCARD_REASON)
+        version = adapter_version_register(
+            run.tenant,
+            adapter=run.adapter,
+            source_dir=result.out_dir,
+            parent=parent,
+            status=AdapterVersion.Status.CANDIDATE,
+            metrics={"trainer": result.summary, "gate": gate, "run": run.pk, "serve_probe": probe},
+            show_gate=show_gate,
+            actor=f"training-run:{run.pk}",
+            enqueue_load=False,
+        )
+        _advance(run, run.status, output_version=version)
     _load_now_or_later(version)
     seconds["load"] = time.perf_counter() - started
     _advance(run, TrainingRun.Status.CANDIDATE, output_version=version, gate=gate, stage_seconds=seconds)

@@ -101,7 +101,11 @@ def training_policy_get(adapter: Adapter) -> TrainingPolicy:
 
 
 def training_run_list(tenant: Tenant, *, adapter: Adapter | None = None) -> QuerySet[TrainingRun]:
-    qs = TrainingRun.objects.filter(tenant=tenant).select_related("adapter", "parent_version", "output_version")
+    qs = (
+        TrainingRun.objects.filter(tenant=tenant)
+        .select_related("adapter", "parent_version", "output_version")
+        .prefetch_related("erasures")
+    )
     if adapter is not None:
         qs = qs.filter(adapter=adapter)
     return qs.order_by("-created_at", "-id")

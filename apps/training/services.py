@@ -15,7 +15,7 @@ from django.db.models import Count, F, Min, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from apps.adapters.models import Adapter
+from apps.adapters.models import Adapter, AdapterVersion
 from apps.common.cache import cache_add_or_get
 from apps.common.exceptions import ValidationFailed
 from apps.common.parsing import json_problem
@@ -23,6 +23,7 @@ from apps.common.tasks import enqueue, enqueue_on_commit
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 from apps.training.models import ACTIVE_STATUSES, REWARD_FIELDS, EvalSet, TrainingPolicy, TrainingRun
+from apps.training.overrides import overrides_checked
 from apps.training.selectors import adapter_lineage_head, training_events_new, training_policy_get
 
 logger = logging.getLogger(__name__)
@@ -65,14 +66,9 @@ def training_policy_update(tenant: Tenant, *, adapter: Adapter, actor: str, chan
         if type(value) is not kind:
             raise ValidationFailed(f"{name}: must be {kind.__name__}")
         setattr(policy, name, value)
-    if "trainer_overrides" in changes:
-        from gpu_trainer.config import PPOConfig
-        from gpu_trainer.errors import TrainerInputError
-
-        try:
-            PPOConfig.from_dict(policy.trainer_overrides)
-        except (TrainerInputError, TypeError, ValueError) as exc:
-            raise ValidationFailed(f"trainer_overrides: {exc}") from None
+    for name in ("trainer_overrides", "gate_overrides"):
+        if name in changes:
+            setattr(policy, name, overrides_checked(name, changes[name]))
     for name, (low, high) in POLICY_RANGES.items():
         value = getattr(policy, name)
         if not low <= value <= high:
@@ -122,7 +118,28 @@ def eval_set_upload(tenant: Tenant, *, adapter: Adapter, cases: Any, actor: str)
 
 
 def _dispatch(run: TrainingRun) -> None:
+    TrainingRun.objects.filter(pk=run.pk).update(dispatched_at=timezone.now())
     enqueue_on_commit("workers.training.training_run_execute", run.pk, run.attempt)
+
+
+def _dispatch_next(tenant_id: int) -> TrainingRun | None:
+    """Send the tenant's oldest queued run to the gpu queue, unless one of its runs waits there.
+
+    Fairness between tenants: the gpu queue is first in, first out, and holds at most one waiting
+    run per tenant, so a tenant with many adapters or runs puts one run ahead of another tenant's,
+    never all of them. The next is sent when that one is claimed (or the reaper requeues one).
+    The caller holds the tenant's row lock, so two dispatchers cannot both send one."""
+    queued = TrainingRun.objects.filter(tenant_id=tenant_id, status=TrainingRun.Status.QUEUED)
+    if queued.filter(dispatched_at__isnull=False).exists():
+        return None
+    run = queued.order_by("created_at", "id").first()
+    if run is not None:
+        _dispatch(run)
+    return run
+
+
+def _lock_tenant(tenant_id: int) -> Tenant:
+    return Tenant.objects.select_for_update(no_key=True).get(pk=tenant_id)
 
 
 # A burst of feedback asks for one scheduling check, run a moment after the burst (trailing
@@ -171,35 +188,41 @@ def training_check_soon(tenant_id: int) -> None:
         _check_asked_until[tenant_id] = due_ms / 1000 - margin_s
 
 
-def training_schedule(adapter: Adapter, *, force: bool = False) -> TrainingRun | None:
+_HEAD = object()  # training_schedule's default parent: the adapter's lineage head
+
+
+def training_schedule(
+    adapter: Adapter, *, force: bool = False, parent: AdapterVersion | None | object = _HEAD, trigger: str = "forced"
+) -> TrainingRun | None:
     """Start a run for ``adapter`` if its policy says so and nothing stops it.
 
     At most one active run per adapter is enforced by a partial unique index (two schedulers
-    racing create one run); the tenant's cap is checked under a lock on the tenant row.
+    racing create one run); the tenant's cap is checked under a lock on the tenant row. A forced
+    run may name the version it trains from (``parent``; None: a fresh LoRA on the base).
     """
     policy = training_policy_get(adapter)
     if not policy.enabled and not force:
         return None
-    parent = adapter_lineage_head(adapter)
-    new = training_events_new(adapter, parent=parent)
-    stats = new.aggregate(count=Count("id"), oldest=Min("updated_at"))
-    count = stats["count"]
-    if force:
-        trigger = "forced"
-    elif count >= policy.min_new_events:
-        trigger = f"{count} new events"
-    elif count and stats["oldest"] and timezone.now() - stats["oldest"] >= timedelta(seconds=policy.max_wait_s):
-        trigger = f"{count} events waited {policy.max_wait_s} s"
-    else:
-        return None
+    if not isinstance(parent, AdapterVersion) and parent is not None:
+        parent = adapter_lineage_head(adapter)
+    if not force:
+        new = training_events_new(adapter, parent=parent)
+        stats = new.aggregate(count=Count("id"), oldest=Min("updated_at"))
+        count = stats["count"]
+        if count >= policy.min_new_events:
+            trigger = f"{count} new events"
+        elif count and stats["oldest"] and timezone.now() - stats["oldest"] >= timedelta(seconds=policy.max_wait_s):
+            trigger = f"{count} events waited {policy.max_wait_s} s"
+        else:
+            return None
     try:
         with transaction.atomic():
-            tenant = Tenant.objects.select_for_update(no_key=True).get(pk=adapter.tenant_id)
+            tenant = _lock_tenant(adapter.tenant_id)
             active = TrainingRun.objects.filter(tenant=tenant, status__in=ACTIVE_STATUSES).count()
             if active >= tenant.max_concurrent_training_runs:
                 return None
             run = TrainingRun.objects.create(tenant=tenant, adapter=adapter, parent_version=parent, trigger=trigger)
-            _dispatch(run)
+            _dispatch_next(tenant.pk)
     except IntegrityError:
         return None  # another scheduler created this adapter's active run first
     logger.info("scheduled training run %s for %s (%s)", run.pk, adapter, trigger)
@@ -243,14 +266,18 @@ def training_schedule_all() -> list[TrainingRun]:
 def training_run_claim(run_id: int, *, attempt: int) -> TrainingRun | None:
     """The worker takes a queued run (None: someone else has it, or it was requeued since)."""
     now = timezone.now()
-    claimed = TrainingRun.objects.filter(pk=run_id, attempt=attempt, status=TrainingRun.Status.QUEUED).update(
-        status=TrainingRun.Status.EXPORTING, started_at=now, heartbeat_at=now
-    )
-    return (
-        TrainingRun.objects.select_related("adapter__base_model", "parent_version", "tenant").get(pk=run_id)
-        if claimed
-        else None
-    )
+    with transaction.atomic():
+        run = TrainingRun.objects.filter(pk=run_id).only("tenant_id").first()
+        if run is None:
+            return None
+        _lock_tenant(run.tenant_id)
+        claimed = TrainingRun.objects.filter(pk=run_id, attempt=attempt, status=TrainingRun.Status.QUEUED).update(
+            status=TrainingRun.Status.EXPORTING, started_at=now, heartbeat_at=now, dispatched_at=None
+        )
+        if not claimed:
+            return None
+        _dispatch_next(run.tenant_id)  # this tenant's next run takes its place in the queue
+    return TrainingRun.objects.select_related("adapter__base_model", "parent_version", "tenant").get(pk=run_id)
 
 
 def training_run_advance(run: TrainingRun, *, status: str, **fields: Any) -> bool:
@@ -283,11 +310,18 @@ def training_reap_stale(*, stale_after_s: int | None = None) -> list[int]:
     ``TRAINING_MAX_ATTEMPTS``. Their half-made output is never registered: a version is only
     registered from a verified, renamed directory at the end of a run."""
     stale_after_s = settings.TRAINING_STALE_AFTER_S if stale_after_s is None else stale_after_s
-    cutoff = timezone.now() - timedelta(seconds=stale_after_s)
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=stale_after_s)
+    working = [s for s in ACTIVE_STATUSES if s != TrainingRun.Status.QUEUED]
+    # A run past its wall-time limit (and the worker's own grace to stop it) ends failed whether or not
+    # its worker still beats: never requeued, so no tenant's settings can hold the gpu queue.
+    overdue = now - timedelta(seconds=settings.TRAINING_MAX_RUN_S + stale_after_s)
+    for run in TrainingRun.objects.filter(status__in=working, started_at__lt=overdue):
+        TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
+            status=TrainingRun.Status.FAILED, finished_at=now, error=wall_time_reason()
+        )
     requeued: list[int] = []
-    stale = TrainingRun.objects.filter(
-        status__in=[s for s in ACTIVE_STATUSES if s != TrainingRun.Status.QUEUED], heartbeat_at__lt=cutoff
-    )
+    stale = TrainingRun.objects.filter(status__in=working, heartbeat_at__lt=cutoff)
     for run in stale:
         with transaction.atomic():
             if run.attempt >= settings.TRAINING_MAX_ATTEMPTS:
@@ -297,18 +331,25 @@ def training_reap_stale(*, stale_after_s: int | None = None) -> list[int]:
                     error=f"the worker stopped answering {run.attempt} times; giving up",
                 )
                 continue
+            _lock_tenant(run.tenant_id)
             moved = TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
                 status=TrainingRun.Status.QUEUED,
                 attempt=run.attempt + 1,
                 heartbeat_at=None,
+                dispatched_at=None,
                 log=f"{run.log}requeued: no heartbeat since {run.heartbeat_at:%H:%M:%S} in {run.status}\n",
             )
             if moved:
                 run.attempt += 1
                 run.events.all().delete()  # the window is taken again when the run restarts
-                _dispatch(run)
+                _dispatch_next(run.tenant_id)
                 requeued.append(run.pk)
     return requeued
+
+
+def wall_time_reason() -> str:
+    limit = settings.TRAINING_MAX_RUN_S
+    return f"stopped: the run went past its wall-time limit of {limit} s (TRAINING_MAX_RUN_S); nothing was registered"
 
 
 def training_sweep_queued(*, older_than_s: int = 60) -> list[int]:
@@ -317,7 +358,16 @@ def training_sweep_queued(*, older_than_s: int = 60) -> list[int]:
     Postgres is the record; a second message for the same attempt finds the run claimed and
     does nothing."""
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
-    runs = list(TrainingRun.objects.filter(status=TrainingRun.Status.QUEUED, created_at__lt=cutoff))
+    queued = TrainingRun.objects.filter(status=TrainingRun.Status.QUEUED)
+    runs = list(queued.filter(dispatched_at__lt=cutoff))
     for run in runs:
         _dispatch(run)  # outside a transaction, on_commit sends at once
+    # A tenant whose queued runs wait with none of them sent (a dispatch lost with its transaction).
+    waiting = queued.filter(created_at__lt=cutoff).values_list("tenant_id", flat=True).distinct()
+    for tenant_id in set(waiting) - {run.tenant_id for run in runs}:
+        with transaction.atomic():
+            _lock_tenant(tenant_id)
+            sent = _dispatch_next(tenant_id)
+        if sent is not None:
+            runs.append(sent)
     return [run.pk for run in runs]

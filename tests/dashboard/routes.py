@@ -35,6 +35,7 @@ READ = {
 ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
     "version-promote": ("post", {}, "adapter.promote"),
     "run-start": ("post", {}, "training_run.start"),
+    "lineage-retrain": ("post", {}, "training_run.retrain"),
     "training-policy": (
         "post",
         {
@@ -105,6 +106,10 @@ def prepare(name: str, world: Any) -> None:
 
     if name == "version-rollback":  # production must be later than the version rolled back to
         adapter_version_promote(world.a, version=world.v2, actor="system")
+    elif name == "lineage-retrain":  # v2's run learned from an end user erased since
+        from apps.training.models import TrainingRunErasure
+
+        TrainingRunErasure.objects.create(tenant=world.a, run=world.run, user_hash="0" * 64, trained_on=True)
     elif name in ("experiment-new", "experiment-start"):  # a gated candidate, no experiment running
         from apps.experiments.services import experiment_create, experiment_stop
 

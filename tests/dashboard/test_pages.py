@@ -140,7 +140,7 @@ def test_starting_a_run_while_one_is_going_says_so_and_changes_nothing(login, wo
     assert client.get(url_for("run-start", world)).status_code == 405
 
 
-def test_the_run_page_shows_curves_gate_and_the_full_error(login, world):
+def test_the_run_page_shows_curves_gate_and_the_error_in_one_line_without_its_traceback(login, world):
     client = login(world.users["viewer"])
     body = client.get(url_for("run-detail", world)).content.decode()
     assert body.count('class="card chart-card"') == 5 and "1 unreadable line skipped" in body
@@ -148,10 +148,14 @@ def test_the_run_page_shows_curves_gate_and_the_full_error(login, world):
         tenant=world.a,
         adapter=world.adapter,
         status="failed",
-        error="Traceback (most recent call last):\n" + "x" * 5000,
+        error='Traceback (most recent call last):\n  File "/srv/strop/apps/training/pipeline.py", line 9\n'
+        + "x" * 5000
+        + "\nMemoryError: the trainer ran out of memory",
     )
     body = client.get(f"/dashboard/t/{world.a.slug}/runs/{failed.pk}/").content.decode()
-    assert "x" * 5000 in body and "no output version" in body and "never reached the gate" in body
+    assert "MemoryError: the trainer ran out of memory" in body
+    assert "x" * 100 not in body and "/srv/strop" not in body and "Traceback" not in body
+    assert "no output version" in body and "never reached the gate" in body
 
 
 def test_an_active_run_polls_its_state_and_a_finished_one_does_not(login, world):
@@ -244,3 +248,19 @@ def test_forms_are_csrf_protected(world):
     assert client.post(url_for("run-start", world)).status_code == 403
     assert client.post(url_for("keys", world), {"name": "x", "scopes": ["ingest"]}).status_code == 403
     assert ApiKey.objects.filter(tenant=world.a).count() == 1
+
+
+def test_a_version_that_learned_from_an_erased_user_is_marked_and_admins_can_retrain_its_lineage(login, world):
+    from apps.training.models import TrainingRunErasure
+
+    body = login(world.users["admin"]).get(url_for("versions", world)).content.decode()
+    assert "erased end user" not in body and "Retrain without erased users" not in body
+    TrainingRunErasure.objects.create(tenant=world.a, run=world.run, user_hash="1" * 64, trained_on=True)
+    body = login(world.users["admin"]).get(url_for("versions", world)).content.decode()
+    assert "learned from 1 erased end user" in body and "Retrain without erased users" in body
+    viewer_body = login(world.users["viewer"]).get(url_for("versions", world)).content.decode()
+    assert "learned from 1 erased end user" in viewer_body and "Retrain without erased users" not in viewer_body
+    response = login(world.users["admin"]).post(url_for("lineage-retrain", world))
+    run = TrainingRun.objects.filter(tenant=world.a).order_by("-pk").first()
+    assert response.status_code == 302 and response.url.endswith(f"/runs/{run.pk}/")
+    assert (run.status, run.parent_version, run.trigger) == ("queued", world.v1, "retrain without erased users")

@@ -57,7 +57,7 @@ def gpu_worker_on_small_disk(small_disk: Path, settings, tmp_path: Path) -> Iter
 
     app.control.purge()  # messages left by earlier tests name rows that no longer exist
     workers = Workers(env=worker_env(settings, run_root=small_disk), log_dir=tmp_path)
-    workers.start("gpu", "gpu", "solo")
+    workers.start_gpu()
     try:
         yield workers
     finally:

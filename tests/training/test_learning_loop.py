@@ -126,8 +126,11 @@ def test_a_run_whose_trainer_raises_fails_with_the_error_and_leaves_the_adapter(
 
 def test_a_worker_killed_mid_run_leaves_a_run_that_is_requeued_and_completed(loop):
     tenant, adapter, client, workers = loop
-    TrainingPolicy.objects.filter(adapter=adapter).update(trainer_overrides={"epochs": 40, "target_kl": None})
-    serve_and_label(client, 12)
+    # The longest run a tenant may ask for (tenants' overrides are bounded), on three times the events.
+    TrainingPolicy.objects.filter(adapter=adapter).update(
+        trainer_overrides={"epochs": 4, "num_minibatches": 16, "target_kl": None}
+    )
+    serve_and_label(client, 36)
     wait_until(
         lambda: TrainingRun.objects.filter(adapter=adapter, status="training").exists(),
         timeout=120,
@@ -140,7 +143,7 @@ def test_a_worker_killed_mid_run_leaves_a_run_that_is_requeued_and_completed(loo
     time.sleep(3)
     assert training_reap_stale(stale_after_s=2) == [run.pk]
     TrainingPolicy.objects.filter(adapter=adapter).update(trainer_overrides={"epochs": 1})
-    workers.start("gpu", "gpu", "solo")
+    workers.start_gpu()
     run = finished_run(adapter, workers)
     assert (run.status, run.attempt) == ("candidate", 2), (run.error, run.gate)
     assert AdapterVersion.objects.filter(adapter=adapter).count() == 1  # the killed attempt registered nothing
@@ -161,7 +164,7 @@ def test_a_run_whose_message_the_broker_lost_is_sent_again_and_completes(loop):
     )
     time.sleep(1)
     app.control.purge()
-    workers.start("gpu", "gpu", "solo")
+    workers.start_gpu()
     time.sleep(3)
     run.refresh_from_db()
     assert run.status == "queued"  # the record survived in Postgres; the message did not

@@ -18,6 +18,7 @@ from apps.dashboard.views.common import tenant_render
 from apps.experiments.selectors import experiment_running_for
 from apps.experiments.services import adapter_rollback
 from apps.serving.services import adapter_version_load
+from apps.training.erasure import erased_users_trained_on, training_lineage_retrain, versions_with_erased_users
 from apps.training.selectors import training_policy_get
 from apps.training.services import training_policy_update, training_run_start
 
@@ -30,6 +31,7 @@ def versions(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> Htt
     context = {
         "adapter": adapter,
         "nodes": adapter_lineage(ctx.tenant, adapter=adapter),
+        "erased": {v.pk: erased_users_trained_on(v) for v in versions_with_erased_users(adapter)},
         "promotable": PROMOTABLE,
         "rollback_below": adapter.production_version.number if adapter.production_version else 0,
         "nav_adapter": adapter,
@@ -127,4 +129,19 @@ def training_run_start_view(request: HttpRequest, ctx: TenantContext, adapter_na
         )
         return redirect("dashboard:runs", tenant_slug=ctx.tenant.slug)
     messages.success(request, f"Training run #{run.pk} queued for {adapter.name}.")
+    return redirect("dashboard:run-detail", tenant_slug=ctx.tenant.slug, run_id=run.pk)
+
+
+@tenant_page(action=True)
+@require_POST
+def lineage_retrain_view(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> HttpResponse:
+    """Retrain the lineage without the erased end users its versions learned from (one action)."""
+    adapter = ctx.adapter(adapter_name)
+    try:
+        run = training_lineage_retrain(ctx.tenant, adapter=adapter, actor=ctx.actor)
+    except ApplicationError as exc:
+        messages.error(request, f"No run started: {exc.message}")
+        return redirect("dashboard:versions", tenant_slug=ctx.tenant.slug, adapter_name=adapter.name)
+    start = f"v{run.parent_version.number}" if run.parent_version else "the base model"
+    messages.success(request, f"Training run #{run.pk} retrains {adapter.name} from {start} without erased users.")
     return redirect("dashboard:run-detail", tenant_slug=ctx.tenant.slug, run_id=run.pk)

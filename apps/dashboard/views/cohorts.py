@@ -115,7 +115,10 @@ def end_user_erase_view(request: HttpRequest, ctx: TenantContext) -> HttpRespons
         text = f"Erased {external_id}: {counts}."
         if report.versions_trained_on:
             names = ", ".join(f"{v['adapter']} v{v['version']}" for v in report.versions_trained_on)
-            text += f" Versions that trained on their events (not retrained): {names}."
+            text += f" Versions that trained on their events: {names}; retrain them from the adapter's Versions page."
+        stopped = [r["run"] for r in report.training_runs if r["action"].startswith("discarded")]
+        if stopped:
+            text += f" Training runs discarded and started again without them: {', '.join(f'#{n}' for n in stopped)}."
         messages.success(request, text)
         return redirect("dashboard:cohorts", tenant_slug=ctx.tenant.slug)
     preview = end_user_erase_preview(ctx.tenant, external_id=external_id)

@@ -1,0 +1,145 @@
+"""What training keeps of an erased end user, and retraining a lineage without them.
+
+An erase deletes the user's events, and with them the rows that said which runs' windows held
+them. Before they go, every such run (an active one included) gets a TrainingRunErasure: a keyed
+one-way hash of the user, so the versions those runs produced stay marked. An active run sees
+its mark at its next step and is discarded, and a new run without the user takes its place; a
+finished version stays until a tenant admin retrains its lineage from the last version that never
+learned from an erased user (``training_lineage_retrain``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, OuterRef, QuerySet
+
+from apps.adapters.models import Adapter, AdapterVersion
+from apps.common.exceptions import Conflict
+from apps.tenants.models import Tenant
+from apps.tenants.services import audit_record
+from apps.training.models import ACTIVE_STATUSES, TrainingRun, TrainingRunErasure, TrainingRunEvent
+from apps.training.selectors import adapter_lineage_head
+from apps.training.services import training_schedule
+
+RETRAIN_TRIGGER = "retrain without erased users"
+
+
+def erased_user_hash(tenant: Tenant, external_id: str) -> str:
+    """Keyed, so a list of likely ids (emails) cannot be hashed and matched against the records."""
+    message = f"{tenant.pk}:{external_id}".encode()
+    return hmac.new(settings.SECRET_KEY.encode(), message, hashlib.sha256).hexdigest()
+
+
+@dataclass
+class ErasedRuns:
+    """The runs whose windows held an erased user, as the erase report names them."""
+
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    retrain: list[dict[str, str]] = field(default_factory=list)
+
+
+def training_erasure_record(tenant: Tenant, *, interactions: QuerySet[Any], external_id: str) -> ErasedRuns:
+    """Mark every run whose window holds these interactions' events; call before they are deleted,
+    inside the erase's transaction."""
+    events = TrainingRunEvent.objects.filter(run__tenant=tenant, feedback__interaction__in=interactions)
+    trained = dict.fromkeys(events.values_list("run_id", flat=True).distinct(), False)
+    for run_id in events.filter(held_out=False).values_list("run_id", flat=True).distinct():
+        trained[run_id] = True
+    user_hash = erased_user_hash(tenant, external_id)
+    marks = [TrainingRunErasure(tenant=tenant, run_id=pk, user_hash=user_hash, trained_on=on)
+             for pk, on in trained.items()]
+    TrainingRunErasure.objects.bulk_create(marks, ignore_conflicts=True)
+    out = ErasedRuns()
+    # Read after the marks: a run registering its version waits for them, and is seen as it ended.
+    runs = TrainingRun.objects.filter(pk__in=trained).select_related("adapter", "output_version").order_by("pk")
+    for run in runs:
+        active = run.status in ACTIVE_STATUSES
+        out.runs.append({
+            "run": run.pk,
+            "adapter": run.adapter.name,
+            "status": run.status,
+            "version": run.output_version.number if run.output_version else None,
+            "trained_on": trained[run.pk],
+            "action": "discarded and rerun without this user" if active else "none (finished)",
+        })
+    adapters = sorted({run.adapter.name for run in runs if trained[run.pk] and run.output_version_id})
+    out.retrain = [
+        {"adapter": name, "how": f"POST /v1/adapters/{name}/retrain, or Retrain on the adapter's dashboard page"}
+        for name in adapters
+    ]
+    return out
+
+
+def training_run_erased(run: TrainingRun) -> bool:
+    """An end user in this run's window was erased (the run must not register what it learned)."""
+    return TrainingRunErasure.objects.filter(run_id=run.pk).exists()
+
+
+def versions_with_erased_users(adapter: Adapter) -> QuerySet[AdapterVersion]:
+    """The adapter's versions whose own run trained on an erased user."""
+    erased = TrainingRunErasure.objects.filter(run__output_version=OuterRef("pk"), trained_on=True)
+    return AdapterVersion.objects.filter(adapter=adapter).filter(Exists(erased))
+
+
+def erased_users_trained_on(version: AdapterVersion) -> int:
+    return (
+        TrainingRunErasure.objects.filter(run__output_version=version, trained_on=True)
+        .values("user_hash")
+        .distinct()
+        .count()
+    )
+
+
+def retrain_parent(adapter: Adapter) -> tuple[AdapterVersion | None, list[AdapterVersion]]:
+    """(the newest version of the head's lineage that learned from no erased user, the marked ones).
+
+    A version inherits what its parent learned, so the clean parent is the parent of the oldest
+    marked version in the lineage (None: the base model)."""
+    marked = set(versions_with_erased_users(adapter).values_list("pk", flat=True))
+    lineage: list[AdapterVersion] = []
+    version = adapter_lineage_head(adapter)
+    while version is not None:
+        lineage.append(version)
+        version = version.parent
+    tainted = [v for v in lineage if v.pk in marked]
+    if not tainted:
+        return (lineage[0] if lineage else None), []
+    return tainted[-1].parent, tainted
+
+
+@transaction.atomic
+def training_lineage_retrain(tenant: Tenant, *, adapter: Adapter, actor: str) -> TrainingRun:
+    """One action: a run from the last clean version, on every event the marked versions learned
+    (the erased users' are gone) and all since. Its candidate then goes through the gate and an
+    experiment like any other; the marked versions stay until it replaces them."""
+    if adapter.tenant_id != tenant.pk:
+        raise ValueError("adapter belongs to another tenant")
+    parent, tainted = retrain_parent(adapter)
+    if not tainted:
+        raise Conflict(
+            f"no version in the lineage of {adapter.name!r} learned from an erased end user; nothing to retrain",
+            code="nothing_to_retrain",
+        )
+    run = training_schedule(adapter, force=True, parent=parent, trigger=RETRAIN_TRIGGER)
+    if run is None:
+        busy = "a training run is already going for this adapter or tenant; retrain after it"
+        raise Conflict(busy, code="run_active")
+    audit_record(
+        tenant,
+        actor=actor,
+        action="training_run.retrain",
+        target_type="training_run",
+        target_id=str(run.pk),
+        data={
+            "adapter": adapter.name,
+            "from": parent.vllm_name if parent else "base",
+            "replaces": [v.vllm_name for v in tainted],
+        },
+    )
+    return run

@@ -1,0 +1,117 @@
+"""What a tenant may change of the trainer and the eval gate, and within which bounds.
+
+A tenant's ``trainer_overrides`` and ``gate_overrides`` tune learning, never the machine: every
+key is on an allow-list with a range, and what decides the cost of a run or where it runs
+(device, dtype, token budgets, the maximum LoRA rank, the wall-time limit) stays the operator's,
+set in the environment. The same check runs when a policy is saved and when a run starts, so a
+policy stored before a limit was tightened fails its run with the same clear message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from apps.common.exceptions import ValidationFailed
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One tenant-settable field: a number in [low, high], a bool, or one of ``choices``."""
+
+    kind: type
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    nullable: bool = False
+
+    def describe(self) -> str:
+        if self.kind is bool:
+            return "true or false"
+        if self.choices:
+            return " or ".join(repr(c) for c in self.choices)
+        text = f"{'an integer' if self.kind is int else 'a number'} from {self.low:g} to {self.high:g}"
+        return f"{text}, or null" if self.nullable else text
+
+    def check(self, name: str, value: Any) -> Any:
+        if value is None and self.nullable:
+            return None
+        if self.kind is bool:
+            ok = isinstance(value, bool)
+        elif self.choices:
+            ok = isinstance(value, str) and value in self.choices
+        else:
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok = number and (self.kind is float or float(value).is_integer())
+            if ok and self.low is not None and self.high is not None:
+                ok = self.low <= value <= self.high
+            if ok:
+                value = float(value) if self.kind is float else int(value)
+        if not ok:
+            raise ValidationFailed(f"{name}: must be {self.describe()}, not {value!r}")
+        return value
+
+
+def trainer_knobs() -> dict[str, Knob]:
+    """PPOConfig fields a tenant may set. ``lora_rank`` is bounded by the rank vLLM serves."""
+    return {
+        "learning_rate": Knob(float, 1e-6, 1e-2),
+        "epochs": Knob(int, 1, 4),
+        "num_minibatches": Knob(int, 1, 16),
+        "clip_eps": Knob(float, 0.01, 0.5),
+        "kl_coef": Knob(float, 0.0, 1.0),
+        "target_kl": Knob(float, 0.001, 1.0, nullable=True),
+        "baseline": Knob(str, choices=("batch_mean", "none")),
+        "normalize_advantages": Knob(bool),
+        "loss_aggregation": Knob(str, choices=("token_mean", "sequence_mean")),
+        "silence_counterfactual": Knob(bool),
+        "silence_clip": Knob(float, 0.01, 1.0),
+        "importance_correction": Knob(bool),
+        "importance_cap": Knob(float, 1.0, 10.0),
+        "max_grad_norm": Knob(float, 0.01, 10.0),
+        "weight_decay": Knob(float, 0.0, 0.1),
+        "lora_rank": Knob(int, 1, settings.VLLM_MAX_LORA_RANK),
+        "lora_alpha": Knob(float, 1.0, 256.0),
+        "lora_dropout": Knob(float, 0.0, 0.5),
+        # Shorter prompts only: the default (1024) is the most a run's passes are sized for.
+        "max_prompt_tokens": Knob(int, 16, 1024),
+    }
+
+
+def gate_knobs() -> dict[str, Knob]:
+    """GateConfig fields a tenant may set (how strict the gate is, not how much it computes)."""
+    return {
+        "max_kl": Knob(float, 0.01, 5.0),
+        "reward_margin": Knob(float, 0.0, 20.0),
+        "importance_cap": Knob(float, 1.0, 20.0),
+        "min_heldout": Knob(int, 1, 1000),
+        "fim_margin": Knob(float, 0.0, 1.0),
+        "max_fim_samples": Knob(int, 1, 64),
+        "max_new_tokens": Knob(int, 1, 64),
+    }
+
+
+def overrides_checked(field: str, overrides: Any) -> dict[str, Any]:
+    """``overrides`` with every key allowed and in range, or ValidationFailed naming the key and its range."""
+    knobs = trainer_knobs() if field == "trainer_overrides" else gate_knobs()
+    if not isinstance(overrides, dict):
+        raise ValidationFailed(f"{field}: must be a JSON object")
+    checked: dict[str, Any] = {}
+    for name, value in overrides.items():
+        knob = knobs.get(name)
+        if knob is None:
+            raise ValidationFailed(
+                f"{field}.{name}: not a setting a tenant may change (allowed: {', '.join(knobs)})"
+            )
+        checked[name] = knob.check(f"{field}.{name}", value)
+    return checked
+
+
+def overrides_reference() -> dict[str, dict[str, str]]:
+    """Every allowed key and its range, as the API and the dashboard describe them."""
+    return {
+        "trainer_overrides": {name: knob.describe() for name, knob in trainer_knobs().items()},
+        "gate_overrides": {name: knob.describe() for name, knob in gate_knobs().items()},
+    }
