@@ -143,7 +143,8 @@ def test_ingest_goes_on_while_redis_restarts_and_the_sweepers_recover_the_lost_w
     lost_run.refresh_from_db()
     assert lost_run.status == "queued"
     # ... until the sweeper sends it again, once it has waited as long as beat's sweeper waits.
-    TrainingRun.objects.filter(pk=lost_run.pk).update(created_at=timezone.now() - timedelta(minutes=2))
+    sent_long_ago = timezone.now() - timedelta(minutes=2)
+    TrainingRun.objects.filter(pk=lost_run.pk).update(created_at=sent_long_ago, dispatched_at=sent_long_ago)
     _send_as_beat(private_redis.url(), "workers.training.training_sweep_queued")
     wait_until(
         lambda: TrainingRun.objects.filter(pk=lost_run.pk, status="failed").exists(),

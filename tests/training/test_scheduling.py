@@ -219,3 +219,14 @@ def test_a_process_that_finds_another_processs_check_pending_trusts_it_until_it_
     services.training_check_soon(tiny_adapter.tenant_id)
     assert services._check_asked_until[tiny_adapter.tenant_id] <= clock[0] + services.SCHEDULE_CHECK_DELAY_S
     cache.delete(key)
+
+
+@pytest.mark.django_db
+def test_the_sweeper_resends_a_run_sent_long_ago_but_not_one_just_sent(tiny_adapter):
+    from apps.training.services import training_schedule
+
+    run = training_schedule(tiny_adapter, force=True)
+    assert run is not None and run.status == "queued"
+    assert training_sweep_queued(older_than_s=60) == []  # its message was sent a moment ago
+    TrainingRun.objects.filter(pk=run.pk).update(dispatched_at=timezone.now() - timedelta(minutes=5))
+    assert training_sweep_queued(older_than_s=60) == [run.pk]
