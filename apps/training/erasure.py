@@ -51,22 +51,33 @@ def training_erasure_record(tenant: Tenant, *, interactions: QuerySet[Any], exte
     trained = dict.fromkeys(events.values_list("run_id", flat=True).distinct(), False)
     for run_id in events.filter(held_out=False).values_list("run_id", flat=True).distinct():
         trained[run_id] = True
+    # The runs' rows are locked first (the marks' foreign keys are checked only at commit, so their
+    # insert takes no lock): a run registering its version holds its row until it has, and is read
+    # here as it ended; one that comes to register after finds the marks.
+    list(TrainingRun.objects.select_for_update().filter(pk__in=trained).order_by("pk").values_list("pk"))
+    # Read again once locked: a statement that waited for a lock sees the run's new row but not the
+    # rows the other transaction added beside it (its version).
+    runs = list(TrainingRun.objects.filter(pk__in=trained).select_related("adapter", "output_version").order_by("pk"))
     user_hash = erased_user_hash(tenant, external_id)
     marks = [TrainingRunErasure(tenant=tenant, run_id=pk, user_hash=user_hash, trained_on=on)
              for pk, on in trained.items()]
     TrainingRunErasure.objects.bulk_create(marks, ignore_conflicts=True)
     out = ErasedRuns()
-    # Read after the marks: a run registering its version waits for them, and is seen as it ended.
-    runs = TrainingRun.objects.filter(pk__in=trained).select_related("adapter", "output_version").order_by("pk")
     for run in runs:
-        active = run.status in ACTIVE_STATUSES
+        version = run.output_version
+        if version is not None:
+            action = f"version {version.number} learned from this user: retrain its lineage without them"
+        elif run.status in ACTIVE_STATUSES:
+            action = "discarded and rerun without this user"
+        else:
+            action = "none (it registered no version)"
         out.runs.append({
             "run": run.pk,
             "adapter": run.adapter.name,
             "status": run.status,
-            "version": run.output_version.number if run.output_version else None,
+            "version": version.number if version else None,
             "trained_on": trained[run.pk],
-            "action": "discarded and rerun without this user" if active else "none (finished)",
+            "action": action,
         })
     adapters = sorted({run.adapter.name for run in runs if trained[run.pk] and run.output_version_id})
     out.retrain = [

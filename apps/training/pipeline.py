@@ -15,7 +15,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from apps.adapters.models import AdapterVersion
 from apps.adapters.services import adapter_serve_probe, adapter_version_register
@@ -32,8 +32,8 @@ from apps.training.services import (
     training_run_advance,
     training_run_advance_log,
     training_run_claim,
+    training_run_discard,
     training_run_heartbeat,
-    training_schedule,
     training_schedule_tenant,
     wall_time_reason,
 )
@@ -89,9 +89,6 @@ DISCARD_REASON = (
 )
 
 
-RERUN_TRIGGER = "rerun without an erased user"
-
-
 class _Guard:
     """What stops a run between two trainer steps (and between stages): its wall-time limit, an
     erased end user, the reaper taking it back."""
@@ -126,17 +123,19 @@ def training_run_execute(run_id: int, *, attempt: int) -> str:
         outcome = _execute(run, _Guard(run, heartbeat))
     except RunTakenBack:
         return "taken back"
+    except RunDiscarded as exc:
+        logger.warning("training run %s discarded: %s", run.pk, exc)
+        training_run_discard(run, reason=str(exc))
+        outcome = "failed"
     except RunStopped as exc:
         logger.warning("training run %s stopped: %s", run.pk, exc)
         training_run_advance(run, status=TrainingRun.Status.FAILED, error=str(exc))
-        if isinstance(exc, RunDiscarded):
-            training_schedule(run.adapter, force=True, parent=run.parent_version, trigger=RERUN_TRIGGER)
         outcome = "failed"
     except Exception as exc:  # the trainer, the gate or the export failed: record it, keep the adapter
         # The tenant sees what went wrong in one line; the traceback, with hosts and paths, goes
         # to the operator's log only.
         logger.exception("training run %s failed", run.pk)
-        training_run_advance(run, status=TrainingRun.Status.FAILED, error=failure_reason(exc))
+        training_run_advance(run, status=TrainingRun.Status.FAILED, error=failure_reason(exc, run))
         outcome = "failed"
     finally:
         heartbeat.stop()
@@ -146,10 +145,10 @@ def training_run_execute(run_id: int, *, attempt: int) -> str:
     return outcome
 
 
-def failure_reason(exc: BaseException) -> str:
+def failure_reason(exc: BaseException, run: TrainingRun) -> str:
     """The one line a tenant reads: what failed, never where (paths of this host are cut out)."""
     if isinstance(exc, SoftTimeLimitExceeded):
-        return wall_time_reason()
+        return wall_time_reason(run.output_version)
     text = str(exc).splitlines()[0] if str(exc).strip() else ""
     for root in (settings.STROP_RUN_ROOT, settings.STROP_ADAPTER_ROOT, settings.BASE_DIR):
         text = text.replace(str(root), "…")
@@ -168,7 +167,10 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     base, parent = run.adapter.base_model, run.parent_version
     seconds: dict[str, float] = {}
     started = time.perf_counter()
-    window = dataset_export(run, policy=policy, max_events=settings.TRAINING_MAX_WINDOW_EVENTS)
+    try:
+        window = dataset_export(run, policy=policy, max_events=settings.TRAINING_MAX_WINDOW_EVENTS)
+    except IntegrityError:  # an event of the window went while it was being fixed: an end user was erased
+        raise RunDiscarded(DISCARD_REASON) from None
     seconds["export"] = time.perf_counter() - started
     guard.check()
     if not window.train:

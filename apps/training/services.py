@@ -118,8 +118,11 @@ def eval_set_upload(tenant: Tenant, *, adapter: Adapter, cases: Any, actor: str)
 
 
 def _dispatch(run: TrainingRun) -> None:
-    TrainingRun.objects.filter(pk=run.pk).update(dispatched_at=timezone.now())
-    enqueue_on_commit("workers.training.training_run_execute", run.pk, run.attempt)
+    sent = TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=TrainingRun.Status.QUEUED).update(
+        dispatched_at=timezone.now()
+    )
+    if sent:  # never a message for an attempt that was claimed or requeued since it was read
+        enqueue_on_commit("workers.training.training_run_execute", run.pk, run.attempt)
 
 
 def _dispatch_next(tenant_id: int) -> TrainingRun | None:
@@ -316,13 +319,22 @@ def training_reap_stale(*, stale_after_s: int | None = None) -> list[int]:
     # A run past its wall-time limit (and the worker's own grace to stop it) ends failed whether or not
     # its worker still beats: never requeued, so no tenant's settings can hold the gpu queue.
     overdue = now - timedelta(seconds=settings.TRAINING_MAX_RUN_S + stale_after_s)
-    for run in TrainingRun.objects.filter(status__in=working, started_at__lt=overdue):
+    for run in TrainingRun.objects.filter(status__in=working, started_at__lt=overdue).select_related("output_version"):
         TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
-            status=TrainingRun.Status.FAILED, finished_at=now, error=wall_time_reason()
+            status=TrainingRun.Status.FAILED, finished_at=now, error=wall_time_reason(run.output_version)
         )
     requeued: list[int] = []
     stale = TrainingRun.objects.filter(status__in=working, heartbeat_at__lt=cutoff)
     for run in stale:
+        if run.output_version_id is not None:
+            # It registered its version, then its worker stopped (before loading it): the version stands,
+            # and requeuing would drop the record of its window. vLLM loads it on first use.
+            TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
+                status=TrainingRun.Status.CANDIDATE,
+                finished_at=now,
+                log=f"{run.log}the worker stopped after registering the version; it stands\n",
+            )
+            continue
         with transaction.atomic():
             if run.attempt >= settings.TRAINING_MAX_ATTEMPTS:
                 TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
@@ -332,7 +344,10 @@ def training_reap_stale(*, stale_after_s: int | None = None) -> list[int]:
                 )
                 continue
             _lock_tenant(run.tenant_id)
-            moved = TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
+            # Still silent now: a run that was registering held its row and beat again once it could.
+            moved = TrainingRun.objects.filter(
+                pk=run.pk, attempt=run.attempt, status=run.status, heartbeat_at__lt=cutoff, output_version=None
+            ).update(
                 status=TrainingRun.Status.QUEUED,
                 attempt=run.attempt + 1,
                 heartbeat_at=None,
@@ -347,19 +362,60 @@ def training_reap_stale(*, stale_after_s: int | None = None) -> list[int]:
     return requeued
 
 
-def wall_time_reason() -> str:
+def wall_time_reason(kept: AdapterVersion | None = None) -> str:
+    """Why a run past its wall-time limit ended; ``kept``: the version it had registered before."""
     limit = settings.TRAINING_MAX_RUN_S
-    return f"stopped: the run went past its wall-time limit of {limit} s (TRAINING_MAX_RUN_S); nothing was registered"
+    outcome = f"version {kept.number} it had registered stands" if kept else "nothing was registered"
+    return f"stopped: the run went past its wall-time limit of {limit} s (TRAINING_MAX_RUN_S); {outcome}"
+
+
+def training_run_discard(run: TrainingRun, *, reason: str) -> TrainingRun | None:
+    """End a run whose window held an end user erased meanwhile, and start its rerun without them.
+
+    One transaction under the tenant's lock: the slot the run frees is the rerun's, no other
+    adapter's. None (and the reason says so) where the rerun cannot start now."""
+    with transaction.atomic():
+        _lock_tenant(run.tenant_id)
+        if not training_run_advance(run, status=TrainingRun.Status.FAILED, error=reason):
+            return None
+        rerun = training_schedule(run.adapter, force=True, parent=run.parent_version, trigger=RERUN_TRIGGER)
+        if rerun is None:
+            training_run_advance_log(run, "no rerun could start (the tenant is at its cap): start one by hand")
+        return rerun
+
+
+RERUN_TRIGGER = "rerun without an erased user"
+
+
+def _gpu_queue_length() -> int | None:
+    """Messages waiting in the broker's gpu queue (None: the broker cannot say)."""
+    from celery import current_app
+
+    try:
+        with current_app.connection_for_read() as connection:
+            return int(connection.default_channel.queue_declare(queue="gpu", passive=True).message_count)
+    except Exception as exc:  # any transport's error: then every run waiting past the cutoff is sent again
+        logger.info("the gpu queue's length is unknown (%s); resending every run waiting past the cutoff", exc)
+        return None
 
 
 def training_sweep_queued(*, older_than_s: int = 60) -> list[int]:
-    """Send queued runs again whose message the broker may have lost (Redis restarted).
+    """Send queued runs again whose message the broker lost (Redis restarted), and the first run of
+    a tenant whose queued runs have none sent.
 
     Postgres is the record; a second message for the same attempt finds the run claimed and
     does nothing."""
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
     queued = TrainingRun.objects.filter(status=TrainingRun.Status.QUEUED)
-    runs = list(queued.filter(dispatched_at__lt=cutoff))
+    sent = queued.filter(dispatched_at__isnull=False)
+    runs: list[TrainingRun] = []
+    # A run may wait long behind other tenants' runs: it is sent again only when the gpu queue holds
+    # fewer messages than runs sent and waiting (the broker lost some), the longest waiting first.
+    waiting_in_queue = _gpu_queue_length()
+    lost = sent.count() - waiting_in_queue if waiting_in_queue is not None else None
+    if lost is None or lost > 0:
+        runs = list(sent.filter(dispatched_at__lt=cutoff).order_by("dispatched_at", "id"))
+        runs = runs if lost is None else runs[:lost]
     for run in runs:
         _dispatch(run)  # outside a transaction, on_commit sends at once
     # A tenant whose queued runs wait with none of them sent (a dispatch lost with its transaction).

@@ -222,11 +222,50 @@ def test_a_process_that_finds_another_processs_check_pending_trusts_it_until_it_
 
 
 @pytest.mark.django_db
-def test_the_sweeper_resends_a_run_sent_long_ago_but_not_one_just_sent(tiny_adapter):
+def test_the_sweeper_resends_a_run_only_when_the_gpu_queue_lost_its_message(tiny_adapter):
+    """A run may wait long behind other tenants' runs; it is sent again only once the broker's gpu
+    queue holds fewer messages than runs sent and waiting (Redis restarted), not every minute."""
+    from apps.common.tasks import enqueue
     from apps.training.services import training_schedule
+    from config.celery import app
 
-    run = training_schedule(tiny_adapter, force=True)
+    app.control.purge()  # messages other tests left in the suite's broker
+    run = training_schedule(tiny_adapter, force=True)  # sent on commit, which this test never reaches
     assert run is not None and run.status == "queued"
-    assert training_sweep_queued(older_than_s=60) == []  # its message was sent a moment ago
+    assert training_sweep_queued(older_than_s=60) == []  # sent a moment ago
     TrainingRun.objects.filter(pk=run.pk).update(dispatched_at=timezone.now() - timedelta(minutes=5))
-    assert training_sweep_queued(older_than_s=60) == [run.pk]
+    assert enqueue("workers.training.training_run_execute", run.pk, run.attempt)  # its message is in the queue
+    try:
+        assert training_sweep_queued(older_than_s=60) == []  # waiting, not lost
+        app.control.purge()  # the broker loses it
+        assert training_sweep_queued(older_than_s=60) == [run.pk]
+    finally:
+        app.control.purge()
+
+
+@pytest.mark.django_db
+def test_the_reaper_leaves_a_run_that_registered_its_version_to_stand_instead_of_requeuing_it(
+    tiny_adapter, make_lora_adapter, add_events
+):
+    from apps.adapters.services import adapter_version_register
+    from apps.interactions.models import Feedback
+    from apps.training.models import TrainingRunEvent
+
+    version = adapter_version_register(
+        tiny_adapter.tenant, adapter=tiny_adapter, source_dir=make_lora_adapter(3), enqueue_load=False
+    )
+    run = TrainingRun.objects.create(
+        tenant=tiny_adapter.tenant,
+        adapter=tiny_adapter,
+        status="evaluating",
+        output_version=version,
+        started_at=timezone.now(),
+        heartbeat_at=timezone.now() - timedelta(minutes=5),
+    )
+    add_events(4)
+    for feedback in Feedback.objects.filter(tenant=tiny_adapter.tenant):
+        TrainingRunEvent.objects.create(run=run, feedback=feedback, held_out=False, reward=0.75)
+    assert training_reap_stale(stale_after_s=60) == []
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.output_version) == ("candidate", 1, version)
+    assert TrainingRunEvent.objects.filter(run=run).count() == 4  # the record of what the version learned stays

@@ -14,7 +14,7 @@ from apps.cohorts.services import end_user_erase
 from apps.interactions.models import Interaction
 from apps.training.erasure import erased_user_hash
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunErasure, TrainingRunEvent
-from apps.training.services import training_reap_stale, training_run_claim, training_schedule
+from apps.training.services import RERUN_TRIGGER, training_reap_stale, training_run_claim, training_schedule
 from tests.fixtures.workers import wait_until
 
 TERMINAL = ("candidate", "rejected", "failed")
@@ -172,7 +172,7 @@ def test_an_erase_while_a_run_trains_discards_the_run_reports_it_and_reruns_with
     assert run.status == "failed" and run.error.startswith("discarded: an end user in its window was erased")
     assert run.output_version is None and not AdapterVersion.objects.exists()
     rerun = TrainingRun.objects.exclude(pk=run.pk).get()
-    assert (rerun.status, rerun.trigger) == ("queued", pipeline.RERUN_TRIGGER)
+    assert (rerun.status, rerun.trigger) == ("queued", RERUN_TRIGGER)
     [mark] = TrainingRunErasure.objects.filter(run=run)
     assert mark.user_hash == erased_user_hash(tiny_adapter.tenant, "dev-0") and "dev-0" not in mark.user_hash
     assert not Interaction.objects.filter(end_user_id="dev-0").exists()
@@ -211,3 +211,51 @@ def test_a_version_that_learned_from_an_erased_user_stays_marked_and_its_lineage
     assert (started.json()["parent_version"], started.json()["trigger"]) == (1, "retrain without erased users")
     assert client_a.post("/v1/adapters/tab/retrain").status_code == 409  # one run at a time
     assert TrainingRunErasure.objects.filter(run=run2).count() == 1  # the mark outlives the data
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_erase_that_meets_a_run_registering_its_version_waits_for_it_and_names_the_version(
+    tiny_adapter, add_events, make_lora_adapter
+):
+    """The pipeline registers a version with the run's row locked; an erase of a user in its window
+    that comes meanwhile waits for the commit, then reports the version (not a discarded run) and
+    marks it."""
+    import threading
+    import time
+
+    from django.db import connection, transaction
+
+    from apps.training.dataset import dataset_export
+    from apps.training.selectors import training_policy_get
+    from apps.training.services import training_run_advance
+
+    add_events(10)
+    run = training_run_claim(training_schedule(tiny_adapter, force=True).pk, attempt=1)
+    dataset_export(run, policy=training_policy_get(tiny_adapter))
+    assert training_run_advance(run, status="evaluating")
+    source = make_lora_adapter(4)
+    locked = threading.Event()
+
+    def register() -> None:
+        try:
+            with transaction.atomic():
+                TrainingRun.objects.select_for_update().get(pk=run.pk)
+                locked.set()
+                version = adapter_version_register(
+                    tiny_adapter.tenant, adapter=tiny_adapter, source_dir=source, enqueue_load=False
+                )
+                TrainingRun.objects.filter(pk=run.pk).update(output_version=version)
+                time.sleep(1.0)  # the erase arrives while this transaction is open
+        finally:
+            connection.close()
+
+    registering = threading.Thread(target=register)
+    registering.start()
+    assert locked.wait(timeout=30)
+    report = end_user_erase(tiny_adapter.tenant, external_id="dev-0", actor="test").as_dict()
+    registering.join(timeout=30)
+    [entry] = report["training_runs"]
+    assert (entry["run"], entry["version"]) == (run.pk, 1), report
+    assert entry["action"].startswith("version 1 learned from this user")
+    assert [r["adapter"] for r in report["retrain"]] == ["tab"]
+    assert TrainingRunErasure.objects.filter(run=run, trained_on=True).count() == 1
