@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Count, QuerySet
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.common.exceptions import Conflict
@@ -92,36 +92,34 @@ def training_run_erased(run: TrainingRun) -> bool:
     return TrainingRunErasure.objects.filter(run_id=run.pk).exists()
 
 
-def versions_with_erased_users(adapter: Adapter) -> QuerySet[AdapterVersion]:
-    """The adapter's versions whose own run trained on an erased user."""
-    erased = TrainingRunErasure.objects.filter(run__output_version=OuterRef("pk"), trained_on=True)
-    return AdapterVersion.objects.filter(adapter=adapter).filter(Exists(erased))
-
-
-def erased_users_trained_on(version: AdapterVersion) -> int:
-    return (
-        TrainingRunErasure.objects.filter(run__output_version=version, trained_on=True)
-        .values("user_hash")
-        .distinct()
-        .count()
+def erased_users_per_version(adapter: Adapter) -> dict[int, int]:
+    """Version id -> how many erased end users its own run trained on (marked versions only; one query)."""
+    rows = (
+        TrainingRunErasure.objects.filter(run__adapter=adapter, run__output_version__isnull=False, trained_on=True)
+        .values("run__output_version")
+        .annotate(users=Count("user_hash", distinct=True))
     )
+    return {row["run__output_version"]: row["users"] for row in rows}
 
 
 def retrain_parent(adapter: Adapter) -> tuple[AdapterVersion | None, list[AdapterVersion]]:
     """(the newest version of the head's lineage that learned from no erased user, the marked ones).
 
     A version inherits what its parent learned, so the clean parent is the parent of the oldest
-    marked version in the lineage (None: the base model)."""
-    marked = set(versions_with_erased_users(adapter).values_list("pk", flat=True))
+    marked version in the lineage (None: the base model). Two queries, however long the lineage."""
+    marked = set(erased_users_per_version(adapter))
+    head = adapter_lineage_head(adapter)
+    versions = {v.pk: v for v in AdapterVersion.objects.filter(adapter=adapter)} if head is not None else {}
     lineage: list[AdapterVersion] = []
-    version = adapter_lineage_head(adapter)
+    version = versions.get(head.pk) if head is not None else None
     while version is not None:
         lineage.append(version)
-        version = version.parent
+        version = versions.get(version.parent_id) if version.parent_id is not None else None
     tainted = [v for v in lineage if v.pk in marked]
     if not tainted:
         return (lineage[0] if lineage else None), []
-    return tainted[-1].parent, tainted
+    oldest = tainted[-1]
+    return (versions.get(oldest.parent_id) if oldest.parent_id is not None else None), tainted
 
 
 @transaction.atomic

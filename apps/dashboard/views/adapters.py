@@ -18,12 +18,7 @@ from apps.dashboard.views.common import tenant_render
 from apps.experiments.selectors import experiment_running_for
 from apps.experiments.services import adapter_rollback
 from apps.serving.services import adapter_version_load
-from apps.training.erasure import (
-    erased_users_trained_on,
-    retrain_parent,
-    training_lineage_retrain,
-    versions_with_erased_users,
-)
+from apps.training.erasure import erased_users_per_version, retrain_parent, training_lineage_retrain
 from apps.training.selectors import training_policy_get
 from apps.training.services import training_policy_update, training_run_start
 
@@ -36,7 +31,7 @@ def versions(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> Htt
     context = {
         "adapter": adapter,
         "nodes": adapter_lineage(ctx.tenant, adapter=adapter),
-        "erased": {v.pk: erased_users_trained_on(v) for v in versions_with_erased_users(adapter)},
+        "erased": erased_users_per_version(adapter),
         # Offered while the lineage the next run trains from holds a marked version (not after a retrain).
         "retrainable": bool(retrain_parent(adapter)[1]),
         "promotable": PROMOTABLE,
