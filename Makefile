@@ -14,7 +14,7 @@ ASSETS_STAMP := var/vendor/.htmx-$(HTMX_VERSION)-axe-$(AXE_VERSION)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: venv assets browser services test demo up starter vllm lint bench-ingest bench-serving bench-capacity bench-trainer bench-freshness bench-experiments bench-dashboard bench-learning bench-agent-learning vllm-env clean
+.PHONY: venv assets browser services test demo up starter vllm lint lint-imports bench-ingest bench-serving bench-capacity bench-trainer bench-freshness bench-experiments bench-dashboard bench-learning bench-agent-learning vllm-env clean
 
 venv: $(STAMP)
 
@@ -38,7 +38,7 @@ services:
 browser:
 	@bash platform/ensure-browser.sh
 
-test: venv assets browser services
+test: venv assets browser services lint-imports
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
 demo: venv assets
@@ -51,8 +51,12 @@ up: venv assets
 starter: venv
 	$(PY) -m gpu_trainer starter --size small
 
-lint: venv
+lint: venv lint-imports
 	$(VENV)/bin/ruff check apps config workers benchmarks tests gpu_trainer sdk platform
+
+# The import contracts in pyproject.toml ([tool.importlinter]).
+lint-imports: venv
+	$(VENV)/bin/lint-imports
 
 vllm-env:
 	@bash platform/vllm-env.sh

@@ -54,13 +54,10 @@ def expected_outcomes(model, tokenizer, prompts: Sequence[str], tasks: Sequence[
     """P(accepted) and P(silent) of every task under ``model`` (teacher forced, batched by tokens)."""
     import torch
 
-    from gpu_trainer.policy import (
-        completion_logits,
-        make_batch,
-        plan_micro_batches,
-        release_freed_memory,
-        special_token_ids,
-    )
+    from gpu_trainer.batching import make_batch, plan_micro_batches
+    from gpu_trainer.logprobs import completion_logits
+    from gpu_trainer.memory import release_freed_memory
+    from gpu_trainer.model_loading import special_token_ids
     from gpu_trainer.samples import Sample
 
     eos_id, pad_id = special_token_ids(tokenizer, model)

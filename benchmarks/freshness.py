@@ -190,7 +190,7 @@ def main() -> None:
 
     import torch
 
-    from gpu_trainer.policy import autocast_setting
+    from gpu_trainer.precision import autocast_setting
 
     def ts(value: datetime) -> float:
         return value.timestamp()

@@ -93,7 +93,7 @@ def resolve_model(name: str) -> Path:
 def load_model(model_dir: Path, adapter_dir: Path | None):
     import torch
 
-    from gpu_trainer.policy import load_base_model, load_tokenizer
+    from gpu_trainer.model_loading import load_base_model, load_tokenizer
 
     model = load_base_model(model_dir, torch.device("cpu"), torch.float32)
     tokenizer = load_tokenizer(model_dir)
@@ -265,7 +265,7 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     import torch
 
     from gpu_trainer.__main__ import _parse_overrides
-    from gpu_trainer.policy import autocast_setting
+    from gpu_trainer.precision import autocast_setting
 
     overrides = _parse_overrides(list(pairs))
     if overrides.get("autocast_bf16") == "auto":

@@ -44,8 +44,10 @@ def sample_suggestions(
     import torch
     from tqdm import tqdm
 
+    from gpu_trainer.batching import plan_micro_batches
     from gpu_trainer.decoding import left_padded
-    from gpu_trainer.policy import plan_micro_batches, release_freed_memory, special_token_ids
+    from gpu_trainer.memory import release_freed_memory
+    from gpu_trainer.model_loading import special_token_ids
 
     eos_id, pad_id = special_token_ids(tokenizer, model)
     encoded = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]

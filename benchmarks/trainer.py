@@ -2,7 +2,7 @@
 
 Same model, same fresh LoRA, same samples, same minibatches cut into the same passes by the
 token budget (``max_tokens_per_pass``), in the same order. The PPO side is
-``ppo.run_policy_update`` exactly as training runs it: old log-probs recomputed under no_grad,
+``policy_update.run_policy_update`` exactly as training runs it: old log-probs recomputed under no_grad,
 the KL-to-base reference (free for a fresh LoRA: it equals the base), the clipped loss with
 importance weights, entropy and all per-step metrics. The bare side is the ceiling: log-probs of
 the same completion tokens, ``-mean`` as the loss, backward, AdamW step. ``target_kl`` is off so
@@ -77,14 +77,9 @@ def bare_steps(policy, samples: list, config) -> int:
     """The ceiling: the same minibatches, passes and order as run_policy_update, nothing but the step."""
     import torch
 
-    from gpu_trainer.policy import (
-        completion_logprobs,
-        completion_tokens,
-        make_batch,
-        plan_micro_batches,
-        release_freed_memory,
-        sequence_length,
-    )
+    from gpu_trainer.batching import completion_tokens, make_batch, plan_micro_batches, sequence_length
+    from gpu_trainer.logprobs import completion_logprobs
+    from gpu_trainer.memory import release_freed_memory
 
     model = policy.model
     generator = torch.Generator().manual_seed(config.seed)
@@ -122,7 +117,7 @@ def ppo_update(policy, samples: list, config) -> int:
     import torch
 
     from gpu_trainer.losses import compute_advantages
-    from gpu_trainer.ppo import run_policy_update
+    from gpu_trainer.policy_update import run_policy_update
 
     rewards = torch.tensor([s.reward for s in samples])
     advantages = compute_advantages(rewards, baseline=config.baseline, normalize=config.normalize_advantages)
@@ -135,7 +130,7 @@ def worker(args: argparse.Namespace) -> int:
     import torch
 
     from gpu_trainer.config import PPOConfig
-    from gpu_trainer.ppo import load_policy
+    from gpu_trainer.model_loading import load_policy
 
     torch.set_num_threads(args.threads)
     config = PPOConfig(

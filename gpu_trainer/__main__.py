@@ -1,4 +1,8 @@
-"""Command line: ``python -m gpu_trainer {base,starter,train,score} ...``."""
+"""Command line: ``python -m gpu_trainer {base,starter,train,score} ...``.
+
+Each command imports what it runs inside its handler: the CLI starts (and ``--help`` answers)
+without importing torch, and only a command that needs it loads it.
+"""
 
 from __future__ import annotations
 

@@ -35,6 +35,7 @@ from gpu_trainer.adapters import base_model_fingerprint
 from gpu_trainer.errors import TrainerInputError
 from gpu_trainer.fim import detect_family
 from gpu_trainer.model_cache import build_once, default_cache_root, pin_tokenizer_class
+from gpu_trainer.starter import ensure_starter_model, starter_recipe
 
 BASE_RECORD = "strop_base.json"
 # Bump when the conversion code changes the bytes it writes for the same GGUF file.
@@ -361,8 +362,6 @@ def convert_gguf(gguf: Path, out_dir: Path, *, progress: bool = False) -> None:
 
 def ensure_starter_base(size: str, cache_root: Path | None = None, *, progress: bool = False) -> Path:
     """The starter model of ``size`` (built if new), with its record."""
-    from gpu_trainer.starter import ensure_starter_model, starter_recipe
-
     path = ensure_starter_model(size, cache_root, progress=progress)
     recipe = starter_recipe(size)
     ensure_base_record(

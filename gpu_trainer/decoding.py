@@ -11,9 +11,10 @@ from typing import Any
 
 import torch
 
+from gpu_trainer.batching import plan_micro_batches
 from gpu_trainer.fim import PLAIN, stop_tokens
-from gpu_trainer.policy import plan_micro_batches, release_freed_memory
-from gpu_trainer.scoring import edit_similarity
+from gpu_trainer.fim_metrics import mean_scores
+from gpu_trainer.memory import release_freed_memory
 
 
 def stop_token_ids(tokenizer, family: str | None, eos_id: int) -> list[int]:
@@ -95,10 +96,8 @@ def comparable(completion: str, reference: str, family: str | None) -> str:
 
 
 def fim_scores(completions: list[str], cases: list[dict[str, Any]], family: str | None) -> dict[str, float]:
-    """Mean exact match (trailing whitespace aside) and edit similarity to the cases' middles."""
-    exact, similarity = 0, 0.0
-    for completion, case in zip(completions, cases, strict=True):
-        text = comparable(completion, case["middle"], family)
-        exact += text.rstrip() == case["middle"].rstrip()
-        similarity += edit_similarity(text, case["middle"])
-    return {"exact_match": exact / len(cases), "edit_similarity": similarity / len(cases)}
+    """Mean exact match (trailing whitespace aside) and edit similarity to the cases' middles,
+    each completion compared as far as ``comparable`` says."""
+    middles = [case["middle"] for case in cases]
+    texts = [comparable(completion, middle, family) for completion, middle in zip(completions, middles, strict=True)]
+    return mean_scores(texts, middles)

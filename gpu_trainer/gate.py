@@ -39,13 +39,8 @@ from gpu_trainer.decoding import fim_scores, greedy_completions
 from gpu_trainer.errors import AdapterInvalidError, TrainerInputError
 from gpu_trainer.fim import build_fim_prompt, detect_family
 from gpu_trainer.gate_config import FAILED, PASSED, SKIPPED, GateConfig, GateVerdict
-from gpu_trainer.policy import (
-    load_base_model,
-    load_tokenizer,
-    resolve_device_dtype,
-    seed_everything,
-    special_token_ids,
-)
+from gpu_trainer.model_loading import load_base_model, load_tokenizer, seed_everything, special_token_ids
+from gpu_trainer.precision import resolve_device_dtype
 from gpu_trainer.samples import Sample, check_samples_against_vocab, coerce_samples
 from gpu_trainer.teacher_forced import active_adapter, off_policy_value, teacher_forced
 

@@ -1,6 +1,6 @@
 """Offline GRPO, for comparison with PPO (as the seed did): sample a group per prompt from the
 policy itself, score each completion, normalise rewards within the group, and apply the same
-clipped loss through the same update loop as PPO (``ppo.run_policy_update``).
+clipped loss through the same update loop as PPO (``policy_update.run_policy_update``).
 
 Records are FIM cases ``{"prefix", "suffix", "middle"}``; the default score is the edit
 similarity of the sampled middle to the reference ``middle``. Online serving cannot do this:
@@ -20,17 +20,11 @@ from gpu_trainer.config import GRPOConfig
 from gpu_trainer.decoding import cut_at_stop, stop_token_ids
 from gpu_trainer.errors import TrainerInputError
 from gpu_trainer.fim import build_fim_prompt, detect_family
-from gpu_trainer.ppo import (
-    Policy,
-    StepCallback,
-    TrainResult,
-    load_policy,
-    run_policy_update,
-    save_adapter,
-    summarize,
-)
+from gpu_trainer.fim_metrics import edit_similarity
+from gpu_trainer.model_loading import Policy, load_policy
+from gpu_trainer.policy_update import StepCallback, run_policy_update, summarize
+from gpu_trainer.ppo import TrainResult, save_adapter
 from gpu_trainer.samples import Sample
-from gpu_trainer.scoring import edit_similarity
 
 ScoreFn = Callable[[str, dict[str, Any]], float]
 

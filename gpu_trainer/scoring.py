@@ -1,4 +1,4 @@
-"""Scoring a dataset with the base model or an adapter (the CLI's ``score``, GRPO's reward).
+"""Scoring a dataset with the base model or an adapter: the CLI's ``score``.
 
 Two kinds of records, in one JSONL file or mixed:
 
@@ -6,9 +6,9 @@ Two kinds of records, in one JSONL file or mixed:
   completions under the model;
 - FIM cases (``prefix``, ``suffix``, ``middle``): greedy-decode the middle from the family's FIM
   prompt (``decoding.greedy_completions``, batched as in the gate) and report exact match and
-  edit similarity to the reference ``middle``.
+  edit similarity to the reference ``middle`` (``fim_metrics``).
 
-Torch is imported inside the functions: ``edit_similarity`` is cheap to import.
+peft is imported inside ``score_dataset``, only when an adapter is scored.
 """
 
 from __future__ import annotations
@@ -17,22 +17,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from gpu_trainer.adapters import verify_adapter
+from gpu_trainer.batching import make_batch, plan_micro_batches, sequence_length
+from gpu_trainer.config import PPOConfig
+from gpu_trainer.decoding import fim_scores, greedy_completions
 from gpu_trainer.errors import TrainerInputError
-
-
-def edit_similarity(candidate: str, reference: str) -> float:
-    """1 − Levenshtein distance / length of the longer string (1.0 for two empty strings)."""
-    if candidate == reference:
-        return 1.0
-    if len(candidate) < len(reference):
-        candidate, reference = reference, candidate
-    previous = list(range(len(reference) + 1))
-    for i, c in enumerate(candidate, start=1):
-        current = [i]
-        for j, r in enumerate(reference, start=1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (c != r)))
-        previous = current
-    return 1.0 - previous[-1] / max(len(candidate), 1)
+from gpu_trainer.fim import build_fim_prompt, detect_family
+from gpu_trainer.logprobs import completion_logprobs
+from gpu_trainer.memory import release_freed_memory
+from gpu_trainer.model_loading import load_base_model, load_tokenizer, special_token_ids
+from gpu_trainer.precision import resolve_device_dtype
+from gpu_trainer.samples import Sample, check_samples_against_vocab
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
@@ -57,31 +54,11 @@ def score_dataset(records: list[dict[str, Any]], *, base_model_dir: str | Path, 
     Every forward pass holds at most ``max_tokens_per_pass`` tokens (a FIM pass counts each
     prompt plus ``max_new_tokens``).
     """
-    import torch
-
-    from gpu_trainer.config import PPOConfig
-    from gpu_trainer.decoding import fim_scores, greedy_completions
-    from gpu_trainer.fim import build_fim_prompt, detect_family
-    from gpu_trainer.policy import (
-        completion_logprobs,
-        load_base_model,
-        load_tokenizer,
-        make_batch,
-        plan_micro_batches,
-        release_freed_memory,
-        resolve_device_dtype,
-        sequence_length,
-        special_token_ids,
-    )
-    from gpu_trainer.samples import Sample, check_samples_against_vocab
-
     torch_device, dtype = resolve_device_dtype(PPOConfig(device=device))
     model = load_base_model(base_model_dir, torch_device, dtype)
     tokenizer = load_tokenizer(base_model_dir)
     if adapter_dir is not None:
         from peft import PeftModel
-
-        from gpu_trainer.adapters import verify_adapter
 
         verify_adapter(adapter_dir)
         model = PeftModel.from_pretrained(model, str(adapter_dir))

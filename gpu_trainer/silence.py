@@ -1,7 +1,7 @@
 """The counterfactual silent action (``PPOConfig.silence_counterfactual``): its loss.
 
 Which first tokens are silent comes from the samples (``samples.silent_token_ids``); their
-log-probability from the update's own forward pass (``policy.completion_and_silence_logprobs``).
+log-probability from the update's own forward pass (``logprobs.completion_and_silence_logprobs``).
 """
 
 from __future__ import annotations

@@ -301,7 +301,7 @@ def _autocast() -> bool:
     """TRAINER_AUTOCAST_BF16 for this worker's device (``auto``: where bf16 is native)."""
     import torch
 
-    from gpu_trainer.policy import autocast_setting
+    from gpu_trainer.precision import autocast_setting
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return autocast_setting(settings.TRAINER_AUTOCAST_BF16, device)

@@ -10,9 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from gpu_trainer.batching import plan_micro_batches
 from gpu_trainer.config import PPOConfig
+from gpu_trainer.logprobs import chosen_token_logprobs, entropy_from_logits
 from gpu_trainer.losses import masked_mean
-from gpu_trainer.policy import chosen_token_logprobs, entropy_from_logits, plan_micro_batches
 from gpu_trainer.ppo import train_ppo
 
 WEIGHTS = "adapter_model.safetensors"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gpu_trainer.policy import autocast_setting, bf16_is_native
+from gpu_trainer.precision import autocast_setting, bf16_is_native
 
 CPU = torch.device("cpu")
 

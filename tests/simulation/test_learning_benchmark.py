@@ -113,7 +113,7 @@ def test_evaluates_an_existing_adapter_on_a_task_file(trained_run, tiny_starter_
 
 
 def test_a_stop_string_ends_the_text_and_keeps_the_token_that_completed_it(tiny_starter_model):
-    from gpu_trainer.policy import load_tokenizer
+    from gpu_trainer.model_loading import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_starter_model)
     eos = tokenizer.eos_token_id
