@@ -311,6 +311,9 @@ STROP_DEFAULT_RATE_LIMIT_PER_MINUTE = env_int("STROP_DEFAULT_RATE_LIMIT_PER_MINU
 # most 1/16 of what is left in the minute), so most requests make no Redis round trip; 1 asks Redis
 # on every request.
 STROP_RATE_LIMIT_BLOCK = env_int("STROP_RATE_LIMIT_BLOCK", 32)
+# A batch call (interactions, feedback, consent import) costs one unit of the rate limit per this many
+# items, at least one: a 1,000-item batch weighs 50 single calls.
+STROP_RATE_LIMIT_ITEMS_PER_UNIT = env_int("STROP_RATE_LIMIT_ITEMS_PER_UNIT", 20)
 # While Redis is unreachable each API process counts alone and serves a tenant at most its limit
 # divided by this (at least 1 unit). 1: every process may serve the whole limit (an outage admits at
 # most processes x limit); the number of API processes: a bound near the limit, if load is even.

@@ -21,7 +21,7 @@ from apps.common.apis import ScopedApi, batch_items, paginated, paginated_schema
 from apps.common.exceptions import ValidationFailed
 from apps.common.parsers import StrictJSONParser
 from apps.common.parsing import body_read, query_bool, query_text, reject_unknown_query
-from apps.tenants.permissions import batch_cost
+from apps.tenants.permissions import batch_size
 
 
 class EndUserOut(serializers.ModelSerializer):
@@ -134,7 +134,7 @@ class EndUserImportApi(ScopedApi):
     """Set many end users' consent at once: JSON ``{"items": [...]}`` or a CSV upload; 207 per item."""
 
     required_scope = "ingest"
-    rate_cost = staticmethod(batch_cost)  # one unit of the rate limit per item
+    rate_items = staticmethod(batch_size)  # one unit of the rate limit per item
     parser_classes = [StrictJSONParser, CsvParser]
 
     @extend_schema(

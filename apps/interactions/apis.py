@@ -23,7 +23,7 @@ from apps.interactions.models import Feedback, Interaction
 from apps.interactions.selectors import interaction_get_for_tenant, interaction_list
 from apps.interactions.services import ItemResult, feedback_ingest, interactions_ingest
 from apps.interactions.validation import ItemError
-from apps.tenants.permissions import batch_cost
+from apps.tenants.permissions import batch_size
 
 # ---- Shapes for the OpenAPI schema. Validation itself is in validation.py (fast, hand-written). ----
 
@@ -130,7 +130,7 @@ class InteractionCollectionApi(ScopedApi):
     """Log interactions served elsewhere (one, or a batch under ``items``) and list them."""
 
     required_scope = "ingest"
-    rate_cost = staticmethod(batch_cost)  # one unit of the rate limit per item
+    rate_items = staticmethod(batch_size)  # one unit of the rate limit per item
 
     @extend_schema(
         request=_one_or_batch("InteractionIn", InteractionInSchema),
@@ -183,7 +183,7 @@ class FeedbackIngestApi(ScopedApi):
     """Accept / reject / not shown / edited, for one interaction or a batch under ``items``."""
 
     required_scope = "feedback"
-    rate_cost = staticmethod(batch_cost)  # one unit of the rate limit per item
+    rate_items = staticmethod(batch_size)  # one unit of the rate limit per item
 
     @extend_schema(
         request=_one_or_batch("FeedbackIn", FeedbackInSchema),

@@ -5,13 +5,13 @@ from typing import Any
 from rest_framework import exceptions, permissions
 from rest_framework.request import Request
 
-from apps.tenants.ratelimit import rate_limit_check
+from apps.tenants.ratelimit import batch_units, rate_limit_check
 
 
-def batch_cost(request: Request) -> int:
-    """What a call to a batch endpoint costs: one unit per item of ``{"items": [...]}`` (a CSV
-    import parses to the same), one for anything else. Declared on a view as
-    ``rate_cost = staticmethod(batch_cost)``; reading ``request.data`` parses the body."""
+def batch_size(request: Request) -> int:
+    """The items of a call to a batch endpoint: those of ``{"items": [...]}`` (a CSV import parses
+    to the same), one for anything else. Declared on a view as ``rate_items = staticmethod(batch_size)``;
+    the call then costs ``batch_units`` of it. Reading ``request.data`` parses the body."""
     if request.method != "POST":
         return 1
     data = request.data
@@ -24,7 +24,7 @@ class HasScope(permissions.BasePermission):
 
     Also charges the tenant's per-minute budget, so every authenticated API call is rate limited in
     one place: one unit before the body is read (a flood of requests is refused unparsed), then,
-    for a view that declares ``rate_cost(request) -> int``, the rest of its cost once the body is
+    for a view that declares ``rate_items(request) -> int``, the rest of its cost once the body is
     parsed and before the view does any work with it.
     """
 
@@ -39,9 +39,10 @@ class HasScope(permissions.BasePermission):
         if required != "any" and required not in principal.scopes:
             raise exceptions.PermissionDenied(f"this API key lacks the '{required}' scope")
         rate_limit_check(principal.tenant)
-        cost_of = getattr(view, "rate_cost", None)
-        if cost_of is not None:
-            cost = cost_of(request)
-            if cost > 1:
-                rate_limit_check(principal.tenant, cost=cost - 1, items=cost)
+        size_of = getattr(view, "rate_items", None)
+        if size_of is not None:
+            items = size_of(request)
+            units = batch_units(items)
+            if units > 1:
+                rate_limit_check(principal.tenant, cost=units - 1, batch=(items, units))
         return True

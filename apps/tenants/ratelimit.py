@@ -147,18 +147,26 @@ def local_limit(limit: int) -> int:
     return max(1, limit // max(1, settings.STROP_RATE_LIMIT_PROCESSES))
 
 
-def rate_limit_check(tenant: Tenant, *, cost: int = 1, items: int | None = None, now: float | None = None) -> None:
+def batch_units(items: int) -> int:
+    """What a batch of ``items`` costs: one unit per STROP_RATE_LIMIT_ITEMS_PER_UNIT items, at least one."""
+    per_unit = max(1, settings.STROP_RATE_LIMIT_ITEMS_PER_UNIT)
+    return max(1, -(-items // per_unit))
+
+
+def rate_limit_check(
+    tenant: Tenant, *, cost: int = 1, batch: tuple[int, int] | None = None, now: float | None = None
+) -> None:
     """Charge ``cost`` units of the tenant's budget for this window, or raise RateLimited.
 
-    ``items``: the size of the batch being charged, for the refusal's message (a batch is charged
-    one unit before its body is read and ``items - 1`` after)."""
+    ``batch``: (items, units) of the batch being charged, for the refusal's message (a batch is
+    charged one unit before its body is read and ``units - 1`` after)."""
     limit = tenant.rate_limit_per_minute or settings.STROP_DEFAULT_RATE_LIMIT_PER_MINUTE
     now = time.time() if now is None else now
     window = int(now // WINDOW_S)
     if cost <= 0:
         return
-    if (items or cost) > limit:
-        _refuse(tenant, limit, window, now, items=items or cost, never=True)
+    if (batch[1] if batch else cost) > limit:
+        _refuse(tenant, limit, window, now, batch=batch or (cost, cost), never=True)
     with _blocks_lock:
         block = _current_block(tenant.pk, window, limit)
         if block is not None and block.left >= cost:
@@ -166,7 +174,7 @@ def rate_limit_check(tenant: Tenant, *, cost: int = 1, items: int | None = None,
             _count_served(tenant.pk, window, cost)
             return
         if block is not None and block.seen >= limit:  # Redis's count only grows within a window
-            _refuse(tenant, limit, window, now, items=items)
+            _refuse(tenant, limit, window, now, batch=batch)
         seen = block.seen if block is not None else 0
         have = 0
         if block is not None:  # what the block still holds goes to this request; reserved meanwhile
@@ -175,7 +183,7 @@ def rate_limit_check(tenant: Tenant, *, cost: int = 1, items: int | None = None,
     count = _count(f"strop:rl:{tenant.pk}:{window}", size)
     with _blocks_lock:
         if count is None:  # Redis could not count it: this process counts alone
-            _local_check(tenant, limit, window, now, cost=cost, items=items, returned=have)
+            _local_check(tenant, limit, window, now, cost=cost, batch=batch, returned=have)
             return
         granted = max(0, min(size, limit - (count - size)))
         served = have + granted >= cost
@@ -185,7 +193,7 @@ def rate_limit_check(tenant: Tenant, *, cost: int = 1, items: int | None = None,
         if served:
             _count_served(tenant.pk, window, cost)
             return
-    _refuse(tenant, limit, window, now, items=items)
+    _refuse(tenant, limit, window, now, batch=batch)
 
 
 def _count_served(tenant_id: int, window: int, cost: int) -> int:
@@ -197,7 +205,7 @@ def _count_served(tenant_id: int, window: int, cost: int) -> int:
 
 
 def _local_check(
-    tenant: Tenant, limit: int, window: int, now: float, *, cost: int, items: int | None, returned: int
+    tenant: Tenant, limit: int, window: int, now: float, *, cost: int, batch: tuple[int, int] | None, returned: int
 ) -> None:
     """Redis is down: serve ``cost`` only within this process's local share (lock held)."""
     block = _current_block(tenant.pk, window, limit)
@@ -207,7 +215,7 @@ def _local_check(
     units = units if seen_window == window else 0
     share = local_limit(limit)
     if units + cost > share:
-        _refuse(tenant, limit, window, now, items=items, local=share)
+        _refuse(tenant, limit, window, now, batch=batch, local=share)
     _served[tenant.pk] = (window, units + cost)
 
 
@@ -223,22 +231,25 @@ def _refuse(
     window: int,
     now: float,
     *,
-    items: int | None = None,
+    batch: tuple[int, int] | None = None,
     never: bool = False,
     local: int | None = None,
 ) -> None:
     retry_after = max(1, int((window + 1) * WINDOW_S - now + 0.999))
     message = f"tenant {tenant.slug} is over its limit of {limit} requests per minute"
     details: dict[str, int] = {"limit_per_minute": limit}
-    if items is not None:
-        details["cost"] = items
+    if batch is not None:
+        items, units = batch
+        details["cost"] = units
+        per_unit = max(1, settings.STROP_RATE_LIMIT_ITEMS_PER_UNIT)
+        rule = "one per item" if per_unit == 1 else f"one per {per_unit} items"
         if never:
             message = (
-                f"a batch of {items} items costs {items} of tenant {tenant.slug}'s {limit} requests per minute, "
-                "more than the whole limit: send smaller batches"
+                f"a batch of {items} items costs {units} of tenant {tenant.slug}'s {limit} requests per minute "
+                f"({rule}), more than the whole limit: send smaller batches"
             )
         else:
-            message += f": this batch of {items} items costs {items} (one per item)"
+            message += f": this batch of {items} items costs {units} ({rule})"
     if local is not None:
         message += f" (counted by this API process alone while Redis is unreachable: at most {local})"
         details["local_limit_per_minute"] = local

@@ -169,9 +169,9 @@ def test_with_redis_down_a_batch_costs_its_items_locally(redis_down, make_tenant
     settings.STROP_RATE_LIMIT_PROCESSES = 1
     tenant = make_tenant("outage-batch", rate_limit_per_minute=10)
     redis_down.stop()
-    ratelimit.rate_limit_check(tenant, cost=6, items=6, now=process.now)  # 6 of 10
+    ratelimit.rate_limit_check(tenant, cost=6, batch=(6, 6), now=process.now)  # 6 of 10
     with pytest.raises(RateLimited) as refused:
-        ratelimit.rate_limit_check(tenant, cost=6, items=6, now=process.now)  # 12: refused whole
+        ratelimit.rate_limit_check(tenant, cost=6, batch=(6, 6), now=process.now)  # 12: refused whole
     assert "batch of 6 items costs 6" in refused.value.message
     assert [process.check(tenant) for _ in range(5)] == [True] * 4 + [False]
 

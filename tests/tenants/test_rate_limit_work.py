@@ -1,4 +1,5 @@
-"""Rate limits count work: a batch call costs one unit of the tenant's per-minute limit per item."""
+"""Rate limits count work: a batch call costs one unit of the tenant's per-minute limit per
+STROP_RATE_LIMIT_ITEMS_PER_UNIT items (here mostly 1, so that small batches show it)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ from apps.interactions.models import Interaction
 from apps.tenants import ratelimit
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _one_unit_per_item(settings) -> None:
+    settings.STROP_RATE_LIMIT_ITEMS_PER_UNIT = 1
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +64,8 @@ def test_a_batch_of_n_items_costs_n_units_and_the_batch_that_crosses_the_limit_i
     assert 1 <= int(refused["Retry-After"]) <= 60
     error = refused.json()["error"]
     assert error["code"] == "rate_limited"
-    assert "limit of 10 requests per minute" in error["message"] and "batch of 4 items costs 4" in error["message"]
+    assert "limit of 10 requests per minute" in error["message"]
+    assert "batch of 4 items costs 4 (one per item)" in error["message"]
     assert error["details"]["limit_per_minute"] == 10 and error["details"]["cost"] == 4
     if stored:
         assert stored(tenant) == before == 8  # the refused batch stored nothing
@@ -90,3 +97,16 @@ def test_a_csv_import_costs_one_unit_per_row(make_tenant, make_client):
     response = client.post("/v1/users/import", rows, content_type="text/csv")
     assert response.status_code == 429 and "batch of 6 items" in response.json()["error"]["message"]
     assert not EndUser.objects.filter(tenant=tenant).exists()
+
+
+def test_by_default_a_batch_costs_one_unit_per_twenty_items(settings, make_tenant, make_client):
+    settings.STROP_RATE_LIMIT_ITEMS_PER_UNIT = 20
+    tenant = make_tenant("by-twenty", rate_limit_per_minute=5)
+    client = make_client(tenant)
+    items = [_interaction(i) for i in range(41)]  # 3 units: 41 items, one unit per 20 started
+    assert client.post("/v1/interactions", {"items": items}, format="json").status_code == 207  # 3 of 5
+    refused = client.post("/v1/interactions", {"items": [_interaction(100 + i) for i in range(41)]}, format="json")
+    assert refused.status_code == 429  # 6 of 5
+    assert "this batch of 41 items costs 3 (one per 20 items)" in refused.json()["error"]["message"]
+    assert refused.json()["error"]["details"]["cost"] == 3
+    assert Interaction.objects.filter(tenant=tenant).count() == 41
