@@ -204,9 +204,19 @@ class EndUserDetailApi(ScopedApi):
                         "deleted": serializers.DictField(child=serializers.IntegerField()),
                         "versions_trained_on": serializers.ListField(child=serializers.DictField()),
                         "versions_evaluated_on": serializers.ListField(child=serializers.DictField()),
+                        "training_runs": serializers.ListField(
+                            child=serializers.DictField(),
+                            help_text="every run whose window held the user (run, adapter, status, version, "
+                            "trained_on, action): an active one is discarded and rerun without them",
+                        ),
+                        "retrain": serializers.ListField(
+                            child=serializers.DictField(child=serializers.CharField()),
+                            help_text="adapters whose versions learned from the user, and how to retrain them",
+                        ),
                     },
                 ),
-                description="What was deleted, per table, and the versions whose training used this user's events.",
+                description="What was deleted, per table, the versions whose training used this user's events, "
+                "and the training runs that held them.",
             )
         }
     )

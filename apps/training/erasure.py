@@ -48,9 +48,9 @@ def training_erasure_record(tenant: Tenant, *, interactions: QuerySet[Any], exte
     """Mark every run whose window holds these interactions' events; call before they are deleted,
     inside the erase's transaction."""
     events = TrainingRunEvent.objects.filter(run__tenant=tenant, feedback__interaction__in=interactions)
-    trained = dict.fromkeys(events.values_list("run_id", flat=True).distinct(), False)
-    for run_id in events.filter(held_out=False).values_list("run_id", flat=True).distinct():
-        trained[run_id] = True
+    trained: dict[int, bool] = {}  # run id -> whether the user was in its trained part (else held out only)
+    for run_id, held_out in events.values_list("run_id", "held_out").distinct():
+        trained[run_id] = trained.get(run_id, False) or not held_out
     # The runs' rows are locked first (the marks' foreign keys are checked only at commit, so their
     # insert takes no lock): a run registering its version holds its row until it has, and is read
     # here as it ended; one that comes to register after finds the marks.
@@ -80,10 +80,8 @@ def training_erasure_record(tenant: Tenant, *, interactions: QuerySet[Any], exte
             "action": action,
         })
     adapters = sorted({run.adapter.name for run in runs if trained[run.pk] and run.output_version_id})
-    out.retrain = [
-        {"adapter": name, "how": f"POST /v1/adapters/{name}/retrain, or Retrain on the adapter's dashboard page"}
-        for name in adapters
-    ]
+    how = "POST /v1/adapters/{}/retrain, or Retrain without erased users on its Versions page"
+    out.retrain = [{"adapter": name, "how": how.format(name)} for name in adapters]
     return out
 
 

@@ -19,6 +19,7 @@ from django.db import IntegrityError, connection, transaction
 
 from apps.adapters.models import AdapterVersion
 from apps.adapters.services import adapter_serve_probe, adapter_version_register
+from apps.common.exception_handler import public_text
 from apps.common.exceptions import ValidationFailed
 from apps.common.observability.metrics import training_run_finished
 from apps.common.tasks import enqueue
@@ -149,12 +150,10 @@ def failure_reason(exc: BaseException, run: TrainingRun) -> str:
     """The one line a tenant reads: what failed, never where (paths of this host are cut out)."""
     if isinstance(exc, SoftTimeLimitExceeded):
         return wall_time_reason(run.output_version)
-    text = str(exc).splitlines()[0] if str(exc).strip() else ""
-    for root in (settings.STROP_RUN_ROOT, settings.STROP_ADAPTER_ROOT, settings.BASE_DIR):
-        text = text.replace(str(root), "…")
+    text = public_text(str(exc), max_length=1000)  # the first line, its hosts and paths cut out
     if isinstance(exc, (TrainerInputError, TrainingDivergedError, ValidationFailed)):
-        return text[:1000]
-    return f"{type(exc).__name__}: {text[:1000]}" if text else f"{type(exc).__name__} (see the operator's log)"
+        return text
+    return f"{type(exc).__name__}: {text}" if text else f"{type(exc).__name__} (see the operator's log)"
 
 
 def _execute(run: TrainingRun, guard: _Guard) -> str:

@@ -195,7 +195,7 @@ _HEAD = object()  # training_schedule's default parent: the adapter's lineage he
 
 
 def training_schedule(
-    adapter: Adapter, *, force: bool = False, parent: AdapterVersion | None | object = _HEAD, trigger: str = "forced"
+    adapter: Adapter, *, force: bool = False, parent: Any = _HEAD, trigger: str = "forced"
 ) -> TrainingRun | None:
     """Start a run for ``adapter`` if its policy says so and nothing stops it.
 
@@ -206,7 +206,7 @@ def training_schedule(
     policy = training_policy_get(adapter)
     if not policy.enabled and not force:
         return None
-    if not isinstance(parent, AdapterVersion) and parent is not None:
+    if parent is _HEAD:
         parent = adapter_lineage_head(adapter)
     if not force:
         new = training_events_new(adapter, parent=parent)
