@@ -110,3 +110,13 @@ def test_many_stop_strings_all_apply_and_max_tokens_is_capped(client, serving_ad
         recorded = Interaction.objects.get(pk=chunks[0].id)
         assert recorded.completion == cut
         assert 1 <= len(recorded.completion_token_ids) <= len(Interaction.objects.get(pk=free.id).completion_token_ids)
+
+
+def test_a_tool_list_past_its_bounds_is_the_clients_bad_request_naming_the_limit(client):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.chat.completions.create(
+            model="autocomplete", messages=[{"role": "user", "content": "hi"}], tools=[tool] * 129, max_tokens=2
+        )
+    assert bad.value.body["message"].startswith("tools:") and "at most 128 tools" in bad.value.body["message"]
+    assert not Interaction.objects.exists()
