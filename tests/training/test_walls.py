@@ -219,7 +219,8 @@ def test_an_erase_that_meets_a_run_registering_its_version_waits_for_it_and_name
 ):
     """The pipeline registers a version with the run's row locked; an erase of a user in its window
     that comes meanwhile waits for the commit, then reports the version (not a discarded run) and
-    marks it."""
+    marks it. Without the erase's lock the registration commits only after 60 s, and the erase
+    has read the run without its version by then."""
     import threading
     import time
 
@@ -245,7 +246,18 @@ def test_an_erase_that_meets_a_run_registering_its_version_waits_for_it_and_name
                     tiny_adapter.tenant, adapter=tiny_adapter, source_dir=source, enqueue_load=False
                 )
                 TrainingRun.objects.filter(pk=run.pk).update(output_version=version)
-                time.sleep(1.0)  # the erase arrives while this transaction is open
+                # Commit only once the erase waits for this row (an ungranted lock), so an erase
+                # that did not wait would have read the run before its version.
+                deadline = time.monotonic() + 60
+                with connection.cursor() as cursor:
+                    while time.monotonic() < deadline:
+                        cursor.execute(
+                            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                            " WHERE NOT l.granted AND a.datname = current_database()"
+                        )
+                        if cursor.fetchone()[0]:
+                            break
+                        time.sleep(0.05)
         finally:
             connection.close()
 
