@@ -83,9 +83,9 @@ def main() -> None:
             )
             manage("adapter_create", slug, "tab", "--base", "base", "--default", db_url=db_url)
         setup_django(db_url, **extra)
+        from apps.adapters.loading import adapter_version_load
         from apps.adapters.models import Adapter
         from apps.adapters.services import adapter_version_promote, adapter_version_register
-        from apps.serving.services import adapter_version_load
 
         version_tenant: dict[str, str] = {}
         for n, slug in enumerate(keys):

@@ -118,7 +118,7 @@ def main() -> None:
     from django.utils import timezone
 
     from apps.interactions.rows import INTERACTION_COLUMNS
-    from apps.interactions.services import _interaction_row
+    from apps.interactions.services.ingest import _interaction_row
     from apps.interactions.validation import interaction_validate
     from apps.tenants.models import Tenant
 

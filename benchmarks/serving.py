@@ -208,8 +208,9 @@ def main() -> None:
     api = None
     try:
         key, tenant, adapter = bench_adapter(model_dir, db_url, **extra)
+        from apps.adapters.loading import adapter_version_load
         from apps.adapters.services import adapter_version_promote, adapter_version_register
-        from apps.serving.services import adapter_version_load, vllm_client
+        from apps.engines.vllm import vllm_client
 
         load_times, register_times = [], []
         version = None

@@ -51,8 +51,8 @@ def main() -> None:
     apis: list[subprocess.Popen] = []
     try:
         key, tenant, adapter = bench_adapter(model_dir, db_url, **extra)
+        from apps.adapters.loading import adapter_version_load
         from apps.adapters.services import adapter_version_promote, adapter_version_register
-        from apps.serving.services import adapter_version_load
 
         source = write_random_lora(model_dir, work / "lora", seed=0, rank=8)
         version = adapter_version_register(tenant, adapter=adapter, source_dir=source, enqueue_load=False)

@@ -138,6 +138,7 @@ INSTALLED_APPS = [
     "axes",
     "csp",
     "apps.common.apps.CommonConfig",
+    "apps.engines",
     "apps.tenants",
     "apps.interactions",
     "apps.adapters",
@@ -145,6 +146,7 @@ INSTALLED_APPS = [
     "apps.training",
     "apps.cohorts",
     "apps.experiments",
+    "apps.privacy",
     "apps.dashboard",
 ]
 

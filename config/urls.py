@@ -4,12 +4,11 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
 from apps.adapters.apis import AdapterListApi, AdapterVersionListApi, AdapterVersionPromoteApi
-from apps.cohorts.apis import EndUserConsentApi, EndUserDetailApi, EndUserImportApi, EndUserListApi
+from apps.cohorts.apis import EndUserConsentApi, EndUserImportApi, EndUserListApi
 from apps.common.apis import HealthApi
 from apps.common.observability.views import metrics_view
 from apps.experiments.apis import (
     AdapterRollbackApi,
-    AssignmentApi,
     ExperimentActionApi,
     ExperimentCollectionApi,
     ExperimentDetailApi,
@@ -21,7 +20,9 @@ from apps.interactions.apis import (
     InteractionCollectionApi,
     InteractionDetailApi,
 )
+from apps.privacy.apis import EndUserDetailApi
 from apps.serving.apis import CompletionApi, ModelListApi
+from apps.serving.assignment_apis import AssignmentApi
 from apps.serving.chat_apis import ChatCompletionApi
 from apps.tenants.apis import ApiKeyCollectionApi, ApiKeyDetailApi, AuditEventListApi, TenantMeApi
 from apps.training.apis import (

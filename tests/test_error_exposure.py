@@ -14,8 +14,8 @@ from rest_framework.response import Response
 
 from apps.adapters.services import adapter_create, base_model_register
 from apps.common.apis import ScopedApi
-from apps.serving.models import ServingFailure
-from apps.serving.vllm_errors import AdapterRejected, VLLMUnavailable, raise_for
+from apps.engines.vllm_errors import AdapterRejected, VLLMUnavailable, raise_for
+from apps.interactions.models import ServingFailure
 from apps.tenants.services import membership_create
 from apps.training.models import TrainingRun
 from config.urls import urlpatterns as project_urlpatterns
@@ -101,7 +101,7 @@ def test_a_vllm_failure_answered_to_the_tenant_names_no_replica(adapter, client_
     failure = ServingFailure.objects.get()
     assert "127.0.0.1" not in failure.message
     # The operator's log has vLLM's failure, on a line with the request id.
-    logged = [r for r in caplog.records if r.name == "apps.serving.vllm_errors"]
+    logged = [r for r in caplog.records if r.name == "apps.engines.vllm_errors"]
     assert logged and "Connection refused" in logged[-1].getMessage()
     assert getattr(logged[-1], "request_id", None) == "req-vllm-down"
 
@@ -129,7 +129,7 @@ def test_a_replicas_url_and_an_adapters_path_stay_in_the_operators_log(caplog):
     shown = rejected.as_dict()
     assert shown["message"] == "No adapter found for <path>"
     assert shown["details"] == {"vllm_status": 404, "vllm_type": None, "lora_name": "t1-a1-v3"}
-    operator_lines = " ".join(r.getMessage() for r in caplog.records if r.name == "apps.serving.vllm_errors")
+    operator_lines = " ".join(r.getMessage() for r in caplog.records if r.name == "apps.engines.vllm_errors")
     assert replica in operator_lines and "/srv/adapters/t1/v3" in operator_lines
 
 

@@ -143,8 +143,8 @@ def test_an_invented_http_method_is_counted_as_other(client):
 
 @pytest.mark.django_db
 def test_an_adapter_load_with_vllm_unreachable_is_counted_unavailable(client, settings, tenant):
-    from apps.serving.services import adapter_version_load
-    from apps.serving.vllm_client import VLLMUnavailable
+    from apps.adapters.loading import adapter_version_load
+    from apps.engines.vllm_client import VLLMUnavailable
 
     settings.VLLM_BASE_URLS = ["http://127.0.0.1:9"]
     base = BaseModel.objects.create(name="obs-base", path="/nonexistent", family="qwen")
@@ -276,7 +276,7 @@ def test_an_unreachable_vllm_replica_reads_down(client, settings):
 @pytest.mark.vllm
 @pytest.mark.django_db
 def test_a_running_vllm_replica_reads_up_and_a_refused_adapter_load_is_counted(client, served, tenant):
-    from apps.serving.services import adapter_version_load
+    from apps.adapters.loading import adapter_version_load
 
     samples = scrape(client)
     assert value(samples, "strop_vllm_replica_up", replica=served.base_url) == 1

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from apps.serving.vllm_client import VLLMUnavailable
+from apps.engines.vllm_client import VLLMUnavailable
 
 
 @shared_task(
@@ -19,6 +19,6 @@ def adapter_version_load(version_id: int) -> str:
     """Load a version on every vLLM replica (idempotent: loading a loaded name is a no-op).
 
     vLLM down is retried with backoff; a version vLLM refuses is marked failed, not retried."""
-    from apps.serving.services import adapter_version_load as load
+    from apps.adapters.loading import adapter_version_load as load
 
     return load(version_id=version_id)

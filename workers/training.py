@@ -20,10 +20,15 @@ RUN_HARD_LIMIT_S = settings.TRAINING_MAX_RUN_S + 2 * settings.TRAINING_STALE_AFT
     time_limit=RUN_HARD_LIMIT_S,
 )
 def training_run_execute(run_id: int, attempt: int) -> str:
-    """Train one run (gpu queue). Idempotent: only the attempt's first delivery claims the run."""
+    """Train one run (gpu queue). Idempotent: only the attempt's first delivery claims the run.
+    A run that registered a candidate then starts its A/B test if the adapter's policy asks."""
+    from apps.experiments.services import experiment_auto_start
     from apps.training.pipeline import training_run_execute as execute
 
-    return execute(run_id, attempt=attempt)
+    outcome = execute(run_id, attempt=attempt)
+    if outcome == "candidate":
+        experiment_auto_start(run_id)
+    return outcome
 
 
 @shared_task(name="workers.training.training_schedule_tenant", acks_late=True, expires=60)

@@ -81,7 +81,7 @@ class AdapterVersionPromoteApi(ScopedApi):
         description="A version vLLM does not hold yet is loaded first (503 when vLLM is down); a failed one is 409.",
     )
     def post(self, request: Request, adapter_name: str, number: str) -> Response:
-        from apps.serving.services import adapter_version_load
+        from apps.adapters.loading import adapter_version_load
 
         adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
         version = adapter_version_get_for_tenant(self.tenant, adapter=adapter, number=number)

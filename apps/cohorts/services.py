@@ -1,4 +1,4 @@
-"""End users: consent as requests and admins change it, bulk import, and erasure.
+"""End users: consent as requests and admins change it, and bulk import (erasure: apps.privacy).
 
 What a request's ``opted_in`` means: it states the end user's consent *now*, as the tenant's
 product knows it (source "request"): ``true`` opts them in, ``false`` opts them out, and either is
@@ -10,7 +10,7 @@ Each interaction records the state at the moment it happened.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -18,8 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.cohorts.models import ConsentChange, EndUser
-from apps.cohorts.selectors import versions_touched_by
-from apps.common.exceptions import NotFound, ValidationFailed
+from apps.common.exceptions import PayloadTooLarge, ValidationFailed
 from apps.common.lookups import in_values, tenant_rows
 from apps.common.parsing import end_user_id_check
 from apps.tenants.models import Tenant
@@ -181,8 +180,6 @@ MAX_IMPORT_ITEMS = 10_000
 def end_users_import(tenant: Tenant, *, items: Sequence[Any], actor: str) -> list[ImportResult]:
     """Set the consent of many end users, each item judged alone (answered 207)."""
     if len(items) > MAX_IMPORT_ITEMS:
-        from apps.common.exceptions import PayloadTooLarge
-
         raise PayloadTooLarge(f"items: at most {MAX_IMPORT_ITEMS} per import, got {len(items)}; split it")
     results: list[ImportResult] = []
     valid: list[tuple[str, bool]] = []
@@ -215,91 +212,3 @@ def end_users_import(tenant: Tenant, *, items: Sequence[Any], actor: str) -> lis
                 data={"items": len(valid)},
             )
     return results
-
-
-@dataclass
-class EraseReport:
-    """What an erase removed, per table, and the versions whose training used the user's events."""
-
-    deleted: dict[str, int] = field(default_factory=dict)
-    versions_trained_on: list[dict[str, Any]] = field(default_factory=list)
-    versions_evaluated_on: list[dict[str, Any]] = field(default_factory=list)
-    # Every training run whose window held the user, active ones included (those are discarded and
-    # rerun without them), and how to retrain the lineages whose versions learned from them.
-    training_runs: list[dict[str, Any]] = field(default_factory=list)
-    retrain: list[dict[str, str]] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "deleted": self.deleted,
-            "versions_trained_on": self.versions_trained_on,
-            "versions_evaluated_on": self.versions_evaluated_on,
-            "training_runs": self.training_runs,
-            "retrain": self.retrain,
-        }
-
-
-@transaction.atomic
-def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseReport:
-    """Delete everything Strop holds about one end user, and say which versions learned from them.
-
-    Interactions, their feedback, feedback still waiting for them, serving failures, experiment
-    exposures and consent history go; the audit row records that an erase happened, with the
-    counts, never the erased data. A model version trained on their events is not retrained:
-    the report names those versions so the tenant can retire them.
-    """
-    from apps.experiments.models import ExperimentExposure
-    from apps.interactions.models import ConversationOutcome, Feedback, Interaction
-    from apps.serving.models import ServingFailure
-    from apps.training.erasure import training_erasure_record
-
-    user = EndUser.objects.select_for_update().filter(tenant=tenant, external_id=external_id).first()
-    interactions = Interaction.objects.filter(tenant=tenant, end_user_id=external_id)
-    if user is None and not interactions.exists():
-        raise NotFound(f"no end user {external_id[:200]!r}")
-    report = EraseReport()
-    report.versions_trained_on, report.versions_evaluated_on = versions_touched_by(interactions)
-    # Marked before the rows go (the marks outlive them); an active run's mark discards it.
-    erased_runs = training_erasure_record(tenant, interactions=interactions, external_id=external_id)
-    report.training_runs, report.retrain = erased_runs.runs, erased_runs.retrain
-    client_ids = [c for c in interactions.values_list("client_id", flat=True) if c]
-    conversations = interactions.exclude(conversation_id="").values_list("conversation_id", flat=True)
-    conversation_ids = list(conversations.distinct())
-    report.deleted["feedback"] = (
-        Feedback.objects.filter(tenant=tenant, interaction__in=interactions).delete()[1].get("interactions.Feedback", 0)
-    )
-    session_outcomes = (
-        ConversationOutcome.objects.filter(tenant=tenant, **in_values("conversation_id", conversation_ids)).delete()[0]
-        if conversation_ids
-        else 0
-    )
-    report.deleted["pending_feedback"] = (
-        Feedback.objects.filter(tenant=tenant, **in_values("pending_client_id", client_ids)).delete()[0]
-        if client_ids
-        else 0
-    )
-    report.deleted["interactions"] = interactions.delete()[1].get("interactions.Interaction", 0)
-    report.deleted["session_outcomes"] = session_outcomes
-    report.deleted["serving_failures"] = ServingFailure.objects.filter(tenant=tenant, end_user_id=external_id).delete()[
-        0
-    ]
-    if user is not None:
-        report.deleted["exposures"] = ExperimentExposure.objects.filter(end_user=user).delete()[0]
-        report.deleted["consent_history"] = ConsentChange.objects.filter(end_user=user).delete()[0]
-        user.delete()
-        report.deleted["end_users"] = 1
-    else:
-        report.deleted.update(exposures=0, consent_history=0, end_users=0)
-    audit_record(
-        tenant,
-        actor=actor,
-        action="end_user.erase",
-        target_type="end_user",
-        target_id="erased",
-        data={
-            "deleted": report.deleted,
-            "versions_trained_on": [v["vllm_name"] for v in report.versions_trained_on],
-            "training_runs": [r["run"] for r in report.training_runs],
-        },
-    )
-    return report

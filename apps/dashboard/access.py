@@ -19,6 +19,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from apps.adapters.models import Adapter
+from apps.adapters.selectors import adapter_list
 from apps.common.exceptions import NotFound
 from apps.dashboard.selectors import membership_list_for_user
 from apps.tenants.models import Membership, Tenant
@@ -88,8 +89,6 @@ def tenant_page(*, action: bool = False) -> Callable[[TenantView], Callable[...,
 
 
 def tenant_context(request: HttpRequest, tenant_slug: str) -> TenantContext:
-    from apps.adapters.selectors import adapter_list
-
     memberships = membership_list_for_user(request.user)
     membership = next((m for m in memberships if m.tenant.slug == tenant_slug), None)
     if membership is None:

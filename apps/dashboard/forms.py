@@ -10,6 +10,7 @@ from django import forms
 
 from apps.common.exceptions import ValidationFailed
 from apps.dashboard.selectors import NO_FEEDBACK, InteractionFilters
+from apps.experiments.stats import METRICS, ExperimentConfig
 from apps.interactions.models import Feedback
 from apps.tenants.services import ALL_SCOPES
 from apps.training.models import TrainingPolicy
@@ -173,8 +174,6 @@ class ExperimentStartForm(forms.Form):
     )
 
     def __init__(self, *args: Any, candidates: list[tuple[int, str]], **kwargs: Any) -> None:
-        from apps.experiments.stats import METRICS, ExperimentConfig
-
         super().__init__(*args, **kwargs)
         metric_choices = [(name, m.label) for name, m in METRICS.items()]
         self.fields["candidate_version"].choices = candidates

@@ -5,20 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.adapters.apis import AdapterOut
 from apps.adapters.selectors import adapter_get_for_tenant, adapter_version_get_for_tenant
-from apps.cohorts.selectors import consent_default
-from apps.cohorts.services import end_user_consent_now
 from apps.common.apis import ScopedApi
 from apps.common.exceptions import ValidationFailed
-from apps.common.parsing import StrictSerializer, end_user_id_check, query_bool, query_text, reject_unknown_query
-from apps.experiments.assignment import assign_arm
+from apps.common.parsing import StrictSerializer
 from apps.experiments.models import Experiment, ExperimentSnapshot
 from apps.experiments.selectors import (
     experiment_get_for_tenant,
@@ -34,10 +30,8 @@ from apps.experiments.services import (
     experiment_snapshot_take,
     experiment_start,
     experiment_stop,
-    exposure_record,
 )
 from apps.experiments.stats import METRICS
-from apps.serving.selectors import serving_lookup
 
 
 class ExperimentOut(serializers.ModelSerializer):
@@ -191,75 +185,6 @@ class ExperimentActionApi(ScopedApi):
             experiment_snapshot_take(experiment.pk)
             experiment.refresh_from_db()
         return Response(ExperimentOut(experiment, context={"with_latest": True}).data)
-
-
-class AssignmentApi(ScopedApi):
-    """For tenants that serve elsewhere: which version this end user should get now. Opted-in users
-    of a running experiment get their arm (and the exposure is recorded); everyone else production.
-
-    It records the end user's consent (``opted_in``, or the default for a user seen for the first
-    time), so the key needs a scope that may write consent: ``serve`` (as a served completion
-    would) or ``ingest`` (as logging does)."""
-
-    required_scope = "any"
-    consent_scopes = frozenset({"serve", "ingest"})
-
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("user", str, required=True, description="the end user's id"),
-            OpenApiParameter("opted_in", bool, description="their consent now, if you know it"),
-        ],
-        responses={
-            200: inline_serializer(
-                name="Assignment",
-                fields={
-                    "adapter": serializers.CharField(),
-                    "user": serializers.CharField(),
-                    "opted_in": serializers.BooleanField(),
-                    "experiment": serializers.IntegerField(allow_null=True),
-                    "arm": serializers.CharField(allow_null=True),
-                    "version": serializers.IntegerField(allow_null=True),
-                    "model": serializers.CharField(help_text="the vLLM name of the version to serve"),
-                },
-            )
-        },
-    )
-    def get(self, request: Request, adapter_name: str) -> Response:
-        if not self.consent_scopes & request.user.scopes:
-            raise PermissionDenied("this API key lacks the 'serve' or 'ingest' scope (assignment records consent)")
-        reject_unknown_query(request.query_params, {"user", "opted_in"})
-        user = query_text(request.query_params, "user") or ""
-        if not user:
-            raise ValidationFailed("user: required, the end user's id")
-        end_user_id_check(user, field_name="user")
-        flag = query_bool(request.query_params, "opted_in")
-        found = serving_lookup(self.tenant, name=adapter_name, external_id=user)
-        adapter = found.adapter
-        consent = end_user_consent_now(
-            self.tenant,
-            external_id=user,
-            flag=flag,
-            default=consent_default(self.tenant, api_key=request.auth),
-            actor=self.actor,
-            stored=found.end_user,
-        )
-        experiment = found.experiment if consent else None
-        arm, version = None, adapter.production_version
-        if experiment is not None:
-            arm = assign_arm(experiment.salt, user, candidate_weight=experiment.candidate_weight)
-            exposure_record(experiment, external_id=user, arm=arm)
-            version = experiment.version_of(arm)
-        return Response(
-            {
-                "adapter": adapter.name,
-                "user": user,
-                "opted_in": consent,
-                "experiment": experiment.pk if experiment is not None else None,
-                "arm": arm,
-                "version": version.number if version is not None else None,
-                "model": version.vllm_name if version is not None else adapter.base_model.name,
-            }
-        )
 
 
 class AdapterRollbackIn(StrictSerializer):

@@ -18,8 +18,7 @@ from django.db.models.functions import Coalesce
 from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentExposure
 from apps.experiments.stats import ArmData
 from apps.experiments.stats.metrics import USER_COLUMNS
-from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
-from apps.serving.models import ServingFailure
+from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction, ServingFailure
 from apps.training.selectors import training_policy_get
 
 # What counts as a good answer for the agents' metrics (positive_rate, positive_session_rate).

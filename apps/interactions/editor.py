@@ -25,6 +25,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.cohorts.services import end_users_observe
 from apps.common.parsing import end_user_id_problem
 from apps.interactions.models import Interaction
 from apps.interactions.services import ItemResult, feedback_ingest, interactions_ingest
@@ -185,8 +186,6 @@ def _link(
 ) -> EditorOutcome:
     """The outcome is about ``served``: name it by the plugin's id, fill in the developer, and put
     the feedback on it."""
-    from apps.cohorts.services import end_users_observe
-
     client_id = outcome.get("completionId")
     if not isinstance(client_id, str) or not client_id.strip() or len(client_id) > 200:
         raise ItemError("client_id", "must be a non-blank string of at most 200 characters")

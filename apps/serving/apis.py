@@ -26,6 +26,7 @@ from apps.cohorts.services import end_user_consent_now
 from apps.common.apis import ScopedApi, end_user_of_request
 from apps.common.exceptions import ApplicationError
 from apps.common.parsing import StrictSerializer
+from apps.engines.vllm_client import Completion, CompletionChoice, CompletionChunk
 from apps.serving.completions import (
     CompletionRequest,
     completion_request_build,
@@ -35,7 +36,6 @@ from apps.serving.completions import (
 )
 from apps.serving.selectors import ReadAhead, serving_lookup
 from apps.serving.services import Route, serving_route
-from apps.serving.vllm_client import Completion, CompletionChoice, CompletionChunk
 
 MAX_STOP = 64
 MAX_STOP_CHARS = 256

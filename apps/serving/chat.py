@@ -23,9 +23,11 @@ from django.utils import timezone
 
 from apps.adapters.models import Adapter
 from apps.common.exceptions import ApplicationError
+from apps.engines.vllm import vllm_client
 from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served
+from apps.interactions.sessions import conversation_outcomes_apply
 from apps.serving.completions import serving_failure_record, with_load_on_demand
-from apps.serving.services import Route, vllm_client
+from apps.serving.services import Route
 from apps.tenants.models import Tenant
 
 # Keys of vLLM's answer that are for training only (or vLLM's own), never sent to the client.
@@ -142,8 +144,6 @@ def _record(
     served_at: Any,
     started: float,
 ) -> None:
-    from apps.interactions.sessions import conversation_outcomes_apply
-
     metadata: dict[str, Any] = {"temperature": request.temperature, "max_tokens": request.max_tokens, "chat": True}
     if request.max_tokens_requested is not None:
         metadata["max_tokens_requested"] = request.max_tokens_requested

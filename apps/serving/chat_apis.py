@@ -23,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.common.parsing import StrictSerializer
+from apps.engines.stops import VLLM_MAX_STOP
 from apps.interactions.messages import MessageError, messages_validate, tools_validate, turn_of
 from apps.serving.apis import (
     INT64,
@@ -35,7 +36,6 @@ from apps.serving.apis import (
     sse_response,
 )
 from apps.serving.chat import ChatAnswer, chat_request_build, chat_serve, chat_stream
-from apps.serving.stops import VLLM_MAX_STOP
 
 
 @extend_schema_field({"type": "array", "items": {"type": "object"}})

@@ -33,14 +33,12 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from apps.adapters.loading import adapter_version_load
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.common.exceptions import ApplicationError
-from apps.interactions.served import ServedCompletion, interactions_record_served
-from apps.serving.models import ServingFailure
-from apps.serving.prompts import parse_fim_prompt
-from apps.serving.services import Route, adapter_version_load, vllm_client
-from apps.serving.stops import VLLM_MAX_STOP, StopScanner, earliest_stop
-from apps.serving.vllm_client import (
+from apps.engines.stops import VLLM_MAX_STOP, StopScanner, earliest_stop
+from apps.engines.vllm import vllm_client
+from apps.engines.vllm_client import (
     Completion,
     CompletionChoice,
     CompletionChunk,
@@ -49,6 +47,10 @@ from apps.serving.vllm_client import (
     VLLMBadRequest,
     merge_chunks,
 )
+from apps.interactions.models import ServingFailure
+from apps.interactions.served import ServedCompletion, interactions_record_served
+from apps.serving.prompts import parse_fim_prompt
+from apps.serving.services import Route
 from apps.tenants.models import Tenant
 from gpu_trainer.show_gate import suggestion_score, threshold_of, withholds
 
@@ -253,8 +255,17 @@ def show_gate_of(route: Route) -> dict[str, Any] | None:
 
 def _withheld(choice: CompletionChoice) -> CompletionChoice:
     """What the client gets of a withheld suggestion: nothing."""
-    return replace(choice, text="", token_ids=[], logprobs=[], finish_reason="stop", stop_reason=None, tokens=[],
-                   text_offset=[], top_logprobs=[])
+    return replace(
+        choice,
+        text="",
+        token_ids=[],
+        logprobs=[],
+        finish_reason="stop",
+        stop_reason=None,
+        tokens=[],
+        text_offset=[],
+        top_logprobs=[],
+    )
 
 
 def _show_gate_decisions(completion: Completion, gate: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -290,13 +301,15 @@ def completion_serve(tenant: Tenant, *, route: Route, request: CompletionRequest
     withheld = {index for index, decision in gates.items() if decision["withheld"]}
     recorded = completion
     if withheld:  # recorded: the sampled tokens and no text (the text stays in the decision)
-        recorded = replace(completion, choices=[replace(c, text="") if c.index in withheld else c
-                                                for c in completion.choices])
+        recorded = replace(
+            completion, choices=[replace(c, text="") if c.index in withheld else c for c in completion.choices]
+        )
     ids = [uuid.uuid4() for _ in range(request.n)]
     _record(tenant, route, request, recorded, ids, served_at=served_at, started=started, gates=gates)
     if withheld:  # the client gets nothing of a withheld choice
-        completion = replace(completion, choices=[_withheld(c) if c.index in withheld else c
-                                                  for c in completion.choices])
+        completion = replace(
+            completion, choices=[_withheld(c) if c.index in withheld else c for c in completion.choices]
+        )
     return completion, ids
 
 
@@ -377,8 +390,9 @@ def completion_stream(
 def _as_stream(completion: Completion, *, include_usage: bool) -> Iterator[CompletionChunk]:
     """A whole completion as a stream: one chunk per choice, then the usage chunk if asked for."""
     for choice in completion.choices:
-        yield CompletionChunk(completion.id, completion.model, [choice], completion.prompt_token_ids, None,
-                              completion.replica)
+        yield CompletionChunk(
+            completion.id, completion.model, [choice], completion.prompt_token_ids, None, completion.replica
+        )
     if include_usage:
         yield CompletionChunk(completion.id, completion.model, [], None, completion.usage, completion.replica)
 

@@ -1,40 +1,20 @@
-"""Serving: which version answers a request, and getting versions into vLLM.
+"""Serving: which version answers a request.
 
 Every adapter version has its own vLLM name and directory, so moving the production pointer
 is one row update: a request resolves its version once, at its start, and finishes on it.
-The completion itself is served by :mod:`apps.serving.completions`.
+Loading versions into vLLM is :mod:`apps.adapters.loading`; the completion itself is served by
+:mod:`apps.serving.completions`.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from django.conf import settings
 
 from apps.adapters.models import Adapter, AdapterVersion
-from apps.adapters.services import adapter_version_mark_failed, adapter_version_mark_loaded
-from apps.common.observability.metrics import adapter_load_counted
-from apps.serving.vllm_client import (
-    AdapterRejected,
-    VLLMClient,
-    VLLMError,
-    VLLMUnavailable,
-)
+from apps.experiments.assignment import assign_arm
+from apps.experiments.models import Experiment
+from apps.experiments.services import exposure_record
 from apps.tenants.models import Tenant
-
-if TYPE_CHECKING:
-    from apps.experiments.models import Experiment
-
-
-@functools.cache
-def _client(urls: tuple[str, ...], timeout: float, api_key: str) -> VLLMClient:
-    return VLLMClient(list(urls), timeout=timeout, api_key=api_key)
-
-
-def vllm_client() -> VLLMClient:
-    return _client(tuple(settings.VLLM_BASE_URLS), settings.VLLM_TIMEOUT_S, settings.VLLM_API_KEY)
 
 
 @dataclass(frozen=True)
@@ -44,13 +24,13 @@ class Route:
     adapter: Adapter
     version: AdapterVersion | None
     arm: str = ""
-    experiment: Any = None  # the running Experiment that chose the arm, if any
+    experiment: Experiment | None = None  # the running experiment that chose the arm, if any
 
     @property
     def vllm_model(self) -> str:
         return self.version.vllm_name if self.version is not None else self.adapter.base_model.name
 
-    def recorded(self) -> dict[str, Any]:
+    def recorded(self) -> dict[str, object]:
         """The columns a served interaction keeps of its route (interactions_record_served)."""
         return {
             "model_name": self.vllm_model,
@@ -70,9 +50,6 @@ def serving_route(
     arm is a hash of the experiment's salt and their id, so it never moves; the exposure is
     recorded once. Everyone else gets production. ``running``: the adapter's running experiment
     or None, as the request read it (``serving_lookup``)."""
-    from apps.experiments.assignment import assign_arm
-    from apps.experiments.services import exposure_record
-
     version = adapter.production_version
     if version is not None and version.status == AdapterVersion.Status.FAILED:
         version = None  # never route to a version vLLM refused; the base model still answers
@@ -82,25 +59,3 @@ def serving_route(
             exposure_record(running, external_id=end_user_id, arm=arm)
             return Route(adapter=adapter, version=running.version_of(arm), arm=arm, experiment=running)
     return Route(adapter=adapter, version=version)
-
-
-def adapter_version_load(*, version_id: int) -> str:
-    """Load a version on every replica; a refusal marks it failed with vLLM's message."""
-    version = AdapterVersion.objects.select_related("tenant").get(pk=version_id)
-    if version.status == AdapterVersion.Status.FAILED:
-        return "failed"
-    try:
-        vllm_client().load_adapter(version.vllm_name, version.artifact_path)
-    except AdapterRejected as exc:
-        adapter_load_counted("rejected")
-        adapter_version_mark_failed(version, message=f"vLLM refused the adapter: {exc.message}")
-        return "failed"
-    except VLLMUnavailable:
-        adapter_load_counted("unavailable")
-        raise
-    except VLLMError:
-        adapter_load_counted("error")
-        raise
-    adapter_load_counted("loaded")
-    adapter_version_mark_loaded(version)
-    return "loaded"

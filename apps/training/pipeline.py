@@ -17,13 +17,14 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
+from apps.adapters.loading import adapter_version_load
 from apps.adapters.models import AdapterVersion
 from apps.adapters.services import adapter_serve_probe, adapter_version_register
 from apps.common.exception_handler import public_text
 from apps.common.exceptions import ValidationFailed
 from apps.common.observability.metrics import training_run_finished
 from apps.common.tasks import enqueue
-from apps.serving.vllm_client import VLLMUnavailable
+from apps.engines.vllm_client import VLLMUnavailable
 from apps.training.dataset import Window, dataset_export
 from apps.training.erasure import training_run_erased
 from apps.training.models import EvalSet, TrainingPolicy, TrainingRun
@@ -31,7 +32,6 @@ from apps.training.overrides import overrides_checked
 from apps.training.selectors import training_policy_get
 from apps.training.services import (
     training_run_advance,
-    training_run_advance_log,
     training_run_claim,
     training_run_discard,
     training_run_heartbeat,
@@ -186,13 +186,15 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     trainer_overrides = overrides_checked("trainer_overrides", policy.trainer_overrides)
     gate_overrides = overrides_checked("gate_overrides", policy.gate_overrides)
     run_dir = Path(settings.STROP_RUN_ROOT) / run.tenant.slug / run.adapter.name / f"run-{run.pk}-attempt-{run.attempt}"
-    config = PPOConfig.from_dict({
-        "seed": run.pk,
-        "max_lora_rank": settings.VLLM_MAX_LORA_RANK,
-        "autocast_bf16": _autocast(),
-        "silence_reward": policy.reward_not_shown,
-        **trainer_overrides,
-    })
+    config = PPOConfig.from_dict(
+        {
+            "seed": run.pk,
+            "max_lora_rank": settings.VLLM_MAX_LORA_RANK,
+            "autocast_bf16": _autocast(),
+            "silence_reward": policy.reward_not_shown,
+            **trainer_overrides,
+        }
+    )
     started = time.perf_counter()
     result = train_ppo(
         config,
@@ -263,9 +265,7 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     _load_now_or_later(version)
     seconds["load"] = time.perf_counter() - started
     _advance(run, TrainingRun.Status.CANDIDATE, output_version=version, gate=gate, stage_seconds=seconds)
-    if policy.auto_experiment:
-        _start_experiment(run, version)
-    return "candidate"
+    return "candidate"  # the worker then starts its A/B test if the policy asks (experiment_auto_start)
 
 
 def _fit_show_gate(window: Window, policy: TrainingPolicy) -> dict[str, Any] | None:
@@ -277,23 +277,6 @@ def _fit_show_gate(window: Window, policy: TrainingPolicy) -> dict[str, Any] | N
     if fitted is None:
         return None
     return {**fitted, "recall": policy.show_gate_recall, "explore": policy.show_gate_explore}
-
-
-def _start_experiment(run: TrainingRun, version: AdapterVersion) -> None:
-    """The policy asks for every candidate to meet users in an A/B test at once (unless one runs)."""
-    from apps.common.exceptions import ApplicationError
-    from apps.experiments.selectors import experiment_running_for
-    from apps.experiments.services import experiment_create, experiment_start
-
-    if experiment_running_for(run.adapter) is not None:
-        logger.info("run %s: candidate %s waits, an experiment is already running", run.pk, version.vllm_name)
-        return
-    actor = f"training-run:{run.pk}"
-    try:
-        experiment = experiment_create(run.tenant, adapter=run.adapter, candidate_version=version, actor=actor)
-        experiment_start(run.tenant, experiment=experiment, actor=actor)
-    except ApplicationError as exc:  # recorded on the run; the candidate stays, for a person to test
-        training_run_advance_log(run, f"experiment not started: {exc.message}")
 
 
 def _autocast() -> bool:
@@ -315,8 +298,6 @@ def _limit_cpu_threads() -> None:
 
 def _load_now_or_later(version: AdapterVersion) -> None:
     """Load in vLLM right away (freshness); if vLLM is down, the serving queue retries it."""
-    from apps.serving.services import adapter_version_load
-
     try:
         adapter_version_load(version_id=version.pk)
     except VLLMUnavailable:

@@ -7,8 +7,8 @@ import pytest
 def probed_version(serving_tenant, serving_adapter, make_lora_adapter, base_model):
     """``make(seed, parent=None)``: a random LoRA registered as a candidate, loaded in vLLM, with the
     serve probe the trainer would have recorded."""
+    from apps.adapters.loading import adapter_version_load
     from apps.adapters.services import adapter_serve_probe, adapter_version_register
-    from apps.serving.services import adapter_version_load
 
     def make(seed: int, parent=None):
         source = make_lora_adapter(seed=seed)

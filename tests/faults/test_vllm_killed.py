@@ -20,8 +20,7 @@ import pytest
 
 from apps.adapters.models import Adapter
 from apps.adapters.services import adapter_create, base_model_register
-from apps.interactions.models import Interaction
-from apps.serving.models import ServingFailure
+from apps.interactions.models import Interaction, ServingFailure
 from tests.fixtures.workers import _database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from apps.interactions.models import Interaction
+from apps.interactions.models import Interaction, ServingFailure
 from apps.serving.chat_apis import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, MAX_TOOLS, MAX_TOOLS_BYTES
-from apps.serving.models import ServingFailure
 
 pytestmark = pytest.mark.django_db
 

@@ -10,12 +10,12 @@ import time
 import httpx
 import pytest
 
+from apps.adapters.loading import adapter_version_load
 from apps.adapters.models import AdapterVersion
 from apps.adapters.services import adapter_create, adapter_version_promote, adapter_version_register
 from apps.common.exceptions import Conflict
-from apps.interactions.models import Interaction
-from apps.serving.models import ServingFailure
-from apps.serving.services import adapter_version_load, vllm_client
+from apps.engines.vllm import vllm_client
+from apps.interactions.models import Interaction, ServingFailure
 
 pytestmark = [pytest.mark.vllm, pytest.mark.django_db]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from apps.engines.stops import StopScanner, earliest_stop, tokens_through
 from apps.serving.prompts import parse_fim_prompt
-from apps.serving.stops import StopScanner, earliest_stop, tokens_through
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import pytest
 
 from apps.adapters.services import adapter_version_promote
 from apps.cohorts.services import end_user_consent_set
+from apps.engines.vllm import vllm_client
 from apps.interactions.models import Interaction
-from apps.serving.services import vllm_client
 from apps.training.selectors import training_events_eligible
 
 pytestmark = [pytest.mark.vllm, pytest.mark.django_db]
@@ -62,8 +62,12 @@ def test_a_suggestion_below_the_threshold_is_withheld_recorded_and_never_trained
     shown = complete(serve_client).json()
     assert shown["choices"][0]["text"] == direct.choice.text
     for interaction_id in (body["id"], shown["id"]):
-        assert serve_client.post("/v1/feedback", {"interaction_id": interaction_id, "outcome": "not_shown"},
-                                 format="json").status_code == 200
+        assert (
+            serve_client.post(
+                "/v1/feedback", {"interaction_id": interaction_id, "outcome": "not_shown"}, format="json"
+            ).status_code
+            == 200
+        )
     eligible = training_events_eligible(serving_adapter, parent=None)
     assert [str(i) for i in eligible.values_list("interaction_id", flat=True)] == [shown["id"]]
 
@@ -90,12 +94,11 @@ def test_exploration_shows_a_withheld_suggestion_and_weighs_it_for_the_next_fit(
 
 def test_a_stream_through_a_gated_version_arrives_whole_and_is_recorded_alike(serve_client, gated):
     gated(threshold=1.0)
-    response = complete(serve_client, stream=True, stream_options={"include_usage": True}, n=2,
-                        temperature=1.0, seed=3)
+    response = complete(serve_client, stream=True, stream_options={"include_usage": True}, n=2, temperature=1.0, seed=3)
     assert response.status_code == 200, response.json()
     assert response["Content-Type"] == "text/event-stream"
     raw = b"".join(response.streaming_content).decode()
-    events = [line[len("data: "):] for line in raw.split("\n\n") if line.startswith("data: ")]
+    events = [line[len("data: ") :] for line in raw.split("\n\n") if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     texts = [c["choices"][0]["text"] for c in chunks if c["choices"]]
@@ -113,7 +116,10 @@ def test_the_openai_client_reads_a_gated_version_whole_and_streamed(live_server,
     client = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=serve_client.raw_key, max_retries=0, timeout=60)
     whole = client.completions.create(model="autocomplete", prompt=PROMPT, max_tokens=8, temperature=0, user="dev-1")
     assert (whole.choices[0].text, whole.choices[0].finish_reason) == ("", "stop")
-    chunks = list(client.completions.create(model="autocomplete", prompt=PROMPT, max_tokens=8, temperature=0,
-                                            user="dev-1", stream=True))
+    chunks = list(
+        client.completions.create(
+            model="autocomplete", prompt=PROMPT, max_tokens=8, temperature=0, user="dev-1", stream=True
+        )
+    )
     assert [(c.choices[0].text, c.choices[0].finish_reason) for c in chunks] == [("", "stop")]
     assert Interaction.objects.get(pk=chunks[0].id).metadata["show_gate"]["withheld"] is True

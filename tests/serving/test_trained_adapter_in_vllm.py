@@ -8,7 +8,7 @@ import uuid
 import pytest
 import torch
 
-from apps.serving.vllm_client import VLLMClient
+from apps.engines.vllm_client import VLLMClient
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.ppo import train_ppo
 from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from apps.common.exceptions import ServiceUnavailable
-from apps.serving.vllm_client import (
+from apps.engines.vllm_client import (
     AdapterConflict,
     AdapterRejected,
     ModelNotLoaded,

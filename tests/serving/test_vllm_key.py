@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from apps.engines.vllm import vllm_client
 from apps.interactions.models import Interaction
-from apps.serving.services import vllm_client
 
 pytestmark = [pytest.mark.vllm, pytest.mark.django_db(transaction=True)]
 

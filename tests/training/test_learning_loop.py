@@ -8,7 +8,7 @@ import pytest
 
 from apps.adapters.models import AdapterVersion
 from apps.adapters.services import adapter_create, base_model_register
-from apps.serving.services import vllm_client
+from apps.engines.vllm import vllm_client
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
 from apps.training.services import training_reap_stale, training_sweep_queued
 from tests.fixtures.workers import wait_until

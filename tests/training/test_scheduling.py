@@ -153,11 +153,12 @@ def test_a_burst_of_single_feedback_requests_schedules_a_run_without_beat(tiny_a
 def test_a_scheduling_check_clears_the_debounce_so_later_events_ask_again(tiny_adapter):
     from django.core.cache import cache
 
-    from apps.training.services import _schedule_check_key, training_schedule_tenant
+    from apps.interactions.training_check import schedule_check_key
+    from apps.training.services import training_schedule_tenant
 
-    cache.set(_schedule_check_key(tiny_adapter.tenant_id), 1, timeout=60)
+    cache.set(schedule_check_key(tiny_adapter.tenant_id), 1, timeout=60)
     training_schedule_tenant(tiny_adapter.tenant_id)
-    assert cache.get(_schedule_check_key(tiny_adapter.tenant_id)) is None
+    assert cache.get(schedule_check_key(tiny_adapter.tenant_id)) is None
 
 
 @pytest.mark.django_db
@@ -168,12 +169,12 @@ def test_while_its_own_check_cannot_have_started_a_process_does_not_ask_redis_ag
     the key the check clears is not set again by a skipped ask."""
     from django.core.cache import cache
 
-    from apps.training import services
+    from apps.interactions import training_check as services
 
     clock = [1_000_000.0]
     monkeypatch.setattr(services, "time", SimpleNamespace(time=lambda: clock[0]))
     monkeypatch.setitem(services._check_asked_until, tiny_adapter.tenant_id, 0.0)
-    key = services._schedule_check_key(tiny_adapter.tenant_id)
+    key = services.schedule_check_key(tiny_adapter.tenant_id)
     window = services.SCHEDULE_CHECK_DELAY_S * services.SCHEDULE_CHECK_TRUSTED_FRACTION
     assert 0 < window <= services.SCHEDULE_CHECK_DELAY_S - 0.1
     services.training_check_soon(tiny_adapter.tenant_id)
@@ -196,12 +197,12 @@ def test_a_process_that_finds_another_processs_check_pending_trusts_it_until_it_
     past) earns no trust, and one from a clock far ahead no more than this process's own ask."""
     from django.core.cache import cache
 
-    from apps.training import services
+    from apps.interactions import training_check as services
 
     clock = [2_000_000.0]
     monkeypatch.setattr(services, "time", SimpleNamespace(time=lambda: clock[0]))
     monkeypatch.setitem(services._check_asked_until, tiny_adapter.tenant_id, 0.0)
-    key = services._schedule_check_key(tiny_adapter.tenant_id)
+    key = services.schedule_check_key(tiny_adapter.tenant_id)
     due = clock[0] + 0.3  # asked 0.2 s ago by another process
     cache.set(key, int(due * 1000), timeout=60)
     services.training_check_soon(tiny_adapter.tenant_id)

@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from apps.adapters.models import AdapterVersion
 from apps.adapters.services import adapter_create, adapter_version_register
-from apps.cohorts.services import end_user_erase
 from apps.interactions.models import Interaction
+from apps.privacy.services import end_user_erase
 from apps.training.erasure import erased_user_hash
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunErasure, TrainingRunEvent
 from apps.training.services import RERUN_TRIGGER, training_reap_stale, training_run_claim, training_schedule

@@ -7,6 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
+from apps.adapters.loading import adapter_version_load
 from apps.adapters.models import AdapterVersion
 from apps.adapters.selectors import adapter_version_get_for_tenant
 from apps.adapters.services import adapter_version_promote
@@ -17,7 +18,6 @@ from apps.dashboard.selectors import adapter_lineage
 from apps.dashboard.views.common import tenant_render
 from apps.experiments.selectors import experiment_running_for
 from apps.experiments.services import adapter_rollback
-from apps.serving.services import adapter_version_load
 from apps.training.erasure import erased_users_per_version, retrain_parent, training_lineage_retrain
 from apps.training.selectors import training_policy_get
 from apps.training.services import training_policy_update, training_run_start

@@ -1,5 +1,5 @@
 """Cohorts: opt-in counts over time, finding an end user, their consent and what Strop holds
-about them; opting them in or out and erasing them (each through the cohorts services)."""
+about them; opting them in or out (the cohorts services) and erasing them (the privacy ones)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,16 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from apps.cohorts.models import ConsentChange
-from apps.cohorts.selectors import (
-    end_user_counts,
-    end_user_detail,
-    end_user_erase_preview,
-    end_user_get_for_tenant,
-    end_user_list,
-)
-from apps.cohorts.services import end_user_consent_set, end_user_erase
+from apps.cohorts.selectors import end_user_counts, end_user_get_for_tenant, end_user_list
+from apps.cohorts.services import end_user_consent_set
 from apps.common.exceptions import ValidationFailed
 from apps.dashboard import charts
 from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.cohort_stats import optin_over_time
 from apps.dashboard.forms import EndUserSearchForm
 from apps.dashboard.views.common import page_of, tenant_render
+from apps.privacy.selectors import end_user_detail, end_user_erase_preview
+from apps.privacy.services import end_user_erase
 
 STATES = {"in": True, "out": False}
 

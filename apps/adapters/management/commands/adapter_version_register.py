@@ -4,10 +4,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from apps.adapters.loading import adapter_version_load
 from apps.adapters.selectors import adapter_get_for_tenant, adapter_version_get_for_tenant
 from apps.adapters.services import adapter_serve_probe, adapter_version_promote, adapter_version_register
 from apps.common.exceptions import ApplicationError
-from apps.serving.services import adapter_version_load
 from apps.tenants.models import Tenant
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from apps.serving.vllm_errors import (
+from apps.engines.vllm_errors import (
     AdapterConflict,
     AdapterRejected,
     ModelNotLoaded,
@@ -41,7 +41,7 @@ from apps.serving.vllm_errors import (
     error_parts,
     raise_for,
 )
-from apps.serving.vllm_types import (
+from apps.engines.vllm_types import (
     Completion,
     CompletionChoice,
     CompletionChunk,
@@ -247,9 +247,7 @@ class VLLMClient:
         http, timeouts = _shared_http(), self._timeouts(timeout or self._timeout)
         tried: list[str] = []
         for replica in self._order(affinity):
-            request = http.build_request(
-                "POST", f"{replica}{path}", json=body, headers=self._headers, timeout=timeouts
-            )
+            request = http.build_request("POST", f"{replica}{path}", json=body, headers=self._headers, timeout=timeouts)
             try:
                 response = http.send(request, stream=stream)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:

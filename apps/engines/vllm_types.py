@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from apps.serving.stops import tokens_through
-from apps.serving.vllm_errors import VLLMError, VLLMUnavailable
+from apps.engines.stops import tokens_through
+from apps.engines.vllm_errors import VLLMError, VLLMUnavailable
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,105 @@
+"""Getting adapter versions into vLLM and checking what it serves.
+
+``adapter_version_load`` loads a version on every replica and marks what vLLM said; the
+serve-probe (``serve_probe_verify``) asks every replica for the log-probs of the probe the
+trainer recorded and compares them, so a version meets users only where vLLM serves exactly its
+weights. Depends on the adapters and the engine handle only: training (after a run), the API,
+the dashboard, the serving queue and experiments all load versions the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.utils import timezone
+
+from apps.adapters.models import AdapterVersion
+from apps.adapters.services import adapter_version_mark_failed, adapter_version_mark_loaded
+from apps.common.exceptions import Conflict
+from apps.common.observability.metrics import adapter_load_counted
+from apps.engines.vllm import vllm_client
+from apps.engines.vllm_client import AdapterRejected, VLLMError, VLLMUnavailable
+
+logger = logging.getLogger(__name__)
+
+
+def adapter_version_load(*, version_id: int) -> str:
+    """Load a version on every replica; a refusal marks it failed with vLLM's message."""
+    version = AdapterVersion.objects.select_related("tenant").get(pk=version_id)
+    if version.status == AdapterVersion.Status.FAILED:
+        return "failed"
+    try:
+        vllm_client().load_adapter(version.vllm_name, version.artifact_path)
+    except AdapterRejected as exc:
+        adapter_load_counted("rejected")
+        adapter_version_mark_failed(version, message=f"vLLM refused the adapter: {exc.message}")
+        return "failed"
+    except VLLMUnavailable:
+        adapter_load_counted("unavailable")
+        raise
+    except VLLMError:
+        adapter_load_counted("error")
+        raise
+    adapter_load_counted("loaded")
+    adapter_version_mark_loaded(version)
+    return "loaded"
+
+
+def adapter_version_load_everywhere(version: AdapterVersion) -> None:
+    """Load a version on every replica (idempotent); vLLM's refusal or absence is raised."""
+    vllm_client().load_adapter(version.vllm_name, version.artifact_path)  # every replica, idempotent
+    if version.loaded_at is None:
+        AdapterVersion.objects.filter(pk=version.pk, loaded_at__isnull=True).update(loaded_at=timezone.now())
+
+
+@dataclass
+class ProbeCheck:
+    replica: int  # its place in VLLM_BASE_URLS, from 1: tenants never see the replicas' addresses
+    max_abs_diff: float | None
+    ok: bool
+    message: str
+
+
+def serve_probe_verify(version: AdapterVersion) -> list[ProbeCheck]:
+    """Ask every vLLM replica for the probe's log-probs under ``version`` and compare them with the
+    trainer's. Raises Conflict (naming the replica and the gap) when one does not serve exactly
+    these weights, or when the version has no probe to check."""
+    probe = (version.metrics or {}).get("serve_probe")
+    if not probe:
+        raise Conflict(
+            f"version {version.number} has no serve probe recorded, so Strop cannot check that vLLM serves its "
+            "weights; register it with the trainer or `manage.py adapter_version_register` (which record one)",
+            code="no_serve_probe",
+        )
+    tolerance = settings.STROP_PROBE_TOLERANCE
+    client = vllm_client()
+    checks: list[ProbeCheck] = []
+    prompt, completion, expected = probe["prompt_token_ids"], probe["completion_token_ids"], probe["logprobs"]
+    for index, replica in enumerate(client.base_urls, start=1):
+        served = client.prompt_logprobs(replica, model=version.vllm_name, token_ids=[*prompt, *completion])
+        tail = served[len(prompt) :]
+        if len(tail) != len(expected) or any(v is None for v in tail):
+            checks.append(ProbeCheck(index, None, False, "vLLM returned no log-prob for some probe tokens"))
+            continue
+        gap = max(abs(float(a) - float(b)) for a, b in zip(tail, expected, strict=True))
+        ok = gap <= tolerance
+        checks.append(ProbeCheck(index, gap, ok, "" if ok else f"max |Δ logprob| {gap:.4f} > {tolerance}"))
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        for check in failed:  # the operator's log names the replica; the tenant reads its number
+            logger.warning(
+                "serve probe of %s failed on replica %d (%s): %s",
+                version.vllm_name,
+                check.replica,
+                client.base_urls[check.replica - 1],
+                check.message,
+            )
+        details = "; ".join(f"replica {c.replica} of {len(checks)}: {c.message}" for c in failed)
+        raise Conflict(
+            f"vLLM does not serve version {version.number}'s weights: {details}. The experiment was not started.",
+            code="serve_probe_mismatch",
+            details={"checks": [c.__dict__ for c in checks], "tolerance": tolerance},
+        )
+    return checks

@@ -1,0 +1,31 @@
+"""The experiments app's services, one module per sub-domain, named here for their callers:
+``lifecycle`` (create, start, stop, promote, roll back, the policy's automatic start),
+``exposures`` (who met which arm), ``snapshots`` (statistics and automatic decisions) and
+``production`` (moving production back by hand)."""
+
+from apps.experiments.services.exposures import exposure_record
+from apps.experiments.services.lifecycle import (
+    STARTABLE_CANDIDATE_STATUSES,
+    experiment_auto_start,
+    experiment_create,
+    experiment_promote,
+    experiment_rollback,
+    experiment_start,
+    experiment_stop,
+)
+from apps.experiments.services.production import adapter_rollback
+from apps.experiments.services.snapshots import experiment_snapshot_all, experiment_snapshot_take
+
+__all__ = [
+    "STARTABLE_CANDIDATE_STATUSES",
+    "adapter_rollback",
+    "experiment_auto_start",
+    "experiment_create",
+    "experiment_promote",
+    "experiment_rollback",
+    "experiment_snapshot_all",
+    "experiment_snapshot_take",
+    "experiment_start",
+    "experiment_stop",
+    "exposure_record",
+]

@@ -1,0 +1,46 @@
+"""Moving production back by hand: the adapter's pointer to an earlier good version, stopping
+the adapter's running experiment first."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from apps.adapters.loading import adapter_version_load_everywhere
+from apps.adapters.models import Adapter, AdapterVersion
+from apps.adapters.services import adapter_version_promote
+from apps.common.exceptions import Conflict, ValidationFailed
+from apps.experiments.selectors import experiment_running_for
+from apps.experiments.services.lifecycle import experiment_stop
+from apps.tenants.models import Tenant
+from apps.tenants.services import audit_record
+
+
+def adapter_rollback(tenant: Tenant, *, adapter: Adapter, to_version: AdapterVersion, actor: str) -> Adapter:
+    """Move production back to an earlier good version of the adapter (any lower number that did
+    not fail); a running experiment on the adapter is stopped first."""
+    current = adapter.production_version
+    if to_version.adapter_id != adapter.pk:
+        raise ValidationFailed("version: belongs to another adapter")
+    if to_version.status == AdapterVersion.Status.FAILED:
+        raise Conflict(f"version {to_version.number} failed and cannot serve", code="version_failed")
+    if current is not None and to_version.number >= current.number:
+        raise Conflict(
+            f"version {to_version.number} is not earlier than production (version {current.number})",
+            code="not_earlier",
+        )
+    running = experiment_running_for(adapter)
+    if running is not None:
+        experiment_stop(tenant, experiment=running, actor=actor, reason=f"rollback to version {to_version.number}")
+    adapter_version_load_everywhere(to_version)
+    to_version.refresh_from_db()
+    with transaction.atomic():
+        adapter = adapter_version_promote(tenant, version=to_version, actor=actor)
+        audit_record(
+            tenant,
+            actor=actor,
+            action="adapter.rollback",
+            target_type="adapter",
+            target_id=adapter.name,
+            data={"from": current.vllm_name if current else None, "to": to_version.vllm_name},
+        )
+    return adapter

@@ -1,0 +1,198 @@
+"""Ingestion of feedback: one row per interaction (merged by the time the user acted), kept as
+pending when its interaction has not arrived yet, and session outcomes spread over their turns."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from apps.common.lookups import ids_by_client_id, prepared_cursor, tenant_rows
+from apps.common.observability.metrics import ingest_counted
+from apps.interactions.models import Feedback, Interaction
+from apps.interactions.rows import feedback_upsert_sql, json_text
+from apps.interactions.services.batches import ItemResult, batch_check_size
+from apps.interactions.sessions import conversation_outcome_record
+from apps.interactions.training_check import training_check_soon
+from apps.interactions.validation import FeedbackIn, ItemError, feedback_validate
+from apps.tenants.models import Tenant
+
+
+@dataclass
+class _FeedbackRow:
+    interaction_id: uuid.UUID | None
+    pending_client_id: str | None
+    item: FeedbackIn
+    occurred_at: datetime
+    events: int = 1
+
+
+def _feedback_upsert(tenant: Tenant, rows: Iterable[_FeedbackRow], *, now: datetime) -> None:
+    by_target: dict[str, list[tuple]] = {"interaction_id": [], "pending_client_id": []}
+    adapt = connection.ops.adapt_datetimefield_value
+    for row in rows:
+        target = "interaction_id" if row.interaction_id is not None else "pending_client_id"
+        interaction_id = (
+            Interaction._meta.pk.get_db_prep_value(row.interaction_id, connection) if row.interaction_id else None
+        )
+        by_target[target].append(
+            (
+                tenant.pk,
+                interaction_id,
+                row.pending_client_id,
+                row.item.outcome,
+                row.item.kept_text,
+                adapt(row.occurred_at),
+                adapt(now),
+                adapt(now),
+                row.events,
+                json_text(row.item.metadata),
+            )
+        )
+    with prepared_cursor() as cursor:
+        for target, params in by_target.items():
+            sql = feedback_upsert_sql(target)
+            if len(params) == 1:
+                cursor.execute(sql, params[0])  # one round trip; executemany adds a pipeline sync
+            elif params:
+                cursor.executemany(sql, params)
+
+
+def feedback_ingest(tenant: Tenant, *, items: Sequence[Any]) -> list[ItemResult]:
+    """Record feedback; twice is counted once (last write wins), early feedback waits as pending."""
+    batch_check_size(items)
+    now = timezone.now()
+    results: list[ItemResult | None] = [None] * len(items)
+    valid: list[tuple[int, FeedbackIn]] = []
+    for index, raw in enumerate(items):
+        try:
+            valid.append((index, feedback_validate(raw)))
+        except ItemError as exc:
+            results[index] = ItemResult(index=index, status="rejected", error=exc.as_dict())
+    if valid:
+        # One item is one upsert, atomic by itself: no BEGIN and COMMIT round trips for it.
+        with transaction.atomic() if len(valid) > 1 else nullcontext():
+            _feedback_store(tenant, valid, results, now=now)
+    verdicts = [r for r in results if r is not None]
+    ingest_counted("feedback", tenant.slug, verdicts)
+    return verdicts
+
+
+def _feedback_store(
+    tenant: Tenant, valid: list[tuple[int, FeedbackIn]], results: list[ItemResult | None], *, now: datetime
+) -> None:
+    if len(valid) == 1 and _feedback_store_one(tenant, *valid[0], results, now=now):
+        return
+    ids = {item.interaction_id for _, item in valid if item.interaction_id is not None}
+    client_ids = {item.client_id for _, item in valid if item.client_id is not None}
+    known_ids = {row[0] for row in tenant_rows(Interaction, tenant.pk, key="id", values=ids, columns=("id",))}
+    by_client_id = ids_by_client_id(Interaction, tenant.pk, client_ids)
+    merged: dict[tuple[str, str], _FeedbackRow] = {}
+    for index, item in valid:
+        interaction_id: uuid.UUID | None = None
+        if item.conversation_id is not None:
+            if conversation_outcome_record(tenant, item=item, now=now):
+                training_check_on_commit(tenant.pk)
+            results[index] = ItemResult(index=index, status="recorded", conversation_id=item.conversation_id)
+            continue
+        if item.interaction_id is not None:
+            if item.interaction_id not in known_ids:
+                results[index] = ItemResult(
+                    index=index,
+                    status="rejected",
+                    error={
+                        "code": "not_found",
+                        "message": f"interaction_id: no interaction {item.interaction_id}",
+                        "field": "interaction_id",
+                    },
+                )
+                continue
+            interaction_id = item.interaction_id
+        elif item.client_id in by_client_id:
+            interaction_id = by_client_id[item.client_id]
+        elif not tenant.accept_pending_feedback:
+            results[index] = ItemResult(
+                index=index,
+                status="rejected",
+                client_id=item.client_id,
+                error={
+                    "code": "unknown_interaction",
+                    "message": f"client_id: no interaction {item.client_id!r} yet, and this tenant does not keep "
+                    "feedback for interactions that have not arrived",
+                    "field": "client_id",
+                },
+            )
+            continue
+        occurred_at = item.occurred_at or now
+        key = ("i", str(interaction_id)) if interaction_id is not None else ("p", item.client_id or "")
+        row = merged.get(key)
+        if row is None:
+            merged[key] = _FeedbackRow(interaction_id, None if interaction_id else item.client_id, item, occurred_at)
+        else:
+            row.events += 1
+            if occurred_at >= row.occurred_at:
+                row.item, row.occurred_at = item, occurred_at
+        results[index] = ItemResult(
+            index=index,
+            status="recorded" if interaction_id is not None else "pending",
+            id=str(interaction_id) if interaction_id is not None else None,
+            client_id=item.client_id,
+        )
+    if merged:
+        _feedback_upsert(tenant, merged.values(), now=now)
+        if any(row.interaction_id is not None for row in merged.values()):
+            training_check_on_commit(tenant.pk)
+
+
+def _feedback_store_one(
+    tenant: Tenant, index: int, item: FeedbackIn, results: list[ItemResult | None], *, now: datetime
+) -> bool:
+    """The single-item fast path; False when the general path must decide."""
+    if connection.vendor != "postgresql" or item.conversation_id is not None:
+        return False
+    if item.interaction_id is not None:
+        key, value = "id", item.interaction_id
+    else:
+        key, value = "client_id", item.client_id
+    sql = feedback_upsert_sql("interaction_id", key)
+    adapt = connection.ops.adapt_datetimefield_value
+    occurred_at = item.occurred_at or now
+    params = (
+        tenant.pk,
+        item.outcome,
+        item.kept_text,
+        adapt(occurred_at),
+        adapt(now),
+        adapt(now),
+        json_text(item.metadata),
+        tenant.pk,
+        value,
+    )
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    results[index] = ItemResult(index=index, status="recorded", id=str(row[0]), client_id=item.client_id)
+    training_check_on_commit(tenant.pk)
+    return True
+
+
+def feedback_merge(into: Feedback, other: Feedback) -> None:
+    if other.occurred_at >= into.occurred_at or into.session_outcome_id is not None:
+        into.outcome, into.kept_text, into.metadata = other.outcome, other.kept_text, other.metadata
+        into.occurred_at, into.reward_weight, into.session_outcome = other.occurred_at, 1.0, None
+    into.events_received += other.events_received
+    into.received_at = min(into.received_at, other.received_at)
+    into.updated_at = timezone.now()
+
+
+def training_check_on_commit(tenant_id: int) -> None:
+    """New labelled events may be enough for a training run: ask the scheduler once committed."""
+    transaction.on_commit(lambda: training_check_soon(tenant_id))

@@ -1,0 +1,172 @@
+"""Ingestion of interactions: batched, idempotent on ``client_id``, tenant-scoped, nothing
+half-stored. The items that pass validation are written in one transaction: ``COPY`` on
+Postgres, a bulk insert elsewhere, never a save per row."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from apps.cohorts.services import end_users_observe
+from apps.common.lookups import ids_by_client_id
+from apps.common.observability.metrics import ingest_counted
+from apps.interactions.arms import arms_of_logged
+from apps.interactions.models import Interaction
+from apps.interactions.rows import interactions_bulk_insert, interactions_copy, json_text
+from apps.interactions.services.batches import ItemResult, batch_check_size
+from apps.interactions.services.feedback import training_check_on_commit
+from apps.interactions.services.pending import feedback_attach_pending
+from apps.interactions.sessions import conversation_outcomes_apply
+from apps.interactions.validation import InteractionIn, ItemError, interaction_validate
+from apps.tenants.models import Tenant
+
+
+def _interaction_row(
+    tenant: Tenant,
+    item: InteractionIn,
+    *,
+    new_id: uuid.UUID,
+    source: str,
+    now: datetime,
+    opted_in: bool,
+    experiment: tuple[int, str] | None,
+) -> tuple:
+    return (
+        new_id,
+        tenant.pk,
+        item.client_id,
+        source,
+        item.prompt,
+        item.prefix,
+        item.suffix,
+        item.completion,
+        json_text(item.prompt_token_ids),
+        json_text(item.completion_token_ids),
+        json_text(item.completion_logprobs),
+        item.model_name,
+        None,
+        None,
+        experiment[0] if experiment else None,
+        experiment[1] if experiment else "",
+        item.end_user_id,
+        opted_in,
+        item.served_at or now,
+        now,
+        item.latency_ms,
+        json_text(item.metadata),
+        json_text(item.messages),
+        json_text(item.tools),
+        item.conversation_id,
+        item.turn,
+    )
+
+
+def _interactions_write(rows: list[tuple]) -> bool:
+    """Write rows whose client ids were free a moment ago. False if some may not have landed,
+    because a concurrent writer took their client ids first."""
+    if connection.vendor == "postgresql":
+        try:
+            with transaction.atomic():
+                interactions_copy(rows)
+            return True
+        except IntegrityError:
+            pass  # a concurrent batch stored one of these client ids first: insert what is left
+    interactions_bulk_insert(rows)
+    return False
+
+
+def interactions_ingest(
+    tenant: Tenant,
+    *,
+    items: Sequence[Any],
+    source: str = Interaction.Source.LOGGED,
+    consent_default: bool = False,
+    actor: str = "system",
+) -> list[ItemResult]:
+    """Store a batch of interactions; replaying a batch stores nothing new (idempotent on client_id).
+
+    Each item's ``opted_in`` flag is its end user's consent now (see apps.cohorts.services);
+    ``consent_default`` is the consent of users seen for the first time without one."""
+    batch_check_size(items)
+    now = timezone.now()
+    results: list[ItemResult | None] = [None] * len(items)
+    valid: list[tuple[int, InteractionIn]] = []
+    for index, raw in enumerate(items):
+        try:
+            valid.append((index, interaction_validate(raw)))
+        except ItemError as exc:
+            client_id = (
+                raw.get("client_id") if isinstance(raw, dict) and isinstance(raw.get("client_id"), str) else None
+            )
+            results[index] = ItemResult(index=index, status="rejected", client_id=client_id, error=exc.as_dict())
+    if valid:
+        with transaction.atomic():
+            _interactions_store(
+                tenant, valid, results, source=source, now=now, consent_default=consent_default, actor=actor
+            )
+    verdicts = [r for r in results if r is not None]
+    ingest_counted("interactions", tenant.slug, verdicts)
+    return verdicts
+
+
+def _interactions_store(
+    tenant: Tenant,
+    valid: list[tuple[int, InteractionIn]],
+    results: list[ItemResult | None],
+    *,
+    source: str,
+    now: datetime,
+    consent_default: bool,
+    actor: str,
+) -> None:
+    client_ids = [item.client_id for _, item in valid]
+    known = ids_by_client_id(Interaction, tenant.pk, client_ids)
+    new: list[tuple[int, InteractionIn]] = []
+    new_ids: dict[str, uuid.UUID] = {}
+    for index, item in valid:
+        if item.client_id in known or item.client_id in new_ids:
+            existing = known.get(item.client_id) or new_ids[item.client_id]
+            results[index] = ItemResult(index=index, status="duplicate", id=str(existing), client_id=item.client_id)
+            continue
+        new_ids[item.client_id] = uuid.uuid4()
+        new.append((index, item))
+    if not new:
+        return
+    consent = end_users_observe(
+        tenant,
+        observations=[(item.end_user_id, item.end_user_opted_in) for _, item in new],
+        source="request",
+        actor=actor,
+        default=consent_default,
+    )
+    arms = arms_of_logged(tenant, [(item.model_name, item.end_user_id) for _, item in new])
+    rows: list[tuple] = []
+    for (index, item), opted_in, arm in zip(new, consent, arms, strict=True):
+        new_id = new_ids[item.client_id]
+        rows.append(
+            _interaction_row(
+                tenant,
+                item,
+                new_id=new_id,
+                source=source,
+                now=now,
+                opted_in=opted_in,
+                experiment=arm if opted_in else None,
+            )
+        )
+        results[index] = ItemResult(index=index, status="created", id=str(new_id), client_id=item.client_id)
+    if not _interactions_write(rows):
+        stored = ids_by_client_id(Interaction, tenant.pk, new_ids)
+        for result in results:
+            if result is not None and result.status == "created" and stored[result.client_id] != uuid.UUID(result.id):
+                result.status, result.id = "duplicate", str(stored[result.client_id])  # lost a race: theirs is kept
+    feedback_attach_pending(tenant, client_ids=list(new_ids))
+    conversations = {item.conversation_id for _, item in new if item.conversation_id}
+    if conversations:
+        if conversation_outcomes_apply(tenant, conversation_ids=conversations, now=now):
+            training_check_on_commit(tenant.pk)

@@ -1,0 +1,58 @@
+"""Feedback that arrived before its interaction, attached once the interaction is stored (in
+the transaction that stores it, and by the sweeper for the rare race between two)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import transaction
+
+from apps.common.lookups import in_values
+from apps.interactions.models import Feedback, Interaction
+from apps.interactions.services.feedback import feedback_merge, training_check_on_commit
+from apps.tenants.models import Tenant
+
+
+def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None = None) -> int:
+    """Attach feedback that arrived before its interaction. Returns how many rows were attached.
+
+    Called in the transaction that stores interactions, and periodically by a sweeper for the rare
+    case where both arrived at the same moment in two transactions that could not see each other.
+    """
+    pending = Feedback.objects.filter(tenant=tenant, pending_client_id__isnull=False)
+    if client_ids is not None:
+        pending = pending.filter(**in_values("pending_client_id", client_ids))
+    if not pending.exists():  # the common case on the ingest hot path: one indexed probe, no savepoint
+        return 0
+    attached = 0
+    with transaction.atomic():
+        waiting = list(pending.select_for_update())
+        ids = dict(
+            Interaction.objects.filter(
+                tenant=tenant, **in_values("client_id", [f.pending_client_id for f in waiting])
+            ).values_list("client_id", "id")
+        )
+        for feedback in waiting:
+            interaction_id = ids.get(feedback.pending_client_id)
+            if interaction_id is None:
+                continue
+            existing = Feedback.objects.select_for_update().filter(tenant=tenant, interaction_id=interaction_id).first()
+            if existing is not None:
+                feedback_merge(existing, feedback)
+                feedback.delete()
+                existing.save()
+            else:
+                feedback.interaction_id, feedback.pending_client_id = interaction_id, None
+                feedback.save(update_fields=["interaction", "pending_client_id"])
+            attached += 1
+        if attached:
+            training_check_on_commit(tenant.pk)
+    return attached
+
+
+def feedback_attach_pending_all() -> int:
+    """The sweeper: attach pending feedback of every tenant whose interaction has arrived."""
+    tenant_ids = set(
+        Feedback.objects.filter(pending_client_id__isnull=False).values_list("tenant_id", flat=True).distinct()
+    )
+    return sum(feedback_attach_pending(tenant) for tenant in Tenant.objects.filter(pk__in=tenant_ids))

@@ -1,0 +1,89 @@
+"""Everything Strop holds about one end user, read across the apps that hold it: their consent
+(cohorts), interactions, feedback and serving failures (interactions), experiment exposures
+(experiments) and the training runs and versions that used their events (training)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from apps.cohorts.models import ConsentChange, EndUser
+from apps.cohorts.selectors import consent_history
+from apps.common.exceptions import NotFound
+from apps.common.lookups import in_values
+from apps.experiments.models import ExperimentExposure
+from apps.interactions.models import ConversationOutcome, Feedback, Interaction, ServingFailure
+from apps.tenants.models import Tenant
+from apps.training.models import TrainingRunEvent
+
+
+def end_user_detail(tenant: Tenant, *, end_user: EndUser, recent: int = 20) -> dict[str, Any]:
+    """State, history, experiment assignments and recent interactions of one end user."""
+    exposures = ExperimentExposure.objects.filter(tenant=tenant, end_user=end_user).select_related(
+        "experiment__adapter"
+    )
+    interactions = Interaction.objects.filter(tenant=tenant, end_user_id=end_user.external_id).order_by(
+        "-received_at", "-id"
+    )
+    return {
+        "history": list(consent_history(end_user)[:100]),
+        "exposures": list(exposures.order_by("-first_exposed_at")),
+        "recent_interactions": list(interactions.prefetch_related("feedback")[:recent]),
+        "interactions": interactions.count(),
+    }
+
+
+def versions_touched_by(interactions: QuerySet[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The adapter versions whose runs trained on, and were evaluated on (held out), these
+    interactions' events: (trained_on, evaluated_on), each sorted by adapter and number."""
+    events = TrainingRunEvent.objects.filter(feedback__interaction__in=interactions, run__output_version__isnull=False)
+    out: list[list[dict[str, Any]]] = []
+    for held_out in (False, True):
+        rows = (
+            events.filter(held_out=held_out)
+            .values("run__output_version__number", "run__output_version__vllm_name", "run__adapter__name")
+            .distinct()
+        )
+        out.append(
+            [
+                {
+                    "adapter": r["run__adapter__name"],
+                    "version": r["run__output_version__number"],
+                    "vllm_name": r["run__output_version__vllm_name"],
+                }
+                for r in sorted(rows, key=lambda r: (r["run__adapter__name"], r["run__output_version__number"]))
+            ]
+        )
+    return out[0], out[1]
+
+
+def end_user_erase_preview(tenant: Tenant, *, external_id: str) -> dict[str, Any]:
+    """What ``end_user_erase`` would delete now, counted without deleting anything, and the versions
+    that learned from the user's events (the same lineage the erase report names)."""
+    user = EndUser.objects.filter(tenant=tenant, external_id=external_id).first()
+    interactions = Interaction.objects.filter(tenant=tenant, end_user_id=external_id)
+    if user is None and not interactions.exists():
+        raise NotFound(f"no end user {external_id[:200]!r}")
+    client_ids = [c for c in interactions.values_list("client_id", flat=True) if c]
+    trained_on, evaluated_on = versions_touched_by(interactions)
+    return {
+        "deleted": {
+            "interactions": interactions.count(),
+            "session_outcomes": ConversationOutcome.objects.filter(
+                tenant=tenant, conversation_id__in=interactions.exclude(conversation_id="").values("conversation_id")
+            ).count(),
+            "feedback": Feedback.objects.filter(tenant=tenant, interaction__in=interactions).count(),
+            "pending_feedback": Feedback.objects.filter(
+                tenant=tenant, **in_values("pending_client_id", client_ids)
+            ).count()
+            if client_ids
+            else 0,
+            "serving_failures": ServingFailure.objects.filter(tenant=tenant, end_user_id=external_id).count(),
+            "exposures": ExperimentExposure.objects.filter(end_user=user).count() if user else 0,
+            "consent_history": ConsentChange.objects.filter(end_user=user).count() if user else 0,
+            "end_users": 1 if user else 0,
+        },
+        "versions_trained_on": trained_on,
+        "versions_evaluated_on": evaluated_on,
+    }
