@@ -9,10 +9,14 @@ from apps.common.apis import HealthApi
 from apps.common.observability.views import metrics_view
 from apps.experiments.apis import (
     AdapterRollbackApi,
-    ExperimentActionApi,
     ExperimentCollectionApi,
     ExperimentDetailApi,
+    ExperimentPromoteApi,
+    ExperimentRollbackApi,
+    ExperimentSnapshotApi,
     ExperimentSnapshotListApi,
+    ExperimentStartApi,
+    ExperimentStopApi,
 )
 from apps.interactions.apis import (
     EditorOutcomeApi,
@@ -74,12 +78,14 @@ urlpatterns = [
         "v1/experiments/<str:experiment_id>/snapshots", ExperimentSnapshotListApi.as_view(), name="experiment-snapshots"
     ),
     *[
-        path(
-            f"v1/experiments/<str:experiment_id>/{action}",
-            ExperimentActionApi.as_view(action=action),
-            name=f"experiment-{action}",
+        path(f"v1/experiments/<str:experiment_id>/{action}", api.as_view(), name=f"experiment-{action}")
+        for action, api in (
+            ("start", ExperimentStartApi),
+            ("stop", ExperimentStopApi),
+            ("promote", ExperimentPromoteApi),
+            ("rollback", ExperimentRollbackApi),
+            ("snapshot", ExperimentSnapshotApi),
         )
-        for action in ("start", "stop", "promote", "rollback", "snapshot")
     ],
     path("api/schema/", SpectacularAPIView.as_view(**_public), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema", **_public), name="api-docs"),

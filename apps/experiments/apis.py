@@ -13,7 +13,6 @@ from rest_framework.response import Response
 from apps.adapters.apis import AdapterOut
 from apps.adapters.selectors import adapter_get_for_tenant, adapter_version_get_for_tenant
 from apps.common.apis import ScopedApi
-from apps.common.exceptions import ValidationFailed
 from apps.common.parsing import StrictSerializer
 from apps.experiments.models import Experiment, ExperimentSnapshot
 from apps.experiments.selectors import (
@@ -27,7 +26,7 @@ from apps.experiments.services import (
     experiment_create,
     experiment_promote,
     experiment_rollback,
-    experiment_snapshot_take,
+    experiment_snapshot_now,
     experiment_start,
     experiment_stop,
 )
@@ -157,34 +156,58 @@ class ActionIn(StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
 
 
-class ExperimentActionApi(ScopedApi):
-    """``start``, ``stop``, ``promote``, ``rollback`` or ``snapshot`` (compute the statistics now)."""
+class _ExperimentActionApi(ScopedApi):
+    """What every action on one experiment shares: the experiment (404 for another tenant's), the
+    optional ``reason``, and the experiment with its latest statistics as the answer. Each
+    subclass is one action and calls one service (``act``)."""
 
     required_scope = "admin"
-    action = ""
+
+    def act(self, experiment: Experiment, reason: str) -> Experiment:
+        raise NotImplementedError
 
     @extend_schema(request=ActionIn, responses={200: ExperimentOut})
     def post(self, request: Request, experiment_id: str) -> Response:
         experiment = experiment_get_for_tenant(self.tenant, experiment_id=experiment_id)
         data = ActionIn(data=request.data if request.data else {})
         data.is_valid(raise_exception=True)
-        reason = data.validated_data["reason"]
-        if self.action == "start":
-            experiment = experiment_start(self.tenant, experiment=experiment, actor=self.actor)
-        elif self.action == "stop":
-            experiment = experiment_stop(self.tenant, experiment=experiment, actor=self.actor, reason=reason)
-        elif self.action == "promote":
-            experiment = experiment_promote(self.tenant, experiment=experiment, actor=self.actor, reason=reason)
-        elif self.action == "rollback":
-            experiment = experiment_rollback(self.tenant, experiment=experiment, actor=self.actor, reason=reason)
-        elif self.action == "snapshot":
-            if experiment.status != Experiment.Status.RUNNING:
-                raise ValidationFailed(
-                    f"experiment {experiment.pk} is {experiment.status}; snapshots are of running ones"
-                )
-            experiment_snapshot_take(experiment.pk)
-            experiment.refresh_from_db()
+        experiment = self.act(experiment, data.validated_data["reason"])
         return Response(ExperimentOut(experiment, context={"with_latest": True}).data)
+
+
+class ExperimentStartApi(_ExperimentActionApi):
+    """Start a draft: the candidate is loaded on every replica and serve-probed first."""
+
+    def act(self, experiment: Experiment, reason: str) -> Experiment:
+        return experiment_start(self.tenant, experiment=experiment, actor=self.actor)
+
+
+class ExperimentStopApi(_ExperimentActionApi):
+    """End a running experiment without a verdict: everyone gets production again."""
+
+    def act(self, experiment: Experiment, reason: str) -> Experiment:
+        return experiment_stop(self.tenant, experiment=experiment, actor=self.actor, reason=reason)
+
+
+class ExperimentPromoteApi(_ExperimentActionApi):
+    """Make the candidate production."""
+
+    def act(self, experiment: Experiment, reason: str) -> Experiment:
+        return experiment_promote(self.tenant, experiment=experiment, actor=self.actor, reason=reason)
+
+
+class ExperimentRollbackApi(_ExperimentActionApi):
+    """Reject the candidate: production stays as it was, the candidate is retired."""
+
+    def act(self, experiment: Experiment, reason: str) -> Experiment:
+        return experiment_rollback(self.tenant, experiment=experiment, actor=self.actor, reason=reason)
+
+
+class ExperimentSnapshotApi(_ExperimentActionApi):
+    """Compute the statistics of a running experiment now (and act on them as the tenant chose)."""
+
+    def act(self, experiment: Experiment, reason: str) -> Experiment:
+        return experiment_snapshot_now(self.tenant, experiment=experiment)
 
 
 class AdapterRollbackIn(StrictSerializer):

@@ -14,7 +14,11 @@ from apps.experiments.services.lifecycle import (
     experiment_stop,
 )
 from apps.experiments.services.production import adapter_rollback
-from apps.experiments.services.snapshots import experiment_snapshot_all, experiment_snapshot_take
+from apps.experiments.services.snapshots import (
+    experiment_snapshot_all,
+    experiment_snapshot_now,
+    experiment_snapshot_take,
+)
 
 __all__ = [
     "STARTABLE_CANDIDATE_STATUSES",
@@ -24,6 +28,7 @@ __all__ = [
     "experiment_promote",
     "experiment_rollback",
     "experiment_snapshot_all",
+    "experiment_snapshot_now",
     "experiment_snapshot_take",
     "experiment_start",
     "experiment_stop",

@@ -11,11 +11,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.adapters.models import AdapterVersion
-from apps.common.exceptions import Conflict
+from apps.common.exceptions import Conflict, ValidationFailed
 from apps.experiments.arm_data import experiment_arm_data
 from apps.experiments.models import Experiment, ExperimentSnapshot
 from apps.experiments.services.lifecycle import _end, _snapshot_summary, experiment_promote, experiment_rollback
 from apps.experiments.stats import BLOCKED_SRM, INCONCLUSIVE, PROMOTE, ROLLBACK, ExperimentConfig, analyze
+from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,15 @@ def experiment_snapshot_take(experiment_id: int) -> ExperimentSnapshot | None:
     )
     _act_on(experiment, result["decision"])
     return snapshot
+
+
+def experiment_snapshot_now(tenant: Tenant, *, experiment: Experiment) -> Experiment:
+    """The statistics of a running experiment, computed now because a person asked."""
+    if experiment.status != Experiment.Status.RUNNING:
+        raise ValidationFailed(f"experiment {experiment.pk} is {experiment.status}; snapshots are of running ones")
+    experiment_snapshot_take(experiment.pk)
+    experiment.refresh_from_db()
+    return experiment
 
 
 def _act_on(experiment: Experiment, decision: dict[str, Any]) -> None:
