@@ -19,23 +19,15 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.adapters.models import Adapter
 from apps.adapters.selectors import adapter_list
-from apps.cohorts.selectors import consent_default
-from apps.cohorts.services import end_user_consent_now
 from apps.common.apis import ScopedApi, end_user_of_request
 from apps.common.exceptions import ApplicationError
 from apps.common.parsing import StrictSerializer
 from apps.engines.vllm_client import Completion, CompletionChoice, CompletionChunk
-from apps.serving.completions import (
-    CompletionRequest,
-    completion_request_build,
-    completion_serve,
-    completion_stream,
-    suffix_shown,
-)
-from apps.serving.selectors import ReadAhead, serving_lookup
-from apps.serving.services import Route, serving_route
+from apps.serving.completion_requests import CompletionRequest, suffix_shown
+from apps.serving.completions import completion_create
+from apps.serving.selectors import ReadAhead
+from apps.serving.services import Route
 
 MAX_STOP = 64
 MAX_STOP_CHARS = 256
@@ -252,27 +244,6 @@ def _storable(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= 1000 and "\x00" not in value
 
 
-def serving_context(api: ServingApi, request: Request, attrs: dict[str, Any]) -> tuple[Adapter, str, bool, Route]:
-    """What every serving request needs first: the adapter ``model`` names (404 for another
-    tenant's), the end user and their consent now, and the route (version, experiment arm).
-    What is stored of them was read with the API key, or is read now in one round trip
-    (``serving_lookup``)."""
-    user, flag = end_user_of_request(request, attrs)
-    found = serving_lookup(api.tenant, name=attrs.get("model") or None, external_id=user, ahead=api.ahead)
-    consent = end_user_consent_now(
-        api.tenant,
-        external_id=user,
-        flag=flag,
-        default=consent_default(api.tenant, api_key=request.auth),
-        actor=api.actor,
-        stored=found.end_user,
-    )
-    route = serving_route(
-        api.tenant, adapter=found.adapter, end_user_id=user, opted_in=consent, running=found.experiment
-    )
-    return found.adapter, user, consent, route
-
-
 _COMPLETION_OUT = inline_serializer(
     name="CompletionOut",
     fields={
@@ -325,35 +296,20 @@ class CompletionApi(ServingApi):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         data = CompletionIn(data=request.data)
         data.is_valid(raise_exception=True)
-        attrs = data.validated_data
-        adapter, user, consent, route = serving_context(self, request, attrs)
-        sampling = {
-            k: attrs[k] for k in ("frequency_penalty", "presence_penalty", "logit_bias", "best_of") if k in attrs
-        }
-        served = completion_request_build(
-            adapter,
-            prompt=attrs.get("prompt"),
-            prefix=attrs.get("prefix"),
-            suffix=attrs["suffix"],
-            max_tokens=attrs["max_tokens"],
-            temperature=attrs["temperature"],
-            top_p=attrs["top_p"],
-            stop=attrs["stop"],
-            n=attrs["n"],
-            seed=attrs["seed"],
+        user, flag = end_user_of_request(request, data.validated_data)
+        answer = completion_create(
+            self.tenant,
+            fields=data.validated_data,
             user=user,
-            opted_in=consent,
-            logprobs=attrs.get("logprobs"),
-            echo=attrs["echo"],
-            include_usage=attrs.get("stream_options", {}).get("include_usage", False),
-            sampling=sampling,
+            flag=flag,
+            api_key=request.auth,
+            actor=self.actor,
+            ahead=self.ahead,
         )
-        if attrs["stream"]:
-            ids, chunks = completion_stream(self.tenant, route=route, request=served)
-            answer = _Answer(served, route, [str(i) for i in ids], adapter.name)
-            return sse_response(answer.body(chunk) for chunk in chunks)
-        completion, ids = completion_serve(self.tenant, route=route, request=served)
-        return Response(_Answer(served, route, [str(i) for i in ids], adapter.name).body(completion))
+        shape = _Answer(answer.request, answer.route, [str(i) for i in answer.ids], answer.adapter_name)
+        if answer.chunks is not None:
+            return sse_response(shape.body(chunk) for chunk in answer.chunks)
+        return Response(shape.body(answer.completion))
 
 
 class ModelOut(serializers.Serializer):

@@ -24,11 +24,13 @@ from django.utils import timezone
 from apps.adapters.models import Adapter
 from apps.common.exceptions import ApplicationError
 from apps.engines.vllm import vllm_client
+from apps.interactions.messages import turn_of
 from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served
 from apps.interactions.sessions import conversation_outcomes_apply
-from apps.serving.completions import serving_failure_record, with_load_on_demand
-from apps.serving.services import Route
-from apps.tenants.models import Tenant
+from apps.serving.selectors import ReadAhead
+from apps.serving.services import Route, serving_request_route
+from apps.serving.vllm_calls import serving_failure_record, with_load_on_demand
+from apps.tenants.models import ApiKey, Tenant
 
 # Keys of vLLM's answer that are for training only (or vLLM's own), never sent to the client.
 _HIDDEN_TOP = frozenset(
@@ -245,3 +247,69 @@ def chat_stream(
                 _record(tenant, route, request, choices, ids, prompt_ids, served_at=served_at, started=started)
 
     return ids, chunks()
+
+
+@dataclass
+class ChatServed:
+    """What a chat request got: the request as served, its route, the interaction ids (one per
+    choice) and vLLM's answer, or the chunks of its stream."""
+
+    request: ChatRequest
+    route: Route
+    adapter_name: str
+    ids: list[uuid.UUID]
+    body: dict[str, Any] | None = None
+    chunks: Iterator[dict[str, Any]] | None = None
+
+
+def chat_create(
+    tenant: Tenant,
+    *,
+    fields: dict[str, Any],
+    user: str,
+    flag: bool | None,
+    api_key: ApiKey | None,
+    actor: str,
+    ahead: ReadAhead | None = None,
+) -> ChatServed:
+    """Serve one chat request (``fields``: the validated body): route it, build what vLLM is asked
+    (the turn of a session counted from its messages when the client named none), then serve or
+    stream it."""
+    routed = serving_request_route(
+        tenant, model=fields.get("model") or None, user=user, flag=flag, api_key=api_key, actor=actor, ahead=ahead
+    )
+    sampling = {
+        k: fields[k]
+        for k in ("frequency_penalty", "presence_penalty", "logit_bias", "parallel_tool_calls", "response_format")
+        if k in fields
+    }
+    conversation_id = fields["conversation_id"].strip()
+    turn = fields.get("turn")
+    if conversation_id and turn is None:
+        turn = turn_of(fields["messages"])
+    request = chat_request_build(
+        routed.adapter,
+        max_tokens=fields.get("max_completion_tokens") or fields.get("max_tokens"),
+        messages=fields["messages"],
+        tools=fields.get("tools"),
+        tool_choice=fields.get("tool_choice"),
+        temperature=fields["temperature"],
+        top_p=fields["top_p"],
+        stop=fields["stop"],
+        n=fields["n"],
+        seed=fields["seed"],
+        user=user,
+        opted_in=routed.opted_in,
+        conversation_id=conversation_id,
+        turn=turn,
+        logprobs=fields["logprobs"],
+        top_logprobs=fields.get("top_logprobs"),
+        include_usage=fields.get("stream_options", {}).get("include_usage", False),
+        sampling=sampling,
+    )
+    served = ChatServed(request=request, route=routed.route, adapter_name=routed.adapter.name, ids=[])
+    if fields["stream"]:
+        served.ids, served.chunks = chat_stream(tenant, route=routed.route, request=request)
+    else:
+        served.body, served.ids = chat_serve(tenant, route=routed.route, request=request)
+    return served

@@ -22,9 +22,10 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.common.apis import end_user_of_request
 from apps.common.parsing import StrictSerializer
 from apps.engines.stops import VLLM_MAX_STOP
-from apps.interactions.messages import MessageError, messages_validate, tools_validate, turn_of
+from apps.interactions.messages import MessageError, messages_validate, tools_validate
 from apps.serving.apis import (
     INT64,
     VLLM_MAX_LOGPROBS,
@@ -32,10 +33,9 @@ from apps.serving.apis import (
     ServingApi,
     StopField,
     StreamOptionsIn,
-    serving_context,
     sse_response,
 )
-from apps.serving.chat import ChatAnswer, chat_request_build, chat_serve, chat_stream
+from apps.serving.chat import ChatAnswer, chat_create
 
 
 @extend_schema_field({"type": "array", "items": {"type": "object"}})
@@ -256,40 +256,17 @@ class ChatCompletionApi(ServingApi):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         data = ChatCompletionIn(data=request.data)
         data.is_valid(raise_exception=True)
-        attrs = data.validated_data
-        adapter, user, consent, route = serving_context(self, request, attrs)
-        sampling = {
-            k: attrs[k]
-            for k in ("frequency_penalty", "presence_penalty", "logit_bias", "parallel_tool_calls", "response_format")
-            if k in attrs
-        }
-        conversation_id = attrs["conversation_id"].strip()
-        turn = attrs.get("turn")
-        if conversation_id and turn is None:
-            turn = turn_of(attrs["messages"])
-        served = chat_request_build(
-            adapter,
-            max_tokens=attrs.get("max_completion_tokens") or attrs.get("max_tokens"),
-            messages=attrs["messages"],
-            tools=attrs.get("tools"),
-            tool_choice=attrs.get("tool_choice"),
-            temperature=attrs["temperature"],
-            top_p=attrs["top_p"],
-            stop=attrs["stop"],
-            n=attrs["n"],
-            seed=attrs["seed"],
+        user, flag = end_user_of_request(request, data.validated_data)
+        served = chat_create(
+            self.tenant,
+            fields=data.validated_data,
             user=user,
-            opted_in=consent,
-            conversation_id=conversation_id,
-            turn=turn,
-            logprobs=attrs["logprobs"],
-            top_logprobs=attrs.get("top_logprobs"),
-            include_usage=attrs.get("stream_options", {}).get("include_usage", False),
-            sampling=sampling,
+            flag=flag,
+            api_key=request.auth,
+            actor=self.actor,
+            ahead=self.ahead,
         )
-        if attrs["stream"]:
-            ids, chunks = chat_stream(self.tenant, route=route, request=served)
-            answer = ChatAnswer(served, route, ids, adapter.name)
-            return sse_response(answer.body(chunk) for chunk in chunks)
-        body, ids = chat_serve(self.tenant, route=route, request=served)
-        return Response(ChatAnswer(served, route, ids, adapter.name).body(body))
+        answer = ChatAnswer(served.request, served.route, served.ids, served.adapter_name)
+        if served.chunks is not None:
+            return sse_response(answer.body(chunk) for chunk in served.chunks)
+        return Response(answer.body(served.body))

@@ -1,11 +1,9 @@
-"""A completion served through Strop: build the request, ask vLLM, shape the answer, record it.
+"""A completion served through Strop: route it, ask vLLM, apply the stops and the show gate,
+record it, and stream it.
 
-What the client asks is adapted to the base model and to vLLM here, once:
-- a FIM request (``prefix``/``suffix``, or a prompt a plugin built in another model's FIM
-  convention) becomes the base model's own FIM prompt, or the prefix alone for a base without
-  FIM tokens (the suffix is then recorded, and the answer says it was not shown to the model);
-- ``max_tokens`` above the adapter's limit is served at the limit (plugins send 4096);
-- every stop string applies, however many: vLLM takes four, Strop applies the rest.
+What the client asks is adapted to the base model and to vLLM once, in
+:mod:`apps.serving.completion_requests`; every stop string applies, however many: vLLM takes
+four, Strop applies the rest.
 
 Every served choice is recorded with the exact token ids and logprobs vLLM sampled (cut where a
 stop string cut the text). A request vLLM fails is recorded as a :class:`ServingFailure`, never
@@ -20,21 +18,14 @@ whole suggestion is known, in one chunk per choice: the gate needs every token's
 
 from __future__ import annotations
 
-import functools
-import json
-import random
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 
-from apps.adapters.loading import adapter_version_load
-from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.common.exceptions import ApplicationError
 from apps.engines.stops import VLLM_MAX_STOP, StopScanner, earliest_stop
 from apps.engines.vllm import vllm_client
@@ -42,138 +33,16 @@ from apps.engines.vllm_client import (
     Completion,
     CompletionChoice,
     CompletionChunk,
-    ModelNotLoaded,
     Usage,
-    VLLMBadRequest,
     merge_chunks,
 )
-from apps.interactions.models import ServingFailure
 from apps.interactions.served import ServedCompletion, interactions_record_served
-from apps.serving.prompts import parse_fim_prompt
-from apps.serving.services import Route
-from apps.tenants.models import Tenant
-from gpu_trainer.show_gate import suggestion_score, threshold_of, withholds
-
-
-@dataclass
-class CompletionRequest:
-    """One completion request, as Strop serves it (after the cap and the FIM recognition)."""
-
-    prompt: str  # what the client sent as ``prompt`` ("" when it sent prefix/suffix)
-    prefix: str
-    suffix: str
-    is_fim: bool
-    max_tokens: int
-    temperature: float
-    top_p: float
-    stop: list[str]
-    n: int
-    seed: int | None
-    user: str
-    opted_in: bool
-    logprobs: int | None = None  # alternatives per token the client wants back; None: no logprobs
-    echo: bool = False
-    include_usage: bool = False  # streams: send the usage chunk at the end
-    sampling: dict[str, Any] = field(default_factory=dict)  # passed to vLLM as they are
-    fim_convention: str = ""  # the client's FIM spelling Strop recognised in ``prompt``
-    max_tokens_requested: int | None = None  # set when the adapter's limit lowered it
-    extra_metadata: dict[str, Any] = field(default_factory=dict)
-
-
-def completion_request_build(
-    adapter: Adapter, *, prompt: str | None, prefix: str | None, suffix: str, max_tokens: int, **options: Any
-) -> CompletionRequest:
-    """The request Strop serves for what the client asked (see the module docstring)."""
-    fim_convention = ""
-    if prompt is not None and prefix is None:
-        recognised = parse_fim_prompt(prompt)
-        if recognised is not None:
-            prefix, suffix, fim_convention = recognised.prefix, recognised.suffix, recognised.convention
-            options.setdefault("extra_metadata", {})["fim_context_dropped_chars"] = recognised.context_dropped
-    limit = adapter.max_completion_tokens
-    return CompletionRequest(
-        prompt=prompt or "",
-        prefix=prefix or "",
-        suffix=suffix if prefix is not None else "",
-        is_fim=prefix is not None,
-        max_tokens=min(max_tokens, limit),
-        max_tokens_requested=max_tokens if max_tokens > limit else None,
-        fim_convention=fim_convention,
-        **options,
-    )
-
-
-def suffix_shown(base: BaseModel, request: CompletionRequest) -> bool:
-    """Whether the model saw the suffix: only a base with FIM tokens can be shown one."""
-    from gpu_trainer.fim import fim_format
-
-    if not request.is_fim:
-        return False
-    try:
-        fmt = fim_format(base.family)
-    except ValueError:
-        return False
-    return "{suffix}" in fmt.template
-
-
-@functools.cache
-def fim_stop_token_ids(model_dir: str, family: str) -> tuple[int, ...]:
-    """Ids of the family's FIM stop tokens in this model's vocabulary (tokenizer.json, no torch).
-
-    They go to vLLM as ``stop_token_ids``: they are special tokens, stripped from the text, so
-    stop *strings* would never match them.
-    """
-    from gpu_trainer.fim import stop_tokens
-
-    path = Path(model_dir) / "tokenizer.json"
-    if not path.is_file():
-        return ()
-    data = json.loads(path.read_text(encoding="utf-8"))
-    ids = {t["content"]: int(t["id"]) for t in data.get("added_tokens", [])}
-    vocab = data.get("model", {}).get("vocab", {})
-    if isinstance(vocab, dict):
-        ids = {**vocab, **ids}
-    return tuple(sorted({ids[token] for token in stop_tokens(family) if token in ids}))
-
-
-def _vllm_kwargs(route: Route, request: CompletionRequest) -> dict[str, Any]:
-    from gpu_trainer.fim import build_fim_prompt
-
-    extra: dict[str, Any] = dict(request.sampling)
-    prompt = request.prompt
-    if request.is_fim:
-        base = route.adapter.base_model
-        prompt = build_fim_prompt(base.family, request.prefix, request.suffix)
-        extra["stop_token_ids"] = list(fim_stop_token_ids(base.path, base.family))
-    return {
-        "model": route.vllm_model,
-        "prompt": prompt,
-        "max_tokens": request.max_tokens,
-        "temperature": request.temperature,
-        "top_p": request.top_p,
-        "stop": request.stop[:VLLM_MAX_STOP] or None,
-        "n": request.n,
-        "seed": request.seed,
-        "user": request.user or None,
-        "extra": extra or None,
-        "logprobs": request.logprobs or 1,
-        # The tenant's home replica keeps its adapters in vLLM's LoRA slots (settings.VLLM_ROUTING).
-        "affinity": f"tenant-{route.adapter.tenant_id}" if settings.VLLM_ROUTING == "tenant" else None,
-    }
-
-
-def with_load_on_demand(route: Route, call: Any) -> Any:
-    """Run ``call``; if vLLM lacks the version (a restart, a new replica), load it once and retry."""
-    try:
-        return call()
-    except ModelNotLoaded:
-        if route.version is None:
-            raise
-        adapter_version_load(version_id=route.version.pk)
-        route.version.refresh_from_db()
-        if route.version.status == AdapterVersion.Status.FAILED:
-            raise
-        return call()
+from apps.serving.completion_requests import CompletionRequest, completion_request_build, suffix_shown, vllm_kwargs
+from apps.serving.selectors import ReadAhead
+from apps.serving.services import Route, serving_request_route
+from apps.serving.show_gate import show_gate_decisions, show_gate_of, withheld_choice
+from apps.serving.vllm_calls import serving_failure_record, with_load_on_demand
+from apps.tenants.models import ApiKey, Tenant
 
 
 def _apply_stops(choice: CompletionChoice, stops: list[str]) -> CompletionChoice:
@@ -226,70 +95,10 @@ def _record(
     )
 
 
-def serving_failure_record(
-    tenant: Tenant, *, route: Route, user: str, error: ApplicationError, started: float, streamed: bool
-) -> None:
-    """A request vLLM failed (not one the client got wrong): counted in the arm's error rate."""
-    if isinstance(error, VLLMBadRequest) or error.status_code < 500:
-        return
-    ServingFailure.objects.create(
-        tenant=tenant,
-        adapter=route.adapter,
-        adapter_version=route.version,
-        experiment=route.experiment,
-        experiment_arm=route.arm,
-        end_user_id=user,
-        kind=error.code,
-        message=error.message[:2000],
-        streamed=streamed,
-        occurred_at=timezone.now(),
-        latency_ms=(time.perf_counter() - started) * 1000,
-    )
-
-
-def show_gate_of(route: Route) -> dict[str, Any] | None:
-    """The serving version's show gate, if it has one."""
-    gate = route.version.show_gate if route.version is not None else None
-    return gate if threshold_of(gate) is not None else None
-
-
-def _withheld(choice: CompletionChoice) -> CompletionChoice:
-    """What the client gets of a withheld suggestion: nothing."""
-    return replace(
-        choice,
-        text="",
-        token_ids=[],
-        logprobs=[],
-        finish_reason="stop",
-        stop_reason=None,
-        tokens=[],
-        text_offset=[],
-        top_logprobs=[],
-    )
-
-
-def _show_gate_decisions(completion: Completion, gate: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """Each choice's gate decision, by choice index (none for a choice the model left empty itself)."""
-    threshold, explore = threshold_of(gate), float(gate.get("explore") or 0.0)
-    decisions = {}
-    for choice in completion.choices:
-        if not choice.text.strip():  # the model said nothing itself: nothing for the gate to judge
-            continue
-        score = suggestion_score(choice.logprobs)
-        decision: dict[str, Any] = {"score": round(score, 4), "threshold": threshold, "withheld": False}
-        if withholds(score, threshold):
-            if explore > 0 and random.random() < explore:  # shown anyway, so the next fit sees below its threshold
-                decision.update(explored=True, weight=round(1.0 / explore, 4))
-            else:
-                decision.update(withheld=True, text=choice.text)
-        decisions[choice.index] = decision
-    return decisions
-
-
 def completion_serve(tenant: Tenant, *, route: Route, request: CompletionRequest) -> tuple[Completion, list[uuid.UUID]]:
     """Ask vLLM, record one interaction per choice, and return both (ids in choice order)."""
     started, served_at = time.perf_counter(), timezone.now()
-    kwargs = _vllm_kwargs(route, request)
+    kwargs = vllm_kwargs(route, request)
     try:
         completion = with_load_on_demand(route, lambda: vllm_client().complete(**kwargs))
     except ApplicationError as exc:
@@ -297,7 +106,7 @@ def completion_serve(tenant: Tenant, *, route: Route, request: CompletionRequest
         raise
     completion = replace(completion, choices=[_apply_stops(c, request.stop) for c in completion.choices])
     gate = show_gate_of(route)
-    gates = _show_gate_decisions(completion, gate) if gate is not None else {}
+    gates = show_gate_decisions(completion, gate) if gate is not None else {}
     withheld = {index for index, decision in gates.items() if decision["withheld"]}
     recorded = completion
     if withheld:  # recorded: the sampled tokens and no text (the text stays in the decision)
@@ -308,7 +117,7 @@ def completion_serve(tenant: Tenant, *, route: Route, request: CompletionRequest
     _record(tenant, route, request, recorded, ids, served_at=served_at, started=started, gates=gates)
     if withheld:  # the client gets nothing of a withheld choice
         completion = replace(
-            completion, choices=[_withheld(c) if c.index in withheld else c for c in completion.choices]
+            completion, choices=[withheld_choice(c) if c.index in withheld else c for c in completion.choices]
         )
     return completion, ids
 
@@ -335,7 +144,7 @@ def completion_stream(
         completion, ids = completion_serve(tenant, route=route, request=request)
         return ids, _as_stream(completion, include_usage=request.include_usage)
     started, served_at = time.perf_counter(), timezone.now()
-    kwargs = _vllm_kwargs(route, request)
+    kwargs = vllm_kwargs(route, request)
     try:
         upstream = with_load_on_demand(route, lambda: vllm_client().stream(**kwargs))
     except ApplicationError as exc:
@@ -414,3 +223,58 @@ def _usage_of(seen: list[CompletionChunk], request: CompletionRequest, states: d
     prompt_tokens = len(served.prompt_token_ids or [])
     completion_tokens = sum(len(c.token_ids) for c in served.choices)
     return Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens)
+
+
+@dataclass
+class CompletionAnswer:
+    """What a completion request got: the request as served, its route, the interaction ids (one
+    per choice) and the completion, or the chunks of its stream."""
+
+    request: CompletionRequest
+    route: Route
+    adapter_name: str
+    ids: list[uuid.UUID]
+    completion: Completion | None = None
+    chunks: Iterator[CompletionChunk] | None = None
+
+
+def completion_create(
+    tenant: Tenant,
+    *,
+    fields: dict[str, Any],
+    user: str,
+    flag: bool | None,
+    api_key: ApiKey | None,
+    actor: str,
+    ahead: ReadAhead | None = None,
+) -> CompletionAnswer:
+    """Serve one completion request (``fields``: the validated body): route it (adapter, the end
+    user's consent now, the experiment arm), build what vLLM is asked, then serve or stream it."""
+    routed = serving_request_route(
+        tenant, model=fields.get("model") or None, user=user, flag=flag, api_key=api_key, actor=actor, ahead=ahead
+    )
+    sampling = {k: fields[k] for k in ("frequency_penalty", "presence_penalty", "logit_bias", "best_of") if k in fields}
+    request = completion_request_build(
+        routed.adapter,
+        prompt=fields.get("prompt"),
+        prefix=fields.get("prefix"),
+        suffix=fields["suffix"],
+        max_tokens=fields["max_tokens"],
+        temperature=fields["temperature"],
+        top_p=fields["top_p"],
+        stop=fields["stop"],
+        n=fields["n"],
+        seed=fields["seed"],
+        user=user,
+        opted_in=routed.opted_in,
+        logprobs=fields.get("logprobs"),
+        echo=fields["echo"],
+        include_usage=fields.get("stream_options", {}).get("include_usage", False),
+        sampling=sampling,
+    )
+    answer = CompletionAnswer(request=request, route=routed.route, adapter_name=routed.adapter.name, ids=[])
+    if fields["stream"]:
+        answer.ids, answer.chunks = completion_stream(tenant, route=routed.route, request=request)
+    else:
+        answer.completion, answer.ids = completion_serve(tenant, route=routed.route, request=request)
+    return answer

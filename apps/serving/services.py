@@ -11,10 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from apps.adapters.models import Adapter, AdapterVersion
+from apps.cohorts.selectors import consent_default
+from apps.cohorts.services import end_user_consent_now
 from apps.experiments.assignment import assign_arm
 from apps.experiments.models import Experiment
 from apps.experiments.services import exposure_record
-from apps.tenants.models import Tenant
+from apps.serving.selectors import ReadAhead, serving_lookup
+from apps.tenants.models import ApiKey, Tenant
 
 
 @dataclass(frozen=True)
@@ -59,3 +62,40 @@ def serving_route(
             exposure_record(running, external_id=end_user_id, arm=arm)
             return Route(adapter=adapter, version=running.version_of(arm), arm=arm, experiment=running)
     return Route(adapter=adapter, version=version)
+
+
+@dataclass(frozen=True)
+class Routed:
+    """What every serving request settles first: its adapter, end user, their consent now, route."""
+
+    adapter: Adapter
+    user: str
+    opted_in: bool
+    route: Route
+
+
+def serving_request_route(
+    tenant: Tenant,
+    *,
+    model: str | None,
+    user: str,
+    flag: bool | None,
+    api_key: ApiKey | None,
+    actor: str,
+    ahead: ReadAhead | None = None,
+) -> Routed:
+    """The adapter ``model`` names (404 for another tenant's; None: the default), the end user's
+    consent now (``flag`` as the request states it, else what is stored, else the key's default),
+    and the route. What is stored of them was read with the API key (``ahead``), or is read now in
+    one round trip (``serving_lookup``)."""
+    found = serving_lookup(tenant, name=model, external_id=user, ahead=ahead)
+    consent = end_user_consent_now(
+        tenant,
+        external_id=user,
+        flag=flag,
+        default=consent_default(tenant, api_key=api_key),
+        actor=actor,
+        stored=found.end_user,
+    )
+    route = serving_route(tenant, adapter=found.adapter, end_user_id=user, opted_in=consent, running=found.experiment)
+    return Routed(adapter=found.adapter, user=user, opted_in=consent, route=route)
