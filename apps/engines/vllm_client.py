@@ -1,5 +1,8 @@
 """A small synchronous client for vLLM's OpenAI-compatible server, over one or more replicas.
 
+One job, in one file past 400 lines: every call below shares the replica order, the timeouts,
+the key and the mapping of vLLM's errors, so splitting the calls apart would split that too.
+
 Plain Python (httpx), no Django models: usable from views, Celery tasks and benchmarks.
 
 - Completions ask vLLM for ``logprobs: 1`` and ``return_token_ids: true``, so every answer
