@@ -86,7 +86,7 @@ bench-freshness: venv services
 bench-trainer: venv
 	$(PY) benchmarks/trainer.py
 
-# The learning benchmark on SmolLM2-135M-Instruct (CPU, ~30 min; see the README's Performance section).
+# The learning benchmark on SmolLM2-135M-Instruct (CPU, ~30 min; see docs/performance.md).
 LEARNING_ARGS ?= --population line --stop '\n' --train-tasks 512 --eval-tasks 300 --set autocast_bf16=auto
 bench-learning: venv
 	$(PY) benchmarks/learning.py $(LEARNING_ARGS)

@@ -1,4 +1,4 @@
-"""Continue against Strop, configured by the README's own config.yaml block.
+"""Continue against Strop, configured by the config.yaml block of docs/editors.md.
 
 The requests below are built as Continue's source builds them (read in continuedev/continue:
 core/llm/llms/OpenAI.ts ``_legacystreamComplete`` and ``_getHeaders``, core/autocomplete/templating
@@ -23,7 +23,7 @@ from apps.interactions.models import Feedback, Interaction
 
 pytestmark = [pytest.mark.vllm, pytest.mark.django_db(transaction=True)]
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+EDITORS_GUIDE = Path(__file__).resolve().parents[2] / "docs" / "editors.md"
 # Continue's default template for a model name it does not know, and its stop strings.
 TEMPLATE_STOPS = [
     "<fim_prefix>",
@@ -39,7 +39,7 @@ PREFIX, SUFFIX = "def add(a, b):\n    ", "\n\nprint(add(1, 2))\n"
 
 
 def readme_config(base_url: str, key: str) -> dict:
-    section = README.read_text().split("### Editor plugins (Continue)", 1)[1]
+    section = EDITORS_GUIDE.read_text().split("## Editor plugins (Continue)", 1)[1]
     block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
     text = block.replace("http://127.0.0.1:8000", base_url).replace(
         "strop_XXXXXXXXXXXX_key-with-serve-and-ingest-scopes", key

@@ -1,5 +1,5 @@
 """Agent feedback: each signal's reward in the adapter's policy, and session outcomes spread over
-their turns by the documented rule (README, "Agents")."""
+their turns by the documented rule (docs/agents.md)."""
 
 from __future__ import annotations
 
