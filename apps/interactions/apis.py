@@ -110,6 +110,10 @@ class InteractionOut(serializers.ModelSerializer):
             "received_at",
             "latency_ms",
             "metadata",
+            "messages",
+            "tools",
+            "conversation_id",
+            "turn",
             "feedback",
         ]
 

@@ -61,6 +61,23 @@ def test_a_chat_completion_is_served_and_recorded_with_the_templated_prompt_ids(
     assert completion.usage.completion_tokens == len(interaction.completion_token_ids)
 
 
+def test_reading_a_served_chat_completion_back_answers_what_was_written(client, live_server, make_client):
+    completion = client.chat.completions.create(
+        model="autocomplete", messages=MESSAGES, tools=[WEATHER], max_tokens=4, user="dev-9",
+        extra_body={"conversation_id": "s-read", "turn": 3},
+    )
+    tenant = Interaction.objects.get(pk=completion.id).tenant
+    reader = make_client(tenant, scopes=["ingest"])
+    read = httpx.get(
+        f"{live_server.url}/v1/interactions/{completion.id}",
+        headers={"Authorization": f"Bearer {reader.raw_key}"},
+        timeout=30,
+    ).json()
+    assert read["messages"] == MESSAGES and read["tools"] == [WEATHER]
+    assert (read["conversation_id"], read["turn"], read["end_user_id"]) == ("s-read", 3, "dev-9")
+    assert read["completion"] == (completion.choices[0].message.content or "")
+
+
 def test_the_turn_defaults_to_the_assistant_messages_before_it(client):
     messages = [*MESSAGES, {"role": "assistant", "content": "def add(a, b): return a + b"},
                 {"role": "user", "content": "Now with type hints."}]
