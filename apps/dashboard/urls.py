@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, reverse_lazy
 
-from apps.dashboard.views import adapters, cohorts, experiments, home, interactions, keys, overview, runs
+from apps.dashboard.views import adapters, cohorts, experiments, exports, home, interactions, keys, overview, runs
 
 app_name = "dashboard"
 
@@ -28,6 +28,11 @@ tenant_patterns = [
     path("adapters/<slug:adapter_name>/experiments/new/", experiments.experiment_new, name="experiment-new"),
     path("experiments/<int:experiment_id>/", experiments.experiment_detail, name="experiment"),
     path("experiments/<int:experiment_id>/live/", experiments.experiment_live, name="experiment-live"),
+    path(
+        "experiments/<int:experiment_id>/results.csv",
+        exports.experiment_results_export,
+        name="experiment-results-csv",
+    ),
     path("experiments/<int:experiment_id>/promote/", experiments.experiment_promote_view, name="experiment-promote"),
     path("experiments/<int:experiment_id>/rollback/", experiments.experiment_rollback_view, name="experiment-rollback"),
     path("experiments/<int:experiment_id>/start/", experiments.experiment_start_view, name="experiment-start"),
@@ -39,10 +44,12 @@ tenant_patterns = [
     path("adapters/<slug:adapter_name>/training-policy/", adapters.training_policy, name="training-policy"),
     path("adapters/<slug:adapter_name>/runs/start/", adapters.training_run_start_view, name="run-start"),
     path("adapters/<slug:adapter_name>/retrain/", adapters.lineage_retrain_view, name="lineage-retrain"),
+    path("adapters/<slug:adapter_name>/training-status/", runs.training_status, name="training-status"),
     path("runs/", runs.run_list, name="runs"),
     path("runs/<int:run_id>/", runs.run_detail, name="run-detail"),
     path("runs/<int:run_id>/status/", runs.run_status, name="run-status"),
     path("interactions/", interactions.interaction_list, name="interactions"),
+    path("interactions/export.csv", exports.interactions_export, name="interactions-csv"),
     path("interactions/<uuid:interaction_id>/", interactions.interaction_detail, name="interaction-detail"),
     path("keys/", keys.keys, name="keys"),
     path("keys/<int:key_id>/revoke/", keys.key_revoke, name="key-revoke"),

@@ -31,10 +31,16 @@ def adapter_lineage_head(adapter: Adapter) -> AdapterVersion | None:
 
 
 def version_lineage_ids(version: AdapterVersion | None) -> list[int]:
+    """``version`` and its ancestors, newest first, in one query whatever the lineage's depth (a
+    version's parent is always a version of the same adapter)."""
+    if version is None:
+        return []
+    parents = dict(AdapterVersion.objects.filter(adapter_id=version.adapter_id).values_list("id", "parent_id"))
     ids: list[int] = []
-    while version is not None:
-        ids.append(version.pk)
-        version = version.parent
+    current: int | None = version.pk
+    while current is not None and current not in ids:
+        ids.append(current)
+        current = parents.get(current)
     return ids
 
 
@@ -63,12 +69,19 @@ def training_events_eligible(adapter: Adapter, *, parent: AdapterVersion | None)
     trained_in_lineage = TrainingRunEvent.objects.filter(
         run__output_version_id__in=version_lineage_ids(parent), held_out=False
     ).values("feedback_id")
-    return (
+    consented = (
         Feedback.objects.filter(tenant_id=adapter.tenant_id, interaction__isnull=False)
         .filter(consented_events("interaction__"))
         .filter(_belongs_to_adapter(adapter))
+    )
+    return feedback_learnable(consented).exclude(id__in=trained_in_lineage)
+
+
+def feedback_learnable(feedback: QuerySet[Feedback]) -> QuerySet[Feedback]:
+    """The events of ``feedback`` that say something about a suggestion the user saw."""
+    return (
         # Nothing to learn from an event without a prompt or conversation (an editor's noCode outcome).
-        .exclude(
+        feedback.exclude(
             interaction__prompt="",
             interaction__prefix="",
             interaction__prompt_token_ids__isnull=True,
@@ -79,7 +92,6 @@ def training_events_eligible(adapter: Adapter, *, parent: AdapterVersion | None)
         .filter(
             Q(interaction__metadata__show_gate__isnull=True) | Q(interaction__metadata__show_gate__withheld=False)
         )
-        .exclude(id__in=trained_in_lineage)
     )
 
 

@@ -30,6 +30,9 @@ READ = {
     "experiment-live",
     "cohorts",
     "end-user",
+    "training-status",
+    "interactions-csv",
+    "experiment-results-csv",
 }
 # Tenant actions: route -> (method, form data, audit action the service writes).
 ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {

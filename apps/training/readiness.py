@@ -1,0 +1,119 @@
+"""Why an adapter is, or is not, training: what its feedback counts for, and when the next run starts.
+
+Every interaction attributed to the adapter (the training rule: ``feedback_belongs_to_adapter``)
+falls in exactly one bucket, checked in this order: no feedback yet; feedback whose end user did
+not consent (then, or now: ``apps.cohorts.selectors.consented_events``); nothing to learn from
+(no prompt, or a suggestion the show gate withheld); already learned by the current lineage;
+already seen by a run from the current parent (it trains again with the next successful run,
+but does not start one); new: counted against the policy's ``min_new_events``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Min, Q
+
+from apps.adapters.models import Adapter, AdapterVersion
+from apps.cohorts.selectors import consented_events
+from apps.interactions.models import Feedback, Interaction
+from apps.training.models import ACTIVE_STATUSES, TrainingPolicy, TrainingRun
+from apps.training.selectors import (
+    adapter_lineage_head,
+    feedback_belongs_to_adapter,
+    feedback_learnable,
+    interaction_belongs_to_adapter,
+    training_events_eligible,
+    training_events_new,
+    training_policy_get,
+)
+
+
+@dataclass(frozen=True)
+class TrainingReadiness:
+    adapter: Adapter
+    policy: TrainingPolicy
+    parent: AdapterVersion | None
+    interactions: int
+    no_feedback: int
+    no_consent: int
+    nothing_to_learn: int
+    already_trained: int
+    seen_from_parent: int
+    new: int
+    oldest_new_at: datetime | None
+    active_run: TrainingRun | None
+    tenant_runs_active: int
+    tenant_run_cap: int
+
+    @property
+    def due_at(self) -> datetime | None:
+        """When the waiting events are due by age (``max_wait_s`` after the oldest), if any wait."""
+        if self.oldest_new_at is None:
+            return None
+        return self.oldest_new_at + timedelta(seconds=self.policy.max_wait_s)
+
+    @property
+    def events_short(self) -> int:
+        return max(0, self.policy.min_new_events - self.new)
+
+    @property
+    def verdict(self) -> str:
+        """One sentence: what is happening, or what the next run waits for."""
+        if self.active_run is not None:
+            return f"Run #{self.active_run.pk} is {self.active_run.status}."
+        if not self.policy.enabled:
+            return "Automatic training is off in this adapter's training policy; start a run by hand."
+        if self.tenant_runs_active >= self.tenant_run_cap:
+            return (
+                f"The tenant already runs {self.tenant_runs_active} of its {self.tenant_run_cap} concurrent "
+                "training runs; the next starts when one ends."
+            )
+        if self.new >= self.policy.min_new_events:
+            return f"{self.new} new events are enough: a run starts at the scheduler's next check (within seconds)."
+        if self.new:
+            return (
+                f"{self.new} new events of the {self.policy.min_new_events} that start a run; "
+                f"{self.events_short} more, or the oldest waiting {self.policy.max_wait_s} s, starts one."
+            )
+        return "No new events to learn from: a run starts once opted-in users' feedback arrives."
+
+
+def training_readiness(adapter: Adapter) -> TrainingReadiness:
+    """The buckets of the adapter's interactions and the scheduler's view, in a handful of queries."""
+    policy = training_policy_get(adapter)
+    parent = adapter_lineage_head(adapter)
+    interactions = Interaction.objects.filter(tenant_id=adapter.tenant_id).filter(
+        interaction_belongs_to_adapter(adapter)
+    )
+    counted = interactions.aggregate(total=Count("id"), with_feedback=Count("feedback"))
+    feedback = Feedback.objects.filter(tenant_id=adapter.tenant_id, interaction__isnull=False).filter(
+        feedback_belongs_to_adapter(adapter)
+    )
+    consenting = feedback.filter(consented_events("interaction__"))
+    split = feedback.aggregate(total=Count("id"), consented=Count("id", filter=Q(id__in=consenting.values("id"))))
+    eligible = training_events_eligible(adapter, parent=parent)
+    new = training_events_new(adapter, parent=parent).aggregate(count=Count("id"), oldest=Min("updated_at"))
+    unlearned = eligible.count()
+    learnable = feedback_learnable(consenting).count()
+    active = TrainingRun.objects.filter(adapter=adapter, status__in=ACTIVE_STATUSES).order_by("-id").first()
+    return TrainingReadiness(
+        adapter=adapter,
+        policy=policy,
+        parent=parent,
+        interactions=counted["total"],
+        no_feedback=counted["total"] - counted["with_feedback"],
+        no_consent=split["total"] - split["consented"],
+        nothing_to_learn=split["consented"] - learnable,
+        already_trained=learnable - unlearned,
+        seen_from_parent=unlearned - new["count"],
+        new=new["count"],
+        oldest_new_at=new["oldest"],
+        active_run=active,
+        tenant_runs_active=TrainingRun.objects.filter(
+            tenant_id=adapter.tenant_id, status__in=ACTIVE_STATUSES
+        ).count(),
+        tenant_run_cap=adapter.tenant.max_concurrent_training_runs,
+    )
+
