@@ -2,17 +2,21 @@
 
 from strop._async_batcher import AsyncFeedbackBatcher
 from strop._async_client import AsyncStrop
+from strop._async_streaming import AsyncChatCompletionStream, AsyncCompletionStream
 from strop._batch_core import BatcherOptions, BatcherStats, FailedBatch, RejectedEvent
 from strop._batcher import FeedbackBatcher
+from strop._chat_types import ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk, ChatMessage
 from strop._client import Strop
 from strop._exceptions import (
     APIConnectionError,
     APIError,
+    APIResponseValidationError,
     APIStatusError,
     APITimeoutError,
     AuthenticationError,
     BadRequestError,
     ConflictError,
+    InternalServerError,
     NotFoundError,
     PayloadTooLargeError,
     PermissionDeniedError,
@@ -21,15 +25,11 @@ from strop._exceptions import (
     StreamError,
     StropError,
 )
-from strop._management_types import Adapter, Assignment, EndUser, Experiment, Model
-from strop._streaming import AsyncChatCompletionStream, AsyncCompletionStream, ChatCompletionStream, CompletionStream
+from strop._literals import Outcome, Scope
+from strop._management_types import Adapter, ApiKey, Assignment, EndUser, Experiment, Model
+from strop._streaming import ChatCompletionStream, CompletionStream
 from strop._types import (
     BatchResult,
-    ChatChoice,
-    ChatChunkChoice,
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatMessage,
     Completion,
     CompletionChoice,
     CompletionChunk,
@@ -46,9 +46,11 @@ from strop._version import __version__
 __all__ = [
     "APIConnectionError",
     "APIError",
+    "APIResponseValidationError",
     "APIStatusError",
     "APITimeoutError",
     "Adapter",
+    "ApiKey",
     "Assignment",
     "AsyncChatCompletionStream",
     "AsyncCompletionStream",
@@ -76,15 +78,18 @@ __all__ = [
     "FeedbackBatcher",
     "FeedbackState",
     "Interaction",
+    "InternalServerError",
     "ItemError",
     "ItemResult",
     "Model",
     "NotFoundError",
+    "Outcome",
     "Page",
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "RateLimitError",
     "RejectedEvent",
+    "Scope",
     "ServiceUnavailableError",
     "StreamError",
     "Strop",

@@ -10,11 +10,12 @@ from urllib.parse import quote
 
 import httpx
 
+from strop._chat_types import ChatCompletion
 from strop._core import Call, encode_json, read_json, without_none
-from strop._management_types import Adapter, Assignment, EndUser, Experiment, Model
+from strop._literals import Outcome, Scope
+from strop._management_types import Adapter, ApiKey, Assignment, EndUser, Experiment, Model
 from strop._types import (
     BatchResult,
-    ChatCompletion,
     Completion,
     Interaction,
     ItemResult,
@@ -218,7 +219,7 @@ def interaction_list(*, end_user_id: str | None, limit: int | None, offset: int 
 
 def feedback_item(
     *,
-    outcome: str,
+    outcome: Outcome,
     interaction_id: str | None = None,
     client_id: str | None = None,
     kept_text: str | None = None,
@@ -335,3 +336,30 @@ def adapter_list() -> Call[list[Adapter]]:
 
 def model_list() -> Call[list[Model]]:
     return Call("GET", "/v1/models", parse=_list(Model.from_json))
+
+
+# ---- API keys ----
+
+
+def _key_path(key_id: int | str) -> str:
+    return f"/v1/keys/{path_id(key_id, 'key_id')}"
+
+
+def key_list() -> Call[list[ApiKey]]:
+    return Call("GET", "/v1/keys", parse=_list(ApiKey.from_json))
+
+
+def key_create(*, name: str, scopes: Sequence[Scope], default_opt_in: bool | None) -> Call[ApiKey]:
+    if isinstance(scopes, str):
+        raise TypeError("scopes must be a list of scopes, not one string")
+    body = without_none(name=name, scopes=list(scopes), default_opt_in=default_opt_in)
+    # Not idempotent: a retried creation after the request was sent could issue a second key.
+    return Call("POST", "/v1/keys", parse=lambda r: ApiKey.from_json(read_json(r)), body=body, idempotent=False)
+
+
+def key_get(key_id: int | str) -> Call[ApiKey]:
+    return Call("GET", _key_path(key_id), parse=lambda r: ApiKey.from_json(read_json(r)))
+
+
+def key_revoke(key_id: int | str) -> Call[ApiKey]:
+    return Call("DELETE", _key_path(key_id), parse=lambda r: ApiKey.from_json(read_json(r)))

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from strop._async_drivers import run_async
 from strop._batch_core import (
     BatcherOptions,
     BatcherStats,
@@ -23,7 +24,6 @@ from strop._batch_core import (
 )
 from strop._batcher import clamp_timeout, deliver_sync
 from strop._core import ClientConfig, encode_json
-from strop._drivers import run_async
 from strop._exceptions import StropError
 
 __all__ = ["AsyncFeedbackBatcher"]

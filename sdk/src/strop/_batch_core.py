@@ -43,7 +43,7 @@ class RejectedEvent:
 
 @dataclass(frozen=True)
 class FailedBatch:
-    """Events that were not delivered, and the last error (``error.status`` None: no answer)."""
+    """Events that were not delivered, and the last error (``error.status_code`` None: no answer)."""
 
     items: list[dict[str, Any]]
     error: StropError

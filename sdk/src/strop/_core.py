@@ -2,7 +2,7 @@
 request building, the retry policy, and the retry loop written once as a generator.
 
 The loop (:func:`attempts`) yields what to do next, an ``httpx.Request`` to send or a
-:class:`Sleep`; a driver (``_client.run_sync`` / ``_async_client.run_async``) does it and sends back
+:class:`Sleep`; a driver (``_drivers.run_sync`` / ``_async_drivers.run_async``) does it and sends back
 the ``httpx.Response`` (or throws the transport error in). So when to retry, how long to wait and
 which error to raise are decided in one place for both clients and for the feedback batcher.
 """
@@ -17,13 +17,13 @@ import random
 import time
 import uuid
 from collections.abc import Generator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Callable, Generic, Optional, TypeVar, Union
 
 import httpx
 
-from strop._exceptions import StropError, error_from_response, error_from_transport
+from strop._exceptions import APIResponseValidationError, StropError, error_from_response, error_from_transport
 from strop._version import __version__
 
 T = TypeVar("T")
@@ -46,12 +46,13 @@ NOT_SENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 @dataclass(frozen=True)
 class ClientConfig:
     """``timeout`` is None when the caller gave none: requests then take the HTTP client's own
-    (``DEFAULT_TIMEOUT`` for the one the SDK makes)."""
+    (``DEFAULT_TIMEOUT`` for the one the SDK makes). ``default_headers`` go on every request."""
 
     base_url: str
     api_key: str
     timeout: httpx.Timeout | None
     max_retries: int
+    default_headers: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -61,6 +62,7 @@ class ClientConfig:
         api_key: str | None,
         timeout: float | httpx.Timeout | None,
         max_retries: int,
+        default_headers: Mapping[str, str] | None = None,
     ) -> ClientConfig:
         base_url = base_url or os.environ.get("STROP_BASE_URL") or DEFAULT_BASE_URL
         api_key = api_key or os.environ.get("STROP_API_KEY")
@@ -70,19 +72,42 @@ class ClientConfig:
             raise ValueError("max_retries must be 0 or more")
         if timeout is not None and not isinstance(timeout, httpx.Timeout):
             timeout = httpx.Timeout(float(timeout), connect=min(float(timeout), 5.0))
-        return cls(base_url=base_url.rstrip("/"), api_key=api_key, timeout=timeout, max_retries=max_retries)
+        return cls(
+            base_url=base_url.rstrip("/"),
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            default_headers=dict(default_headers or {}),
+        )
 
     @property
     def http_timeout(self) -> httpx.Timeout:
         """The timeout of an HTTP client the SDK makes itself."""
         return self.timeout or DEFAULT_TIMEOUT
 
-    def headers(self, *, is_async: bool) -> dict[str, str]:
-        return {
-            "Authorization": f"Bearer {self.api_key}",
-            "Accept": "application/json",
-            "User-Agent": f"strop-python/{__version__}{' async' if is_async else ''}",
-        }
+    def headers(self, *, is_async: bool) -> httpx.Headers:
+        """Ours, then the caller's ``default_headers`` over them, whatever their case (a proxy may
+        want its own ``Authorization``, a product its own ``User-Agent``)."""
+        headers = httpx.Headers(
+            {
+                "Authorization": f"Bearer {self.api_key}",
+                "Accept": "application/json",
+                "User-Agent": f"strop-python/{__version__}{' async' if is_async else ''}",
+            }
+        )
+        headers.update(self.default_headers)
+        return headers
+
+
+def merge_headers(base: Mapping[str, str], extra: Mapping[str, str] | None) -> dict[str, str]:
+    """``base`` with ``extra`` over it; names compare without case, as HTTP's do, and keep the
+    spelling they were given."""
+    merged = dict(base)
+    for name, value in (extra or {}).items():
+        for same in [key for key in merged if key.lower() == name.lower()]:
+            del merged[same]
+        merged[name] = value
+    return merged
 
 
 # ---- JSON ----
@@ -151,9 +176,9 @@ def read_json(response: httpx.Response) -> Any:
     try:
         return response.json()
     except ValueError:
-        raise StropError(
+        raise APIResponseValidationError(
             f"the API answered {response.status_code} with a body that is not JSON: {response.text[:200]!r}",
-            status=response.status_code,
+            response=response,
             body=response.text,
         ) from None
 
@@ -213,6 +238,8 @@ class Sleep:
 
 Step = Union[httpx.Request, Sleep]
 Attempts = Generator[Step, Optional[httpx.Response], httpx.Response]
+# What a driver (``_async_drivers`` / ``_drivers``) runs: ``attempts``, or a generator around it.
+Steps = Generator[Step, Optional[httpx.Response], T]
 
 
 def attempts(
@@ -236,7 +263,7 @@ def attempts(
             response = yield request
             assert response is not None
         except httpx.TransportError as exc:
-            error: StropError = error_from_transport(exc)
+            error: StropError = error_from_transport(exc, request)
             retryable = idempotent or isinstance(exc, NOT_SENT_ERRORS)
             if isinstance(exc, (httpx.UnsupportedProtocol, httpx.LocalProtocolError)):
                 retryable = False  # the request itself is wrong: it would fail the same way

@@ -1,6 +1,16 @@
 """Typed errors. Every API error answer is ``{"error": {"code", "message", "details"}}``; the class
-says the status, the attributes carry the rest, so callers branch on types and fields, never on
-message text."""
+says what happened, the attributes carry the rest, so callers branch on types and fields, never on
+message text.
+
+::
+
+    StropError                      everything the SDK raises (a missing API key too)
+    └── APIError                    anything that went wrong talking to the API
+        ├── APIStatusError          an error status (4xx, 5xx); one subclass per common status
+        ├── APIConnectionError      no answer (refused, broken) ── APITimeoutError
+        ├── APIResponseValidationError  an answer the SDK cannot read (not JSON...)
+        └── StreamError             an error event inside a stream that had started
+"""
 
 from __future__ import annotations
 
@@ -13,11 +23,13 @@ import httpx
 __all__ = [
     "APIConnectionError",
     "APIError",
+    "APIResponseValidationError",
     "APIStatusError",
     "APITimeoutError",
     "AuthenticationError",
     "BadRequestError",
     "ConflictError",
+    "InternalServerError",
     "NotFoundError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
@@ -29,46 +41,89 @@ __all__ = [
 
 
 class StropError(Exception):
-    """Base of every error this SDK raises.
+    """Base of every error this SDK raises, configuration errors included.
 
-    ``status`` is the HTTP status (None when no answer arrived), ``code`` the API's error code
-    (``"invalid"``, ``"not_found"``, ``"rate_limited"``...), ``field`` the request field the error
-    names when the API says so, ``details`` the API's details object and ``body`` the raw answer
-    (parsed JSON, or text when it was not JSON).
+    Every error has the attributes of :class:`APIError` (None, or ``{}`` for ``details``, where
+    they do not apply), so code that catches ``StropError`` can read ``status_code`` or
+    ``request_id`` without checking the class first.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code: int | None = None
+        self.request_id: str | None = None
+        self.code: str | None = None
+        self.param: str | None = None
+        self.details: Any = {}
+        self.body: Any = None
+        self.retry_after: float | None = None
+        self.request: httpx.Request | None = None
+        self.response: httpx.Response | None = None
+
+    @property
+    def status(self) -> int | None:
+        """The earlier name of :attr:`status_code`."""
+        return self.status_code
+
+    @property
+    def field(self) -> str | None:
+        """The earlier name of :attr:`param`."""
+        return self.param
+
+    def __str__(self) -> str:
+        prefix = f"{self.status_code} " if self.status_code is not None else ""
+        code = f"[{self.code}] " if self.code else ""
+        return f"{prefix}{code}{self.message}"
+
+
+class APIError(StropError):
+    """Something went wrong talking to the API: an error status, no answer, an unreadable answer,
+    or an error event in a stream.
+
+    ``status_code`` is the HTTP status (None when no answer arrived); ``request_id`` the answer's
+    ``X-Request-ID`` (quote it when you report a problem; None without an answer); ``code`` the
+    API's error code (``"invalid"``, ``"not_found"``, ``"rate_limited"``...); ``param`` the request
+    field the error names, when the API says so; ``details`` the API's details object; ``body`` the
+    answer (parsed JSON, or text when it was not JSON); ``retry_after`` the seconds of the server's
+    ``Retry-After``; ``request`` and ``response`` the ``httpx`` objects, where there were some.
     """
 
     def __init__(
         self,
         message: str,
         *,
-        status: int | None = None,
+        request: httpx.Request | None = None,
+        response: httpx.Response | None = None,
+        status_code: int | None = None,
         code: str | None = None,
-        field: str | None = None,
+        param: str | None = None,
         details: Any = None,
         body: Any = None,
         retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
-        self.message = message
-        self.status = status
+        if request is None and response is not None:
+            request = _request_of(response)
+        self.request = request
+        self.response = response
+        self.status_code = response.status_code if response is not None else status_code
+        if response is not None:
+            self.request_id = response.headers.get("x-request-id")
         self.code = code
-        self.field = field
+        self.param = param
         self.details = details if details is not None else {}
         self.body = body
         self.retry_after = retry_after
 
-    def __str__(self) -> str:
-        prefix = f"{self.status} " if self.status is not None else ""
-        code = f"[{self.code}] " if self.code else ""
-        return f"{prefix}{code}{self.message}"
 
-
-class APIStatusError(StropError):
-    """The API answered with an error status. Subclasses name the common ones."""
+class APIStatusError(APIError):
+    """The API answered with an error status. Subclasses name the common ones; other statuses
+    raise this class itself."""
 
 
 class BadRequestError(APIStatusError):
-    """400: the request is malformed or a field is invalid (see ``field``)."""
+    """400: the request is malformed or a field is invalid (see ``param``)."""
 
 
 class AuthenticationError(APIStatusError):
@@ -95,25 +150,30 @@ class RateLimitError(APIStatusError):
     """429: the tenant is over its per-minute limit; ``retry_after`` says when to come back."""
 
 
-class APIError(APIStatusError):
+class InternalServerError(APIStatusError):
     """A 5xx answer: the server or one of its dependencies failed."""
 
 
-class ServiceUnavailableError(APIError):
+class ServiceUnavailableError(InternalServerError):
     """503: a dependency (vLLM, the database) is down or too slow; ``retry_after`` when given."""
 
 
-class StreamError(APIError):
-    """A streamed completion carried an error event after it had started (``status`` is the
-    stream's HTTP status, 200)."""
-
-
-class APIConnectionError(StropError):
-    """No answer: the connection failed or broke."""
+class APIConnectionError(APIError):
+    """No answer: the connection was refused, failed or broke."""
 
 
 class APITimeoutError(APIConnectionError):
     """No answer within the timeout."""
+
+
+class APIResponseValidationError(APIError):
+    """The API answered, but not in a shape the SDK can read (a body that is not JSON, a stream
+    event that is not an object)."""
+
+
+class StreamError(APIError):
+    """A stream carried an error event after it had started (``status_code`` is the stream's HTTP
+    status, 200)."""
 
 
 _BY_STATUS: dict[int, type[APIStatusError]] = {
@@ -128,11 +188,24 @@ _BY_STATUS: dict[int, type[APIStatusError]] = {
 }
 
 
+def _request_of(response: httpx.Response) -> httpx.Request | None:
+    try:
+        return response.request
+    except RuntimeError:  # a response built by hand has none
+        return None
+
+
+def status_error_class(status: int) -> type[APIStatusError]:
+    if status in _BY_STATUS:
+        return _BY_STATUS[status]
+    return InternalServerError if status >= 500 else APIStatusError
+
+
 # The API's messages start with the field they are about: "outcome: 'maybe' is not one of ...".
 _FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:[.\[][A-Za-z0-9_\]]*)*): ")
 
 
-def _field_of(code: str | None, message: str, details: Any) -> str | None:
+def _param_of(code: str | None, message: str, details: Any) -> str | None:
     """The request field an error names: ``details.field`` when the API gives it, else the first
     key of a per-field validation detail (``{"outcome": ["..."]}``), else the field the message
     starts with."""
@@ -148,46 +221,51 @@ def _field_of(code: str | None, message: str, details: Any) -> str | None:
 
 
 def error_from_body(
-    status: int | None,
+    cls: type[APIError],
     body: Any,
     *,
-    cls: type[StropError] | None = None,
+    response: httpx.Response | None = None,
+    status_code: int | None = None,
     retry_after: float | None = None,
-) -> StropError:
-    """An error built from a parsed answer body (a dict in the API's error shape, or anything)."""
-    if cls is None:
-        if status is None:
-            cls = APIError
-        elif status in _BY_STATUS:
-            cls = _BY_STATUS[status]
-        elif status >= 500:
-            cls = APIError
-        else:
-            cls = APIStatusError
+) -> APIError:
+    """An error of class ``cls`` built from a parsed answer body (a dict in the API's error shape,
+    or anything else). ``status_code`` is for when there is no ``response`` to read it from."""
+    status = response.status_code if response is not None else status_code
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
         code = error.get("code")
         code = str(code) if code is not None else None
         details = error.get("details")
         message = str(error.get("message") or code or f"HTTP {status}")
-        field = _field_of(code, message, details)
+        param = _param_of(code, message, details)
     else:
-        code, details, field = None, None, None
+        code, details, param = None, None, None
         text = body if isinstance(body, str) else (json.dumps(body) if body is not None else "")
         message = text.strip()[:500] or f"HTTP {status}"
-    return cls(message, status=status, code=code, field=field, details=details, body=body, retry_after=retry_after)
+    return cls(
+        message,
+        response=response,
+        status_code=status,
+        code=code,
+        param=param,
+        details=details,
+        body=body,
+        retry_after=retry_after,
+    )
 
 
-def error_from_response(response: httpx.Response, *, retry_after: float | None = None) -> StropError:
-    """The typed error for an answer whose body has been read."""
+def error_from_response(response: httpx.Response, *, retry_after: float | None = None) -> APIStatusError:
+    """The typed error for an error answer whose body has been read."""
     try:
         body: Any = response.json()
     except ValueError:
         body = response.text
-    return error_from_body(response.status_code, body, retry_after=retry_after)
+    error = error_from_body(status_error_class(response.status_code), body, response=response, retry_after=retry_after)
+    assert isinstance(error, APIStatusError)
+    return error
 
 
-def error_from_transport(exc: httpx.TransportError) -> APIConnectionError:
+def error_from_transport(exc: httpx.TransportError, request: httpx.Request | None = None) -> APIConnectionError:
     if isinstance(exc, httpx.TimeoutException):
-        return APITimeoutError(f"request timed out ({type(exc).__name__}): {exc}")
-    return APIConnectionError(f"connection failed ({type(exc).__name__}): {exc}")
+        return APITimeoutError(f"request timed out ({type(exc).__name__}): {exc}", request=request)
+    return APIConnectionError(f"connection failed ({type(exc).__name__}): {exc}", request=request)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
+from strop._literals import Scope
 from strop._types import parse_datetime, text_or_none
 
-__all__ = ["Adapter", "Assignment", "EndUser", "Experiment", "Model"]
+__all__ = ["Adapter", "ApiKey", "Assignment", "EndUser", "Experiment", "Model"]
 
 
 @dataclass
@@ -108,3 +109,35 @@ class Model:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Model:
         return cls(id=str(data.get("id") or data.get("name") or ""), raw=data)
+
+
+@dataclass
+class ApiKey:
+    """An API key of the tenant. ``key``, the secret, is only in the answer to ``keys.create``:
+    Strop keeps its hash alone. ``revoked_at`` is set once the key stops working."""
+
+    id: int
+    name: str
+    prefix: str
+    scopes: list[Scope]
+    default_opt_in: bool | None
+    created_at: datetime | None
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+    key: str | None = field(default=None, repr=False)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ApiKey:
+        return cls(
+            id=int(data.get("id") or 0),
+            name=str(data.get("name") or ""),
+            prefix=str(data.get("prefix") or ""),
+            scopes=[cast(Scope, str(scope)) for scope in data.get("scopes") or []],
+            default_opt_in=data.get("default_opt_in"),
+            created_at=parse_datetime(data.get("created_at")),
+            last_used_at=parse_datetime(data.get("last_used_at")),
+            revoked_at=parse_datetime(data.get("revoked_at")),
+            key=text_or_none(data, "key"),
+            raw=data,
+        )

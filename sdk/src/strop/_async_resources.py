@@ -1,0 +1,280 @@
+"""The resources without streams: interactions, feedback (sent now or batched in the
+background), end users, experiments, adapters, models and API keys. Each method builds its call
+with ``_api`` and hands it to the client."""
+
+# unasync: _resources.py is generated from this file. Edit here, then run sdk/scripts/unasync.py.
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from strop import _api
+from strop._async_batcher import AsyncFeedbackBatcher
+from strop._batch_core import BatcherOptions
+from strop._literals import Outcome, Scope
+from strop._management_types import Adapter, ApiKey, Assignment, EndUser, Experiment, Model
+from strop._types import BatchResult, Interaction, ItemResult, Page
+
+if TYPE_CHECKING:
+    from strop._async_client import AsyncStrop
+
+__all__ = [
+    "AsyncAPIResource",
+    "AsyncAdapters",
+    "AsyncExperiments",
+    "AsyncFeedback",
+    "AsyncInteractions",
+    "AsyncKeys",
+    "AsyncModels",
+    "AsyncUsers",
+]
+
+
+class AsyncAPIResource:
+    def __init__(self, client: AsyncStrop) -> None:
+        self._client = client
+
+
+class AsyncInteractions(AsyncAPIResource):
+    async def log(
+        self,
+        *,
+        client_id: str,
+        completion: str,
+        prompt: str | None = None,
+        prefix: str | None = None,
+        suffix: str | None = None,
+        prompt_token_ids: Sequence[int] | None = None,
+        completion_token_ids: Sequence[int] | None = None,
+        completion_logprobs: Sequence[float] | None = None,
+        model: str | None = None,
+        end_user_id: str | None = None,
+        opted_in: bool | None = None,
+        served_at: datetime | str | None = None,
+        latency_ms: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        conversation_id: str | None = None,
+        turn: int | None = None,
+    ) -> Interaction:
+        """Log one completion served elsewhere: for a ``prompt`` (or ``prefix``), or an agent's
+        reply to ``messages`` (with ``tools``, its session's ``conversation_id`` and ``turn``).
+        Sending a ``client_id`` again stores nothing and returns the first interaction
+        (``created`` False)."""
+        item = _api.interaction_item(
+            client_id=client_id,
+            completion=completion,
+            prompt=prompt,
+            prefix=prefix,
+            suffix=suffix,
+            prompt_token_ids=prompt_token_ids,
+            completion_token_ids=completion_token_ids,
+            completion_logprobs=completion_logprobs,
+            model=model,
+            end_user_id=end_user_id,
+            opted_in=opted_in,
+            served_at=served_at,
+            latency_ms=latency_ms,
+            metadata=metadata,
+            messages=messages,
+            tools=tools,
+            conversation_id=conversation_id,
+            turn=turn,
+        )
+        return await self._client._run(_api.interaction_log(item))
+
+    async def log_batch(self, items: Iterable[Mapping[str, Any]]) -> BatchResult:
+        """Log up to 1000 interactions (dicts with ``log``'s fields) in one call; one verdict each."""
+        return await self._client._run(_api.interaction_log_batch(items))
+
+    async def get(self, interaction_id: str) -> Interaction:
+        return await self._client._run(_api.interaction_get(interaction_id))
+
+    async def list(
+        self, *, end_user_id: str | None = None, limit: int | None = None, offset: int | None = None
+    ) -> Page[Interaction]:
+        """One page, newest first (``limit`` default 50, at most 500); next: ``offset=page.next_offset``."""
+        return await self._client._run(_api.interaction_list(end_user_id=end_user_id, limit=limit, offset=offset))
+
+
+class AsyncFeedback(AsyncAPIResource):
+    def __init__(self, client: AsyncStrop, options: BatcherOptions | None) -> None:
+        super().__init__(client)
+        self._options = options
+        self._batcher: AsyncFeedbackBatcher | None = None
+        # Set on a client made by ``with_options``: the feedback resource whose batcher it uses.
+        self._batcher_owner: AsyncFeedback | None = None
+
+    async def send(
+        self,
+        *,
+        outcome: Outcome,
+        interaction_id: str | None = None,
+        client_id: str | None = None,
+        kept_text: str | None = None,
+        occurred_at: datetime | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ItemResult:
+        """Record one event now: ``status`` is ``recorded``, or ``pending`` when its interaction
+        (named by ``client_id``) has not arrived yet."""
+        item = _api.feedback_item(
+            outcome=outcome,
+            interaction_id=interaction_id,
+            client_id=client_id,
+            kept_text=kept_text,
+            occurred_at=occurred_at,
+            metadata=metadata,
+        )
+        return await self._client._run(_api.feedback_send(item))
+
+    async def session_outcome(
+        self,
+        *,
+        conversation_id: str,
+        turn: int,
+        outcome: Outcome,
+        discount: float | None = None,
+        occurred_at: datetime | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ItemResult:
+        """How an agent session ended (``thumbs_up``, ``follow_up_dissatisfied``...), after its
+        ``turn``: that turn gets the outcome's reward, each earlier one ``discount ** distance``
+        of it (default 0: that turn only). A turn's own feedback always wins."""
+        item = _api.feedback_item(
+            outcome=outcome,
+            conversation_id=conversation_id,
+            turn=turn,
+            discount=discount,
+            occurred_at=occurred_at,
+            metadata=metadata,
+        )
+        return await self._client._run(_api.feedback_send(item))
+
+    async def send_batch(self, items: Iterable[Mapping[str, Any]]) -> BatchResult:
+        """Record up to 1000 events (dicts with ``send``'s fields) in one call; one verdict each."""
+        return await self._client._run(_api.feedback_send_batch(items))
+
+    def enqueue(
+        self,
+        *,
+        outcome: Outcome,
+        interaction_id: str | None = None,
+        client_id: str | None = None,
+        kept_text: str | None = None,
+        occurred_at: datetime | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Queue one event for the background batcher and return at once (never blocks).
+        A plain call, not awaited: call it from the event loop's thread."""
+        item = _api.feedback_item(
+            outcome=outcome,
+            interaction_id=interaction_id,
+            client_id=client_id,
+            kept_text=kept_text,
+            occurred_at=occurred_at,
+            metadata=metadata,
+        )
+        self.batcher.enqueue(item)
+
+    async def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every event enqueued so far was delivered, rejected or failed."""
+        if self._batcher_owner is not None:
+            return await self._batcher_owner.flush(timeout)
+        return await self._batcher.flush(timeout) if self._batcher is not None else True
+
+    @property
+    def batcher(self) -> AsyncFeedbackBatcher:
+        """The background batcher (created on first use): ``stats``, ``rejected``, ``failures``."""
+        if self._batcher_owner is not None:
+            return self._batcher_owner.batcher
+        if self._batcher is None:
+            self._batcher = AsyncFeedbackBatcher(
+                http=self._client._http, config=self._client._config, options=self._options
+            )
+        return self._batcher
+
+    def _share_batcher_of(self, owner: AsyncFeedback) -> None:
+        """Enqueue into ``owner``'s batcher (one queue per connection pool), and leave closing it
+        to ``owner``."""
+        self._batcher_owner = owner
+
+    async def _close(self) -> None:
+        if self._batcher_owner is None and self._batcher is not None:
+            await self._batcher.close()
+
+
+class AsyncUsers(AsyncAPIResource):
+    """End users of the tenant (by your own id) and their consent to be learned from."""
+
+    async def opt_in(self, end_user_id: str) -> EndUser:
+        return await self._client._run(_api.user_opt_in(end_user_id))
+
+    async def opt_out(self, end_user_id: str) -> EndUser:
+        return await self._client._run(_api.user_opt_out(end_user_id))
+
+    async def get(self, end_user_id: str) -> EndUser:
+        return await self._client._run(_api.user_get(end_user_id))
+
+    async def list(
+        self,
+        *,
+        search: str | None = None,
+        opted_in: bool | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> Page[EndUser]:
+        return await self._client._run(_api.user_list(search=search, opted_in=opted_in, limit=limit, offset=offset))
+
+    async def import_(self, items: Iterable[Mapping[str, Any]]) -> BatchResult:
+        """Set many users' opt-in state: items ``{"end_user_id", "opted_in"}``; one verdict each."""
+        return await self._client._run(_api.user_import(items))
+
+    async def erase(self, end_user_id: str) -> dict[str, Any]:
+        """Delete the user's interactions, feedback and history; the API's report (may be empty)."""
+        return await self._client._run(_api.user_erase(end_user_id))
+
+
+class AsyncExperiments(AsyncAPIResource):
+    async def list(self, adapter: str) -> builtins.list[Experiment]:
+        return await self._client._run(_api.experiment_list(adapter))
+
+    async def get(self, experiment_id: str | int) -> Experiment:
+        return await self._client._run(_api.experiment_get(experiment_id))
+
+    async def assignment(self, adapter: str, user: str) -> Assignment:
+        """Which arm serves ``user`` (your end-user id) on ``adapter`` now."""
+        return await self._client._run(_api.experiment_assignment(adapter, user))
+
+
+class AsyncAdapters(AsyncAPIResource):
+    async def list(self) -> builtins.list[Adapter]:
+        return await self._client._run(_api.adapter_list())
+
+
+class AsyncModels(AsyncAPIResource):
+    async def list(self) -> builtins.list[Model]:
+        return await self._client._run(_api.model_list())
+
+
+class AsyncKeys(AsyncAPIResource):
+    """The tenant's API keys (key scope ``admin``)."""
+
+    async def list(self) -> builtins.list[ApiKey]:
+        """Every key of the tenant, newest first, revoked ones included."""
+        return await self._client._run(_api.key_list())
+
+    async def create(self, *, name: str, scopes: Sequence[Scope], default_opt_in: bool | None = None) -> ApiKey:
+        """A new key with these ``scopes``; its secret is in ``key``, this once. ``default_opt_in``
+        is the consent of end users first seen through it without a flag (None: the tenant's)."""
+        return await self._client._run(_api.key_create(name=name, scopes=scopes, default_opt_in=default_opt_in))
+
+    async def get(self, key_id: int | str) -> ApiKey:
+        return await self._client._run(_api.key_get(key_id))
+
+    async def revoke(self, key_id: int | str) -> ApiKey:
+        """Revoke the key: it stops working at once (``revoked_at`` is set)."""
+        return await self._client._run(_api.key_revoke(key_id))
