@@ -10,7 +10,7 @@ from apps.common.observability import celery_signals  # noqa: F401  (request ids
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-TASK_MODULES = ["workers.ingest", "workers.serving", "workers.training", "workers.experiments"]
+TASK_MODULES = ["workers.ingest", "workers.serving", "workers.training", "workers.experiments", "workers.notifications"]
 
 app = Celery("strop", include=TASK_MODULES)
 app.config_from_object("django.conf:settings", namespace="CELERY")

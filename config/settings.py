@@ -140,6 +140,7 @@ INSTALLED_APPS = [
     "apps.common.apps.CommonConfig",
     "apps.engines",
     "apps.tenants",
+    "apps.notifications",
     "apps.interactions",
     "apps.adapters",
     "apps.serving",
@@ -244,11 +245,18 @@ CELERY_TASK_ROUTES = {
     "workers.serving.*": {"queue": "serving"},
     "workers.training.training_run_execute": {"queue": "gpu"},
 }
+# Webhooks (apps.notifications): a delivery waits at most this long for an answer, and is tried this
+# many times (with backoff) before it is marked failed. Addresses on private, loopback and link-local
+# networks are refused unless allowed (a webhook must not reach the operator's own services).
+STROP_WEBHOOK_TIMEOUT_S = float(os.environ.get("STROP_WEBHOOK_TIMEOUT_S", "10"))
+STROP_WEBHOOK_MAX_ATTEMPTS = env_int("STROP_WEBHOOK_MAX_ATTEMPTS", 6)
+STROP_WEBHOOK_ALLOW_PRIVATE = env_bool("STROP_WEBHOOK_ALLOW_PRIVATE", False)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "attach-pending-feedback": {"task": "workers.ingest.feedback_attach_pending_all", "schedule": 60.0},
     "training-schedule": {"task": "workers.training.training_schedule_all", "schedule": 15.0},
     "training-reap-stale": {"task": "workers.training.training_reap_stale", "schedule": 20.0},
     "training-sweep-queued": {"task": "workers.training.training_sweep_queued", "schedule": 60.0},
+    "webhook-deliveries-resend": {"task": "workers.notifications.webhook_deliveries_resend", "schedule": 60.0},
     "experiment-snapshots": {
         "task": "workers.experiments.experiment_snapshot_all",
         "schedule": float(os.environ.get("STROP_EXPERIMENT_SNAPSHOT_S", "60")),
@@ -301,6 +309,10 @@ STATICFILES_DIRS = [("vendor", VENDOR_STATIC_DIR)]
 LOGIN_URL = "dashboard:login"
 LOGIN_REDIRECT_URL = "dashboard:home"
 LOGOUT_REDIRECT_URL = "dashboard:login"
+# Password-reset mail ("Forgot your password?"). With no mail configured it is printed by the console
+# backend; an owner or admin can always hand a member a reset link from the Team page instead.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "Strop <strop@localhost>")
 
 # Requests larger than this are refused with 413 before they are parsed.
 STROP_MAX_BODY_BYTES = env_int("STROP_MAX_BODY_BYTES", 16 * 1024 * 1024)

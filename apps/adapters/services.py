@@ -14,6 +14,7 @@ from django.db.models import Max
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.common.exceptions import Conflict, ValidationFailed
 from apps.common.tasks import enqueue_on_commit
+from apps.notifications.services import notification_send
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 
@@ -220,5 +221,18 @@ def adapter_version_promote(tenant: Tenant, *, version: AdapterVersion, actor: s
             target_type="adapter",
             target_id=adapter.name,
             data={"from": previous.vllm_name if previous else None, "to": version.vllm_name},
+        )
+        # Forward (a newer version) is a promotion; back to an earlier one, a rollback.
+        forward = previous is None or version.number > previous.number
+        notification_send(
+            tenant,
+            event="version.promoted" if forward else "version.rolled_back",
+            data={
+                "adapter": adapter.name,
+                "version": version.number,
+                "vllm_name": version.vllm_name,
+                "previous": previous.number if previous else None,
+                "actor": actor,
+            },
         )
     return adapter

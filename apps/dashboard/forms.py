@@ -7,11 +7,13 @@ from datetime import UTC
 from typing import Any
 
 from django import forms
+from django.contrib.auth.forms import UserCreationForm
 
 from apps.common.exceptions import ValidationFailed
 from apps.dashboard.selectors import NO_FEEDBACK, InteractionFilters
 from apps.experiments.stats import METRICS, ExperimentConfig
 from apps.interactions.models import Feedback
+from apps.tenants.models import Membership
 from apps.tenants.services import ALL_SCOPES
 from apps.training.models import TrainingPolicy
 from apps.training.overrides import gate_knobs, trainer_knobs
@@ -33,6 +35,31 @@ class ApiKeyCreateForm(forms.Form):
         choices=[(s, s) for s in ALL_SCOPES],
         widget=forms.CheckboxSelectMultiple,
         help_text="ingest: log interactions · feedback: send outcomes · serve: completions · admin: manage keys",
+    )
+    default_opt_in = forms.TypedChoiceField(
+        required=False,
+        choices=[("", "The tenant's default"), ("true", "Opted in"), ("false", "Opted out")],
+        coerce=lambda value: value == "true",
+        empty_value=None,
+        label="New end users",
+        help_text="The consent of an end user this key names for the first time without saying it.",
+    )
+
+
+class TenantSettingsForm(forms.Form):
+    """The tenant's own settings (the API's PATCH /v1/tenant, as a form)."""
+
+    default_opt_in = forms.BooleanField(
+        required=False, help_text="End users seen for the first time without a consent flag are opted in."
+    )
+    experiment_auto_promote = forms.BooleanField(
+        required=False, help_text="An experiment that decides 'promote' promotes its candidate by itself."
+    )
+    experiment_auto_rollback = forms.BooleanField(
+        required=False, help_text="An experiment that decides 'rollback' retires its candidate by itself."
+    )
+    accept_pending_feedback = forms.BooleanField(
+        required=False, help_text="Keep feedback that arrives before its interaction, and attach it when it comes."
     )
 
 
@@ -73,6 +100,19 @@ class TrainingPolicyForm(forms.Form):
         label="Reward dissatisfied follow-up", help_text="Agents: the user re-asked or corrected the answer."
     )
     reward_tool_call_failed = forms.FloatField(label="Reward failed tool call")
+    show_gate = forms.BooleanField(
+        required=False, help_text="Fit a show threshold per version: suggestions the model is unsure of are withheld."
+    )
+    show_gate_recall = forms.FloatField(
+        label="Show gate recall", help_text="Share of the window's accepted suggestions the threshold keeps, 0.5–1."
+    )
+    show_gate_explore = forms.FloatField(
+        label="Show gate exploration",
+        help_text="Chance that a withheld suggestion is shown anyway, so the gate keeps learning, 0–1.",
+    )
+    auto_experiment = forms.BooleanField(
+        required=False, help_text="Start an A/B experiment with each candidate that passes the eval gate."
+    )
     trainer_overrides = JSONObjectField(
         help_text="PPO settings to override, as a JSON object. Allowed: " + ", ".join(trainer_knobs()) + "."
     )
@@ -209,3 +249,48 @@ class EndUserSearchForm(forms.Form):
     state = forms.ChoiceField(
         required=False, choices=[("", "Anyone"), ("in", "Opted in"), ("out", "Opted out")], label="Consent"
     )
+
+
+ROLE_LABELS = {
+    Membership.Role.VIEWER: "Viewer: reads every page",
+    Membership.Role.ADMIN: "Admin: also acts (promotes, trains, manages keys and the team)",
+    Membership.Role.OWNER: "Owner: also manages owners",
+}
+
+
+def _role_field(field: forms.ChoiceField, grantable: list[str]) -> None:
+    """Offer only the roles the member may give, yet accept any role: the service, not a form
+    error, refuses one beyond the member's reach (an admin making an owner is a 403)."""
+    field.choices = [(role, ROLE_LABELS[role]) for role in Membership.Role.values]
+    field.widget.choices = [(role, ROLE_LABELS[role]) for role in grantable]
+
+
+class InvitationCreateForm(forms.Form):
+    role = forms.ChoiceField(initial=Membership.Role.VIEWER)
+    note = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Email or name",
+        help_text="Optional, for your team to recognise the invitation. Strop sends nothing: you hand the link over.",
+    )
+
+    def __init__(self, *args: Any, roles: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _role_field(self.fields["role"], roles)
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(label="New role")
+
+    def __init__(self, *args: Any, roles: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _role_field(self.fields["role"], roles)
+
+
+class InvitationSignupForm(UserCreationForm):
+    """A new dashboard account, checked as Django checks one (a free username, two equal passwords
+    that pass ``AUTH_PASSWORD_VALIDATORS``); the invitation service creates it."""
+
+    class Meta(UserCreationForm.Meta):
+        fields = ("username", "email")
+        help_texts = {"email": "Optional: lets you reset a forgotten password by mail."}

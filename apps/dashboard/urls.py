@@ -5,7 +5,21 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, reverse_lazy
 
-from apps.dashboard.views import adapters, cohorts, experiments, exports, home, interactions, keys, overview, runs
+from apps.dashboard.views import (
+    adapters,
+    cohorts,
+    eval_sets,
+    experiments,
+    exports,
+    home,
+    interactions,
+    keys,
+    overview,
+    runs,
+    settings,
+    team,
+    webhooks,
+)
 
 app_name = "dashboard"
 
@@ -45,6 +59,7 @@ tenant_patterns = [
     path("adapters/<slug:adapter_name>/runs/start/", adapters.training_run_start_view, name="run-start"),
     path("adapters/<slug:adapter_name>/retrain/", adapters.lineage_retrain_view, name="lineage-retrain"),
     path("adapters/<slug:adapter_name>/training-status/", runs.training_status, name="training-status"),
+    path("adapters/<slug:adapter_name>/eval-set/", eval_sets.eval_set, name="eval-set"),
     path("runs/", runs.run_list, name="runs"),
     path("runs/<int:run_id>/", runs.run_detail, name="run-detail"),
     path("runs/<int:run_id>/status/", runs.run_status, name="run-status"),
@@ -54,6 +69,15 @@ tenant_patterns = [
     path("keys/", keys.keys, name="keys"),
     path("keys/<int:key_id>/revoke/", keys.key_revoke, name="key-revoke"),
     path("audit/", keys.audit_log, name="audit"),
+    path("settings/", settings.tenant_settings, name="settings"),
+    path("webhooks/", webhooks.webhooks, name="webhooks"),
+    path("webhooks/<int:webhook_id>/delete/", webhooks.webhook_delete_view, name="webhook-delete"),
+    path("team/", team.team, name="team"),
+    path("team/invite/", team.invitation_new, name="invitation-new"),
+    path("team/invitations/<int:invitation_id>/revoke/", team.invitation_revoke_view, name="invitation-revoke"),
+    path("team/members/<int:membership_id>/role/", team.member_role, name="member-role"),
+    path("team/members/<int:membership_id>/remove/", team.member_remove, name="member-remove"),
+    path("team/members/<int:membership_id>/password-reset/", team.member_password_reset, name="member-password-reset"),
 ]
 
 urlpatterns = [
@@ -73,5 +97,34 @@ urlpatterns = [
         auth_views.PasswordChangeDoneView.as_view(template_name="dashboard/auth/password_change_done.html"),
         name="password-change-done",
     ),
+    path(
+        "password/reset/",
+        auth_views.PasswordResetView.as_view(
+            template_name="dashboard/auth/password_reset_form.html",
+            email_template_name="dashboard/auth/password_reset_email.txt",
+            subject_template_name="dashboard/auth/password_reset_subject.txt",
+            success_url=reverse_lazy("dashboard:password-reset-done"),
+        ),
+        name="password-reset",
+    ),
+    path(
+        "password/reset/sent/",
+        auth_views.PasswordResetDoneView.as_view(template_name="dashboard/auth/password_reset_done.html"),
+        name="password-reset-done",
+    ),
+    path(
+        "password/reset/<uidb64>/<token>/",
+        auth_views.PasswordResetConfirmView.as_view(
+            template_name="dashboard/auth/password_reset_confirm.html",
+            success_url=reverse_lazy("dashboard:password-reset-complete"),
+        ),
+        name="password-reset-confirm",
+    ),
+    path(
+        "password/reset/complete/",
+        auth_views.PasswordResetCompleteView.as_view(template_name="dashboard/auth/password_reset_complete.html"),
+        name="password-reset-complete",
+    ),
+    path("invite/<str:token>/", team.invitation_accept_view, name="invitation-accept"),
     path("t/<slug:tenant_slug>/", include(tenant_patterns)),
 ]

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.db import models
 
@@ -94,3 +96,36 @@ class AuditEvent(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "created_at"])]
+
+
+class Invitation(models.Model):
+    """An invitation to join a tenant with a role. Only a keyed hash of its token is stored; the
+    link that carries the token is shown once, to the member who invites. Used at most once."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    role = models.CharField(max_length=16, choices=Membership.Role.choices, default=Membership.Role.VIEWER)
+    note = models.CharField(max_length=200, blank=True, help_text="an email or a name, for the team to recognise it")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    used_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "expires_at"])]
+
+    def state(self, now: datetime) -> str:
+        """``pending`` while it can be accepted; else why not: ``used``, ``revoked`` or ``expired``."""
+        if self.used_at is not None:
+            return "used"
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at <= now:
+            return "expired"
+        return "pending"

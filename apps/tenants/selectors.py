@@ -4,12 +4,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import Case, IntegerField, QuerySet, Value, When
+from django.utils import timezone
 
 from apps.common.exceptions import NotFound
 from apps.common.lookups import Read, joined_rows, model_columns
 from apps.common.parsing import parse_id
-from apps.tenants.models import ApiKey, AuditEvent, Tenant
+from apps.tenants.keys import hash_key
+from apps.tenants.models import ApiKey, AuditEvent, Invitation, Membership, Tenant
 
 
 def api_key_find_with(*, prefix: str, also: Sequence[Read]) -> tuple[ApiKey | None, list[list[Any] | None]]:
@@ -55,3 +57,57 @@ def api_key_get_for_tenant(tenant: Tenant, *, key_id: int | str) -> ApiKey:
 
 def audit_event_list(tenant: Tenant) -> QuerySet[AuditEvent]:
     return AuditEvent.objects.filter(tenant=tenant).order_by("-created_at", "-id")
+
+
+_ROLE_RANK = Case(
+    *(When(role=role, then=Value(rank)) for rank, role in enumerate(Membership.Role.values)),
+    output_field=IntegerField(),
+)
+
+
+def membership_list(tenant: Tenant) -> QuerySet[Membership]:
+    """The tenant's team: owners first, then admins, then viewers, each by username."""
+    return (
+        Membership.objects.filter(tenant=tenant)
+        .select_related("user")
+        .order_by(_ROLE_RANK, "user__username", "pk")
+    )
+
+
+def membership_get_for_tenant(tenant: Tenant, *, membership_id: int | str) -> Membership:
+    try:
+        return Membership.objects.select_related("user").get(
+            tenant=tenant, pk=parse_id(membership_id, what="member")
+        )
+    except Membership.DoesNotExist:
+        raise NotFound(f"member {membership_id} not found") from None
+
+
+def membership_owner_count(tenant: Tenant) -> int:
+    return Membership.objects.filter(tenant=tenant, role=Membership.Role.OWNER).count()
+
+
+def invitation_list_pending(tenant: Tenant) -> QuerySet[Invitation]:
+    """Invitations that can still be accepted, the newest first."""
+    return (
+        Invitation.objects.filter(
+            tenant=tenant, used_at__isnull=True, revoked_at__isnull=True, expires_at__gt=timezone.now()
+        )
+        .select_related("created_by")
+        .order_by("-created_at", "-pk")
+    )
+
+
+def invitation_get_for_tenant(tenant: Tenant, *, invitation_id: int | str) -> Invitation:
+    try:
+        return Invitation.objects.get(tenant=tenant, pk=parse_id(invitation_id, what="invitation"))
+    except Invitation.DoesNotExist:
+        raise NotFound(f"invitation {invitation_id} not found") from None
+
+
+def invitation_get_by_token(raw_token: str) -> Invitation | None:
+    """The invitation a link's token opens, whatever its state (the caller says why it is unusable);
+    None for a token no invitation has. Only the token's keyed hash is looked up."""
+    if not raw_token or len(raw_token) > 200:
+        return None
+    return Invitation.objects.select_related("tenant").filter(token_hash=hash_key(raw_token)).first()

@@ -19,6 +19,7 @@ from apps.common.exceptions import ValidationFailed
 from apps.common.parsing import json_problem
 from apps.common.tasks import enqueue_on_commit
 from apps.interactions.training_check import schedule_check_key
+from apps.notifications.services import notification_send
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 from apps.training.models import ACTIVE_STATUSES, REWARD_FIELDS, EvalSet, TrainingPolicy, TrainingRun
@@ -245,7 +246,18 @@ def training_run_advance(run: TrainingRun, *, status: str, **fields: Any) -> boo
     if moved:
         for name, value in fields.items():
             setattr(run, name, value)
+        if status in (TrainingRun.Status.FAILED, TrainingRun.Status.REJECTED):
+            _run_ended_notify(run)
     return bool(moved)
+
+
+def _run_ended_notify(run: TrainingRun) -> None:
+    """Tell the tenant's webhooks that a run failed or its candidate was rejected by the gate."""
+    event = "run.failed" if run.status == TrainingRun.Status.FAILED else "run.rejected"
+    data: dict[str, Any] = {"run": run.pk, "adapter": run.adapter.name, "status": run.status, "error": run.error}
+    if run.status == TrainingRun.Status.REJECTED:
+        data["gate_reasons"] = (run.gate or {}).get("reasons", [])
+    notification_send(run.tenant_id, event=event, data=data)
 
 
 def training_run_advance_log(run: TrainingRun, line: str) -> None:
@@ -273,9 +285,12 @@ def training_reap_stale(*, stale_after_s: int | None = None) -> list[int]:
     # its worker still beats: never requeued, so no tenant's settings can hold the gpu queue.
     overdue = now - timedelta(seconds=settings.TRAINING_MAX_RUN_S + stale_after_s)
     for run in TrainingRun.objects.filter(status__in=working, started_at__lt=overdue).select_related("output_version"):
-        TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
-            status=TrainingRun.Status.FAILED, finished_at=now, error=wall_time_reason(run.output_version)
-        )
+        reason = wall_time_reason(run.output_version)
+        if TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
+            status=TrainingRun.Status.FAILED, finished_at=now, error=reason
+        ):
+            run.status, run.error = TrainingRun.Status.FAILED, reason
+            _run_ended_notify(run)
     requeued: list[int] = []
     stale = TrainingRun.objects.filter(status__in=working, heartbeat_at__lt=cutoff)
     for run in stale:
@@ -290,11 +305,12 @@ def training_reap_stale(*, stale_after_s: int | None = None) -> list[int]:
             continue
         with transaction.atomic():
             if run.attempt >= settings.TRAINING_MAX_ATTEMPTS:
-                TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
-                    status=TrainingRun.Status.FAILED,
-                    finished_at=timezone.now(),
-                    error=f"the worker stopped answering {run.attempt} times; giving up",
-                )
+                reason = f"the worker stopped answering {run.attempt} times; giving up"
+                if TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
+                    status=TrainingRun.Status.FAILED, finished_at=timezone.now(), error=reason
+                ):
+                    run.status, run.error = TrainingRun.Status.FAILED, reason
+                    _run_ended_notify(run)
                 continue
             _lock_tenant(run.tenant_id)
             # Still silent now: a run that was registering held its row and beat again once it could.

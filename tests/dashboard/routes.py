@@ -8,7 +8,14 @@ from typing import Any
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 # Routes anyone may open.
-PUBLIC = {"login"}
+PUBLIC = {
+    "login",
+    "password-reset",
+    "password-reset-done",
+    "password-reset-confirm",
+    "password-reset-complete",
+    "invitation-accept",
+}
 # Routes of the signed-in user, not of a tenant.
 ACCOUNT = {"home", "logout", "password-change", "password-change-done"}
 # Tenant pages a viewer reads (GET).
@@ -33,6 +40,10 @@ READ = {
     "training-status",
     "interactions-csv",
     "experiment-results-csv",
+    "team",
+    "webhooks",
+    "settings",
+    "eval-set",
 }
 # Tenant actions: route -> (method, form data, audit action the service writes).
 ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
@@ -56,12 +67,19 @@ ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
             "reward_edit_reverted": "-0.5",
             "reward_follow_up_dissatisfied": "-0.5",
             "reward_tool_call_failed": "-0.5",
+            "show_gate": "on",
+            "show_gate_recall": "0.95",
+            "show_gate_explore": "0.05",
             "trainer_overrides": "{}",
             "gate_overrides": "{}",
         },
         "training_policy.update",
     ),
     "keys": ("post", {"name": "new key", "scopes": ["ingest"]}, "api_key.create"),
+    "webhooks": ("post", {"url": "https://hooks.example.com/strop", "events": ["run.failed"]}, "webhook.create"),
+    "webhook-delete": ("post", {}, "webhook.delete"),
+    "settings": ("post", {"default_opt_in": "on", "accept_pending_feedback": "on"}, "tenant.settings"),
+    "eval-set": ("post", {"cases": '{"prefix": "def f(", "suffix": "):", "middle": "x"}'}, "eval_set.upload"),
     "key-revoke": ("post", {}, "api_key.revoke"),
     "version-rollback": ("post", {}, "adapter.rollback"),
     "experiment-new": (
@@ -84,9 +102,15 @@ ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
     "experiment-start": ("post", {}, "experiment.start"),
     "end-user-consent": ("post", {"end_user_id": "dev-1", "opted_in": "false"}, "end_user.opt_out"),
     "end-user-erase": ("post", {"end_user_id": "dev-2"}, "end_user.erase"),
+    "invitation-new": ("post", {"role": "viewer", "note": "dana@example.com"}, "invitation.create"),
+    "invitation-revoke": ("post", {}, "invitation.revoke"),
+    "member-role": ("post", {"role": "admin"}, "membership.role_change"),
+    "member-remove": ("post", {}, "membership.remove"),
+    "member-password-reset": ("post", {}, "membership.password_reset_link"),
 }
 # Action routes whose GET is a confirmation page or a form (only for those who may act).
 CONFIRM = {
+    "webhook-delete",
     "version-promote",
     "key-revoke",
     "version-rollback",
@@ -96,6 +120,11 @@ CONFIRM = {
     "experiment-stop",
     "experiment-start",
     "end-user-erase",
+    "invitation-new",
+    "invitation-revoke",
+    "member-role",
+    "member-remove",
+    "member-password-reset",
 }
 # Actions that load a version into vLLM: their success test takes the real vLLM server.
 NEEDS_VLLM = {"experiment-promote", "version-rollback", "experiment-new", "experiment-start"}
@@ -154,8 +183,69 @@ def url_for(name: str, world: Any) -> str:
         "key_id": world.key.pk,
     }
     params = dashboard_routes()[name]
+    values.update(_team_values(name, params, world))
+    if "webhook_id" in params:
+        values["webhook_id"] = _world_webhook(world).pk
     return reverse(f"dashboard:{name}", kwargs={p: values[p] for p in params}) + QUERY.get(name, "")
 
 
 def tenant_routes() -> list[str]:
     return sorted(name for name, params in dashboard_routes().items() if "tenant_slug" in params)
+
+
+def _team_values(name: str, params: set[str], world: Any) -> dict[str, Any]:
+    """The team routes' parameters: the viewer's membership; the world's pending invitation (for a
+    viewer) and its raw token; a password-reset link of the viewer. The invitation is made on first
+    use with the model itself, without the audit row its service writes, so that the walls' before
+    and after snapshots see only what the request did."""
+    from django.contrib.auth.tokens import default_token_generator
+    from django.utils.encoding import force_bytes
+    from django.utils.http import urlsafe_base64_encode
+
+    from apps.tenants.models import Membership
+
+    viewer = world.users["viewer"]
+    if name == "password-reset-confirm":
+        uidb64 = urlsafe_base64_encode(force_bytes(viewer.pk))
+        return {"uidb64": uidb64, "token": default_token_generator.make_token(viewer)}
+    values: dict[str, Any] = {}
+    if "membership_id" in params:
+        values["membership_id"] = Membership.objects.get(tenant=world.a, user=viewer).pk
+    if "invitation_id" in params or name == "invitation-accept":
+        invitation, raw_token = _world_invitation(world)
+        values.update(invitation_id=invitation.pk, token=raw_token)
+    return values
+
+
+def _world_invitation(world: Any) -> tuple[Any, str]:
+    if getattr(world, "invitation", None) is None:
+        import secrets
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        from apps.tenants.keys import hash_key
+        from apps.tenants.models import Invitation
+
+        raw_token = secrets.token_urlsafe(32)
+        world.invitation = Invitation.objects.create(
+            tenant=world.a,
+            role="viewer",
+            note="dana@example.com",
+            token_hash=hash_key(raw_token),
+            created_by=world.users["owner"],
+            expires_at=timezone.now() + timedelta(days=7),
+        )
+        world.invitation_token = raw_token
+    return world.invitation, world.invitation_token
+
+
+def _world_webhook(world: Any) -> Any:
+    """Tenant A's webhook, made on first use with the model itself (no audit row), like the invitation."""
+    if getattr(world, "webhook", None) is None:
+        from apps.notifications.models import Webhook
+
+        world.webhook = Webhook.objects.create(
+            tenant=world.a, url="https://hooks.example.com/a", events=["run.failed"], secret="whsec_world"
+        )
+    return world.webhook

@@ -22,6 +22,7 @@ from apps.common.exceptions import ApplicationError, Conflict, ValidationFailed
 from apps.experiments.models import ARMS, Experiment
 from apps.experiments.selectors import experiment_latest_snapshot, experiment_running_for
 from apps.experiments.stats import PROMOTE, ROLLBACK, ExperimentConfig
+from apps.notifications.services import notification_send
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 from apps.training.models import TrainingRun
@@ -48,6 +49,23 @@ def _snapshot_summary(experiment: Experiment) -> dict[str, Any] | None:
         "primary": primary,
         "srm": analysis.get("srm"),
     }
+
+
+def _decided_notify(experiment: Experiment, *, decision: str, reason: str, actor: str) -> None:
+    """Tell the tenant's webhooks how an experiment ended (in the transaction that ended it)."""
+    notification_send(
+        experiment.tenant_id,
+        event="experiment.decided",
+        data={
+            "experiment": experiment.pk,
+            "adapter": experiment.adapter.name,
+            "decision": decision,
+            "reason": reason,
+            "candidate": experiment.candidate_version.number,
+            "control": experiment.control_version.number if experiment.control_version else None,
+            "actor": actor,
+        },
+    )
 
 
 def experiment_create(
@@ -200,6 +218,7 @@ def experiment_promote(tenant: Tenant, *, experiment: Experiment, actor: str, re
             candidate_status=AdapterVersion.Status.IN_EXPERIMENT,
         )
         adapter_version_promote(tenant, version=candidate, actor=actor)
+        _decided_notify(experiment, decision=PROMOTE, reason=reason or "promoted", actor=actor)
         audit_record(
             tenant,
             actor=actor,
@@ -229,6 +248,7 @@ def experiment_rollback(tenant: Tenant, *, experiment: Experiment, actor: str, r
             actor=actor,
             candidate_status=AdapterVersion.Status.RETIRED,
         )
+        _decided_notify(experiment, decision=ROLLBACK, reason=reason or "rolled back", actor=actor)
         audit_record(
             tenant,
             actor=actor,

@@ -14,7 +14,13 @@ from apps.adapters.models import AdapterVersion
 from apps.common.exceptions import Conflict, ValidationFailed
 from apps.experiments.arm_data import experiment_arm_data
 from apps.experiments.models import Experiment, ExperimentSnapshot
-from apps.experiments.services.lifecycle import _end, _snapshot_summary, experiment_promote, experiment_rollback
+from apps.experiments.services.lifecycle import (
+    _decided_notify,
+    _end,
+    _snapshot_summary,
+    experiment_promote,
+    experiment_rollback,
+)
 from apps.experiments.stats import BLOCKED_SRM, INCONCLUSIVE, PROMOTE, ROLLBACK, ExperimentConfig, analyze
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
@@ -77,6 +83,7 @@ def _act_on(experiment: Experiment, decision: dict[str, Any]) -> None:
                     actor="system",
                     candidate_status=AdapterVersion.Status.CANDIDATE,
                 ):
+                    _decided_notify(experiment, decision=INCONCLUSIVE, reason=reason, actor="system")
                     audit_record(
                         tenant,
                         actor="system",

@@ -53,7 +53,8 @@ class Command(BaseCommand):
             existing = Membership.objects.filter(tenant=tenant, user=user).first()
             if existing is not None and existing.role != options["role"]:
                 raise CommandError(
-                    f"{user.get_username()} is already {existing.role} of {tenant.slug}; change the role in the admin"
+                    f"{user.get_username()} is already {existing.role} of {tenant.slug}; change the role on the "
+                    f"Team page (/dashboard/t/{tenant.slug}/team/)"
                 )
             if existing is None:
                 try:

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from django.db import models
+
+from apps.tenants.models import Tenant
+
+EVENTS = {
+    "experiment.decided": "an experiment ended with a decision: promote, rollback or inconclusive",
+    "version.promoted": "a version became production",
+    "version.rolled_back": "production moved back to an earlier version",
+    "run.failed": "a training run failed",
+    "run.rejected": "a training run's candidate did not pass the eval gate",
+}
+
+
+class Webhook(models.Model):
+    """A tenant's endpoint for events, with the secret that signs every delivery to it."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="webhooks")
+    url = models.URLField(max_length=500)
+    events = models.JSONField(default=list, help_text="the event names it receives")
+    secret = models.CharField(max_length=80, help_text="signs deliveries (HMAC-SHA256); shown once")
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}: {self.url}"
+
+
+class WebhookDelivery(models.Model):
+    """One event sent (or to be sent) to one webhook: every attempt's outcome is kept."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.CharField(max_length=64)
+    payload = models.JSONField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    response_status = models.PositiveIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"]),
+            models.Index(fields=["status", "next_attempt_at"]),
+        ]

@@ -1,0 +1,171 @@
+"""Webhooks: signed deliveries, retried until the endpoint answers, kept as rows so none is lost,
+refused for addresses on the operator's own networks, and sent by a real Celery worker when a
+training run fails. The endpoint is a real HTTP server on this machine."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.db import transaction
+
+from apps.common.exceptions import ValidationFailed
+from apps.notifications.models import WebhookDelivery
+from apps.notifications.services import (
+    notification_send,
+    webhook_address_problem,
+    webhook_create,
+    webhook_deliver,
+)
+from apps.tenants.models import AuditEvent
+from tests.fixtures.workers import wait_until
+
+
+class Receiver:
+    """An HTTP endpoint that answers each POST with the next status of ``answers`` (then 200)."""
+
+    def __init__(self, answers: list[int]) -> None:
+        self.answers, self.received = list(answers), []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.received.append((dict(self.headers), body))
+                self.send_response(receiver.answers.pop(0) if receiver.answers else 200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    made: list[Receiver] = []
+
+    def make(answers: list[int]) -> Receiver:
+        made.append(Receiver(answers))
+        return made[-1]
+
+    yield make  # type: ignore[misc]
+    for r in made:
+        r.server.shutdown()
+
+
+@pytest.fixture
+def local_endpoints(settings, monkeypatch):
+    """Endpoints on 127.0.0.1 allowed, here and in the workers this test starts."""
+    settings.STROP_WEBHOOK_ALLOW_PRIVATE = True
+    monkeypatch.setenv("STROP_WEBHOOK_ALLOW_PRIVATE", "true")
+
+
+def _verified(headers: dict[str, str], body: bytes, secret: str) -> bool:
+    signed = headers["X-Strop-Timestamp"].encode() + b"." + body
+    expected = "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(headers["X-Strop-Signature"], expected)
+
+
+@pytest.mark.django_db
+def test_a_delivery_is_signed_and_retried_until_the_endpoint_answers(make_tenant, receiver, local_endpoints):
+    endpoint = receiver([500, 503])
+    tenant = make_tenant("hooks")
+    webhook = webhook_create(tenant, url=endpoint.url, events=["run.failed", "version.promoted"], actor="test")
+    assert AuditEvent.objects.filter(tenant=tenant, action="webhook.create").exists()
+    with transaction.atomic():
+        [delivery] = notification_send(tenant, event="run.failed", data={"run": 7, "adapter": "tab"})
+    assert notification_send(tenant, event="experiment.decided", data={}) == []  # not subscribed
+
+    assert webhook_deliver(delivery.pk) == "pending"
+    delivery.refresh_from_db()
+    assert (delivery.attempts, delivery.response_status, delivery.next_attempt_at is not None) == (1, 500, True)
+    assert webhook_deliver(delivery.pk) == "pending"
+    assert webhook_deliver(delivery.pk) == "delivered"
+    delivery.refresh_from_db()
+    assert (delivery.attempts, delivery.response_status, delivery.error) == (3, 200, "")
+    assert webhook_deliver(delivery.pk) == "skipped"  # a delivered event is never sent again
+
+    assert len(endpoint.received) == 3
+    headers, body = endpoint.received[-1]
+    assert _verified(headers, body, webhook.secret)
+    assert not _verified(headers, body, "whsec_another")
+    sent = json.loads(body)
+    assert sent["id"] == delivery.pk and sent["event"] == "run.failed" and sent["data"] == {"run": 7, "adapter": "tab"}
+    assert headers["X-Strop-Event"] == "run.failed"
+
+
+@pytest.mark.django_db
+def test_a_delivery_that_never_succeeds_fails_after_its_last_attempt(make_tenant, receiver, local_endpoints, settings):
+    settings.STROP_WEBHOOK_MAX_ATTEMPTS = 2
+    endpoint = receiver([500, 500, 500])
+    tenant = make_tenant("hooks-down")
+    webhook_create(tenant, url=endpoint.url, events=["run.failed"], actor="test")
+    [delivery] = notification_send(tenant, event="run.failed", data={})
+    assert [webhook_deliver(delivery.pk) for _ in range(3)] == ["pending", "failed", "skipped"]
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts, delivery.error) == ("failed", 2, "answered 500")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://127.0.0.1/hook",
+        "https://10.1.2.3/hook",
+        "https://169.254.169.254/latest/meta-data",
+        "https://[::1]/hook",
+        "https://localhost/hook",
+        "http://93.184.216.34/hook",  # public, but not https
+        "ftp://example.com/hook",
+        "https://user:pass@93.184.216.34/hook",
+    ],
+)
+def test_an_address_on_the_operators_networks_or_without_https_is_refused(url, settings):
+    settings.STROP_WEBHOOK_ALLOW_PRIVATE = False
+    assert webhook_address_problem(url) is not None
+
+
+@pytest.mark.django_db
+def test_registering_a_refused_address_names_the_field_and_stores_nothing(make_tenant, settings):
+    settings.STROP_WEBHOOK_ALLOW_PRIVATE = False
+    tenant = make_tenant("hooks-ssrf")
+    with pytest.raises(ValidationFailed, match="^url: .*private, loopback or reserved"):
+        webhook_create(tenant, url="https://127.0.0.1:8000/admin", events=["run.failed"], actor="test")
+    with pytest.raises(ValidationFailed, match="^events: "):
+        webhook_create(tenant, url="https://93.184.216.34/hook", events=["nope"], actor="test")
+    assert not tenant.webhooks.exists()
+
+
+def test_a_failed_training_run_reaches_the_endpoint_through_a_real_worker(
+    local_endpoints, receiver, make_tenant, tiny_starter_model, celery_workers
+):
+    from apps.adapters.services import adapter_create, base_model_register
+    from apps.training.models import TrainingRun
+    from apps.training.services import training_run_advance
+
+    endpoint = receiver([])
+    tenant = make_tenant("hooks-run")
+    adapter = adapter_create(
+        tenant, name="tab", base_model=base_model_register(name="base", path=tiny_starter_model), is_default=True
+    )
+    webhook = webhook_create(tenant, url=endpoint.url, events=["run.failed"], actor="test")
+    # A run some trainer was training (made as a row: no gpu worker is involved), which then fails.
+    run = TrainingRun.objects.create(tenant=tenant, adapter=adapter, status=TrainingRun.Status.TRAINING)
+    with transaction.atomic():
+        assert training_run_advance(run, status=TrainingRun.Status.FAILED, error="RuntimeError: out of memory")
+    wait_until(lambda: endpoint.received, timeout=60, what="the webhook delivery", workers=celery_workers)
+    headers, body = endpoint.received[0]
+    assert _verified(headers, body, webhook.secret)
+    assert json.loads(body)["data"] == {
+        "run": run.pk, "adapter": "tab", "status": "failed", "error": "RuntimeError: out of memory"
+    }
+    wait_until(
+        lambda: WebhookDelivery.objects.filter(status="delivered").exists(), timeout=30, what="the delivered row"
+    )
