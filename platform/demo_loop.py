@@ -1,6 +1,7 @@
-"""The learning loop as tenants see it, over the API alone; `make demo` runs it.
+"""The learning loop as tenants see it, over the API alone (every call through the Python SDK);
+`make demo` runs it.
 
-Each tenant has its own simulated developers (``benchmarks/simdev``, through the Python SDK):
+Each tenant has its own simulated developers (``benchmarks/simdev``):
 they ask for completions at cursors inside lines of real code (installed packages the base
 model was not tuned on), take an empty suggestion as nothing shown, and accept a shown one only
 by their population's rule ("line": exactly the rest of the line; "block": the right next lines).
@@ -21,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-from strop import Strop
+from strop import APIStatusError, Strop, TrainingRun
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from simdev import Context, SessionResult, Summary, Task, load_tasks, run_session  # noqa: E402
@@ -67,14 +67,12 @@ class Tenant:
     population: str
     base: str
     events: int
-    http: httpx.Client = field(init=False)
     client: Strop = field(init=False)
     run_after: int = 0
     rows: list[Row] = field(default_factory=list)
     experiments: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.http = httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {self.key}"}, timeout=300)
         self.client = Strop(base_url=self.base, api_key=self.key, timeout=300)
 
     def users(self, prefix: str, count: int) -> list[str]:
@@ -94,16 +92,15 @@ def production(version: int | None) -> str:
 
 
 def production_version(tenant: Tenant) -> int | None:
-    return next(a for a in tenant.http.get("/v1/adapters").json() if a["name"] == ADAPTER)["production_version"]
+    return tenant.client.adapters.get(ADAPTER).production_version
 
 
 def set_min_events(tenant: Tenant, count: int) -> None:
-    tenant.http.patch(f"/v1/adapters/{ADAPTER}/training-policy", json={"min_new_events": count}).raise_for_status()
+    tenant.client.training_policy.update(ADAPTER, min_new_events=count)
 
 
 def latest_run_id(tenant: Tenant) -> int:
-    runs = tenant.http.get(f"/v1/adapters/{ADAPTER}/training-runs").json()
-    return max((r["id"] for r in runs), default=0)
+    return max((run.id for run in tenant.client.training_runs.list(ADAPTER)), default=0)
 
 
 def serve(tenant: Tenant, tasks: list[Task], round_no: int) -> None:
@@ -125,34 +122,33 @@ def serve(tenant: Tenant, tasks: list[Task], round_no: int) -> None:
     print(f"    {tenant.slug}: {describe(summary)}")
 
 
-def wait_for_run(tenant: Tenant) -> dict[str, Any] | None:
+def wait_for_run(tenant: Tenant) -> TrainingRun | None:
     started, last = time.monotonic(), None
     while time.monotonic() - started < RUN_TIMEOUT_S:
-        listed = tenant.http.get(f"/v1/adapters/{ADAPTER}/training-runs").json()
-        runs = [r for r in listed if r["id"] > tenant.run_after]
+        runs = [r for r in tenant.client.training_runs.list(ADAPTER) if r.id > tenant.run_after]
         if runs:
-            run = min(runs, key=lambda r: r["id"])  # the run this round's feedback started
-            if run["status"] != last:
+            run = min(runs, key=lambda r: r.id)  # the run this round's feedback started
+            if run.status != last:
                 waited = time.monotonic() - started
-                print(f"  {waited:6.1f} s  {tenant.slug}: training run {run['id']}: {run['status']}")
-                last = run["status"]
-            if run["status"] in ("candidate", "rejected", "failed"):
+                print(f"  {waited:6.1f} s  {tenant.slug}: training run {run.id}: {run.status}")
+                last = run.status
+            if run.status in ("candidate", "rejected", "failed"):
                 return run
         time.sleep(2)
     print(f"    {tenant.slug}: no training run finished within {RUN_TIMEOUT_S} s")
     return None
 
 
-def report_run(tenant: Tenant, run: dict[str, Any]) -> None:
-    stages = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in run["stage_seconds"].items())
-    print(f"    {tenant.slug}: {run['window_size']} events trained, {run['heldout_size']} held out; {stages}")
-    gate = run["gate"]
+def report_run(tenant: Tenant, run: TrainingRun) -> None:
+    stages = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in (run.stage_seconds or {}).items())
+    print(f"    {tenant.slug}: {run.window_size} events trained, {run.heldout_size} held out; {stages}")
+    gate = run.gate or {}
     kl = gate.get("kl_to_parent")
     kl_text = f", KL to parent {kl:.3g}" if isinstance(kl, float) else ""
     print(f"    {tenant.slug}: gate passed={gate.get('passed')}{kl_text}")
-    if run["status"] != "candidate":
-        why = run["error"][:500] or "; ".join(gate.get("reasons", []))
-        print(f"    {tenant.slug}: the run ended {run['status']}: {why}")
+    if run.status != "candidate":
+        why = (run.error or "")[:500] or "; ".join(gate.get("reasons", []))
+        print(f"    {tenant.slug}: the run ended {run.status}: {why}")
 
 
 def experiment(
@@ -161,29 +157,28 @@ def experiment(
     """Test the candidate against production on the opted-in cohort, wave by wave, then act on the
     decision (or, with ``dashboard``, leave it to the admin on the experiment's page). The first
     wave always runs; a later one starts only before ``deadline`` (monotonic seconds; 0: none)."""
-    created = tenant.http.post(
-        f"/v1/adapters/{ADAPTER}/experiments",
-        json={
-            "candidate_version": version,
-            "candidate_weight": 0.5,
-            "min_users_per_arm": 8,
-            "expected_users": max(2, min(EXPERIMENT_USERS, len(tasks))),
-            "guardrails": GUARDRAILS,
-            "start": True,
-        },
-    )
-    if created.status_code != 201:
-        print(f"    {tenant.slug}: the experiment could not start ({created.status_code}): {created.text[:300]}")
+    try:
+        exp = tenant.client.experiments.create(
+            ADAPTER,
+            candidate_version=version,
+            candidate_weight=0.5,
+            min_users_per_arm=8,
+            expected_users=max(2, min(EXPERIMENT_USERS, len(tasks))),
+            guardrails=GUARDRAILS,
+            start=True,
+        )
+    except APIStatusError as exc:
+        answer = exc.response.text if exc.response is not None else exc.message
+        print(f"    {tenant.slug}: the experiment could not start ({exc.status_code}): {answer[:300]}")
         return False
-    exp = created.json()
     # The experiment's feedback trains the next round (with that round's own), not a run of its own
     # that would start from today's production while the experiment is still deciding: no run
     # starts until both are in.
     set_min_events(tenant, 1_000_000)
-    control = production(exp["control_version"])
+    control = production(exp.control_version)
     per_wave = -(-len(tasks) // WAVES)  # the last wave takes what is left
     print(
-        f"==> {tenant.slug}: experiment {exp['id']}, version {version} against production ({control}), on held-out "
+        f"==> {tenant.slug}: experiment {exp.id}, version {version} against production ({control}), on held-out "
         f"packages: up to {WAVES} waves of {WAVE_USERS} new opted-in developers ({per_wave} requests a wave), "
         "split 50/50 by a hash of their id; the statistics are read after every wave"
     )
@@ -207,14 +202,16 @@ def experiment(
             **REQUEST[tenant.population],
         )
         requests += result.requests
-        snap = tenant.http.post(f"/v1/experiments/{exp['id']}/snapshot")
-        decided = snap.json() if snap.status_code == 200 else tenant.http.get(f"/v1/experiments/{exp['id']}").json()
-        latest = decided.get("latest") or {}
-        action = latest.get("action") or decided.get("decision") or "keep_running"
-        reason = ((latest.get("analysis") or {}).get("decision") or {}).get("reason") or decided.get(
-            "decision_reason", ""
-        )
-        print(f"    {tenant.slug}: after wave {wave + 1} ({latest.get('users', '?')} users): {action}")
+        try:
+            decided = tenant.client.experiments.snapshot(exp.id)
+        except APIStatusError:  # no longer running (it acted on its own decision): read it as it is
+            decided = tenant.client.experiments.get(exp.id)
+        latest = decided.latest
+        analysis = (latest.analysis if latest is not None else None) or {}
+        action = (latest.action if latest is not None else None) or decided.decision or "keep_running"
+        reason = (analysis.get("decision") or {}).get("reason") or decided.decision_reason or ""
+        users = latest.users if latest is not None else "?"
+        print(f"    {tenant.slug}: after wave {wave + 1} ({users} users): {action}")
         if action in ("promote", "rollback"):
             break
     result = SessionResult(population=tenant.population, requests=requests)
@@ -224,31 +221,28 @@ def experiment(
         tenant.rows.append(Row(tenant.slug, round_no, "A/B candidate" if candidate else "A/B control", label, summary))
         print(f"    {tenant.slug}: {label}: {describe(summary)}")
     print(f"    {tenant.slug}: the experiment says {action}: {reason}")
-    left = decided["status"] == "running" and bool(dashboard)
+    left = decided.status == "running" and bool(dashboard)
     if left:
-        page = f"{dashboard}t/{tenant.slug}/experiments/{exp['id']}/"
-        print(f"==> {tenant.slug}: experiment {exp['id']} is left running for you: act on it at {page}")
+        page = f"{dashboard}t/{tenant.slug}/experiments/{exp.id}/"
+        print(f"==> {tenant.slug}: experiment {exp.id} is left running for you: act on it at {page}")
         status, now = "running (yours to decide on the dashboard)", control
     else:
-        if decided["status"] == "running":
-            if action in ("promote", "rollback"):
-                acted = tenant.http.post(
-                    f"/v1/experiments/{exp['id']}/{action}", json={"reason": "the experiment's decision"}
-                )
+        if decided.status == "running":
+            experiments = tenant.client.experiments
+            if action == "promote":
+                decided = experiments.promote(exp.id, reason="the experiment's decision")
+            elif action == "rollback":
+                decided = experiments.rollback(exp.id, reason="the experiment's decision")
             else:  # not decided within the demo: production stays, as an admin with no more time would leave it
-                acted = tenant.http.post(
-                    f"/v1/experiments/{exp['id']}/stop", json={"reason": "demo budget spent before a decision"}
-                )
-            acted.raise_for_status()
-            decided = acted.json()
-        status, now = decided["status"], production(production_version(tenant))
-        print(f"==> {tenant.slug}: experiment {exp['id']} ended {status}; production is {now}")
+                decided = experiments.stop(exp.id, reason="demo budget spent before a decision")
+        status, now = decided.status, production(production_version(tenant))
+        print(f"==> {tenant.slug}: experiment {exp.id} ended {status}; production is {now}")
     set_min_events(tenant, tenant.events + len(requests))
     tenant.experiments.append(
         {
             "tenant": tenant.slug,
             "round": round_no,
-            "id": exp["id"],
+            "id": exp.id,
             "candidate": version,
             "control": control,
             "action": action,
@@ -396,8 +390,9 @@ def main() -> None:
         tenants.append(Tenant(slug, key, population, args.base, args.events))
     trainer = json.loads(args.trainer)
     for t in tenants:
-        policy = {"min_new_events": args.events, "heldout_fraction": 0.1, "trainer_overrides": trainer}
-        t.http.patch(f"/v1/adapters/{ADAPTER}/training-policy", json=policy).raise_for_status()
+        t.client.training_policy.update(
+            ADAPTER, min_new_events=args.events, heldout_fraction=0.1, trainer_overrides=trainer
+        )
     print(
         f"==> {len(tenants)} tenants; a training run starts after {args.events} new labelled events from opted-in "
         f"developers; at most {args.rounds} rounds within {args.budget_min:g} minutes"
@@ -420,7 +415,7 @@ def main() -> None:
             if run is None:
                 continue
             report_run(t, run)
-            if run["status"] == "candidate":
+            if run.status == "candidate":
                 tasks = load_tasks("eval", args.experiment_requests, seed=round_no * 10 + i, context=CONTEXT)
                 now = time.monotonic()  # a next round takes longer than this one has so far
                 last = round_no == args.rounds or (now - started) + (now - round_started) > args.budget_min * 60
@@ -428,7 +423,7 @@ def main() -> None:
                 deadline = started + args.budget_min * 60 - 60 * (2 + 3 * (len(tenants) - 1 - i))
                 left |= experiment(
                     t,
-                    run["output_version"],
+                    run.output_version,
                     tasks,
                     round_no,
                     dashboard=args.leave_last if last else "",

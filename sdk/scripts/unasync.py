@@ -44,6 +44,8 @@ PAIRS = [
     ("_async_client.py", "_client.py"),
     ("_async_completions.py", "_completions.py"),
     ("_async_resources.py", "_resources.py"),
+    ("_async_management.py", "_management.py"),
+    ("_async_experiments.py", "_experiments.py"),
     ("_async_streaming.py", "_streaming.py"),
     ("_async_drivers.py", "_drivers.py"),
 ]

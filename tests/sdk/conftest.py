@@ -45,6 +45,51 @@ def strop_client(api: Api) -> Iterator[Strop]:
     client.close()
 
 
+@pytest.fixture
+def tab_adapter(api: Api, tiny_starter_model: Any) -> Any:
+    """The adapter ``tab`` of ``api``'s tenant on the tiny starter model (nothing served: no vLLM)."""
+    from apps.adapters.services import adapter_create, base_model_register
+
+    base = base_model_register(name="base", path=tiny_starter_model)
+    return adapter_create(api.tenant, name="tab", base_model=base, is_default=True)
+
+
+@pytest.fixture
+def admin_sdk(
+    live_server: Any, serving_tenant: Any, serving_adapter: Any, make_client: Callable[..., Any]
+) -> Iterator[Strop]:
+    """An SDK client with every scope for the serving tenant (its default adapter ``autocomplete``
+    on the session's real vLLM)."""
+    key = make_client(serving_tenant).raw_key
+    with Strop(base_url=live_server.url, api_key=key, timeout=120) as client:
+        yield client
+
+
+@pytest.fixture
+def probed_version(serving_tenant: Any, serving_adapter: Any, make_lora_adapter: Any, base_model: Any) -> Any:
+    """``make(seed, parent=None)``: a random LoRA registered as a candidate, loaded in vLLM, with the
+    serve probe the trainer would have recorded (as tests/experiments/conftest.py makes them)."""
+    from apps.adapters.loading import adapter_version_load
+    from apps.adapters.services import adapter_serve_probe, adapter_version_register
+
+    def make(seed: int, parent: Any = None) -> Any:
+        source = make_lora_adapter(seed=seed)
+        probe = adapter_serve_probe(base_model, source)
+        version = adapter_version_register(
+            serving_tenant,
+            adapter=serving_adapter,
+            source_dir=source,
+            parent=parent,
+            enqueue_load=False,
+            metrics={"serve_probe": probe},
+        )
+        assert adapter_version_load(version_id=version.pk) == "loaded"
+        version.refresh_from_db()
+        return version
+
+    return make
+
+
 @dataclass
 class Traffic:
     """What an ``httpx`` client sent and got, from its event hooks (nothing is intercepted)."""

@@ -116,3 +116,39 @@ def test_list_pages_through_every_interaction_newest_first(strop_client):
     seen += [interaction.id for interaction in page.results]
     assert pages == 3 and page.previous_offset == 3
     assert seen == list(reversed(ids))
+
+
+def test_an_agent_turn_reads_back_with_its_conversation(strop_client):
+    messages = [{"role": "user", "content": "Rename x to count"}]
+    tools = [{"type": "function", "function": {"name": "edit_file", "parameters": {"type": "object"}}}]
+    logged = strop_client.interactions.log(
+        client_id="turn-0", messages=messages, tools=tools, completion="Done.", conversation_id="s-1", turn=0
+    )
+    read = strop_client.interactions.get(logged.id)
+    assert (read.messages, read.tools, read.conversation_id, read.turn) == (messages, tools, "s-1", 0)
+    assert (logged.messages, logged.conversation_id) == (messages, "s-1")
+    plain = strop_client.interactions.get(strop_client.interactions.log(**item("plain")).id)
+    assert plain.turn is None and not plain.conversation_id and not plain.messages and not plain.tools
+
+
+def test_an_editor_autocomplete_outcome_is_stored_with_its_feedback_once(strop_client, api):
+    outcome = {
+        "completionId": "continue-1",
+        "prefix": "def add(a, b):\n    ",
+        "suffix": "\n",
+        "completion": "return a + b",
+        "modelName": "qwen",
+        "accepted": True,
+    }
+    first = strop_client.editor.autocomplete_outcome(outcome, user="dev-7")
+    assert (first.status, first.linked_to_served) == ("created", False)
+    assert first.interaction is not None and first.feedback is not None and first.feedback.status == "recorded"
+    stored = Interaction.objects.get(tenant=api.tenant, client_id="continue-1")
+    assert (str(stored.pk), stored.end_user_id, stored.completion) == (first.interaction.id, "dev-7", "return a + b")
+    assert stored.feedback.get().outcome == "accepted"
+
+    again = strop_client.editor.autocomplete_outcome(outcome, user="dev-7")
+    assert again.status == "duplicate" and again.interaction.id == first.interaction.id
+    ignored = strop_client.editor.autocomplete_outcome({"name": "chatFeedback", "data": {}, "schema": "0.2.0"})
+    assert ignored.status == "ignored" and ignored.reason
+    assert Interaction.objects.filter(tenant=api.tenant).count() == 1

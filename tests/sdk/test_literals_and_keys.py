@@ -8,19 +8,25 @@ from collections.abc import Sequence
 from typing import get_args, get_type_hints
 
 import pytest
-from strop import AsyncStrop, AuthenticationError, Outcome, PermissionDeniedError, Scope, Strop
-from strop._async_resources import AsyncFeedback, AsyncKeys
-from strop._resources import Feedback, Keys
+from strop import AsyncStrop, AuthenticationError, Metric, Outcome, PermissionDeniedError, Scope, Strop
+from strop._async_experiments import AsyncExperiments
+from strop._async_management import AsyncKeys
+from strop._async_resources import AsyncFeedback
+from strop._experiments import Experiments
+from strop._management import Keys
+from strop._resources import Feedback
 
+from apps.experiments.stats import METRICS
 from apps.interactions.models import Feedback as FeedbackRow
 from apps.tenants.services import ALL_SCOPES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_outcome_and_scope_list_what_the_server_takes():
+def test_outcome_scope_and_metric_list_what_the_server_takes():
     assert list(get_args(Outcome)) == list(FeedbackRow.Outcome.values)
     assert list(get_args(Scope)) == list(ALL_SCOPES)
+    assert list(get_args(Metric)) == sorted(METRICS)
 
 
 @pytest.mark.parametrize("resource", [Feedback, AsyncFeedback])
@@ -32,6 +38,12 @@ def test_feedback_calls_take_an_outcome(resource):
 @pytest.mark.parametrize("resource", [Keys, AsyncKeys])
 def test_key_creation_takes_scopes(resource):
     assert get_type_hints(resource.create)["scopes"] == Sequence[Scope]
+
+
+@pytest.mark.parametrize("resource", [Experiments, AsyncExperiments])
+def test_experiment_creation_takes_metrics(resource):
+    hints = get_type_hints(resource.create)
+    assert (hints["primary_metric"], hints["guardrails"]) == (Metric | None, Sequence[Metric] | None)
 
 
 def test_keys_are_created_with_scopes_listed_and_revoked(api):

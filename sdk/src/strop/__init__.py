@@ -1,5 +1,6 @@
 """Python client of the Strop API: ``Strop`` (sync) and ``AsyncStrop`` (asyncio)."""
 
+from strop._adapter_types import Adapter, AdapterVersion, EvalSet, TrainingPolicy, TrainingRun
 from strop._async_batcher import AsyncFeedbackBatcher
 from strop._async_client import AsyncStrop
 from strop._async_streaming import AsyncChatCompletionStream, AsyncCompletionStream
@@ -25,14 +26,16 @@ from strop._exceptions import (
     StreamError,
     StropError,
 )
-from strop._literals import Outcome, Scope
-from strop._management_types import Adapter, ApiKey, Assignment, EndUser, Experiment, Model
+from strop._experiment_types import Assignment, Experiment, Snapshot
+from strop._literals import Metric, Outcome, Scope
+from strop._management_types import ApiKey, AuditEvent, EndUser, Health, Model, Tenant
 from strop._streaming import ChatCompletionStream, CompletionStream
 from strop._types import (
     BatchResult,
     Completion,
     CompletionChoice,
     CompletionChunk,
+    EditorOutcome,
     FeedbackState,
     Interaction,
     ItemError,
@@ -50,12 +53,14 @@ __all__ = [
     "APIStatusError",
     "APITimeoutError",
     "Adapter",
+    "AdapterVersion",
     "ApiKey",
     "Assignment",
     "AsyncChatCompletionStream",
     "AsyncCompletionStream",
     "AsyncFeedbackBatcher",
     "AsyncStrop",
+    "AuditEvent",
     "AuthenticationError",
     "BadRequestError",
     "BatchResult",
@@ -72,15 +77,19 @@ __all__ = [
     "CompletionChunk",
     "CompletionStream",
     "ConflictError",
+    "EditorOutcome",
     "EndUser",
+    "EvalSet",
     "Experiment",
     "FailedBatch",
     "FeedbackBatcher",
     "FeedbackState",
+    "Health",
     "Interaction",
     "InternalServerError",
     "ItemError",
     "ItemResult",
+    "Metric",
     "Model",
     "NotFoundError",
     "Outcome",
@@ -91,10 +100,14 @@ __all__ = [
     "RejectedEvent",
     "Scope",
     "ServiceUnavailableError",
+    "Snapshot",
     "StreamError",
     "Strop",
     "StropError",
     "StropInfo",
+    "Tenant",
+    "TrainingPolicy",
+    "TrainingRun",
     "Usage",
     "__version__",
 ]

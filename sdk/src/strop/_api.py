@@ -1,5 +1,7 @@
 """Every endpoint, described once as a :class:`Call`: path, body, answer parsing, idempotency.
-The sync and the asyncio resources only run these."""
+The sync and the asyncio resources only run these. Here: serving, interactions, feedback, the
+editor plugins' outcomes, cohorts, models and health; the tenant's management calls (keys,
+adapters, training, experiments...) are in ``_management_api``."""
 
 from __future__ import annotations
 
@@ -12,11 +14,12 @@ import httpx
 
 from strop._chat_types import ChatCompletion
 from strop._core import Call, encode_json, read_json, without_none
-from strop._literals import Outcome, Scope
-from strop._management_types import Adapter, ApiKey, Assignment, EndUser, Experiment, Model
+from strop._literals import Outcome
+from strop._management_types import EndUser, Health, Model
 from strop._types import (
     BatchResult,
     Completion,
+    EditorOutcome,
     Interaction,
     ItemResult,
     Page,
@@ -50,7 +53,7 @@ def _page(parse: Any) -> Any:
     return lambda r: Page.from_json(read_json(r), parse)
 
 
-def _list(parse: Any) -> Any:
+def list_of(parse: Any) -> Any:
     return lambda r: [parse(item) for item in items_of(read_json(r))]
 
 
@@ -99,9 +102,6 @@ def completion_create(
     )
 
 
-# ---- interactions ----
-
-
 def chat_create(
     *,
     messages: Sequence[Mapping[str, Any]],
@@ -146,6 +146,9 @@ def chat_create(
         body=body,
         idempotent=False,
     )
+
+
+# ---- interactions ----
 
 
 def interaction_item(
@@ -212,6 +215,19 @@ def interaction_get(interaction_id: str) -> Call[Interaction]:
 def interaction_list(*, end_user_id: str | None, limit: int | None, offset: int | None) -> Call[Page[Interaction]]:
     params = {"end_user_id": end_user_id, "limit": limit, "offset": offset}
     return Call("GET", "/v1/interactions", parse=_page(Interaction.from_json), params=params)
+
+
+def editor_autocomplete_outcome(outcome: Mapping[str, Any], *, user: str | None) -> Call[EditorOutcome]:
+    # Continue's envelope or a bare outcome, as the plugin posts it; a replay finds its interaction
+    # again by completionId, so the call may be retried.
+    headers = None if user is None else {"X-Strop-User": user}
+    return Call(
+        "POST",
+        "/v1/editor/autocomplete",
+        parse=lambda r: EditorOutcome.from_json(read_json(r)),
+        body=dict(outcome),
+        headers=headers,
+    )
 
 
 # ---- feedback ----
@@ -303,63 +319,12 @@ def user_erase(end_user_id: str) -> Call[dict[str, Any]]:
     return Call("DELETE", _user_path(end_user_id), parse=parse)
 
 
-# ---- experiments, adapters, models ----
-
-
-def _adapter_path(adapter: str, tail: str) -> str:
-    return f"/v1/adapters/{path_id(adapter, 'adapter')}{tail}"
-
-
-def experiment_list(adapter: str) -> Call[list[Experiment]]:
-    return Call("GET", _adapter_path(adapter, "/experiments"), parse=_list(Experiment.from_json))
-
-
-def experiment_get(experiment_id: str | int) -> Call[Experiment]:
-    path = f"/v1/experiments/{path_id(experiment_id, 'experiment_id')}"
-    return Call("GET", path, parse=lambda r: Experiment.from_json(read_json(r)))
-
-
-def experiment_assignment(adapter: str, user: str) -> Call[Assignment]:
-    if not user:
-        raise ValueError("user must not be empty")
-    return Call(
-        "GET",
-        _adapter_path(adapter, "/assignment"),
-        parse=lambda r: Assignment.from_json(read_json(r)),
-        params={"user": user},
-    )
-
-
-def adapter_list() -> Call[list[Adapter]]:
-    return Call("GET", "/v1/adapters", parse=_list(Adapter.from_json))
+# ---- models, health ----
 
 
 def model_list() -> Call[list[Model]]:
-    return Call("GET", "/v1/models", parse=_list(Model.from_json))
+    return Call("GET", "/v1/models", parse=list_of(Model.from_json))
 
 
-# ---- API keys ----
-
-
-def _key_path(key_id: int | str) -> str:
-    return f"/v1/keys/{path_id(key_id, 'key_id')}"
-
-
-def key_list() -> Call[list[ApiKey]]:
-    return Call("GET", "/v1/keys", parse=_list(ApiKey.from_json))
-
-
-def key_create(*, name: str, scopes: Sequence[Scope], default_opt_in: bool | None) -> Call[ApiKey]:
-    if isinstance(scopes, str):
-        raise TypeError("scopes must be a list of scopes, not one string")
-    body = without_none(name=name, scopes=list(scopes), default_opt_in=default_opt_in)
-    # Not idempotent: a retried creation after the request was sent could issue a second key.
-    return Call("POST", "/v1/keys", parse=lambda r: ApiKey.from_json(read_json(r)), body=body, idempotent=False)
-
-
-def key_get(key_id: int | str) -> Call[ApiKey]:
-    return Call("GET", _key_path(key_id), parse=lambda r: ApiKey.from_json(read_json(r)))
-
-
-def key_revoke(key_id: int | str) -> Call[ApiKey]:
-    return Call("DELETE", _key_path(key_id), parse=lambda r: ApiKey.from_json(read_json(r)))
+def health_check() -> Call[Health]:
+    return Call("GET", "/health", parse=lambda r: Health.from_json(read_json(r)))

@@ -13,12 +13,21 @@ import httpx
 
 from strop._async_completions import AsyncChat, AsyncCompletions
 from strop._async_drivers import run_async
-from strop._async_resources import (
+from strop._async_experiments import AsyncExperiments
+from strop._async_management import (
     AsyncAdapters,
-    AsyncExperiments,
-    AsyncFeedback,
-    AsyncInteractions,
+    AsyncAuditEvents,
+    AsyncEvalSets,
     AsyncKeys,
+    AsyncTenantResource,
+    AsyncTrainingPolicies,
+    AsyncTrainingRuns,
+)
+from strop._async_resources import (
+    AsyncEditor,
+    AsyncFeedback,
+    AsyncHealthResource,
+    AsyncInteractions,
     AsyncModels,
     AsyncUsers,
 )
@@ -64,15 +73,24 @@ class AsyncStrop:
         self._policy = RetryPolicy(max_retries=max_retries)
         self._owns_http = http_client is None
         self._http = http_client or httpx.AsyncClient(timeout=self._config.http_timeout)
+        # serving, logging and feedback
         self.completions = AsyncCompletions(self)
         self.chat = AsyncChat(self)
         self.interactions = AsyncInteractions(self)
         self.feedback = AsyncFeedback(self, feedback_batching)
+        self.editor = AsyncEditor(self)
         self.users = AsyncUsers(self)
-        self.experiments = AsyncExperiments(self)
-        self.adapters = AsyncAdapters(self)
         self.models = AsyncModels(self)
+        self.health = AsyncHealthResource(self)
+        # the tenant's management (key scope admin)
+        self.tenant = AsyncTenantResource(self)
         self.keys = AsyncKeys(self)
+        self.audit_events = AsyncAuditEvents(self)
+        self.adapters = AsyncAdapters(self)
+        self.training_policy = AsyncTrainingPolicies(self)
+        self.training_runs = AsyncTrainingRuns(self)
+        self.eval_sets = AsyncEvalSets(self)
+        self.experiments = AsyncExperiments(self)
 
     @property
     def base_url(self) -> str:

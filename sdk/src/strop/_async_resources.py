@@ -1,6 +1,7 @@
-"""The resources without streams: interactions, feedback (sent now or batched in the
-background), end users, experiments, adapters, models and API keys. Each method builds its call
-with ``_api`` and hands it to the client."""
+"""The resources without streams that serve, log and learn: interactions, feedback (sent now or
+batched in the background), editor plugins' outcomes, end users, models and health. Each method
+builds its call with ``_api`` and hands it to the client. The tenant's management resources are
+in ``_async_management``."""
 
 # unasync: _resources.py is generated from this file. Edit here, then run sdk/scripts/unasync.py.
 
@@ -14,20 +15,19 @@ from typing import TYPE_CHECKING, Any
 from strop import _api
 from strop._async_batcher import AsyncFeedbackBatcher
 from strop._batch_core import BatcherOptions
-from strop._literals import Outcome, Scope
-from strop._management_types import Adapter, ApiKey, Assignment, EndUser, Experiment, Model
-from strop._types import BatchResult, Interaction, ItemResult, Page
+from strop._literals import Outcome
+from strop._management_types import EndUser, Health, Model
+from strop._types import BatchResult, EditorOutcome, Interaction, ItemResult, Page
 
 if TYPE_CHECKING:
     from strop._async_client import AsyncStrop
 
 __all__ = [
     "AsyncAPIResource",
-    "AsyncAdapters",
-    "AsyncExperiments",
+    "AsyncEditor",
     "AsyncFeedback",
+    "AsyncHealthResource",
     "AsyncInteractions",
-    "AsyncKeys",
     "AsyncModels",
     "AsyncUsers",
 ]
@@ -238,43 +238,26 @@ class AsyncUsers(AsyncAPIResource):
         return await self._client._run(_api.user_erase(end_user_id))
 
 
-class AsyncExperiments(AsyncAPIResource):
-    async def list(self, adapter: str) -> builtins.list[Experiment]:
-        return await self._client._run(_api.experiment_list(adapter))
+class AsyncEditor(AsyncAPIResource):
+    """What editor plugins report (key scope ``ingest``)."""
 
-    async def get(self, experiment_id: str | int) -> Experiment:
-        return await self._client._run(_api.experiment_get(experiment_id))
-
-    async def assignment(self, adapter: str, user: str) -> Assignment:
-        """Which arm serves ``user`` (your end-user id) on ``adapter`` now."""
-        return await self._client._run(_api.experiment_assignment(adapter, user))
-
-
-class AsyncAdapters(AsyncAPIResource):
-    async def list(self) -> builtins.list[Adapter]:
-        return await self._client._run(_api.adapter_list())
+    async def autocomplete_outcome(self, outcome: Mapping[str, Any], *, user: str | None = None) -> EditorOutcome:
+        """Record an autocomplete outcome as an editor plugin posts it: Continue's event envelope
+        (``{"name", "data", "schema", "level", "profileId"}``) or a bare ``AutocompleteOutcome``
+        (``completionId``, ``prefix``, ``suffix``, ``completion``, ``accepted``...). Its feedback
+        lands on the completion Strop served when it can be matched, else it is logged as an
+        interaction of its own. ``user``: the developer (sent as ``X-Strop-User``; default the
+        outcome's ``userId``, else ``uniqueId``)."""
+        return await self._client._run(_api.editor_autocomplete_outcome(outcome, user=user))
 
 
 class AsyncModels(AsyncAPIResource):
     async def list(self) -> builtins.list[Model]:
+        """The model names the completion endpoints take: the tenant's adapters."""
         return await self._client._run(_api.model_list())
 
 
-class AsyncKeys(AsyncAPIResource):
-    """The tenant's API keys (key scope ``admin``)."""
-
-    async def list(self) -> builtins.list[ApiKey]:
-        """Every key of the tenant, newest first, revoked ones included."""
-        return await self._client._run(_api.key_list())
-
-    async def create(self, *, name: str, scopes: Sequence[Scope], default_opt_in: bool | None = None) -> ApiKey:
-        """A new key with these ``scopes``; its secret is in ``key``, this once. ``default_opt_in``
-        is the consent of end users first seen through it without a flag (None: the tenant's)."""
-        return await self._client._run(_api.key_create(name=name, scopes=scopes, default_opt_in=default_opt_in))
-
-    async def get(self, key_id: int | str) -> ApiKey:
-        return await self._client._run(_api.key_get(key_id))
-
-    async def revoke(self, key_id: int | str) -> ApiKey:
-        """Revoke the key: it stops working at once (``revoked_at`` is set)."""
-        return await self._client._run(_api.key_revoke(key_id))
+class AsyncHealthResource(AsyncAPIResource):
+    async def check(self) -> Health:
+        """The API is up and reaches its database (no key needed, none checked)."""
+        return await self._client._run(_api.health_check())

@@ -14,12 +14,21 @@ from strop._batch_core import BatcherOptions
 from strop._completions import Chat, Completions
 from strop._core import DEFAULT_MAX_RETRIES, Call, ClientConfig, RetryPolicy, attempts, merge_headers
 from strop._drivers import run_sync
-from strop._resources import (
+from strop._experiments import Experiments
+from strop._management import (
     Adapters,
-    Experiments,
-    Feedback,
-    Interactions,
+    AuditEvents,
+    EvalSets,
     Keys,
+    TenantResource,
+    TrainingPolicies,
+    TrainingRuns,
+)
+from strop._resources import (
+    Editor,
+    Feedback,
+    HealthResource,
+    Interactions,
     Models,
     Users,
 )
@@ -63,15 +72,24 @@ class Strop:
         self._policy = RetryPolicy(max_retries=max_retries)
         self._owns_http = http_client is None
         self._http = http_client or httpx.Client(timeout=self._config.http_timeout)
+        # serving, logging and feedback
         self.completions = Completions(self)
         self.chat = Chat(self)
         self.interactions = Interactions(self)
         self.feedback = Feedback(self, feedback_batching)
+        self.editor = Editor(self)
         self.users = Users(self)
-        self.experiments = Experiments(self)
-        self.adapters = Adapters(self)
         self.models = Models(self)
+        self.health = HealthResource(self)
+        # the tenant's management (key scope admin)
+        self.tenant = TenantResource(self)
         self.keys = Keys(self)
+        self.audit_events = AuditEvents(self)
+        self.adapters = Adapters(self)
+        self.training_policy = TrainingPolicies(self)
+        self.training_runs = TrainingRuns(self)
+        self.eval_sets = EvalSets(self)
+        self.experiments = Experiments(self)
 
     @property
     def base_url(self) -> str:

@@ -137,7 +137,8 @@ def without_none(**fields: Any) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Call(Generic[T]):
     """One API call, described: the request to build, how to read its answer, and whether the
-    server may see it twice (``idempotent``; a completion is not)."""
+    server may see it twice (``idempotent``; a completion is not). ``headers`` are this call's
+    own (over the client's)."""
 
     method: str
     path: str
@@ -147,6 +148,7 @@ class Call(Generic[T]):
     content: bytes | None = None
     idempotent: bool = True
     stream: bool = False
+    headers: Mapping[str, str] | None = None
 
     def build(self, config: ClientConfig, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
         """The request, built by ``http`` so that its own settings (headers, cookies, timeout)
@@ -154,6 +156,7 @@ class Call(Generic[T]):
         headers = config.headers(is_async=isinstance(http, httpx.AsyncClient))
         if self.stream:
             headers["Accept"] = "text/event-stream, application/json"  # errors come as JSON
+        headers.update(self.headers or {})
         content = self.content
         if content is None and self.body is not None:
             content = encode_json(self.body)

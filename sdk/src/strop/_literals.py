@@ -1,12 +1,12 @@
 """The closed sets of values the API takes, as ``Literal`` types, so a type checker and an editor
 catch ``outcome="accpeted"`` before the API does. The server is the authority: tests/sdk checks
-these against ``Feedback.Outcome`` and ``ALL_SCOPES``."""
+these against ``Feedback.Outcome``, ``ALL_SCOPES`` and the experiments' ``METRICS``."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["Outcome", "Scope"]
+__all__ = ["Metric", "Outcome", "Scope"]
 
 Outcome = Literal[
     "accepted",
@@ -27,3 +27,17 @@ Outcome = Literal[
 Scope = Literal["ingest", "feedback", "serve", "admin"]
 """What an API key may do: log interactions, send feedback, serve completions, manage the
 tenant (``keys.create``)."""
+
+Metric = Literal[
+    "accept_rate",
+    "accepted_per_request",
+    "dissatisfied_rate",
+    "error_rate",
+    "positive_rate",
+    "positive_session_rate",
+    "reward_per_request",
+    "slow_request_share",
+    "suggestion_rate",
+]
+"""What an experiment compares its arms on: its ``primary_metric`` and its ``guardrails``
+(``experiments.create``)."""

@@ -1,5 +1,6 @@
-"""Typed results of the cohort, experiment, adapter and model calls (lenient, as in ``_types``:
-their shapes are still growing, so each keeps the whole JSON object in ``raw``)."""
+"""Typed results of the tenant's own calls: the tenant and its settings, API keys, the audit
+log, end users (cohorts), models and the health check. Lenient, as in ``_types``: a field the
+server adds later is ignored, one it leaves out is None, and ``raw`` keeps the whole object."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from datetime import datetime
 from typing import Any, cast
 
 from strop._literals import Scope
-from strop._types import parse_datetime, text_or_none
+from strop._types import from_fields, parse_datetime, text_or_none
 
-__all__ = ["Adapter", "ApiKey", "Assignment", "EndUser", "Experiment", "Model"]
+__all__ = ["ApiKey", "AuditEvent", "EndUser", "Health", "Model", "Tenant"]
 
 
 @dataclass
@@ -33,82 +34,25 @@ class EndUser:
 
 
 @dataclass
-class Experiment:
-    """An A/B experiment of an adapter (control vs candidate on the opt-in cohort)."""
-
-    id: str
-    adapter: str | None
-    status: str | None
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Experiment:
-        return cls(
-            id=str(data.get("id") or ""),
-            adapter=text_or_none(data, "adapter"),
-            status=text_or_none(data, "status"),
-            raw=data,
-        )
-
-
-@dataclass
-class Assignment:
-    """Which arm (and adapter version) serves an end user of an adapter right now."""
-
-    arm: str | None
-    experiment_id: str | None
-    version: Any
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Assignment:
-        experiment = data.get("experiment")
-        experiment_id = data.get("experiment_id")
-        if experiment_id is None and isinstance(experiment, dict):
-            experiment_id = experiment.get("id")
-        elif experiment_id is None and experiment is not None:
-            experiment_id = experiment
-        return cls(
-            arm=text_or_none(data, "arm"),
-            experiment_id=None if experiment_id is None else str(experiment_id),
-            version=data.get("version"),
-            raw=data,
-        )
-
-
-@dataclass
-class Adapter:
-    """A tenant adapter and the version number serving it in production (None: the base model)."""
-
-    name: str
-    base_model: str | None
-    is_default: bool
-    production_version: int | None
-    created_at: datetime | None
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Adapter:
-        return cls(
-            name=str(data.get("name") or ""),
-            base_model=text_or_none(data, "base_model"),
-            is_default=bool(data.get("is_default")),
-            production_version=data.get("production_version"),
-            created_at=parse_datetime(data.get("created_at")),
-            raw=data,
-        )
-
-
-@dataclass
 class Model:
-    """A model name the completion endpoint accepts."""
+    """A model name the completion endpoints accept (one per adapter of the tenant): OpenAI's
+    model shape, with ``root`` the base model the adapter is trained on."""
 
     id: str
+    created: int | None = None
+    owned_by: str | None = None
+    root: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Model:
-        return cls(id=str(data.get("id") or data.get("name") or ""), raw=data)
+        return cls(
+            id=str(data.get("id") or data.get("name") or ""),
+            created=data.get("created"),
+            owned_by=text_or_none(data, "owned_by"),
+            root=text_or_none(data, "root"),
+            raw=data,
+        )
 
 
 @dataclass
@@ -141,3 +85,56 @@ class ApiKey:
             key=text_or_none(data, "key"),
             raw=data,
         )
+
+
+@dataclass
+class Tenant:
+    """The tenant a key belongs to and its settings. ``key`` is the calling key (its scopes...),
+    in the answer to ``tenant.get`` only."""
+
+    slug: str
+    name: str
+    rate_limit_per_minute: int | None
+    accept_pending_feedback: bool | None
+    default_opt_in: bool | None
+    experiment_auto_promote: bool | None
+    experiment_auto_rollback: bool | None
+    created_at: datetime | None
+    key: ApiKey | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Tenant:
+        return from_fields(cls, data, created_at=parse_datetime, key=ApiKey.from_json)
+
+
+@dataclass
+class AuditEvent:
+    """One entry of the tenant's audit log: who (``actor``: a key or a dashboard user) did what
+    (``action``, e.g. ``experiment.start``) to which object, with the details in ``data``."""
+
+    id: int
+    actor: str
+    action: str
+    target_type: str | None
+    target_id: str | None
+    data: dict[str, Any] | None
+    created_at: datetime | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> AuditEvent:
+        return from_fields(cls, data, created_at=parse_datetime)
+
+
+@dataclass
+class Health:
+    """The API's liveness: ``status`` "ok" and the database it reached."""
+
+    status: str
+    database: str | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Health:
+        return from_fields(cls, data)

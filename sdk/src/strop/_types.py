@@ -4,6 +4,7 @@ server versions. ``raw`` keeps the whole JSON object for anything not typed here
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Generic, TypeVar
@@ -16,6 +17,7 @@ __all__ = [
     "Completion",
     "CompletionChoice",
     "CompletionChunk",
+    "EditorOutcome",
     "FeedbackState",
     "Interaction",
     "ItemError",
@@ -40,6 +42,21 @@ def parse_datetime(value: Any) -> datetime | None:
 def text_or_none(data: dict[str, Any], key: str) -> str | None:
     value = data.get(key)
     return None if value is None else str(value)
+
+
+def from_fields(cls: type[T], data: Any, **convert: Callable[[Any], Any]) -> T:
+    """``cls`` (a dataclass) from a JSON object: each field from the key of its name, through
+    ``convert[name]`` when it is given and the value is not None; a missing key is None, a key
+    with no field is ignored, and a field named ``raw`` gets the whole object."""
+    data = data if isinstance(data, dict) else {}
+    values: dict[str, Any] = {}
+    for item in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if item.name == "raw":
+            values["raw"] = data
+            continue
+        value = data.get(item.name)
+        values[item.name] = convert[item.name](value) if value is not None and item.name in convert else value
+    return cls(**values)
 
 
 def items_of(body: Any) -> list[Any]:
@@ -174,7 +191,9 @@ class FeedbackState:
 class Interaction:
     """One served or logged completion. ``created`` is set by ``interactions.log``: True when this
     call stored it, False when its ``client_id`` was already known (nothing new was stored);
-    None when read back with ``get`` or ``list``."""
+    None when read back with ``get`` or ``list``. An agent's turn carries the conversation it
+    answered (``messages``, ``tools``) and its place in the session (``conversation_id``,
+    ``turn``); a completion for a prompt has none (empty values, ``turn`` None)."""
 
     id: str
     client_id: str | None
@@ -194,6 +213,10 @@ class Interaction:
     latency_ms: float | None
     metadata: dict[str, Any]
     feedback: FeedbackState | None
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    conversation_id: str | None = None
+    turn: int | None = None
     created: bool | None = None
 
     @classmethod
@@ -217,6 +240,10 @@ class Interaction:
             latency_ms=data.get("latency_ms"),
             metadata=dict(data.get("metadata") or {}),
             feedback=FeedbackState.from_json(data.get("feedback")),
+            messages=data.get("messages"),
+            tools=data.get("tools"),
+            conversation_id=text_or_none(data, "conversation_id"),
+            turn=data.get("turn"),
             created=created,
         )
 
@@ -287,6 +314,26 @@ class BatchResult:
         counts = {k: int(v) for k, v in data.items() if k != "results" and isinstance(v, int)}
         results = sorted((ItemResult.from_json(r) for r in data.get("results") or []), key=lambda r: r.index)
         return cls(counts=counts, results=results)
+
+
+@dataclass
+class EditorOutcome:
+    """What an editor plugin's autocomplete outcome became (``editor.autocomplete_outcome``):
+    ``status`` is ``created`` / ``duplicate`` (the interaction it was stored as), or ``ignored``
+    (an event that is not an autocomplete outcome; ``reason`` says why). ``linked_to_served``:
+    the feedback landed on a completion Strop served. ``interaction`` and ``feedback`` are the
+    verdicts on the interaction and on its feedback (None when there was none)."""
+
+    status: str
+    linked_to_served: bool | None
+    interaction: ItemResult | None
+    feedback: ItemResult | None
+    reason: str | None
+    raw: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> EditorOutcome:
+        return from_fields(cls, data, interaction=ItemResult.from_json, feedback=ItemResult.from_json)
 
 
 @dataclass
