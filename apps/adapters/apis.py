@@ -5,6 +5,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.adapters.loading import adapter_version_load
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.adapters.selectors import (
     adapter_get_for_tenant,
@@ -81,8 +82,6 @@ class AdapterVersionPromoteApi(ScopedApi):
         description="A version vLLM does not hold yet is loaded first (503 when vLLM is down); a failed one is 409.",
     )
     def post(self, request: Request, adapter_name: str, number: str) -> Response:
-        from apps.adapters.loading import adapter_version_load
-
         adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
         version = adapter_version_get_for_tenant(self.tenant, adapter=adapter, number=number)
         if version.loaded_at is None and version.status != AdapterVersion.Status.FAILED:

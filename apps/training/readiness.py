@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.cohorts.selectors import consented_events
@@ -91,12 +91,12 @@ def training_readiness(adapter: Adapter) -> TrainingReadiness:
     feedback = Feedback.objects.filter(tenant_id=adapter.tenant_id, interaction__isnull=False).filter(
         feedback_belongs_to_adapter(adapter)
     )
-    consenting = feedback.filter(consented_events("interaction__"))
-    split = feedback.aggregate(total=Count("id"), consented=Count("id", filter=Q(id__in=consenting.values("id"))))
+    consent = consented_events("interaction__")
+    split = feedback.aggregate(total=Count("id"), consented=Count("id", filter=consent))
     eligible = training_events_eligible(adapter, parent=parent)
     new = training_events_new(adapter, parent=parent).aggregate(count=Count("id"), oldest=Min("updated_at"))
     unlearned = eligible.count()
-    learnable = feedback_learnable(consenting).count()
+    learnable = feedback_learnable(feedback.filter(consent)).count()
     active = TrainingRun.objects.filter(adapter=adapter, status__in=ACTIVE_STATUSES).order_by("-id").first()
     return TrainingReadiness(
         adapter=adapter,
