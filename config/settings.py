@@ -8,6 +8,7 @@ Production and the test suite set ``DATABASE_URL`` (Postgres) and ``REDIS_URL``.
 from __future__ import annotations
 
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -240,7 +241,18 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # Queues by workload: default (ingest follow-ups, stats), serving (vLLM loads), gpu (training, eval).
 # Each queue its own exchange and key: bare Queue(name)s all bind to the default exchange and key,
 # and then every message lands in every queue.
-CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in ("default", "serving", "gpu")]
+# Training pools: "pool-a:acme,globex;pool-b:initech" sends the runs of those tenants (by slug) to the
+# queue gpu-pool-a or gpu-pool-b, which only that pool's gpu workers take; every other tenant's runs go
+# to "gpu". Any number of gpu workers may take one queue (one per accelerator or host).
+STROP_GPU_POOLS: dict[str, str] = {}
+for _pool_spec in filter(None, (p.strip() for p in os.environ.get("STROP_GPU_POOLS", "").split(";"))):
+    _pool, _, _slugs = _pool_spec.partition(":")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,40}", _pool.strip()) or not _slugs.strip():
+        raise ValueError(f"STROP_GPU_POOLS: {_pool_spec!r} is not pool-name:tenant-slug[,tenant-slug...]")
+    for _slug in filter(None, (s.strip() for s in _slugs.split(","))):
+        STROP_GPU_POOLS[_slug] = f"gpu-{_pool.strip()}"
+_gpu_queues = sorted({"gpu", *STROP_GPU_POOLS.values()})
+CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in ("default", "serving", *_gpu_queues)]
 CELERY_TASK_ROUTES = {
     "workers.serving.*": {"queue": "serving"},
     "workers.training.training_run_execute": {"queue": "gpu"},
@@ -251,6 +263,12 @@ CELERY_TASK_ROUTES = {
 STROP_WEBHOOK_TIMEOUT_S = float(os.environ.get("STROP_WEBHOOK_TIMEOUT_S", "10"))
 STROP_WEBHOOK_MAX_ATTEMPTS = env_int("STROP_WEBHOOK_MAX_ATTEMPTS", 6)
 STROP_WEBHOOK_ALLOW_PRIVATE = env_bool("STROP_WEBHOOK_ALLOW_PRIVATE", False)
+# Beat must schedule once: every beat process takes a lock in Redis before it sends anything, and one
+# that does not hold it waits. The lock lapses this many seconds after its holder stops renewing it.
+STROP_BEAT_LOCK_TTL_S = env_int("STROP_BEAT_LOCK_TTL_S", 30)
+CELERY_BEAT_SCHEDULER = "workers.beat:SingleBeatScheduler"
+# GET /health/ready gives each dependency (database, Redis, adapter store, vLLM) this long to answer.
+STROP_READY_TIMEOUT_S = float(os.environ.get("STROP_READY_TIMEOUT_S", "2"))
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "attach-pending-feedback": {"task": "workers.ingest.feedback_attach_pending_all", "schedule": 60.0},
     "training-schedule": {"task": "workers.training.training_schedule_all", "schedule": 15.0},
@@ -377,6 +395,17 @@ TRAINER_AUTOCAST_BF16 = os.environ.get("TRAINER_AUTOCAST_BF16", "0")
 STROP_PROBE_TOLERANCE = float(os.environ.get("STROP_PROBE_TOLERANCE", "0.05"))
 # Adapter versions live here, one directory each, never overwritten.
 STROP_ADAPTER_ROOT = Path(os.environ.get("STROP_ADAPTER_ROOT", VAR_DIR / "adapters"))
+# The adapter store: empty = the local filesystem under STROP_ADAPTER_ROOT (the embedded default);
+# s3://bucket/prefix = S3-compatible object storage, reached with the standard AWS settings below
+# (AWS_ENDPOINT_URL for a store that is not AWS itself). The trainer writes a version once; vLLM
+# replicas fetch it themselves (platform/vllm_plugins/strop_vllm_store.py).
+STROP_ADAPTER_STORE = os.environ.get("STROP_ADAPTER_STORE", "")
+if STROP_ADAPTER_STORE and not re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?", STROP_ADAPTER_STORE):
+    raise ValueError(f"STROP_ADAPTER_STORE={STROP_ADAPTER_STORE!r}: leave it empty or give s3://bucket/prefix")
+AWS_ENDPOINT_URL = os.environ.get("AWS_ENDPOINT_URL", "")
+AWS_ACCESS_KEY_ID = os.environ.get("AWS_ACCESS_KEY_ID", "")
+AWS_SECRET_ACCESS_KEY = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+AWS_DEFAULT_REGION = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["apps.tenants.authentication.ApiKeyAuthentication"],

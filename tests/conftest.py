@@ -27,6 +27,7 @@ pytest_plugins = [
     "tests.fixtures.workers",
     "tests.fixtures.serving",
     "tests.fixtures.services",
+    "tests.fixtures.object_store",
 ]
 
 

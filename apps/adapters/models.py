@@ -80,7 +80,14 @@ class AdapterVersion(models.Model):
     adapter = models.ForeignKey(Adapter, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
-    artifact_path = models.CharField(max_length=500, unique=True)
+    artifact_path = models.CharField(
+        max_length=500,
+        unique=True,
+        help_text="where the adapter store keeps it: a folder on the embedded default, s3://bucket/prefix/<vllm name>",
+    )
+    digest = models.CharField(
+        max_length=71, blank=True, default="", help_text="sha256: of its manifest; a fetch checks the files against it"
+    )
     vllm_name = models.CharField(max_length=200, unique=True, help_text="tenant--adapter--vN-<random>; never reused")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.TRAINING)
     status_message = models.TextField(blank=True, help_text="why it failed, in vLLM's or the trainer's words")
@@ -90,6 +97,9 @@ class AdapterVersion(models.Model):
         null=True,
         blank=True,
         help_text='{"threshold", "explore", ...}: completions scoring below the threshold are withheld (serving)',
+    )
+    training_steps = models.JSONField(
+        default=list, blank=True, help_text="the trainer's per-step metrics (metrics.jsonl), for the run's curves"
     )
     created_at = models.DateTimeField(auto_now_add=True)
     loaded_at = models.DateTimeField(null=True, blank=True, help_text="when every replica confirmed it")

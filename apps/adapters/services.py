@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
-from apps.common.exceptions import Conflict, ValidationFailed
+from apps.adapters.store import StoreError, adapter_store, store_for
+from apps.common.exceptions import Conflict, ServiceUnavailable, ValidationFailed
 from apps.common.tasks import enqueue_on_commit
 from apps.notifications.services import notification_send
 from apps.tenants.models import Tenant
@@ -89,10 +90,12 @@ def adapter_version_register(
     actor: str = "system",
     enqueue_load: bool = True,
 ) -> AdapterVersion:
-    """Copy a verified PEFT adapter into a new version directory and register it.
+    """Write a verified PEFT adapter to the adapter store as a new version and register it.
 
-    The copy lands under a temporary name and is renamed into place, so a crash never leaves a
-    half-written version directory that a row points to. Loading into vLLM happens after commit.
+    The store writes the version once, under a name never reused, with a manifest last (a crash
+    leaves no complete version that a row lacks, nor a row whose version is half written: the row
+    commits after the upload). The trainer's per-step metrics go into the row, so nothing reads
+    them from files again. Loading into vLLM happens after commit.
     """
     from gpu_trainer.adapters import verify_adapter
     from gpu_trainer.errors import AdapterInvalidError
@@ -108,18 +111,22 @@ def adapter_version_register(
         Adapter.objects.select_for_update(no_key=True).filter(pk=adapter.pk).first()  # serialises version numbers
         number = (AdapterVersion.objects.filter(adapter=adapter).aggregate(n=Max("number"))["n"] or 0) + 1
         slug = _version_slug(number)
-        target = Path(settings.STROP_ADAPTER_ROOT) / adapter.tenant.slug / adapter.name / slug
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = target.with_name(target.name + ".tmp")
-        shutil.copytree(source, staging)
-        staging.rename(target)
+        vllm_name = f"{adapter.tenant.slug}--{adapter.name}--{slug}"
+        try:
+            stored = adapter_store().put(
+                source, tenant=adapter.tenant.slug, adapter=adapter.name, slug=slug, vllm_name=vllm_name
+            )
+        except StoreError as exc:
+            raise ServiceUnavailable(f"the adapter store did not take version {number}: {exc}") from None
         version = AdapterVersion.objects.create(
             tenant=tenant,
             adapter=adapter,
             number=number,
             parent=parent,
-            artifact_path=str(target),
-            vllm_name=f"{adapter.tenant.slug}--{adapter.name}--{slug}",
+            artifact_path=stored.address,
+            digest=stored.digest,
+            training_steps=_training_steps(source),
+            vllm_name=vllm_name,
             status=status,
             lora_rank=int(config["r"]),
             metrics=metrics or {},
@@ -136,6 +143,39 @@ def adapter_version_register(
         if enqueue_load:
             enqueue_on_commit("workers.serving.adapter_version_load", version.pk)
     return version
+
+
+def adapter_version_fetch(version: AdapterVersion, *, into: str | Path) -> Path:
+    """A local folder holding ``version``'s files, checked against its digest: fetched from object
+    storage into ``into``, or the store's own folder on the embedded default. For the trainer (a
+    parent to train on and compare with); vLLM replicas fetch for themselves."""
+    try:
+        return store_for(version.artifact_path).fetch(version.artifact_path, digest=version.digest, dest=into)
+    except StoreError as exc:
+        raise ServiceUnavailable(f"version {version.number} could not be read from the adapter store: {exc}") from None
+
+
+# The most per-step rows a version keeps (a run of 2,048 events at batch 8 and 4 epochs has 1,024).
+MAX_TRAINING_STEPS = 20_000
+
+
+def _training_steps(source: Path) -> list[dict[str, Any]]:
+    """The trainer's ``metrics.jsonl`` beside the adapter, as rows (unreadable lines skipped)."""
+    steps: list[dict[str, Any]] = []
+    try:
+        with (source / "metrics.jsonl").open() as fh:
+            for line in fh:
+                if len(steps) >= MAX_TRAINING_STEPS:
+                    break
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict):
+                    steps.append(row)
+    except OSError:
+        return []
+    return steps
 
 
 # The probe sequence of a version registered without a training sample: code any base model reads.

@@ -4,11 +4,9 @@ filtered interaction and audit listings. Tenant-owned objects are resolved throu
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -103,31 +101,13 @@ class StepCurves:
 
 
 def training_run_step_metrics(run: TrainingRun) -> StepCurves:
-    """The trainer writes one JSON line per optimizer step beside the adapter; a run without an
-    output version (failed, rejected, still going) has none to read."""
+    """The trainer's per-step metrics, which the version's row keeps (``training_steps``); a run
+    without an output version (failed, rejected, still going) has none."""
     version = run.output_version
-    if version is None:
+    if version is None or not version.training_steps:
         return StepCurves(steps=[], source=None)
-    path = Path(version.artifact_path) / "metrics.jsonl"
-    steps: list[dict[str, Any]] = []
-    skipped = 0
-    try:
-        with path.open() as fh:
-            for line in fh:
-                if len(steps) >= MAX_STEP_ROWS:
-                    break
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    skipped += 1
-                    continue
-                if isinstance(row, dict):
-                    steps.append(row)
-                else:
-                    skipped += 1
-    except OSError:
-        return StepCurves(steps=[], source=None)
-    return StepCurves(steps=steps, source=str(path), skipped_lines=skipped)
+    steps = [row for row in version.training_steps[:MAX_STEP_ROWS] if isinstance(row, dict)]
+    return StepCurves(steps=steps, source="metrics.jsonl", skipped_lines=len(version.training_steps) - len(steps))
 
 
 NO_FEEDBACK = "none"

@@ -433,7 +433,7 @@ class VLLMClient:
             message, vtype = error_parts(response)
             loaded = {m.id: m for m in self.models(replica)}
             if response.status_code == 400 and name in loaded:
-                if loaded[name].root == lora_path:
+                if _same_source(loaded[name].root, lora_path, name):
                     return
                 raise AdapterConflict(
                     f"adapter {name!r} is already loaded from {loaded[name].root}, not {lora_path}",
@@ -451,7 +451,7 @@ class VLLMClient:
                 details={"lora_name": name, "lora_path": lora_path},
             )
         card = next((m for m in self.models(replica) if m.id == name), None)
-        if card is None or card.root != lora_path:
+        if card is None or not _same_source(card.root, lora_path, name):
             raise VLLMError(f"vLLM at {replica} accepted {name!r} but does not list it", replica=replica)
 
     def unload_adapter(self, name: str) -> None:
@@ -464,3 +464,11 @@ class VLLMClient:
             if response.status_code == 404:
                 continue
             raise_for(response, replica, what="adapter unload")
+
+
+def _same_source(root: str | None, lora_path: str, name: str) -> bool:
+    """Whether vLLM's ``root`` for an adapter is ``lora_path``: the path itself, or for a version in
+    object storage the replica's cached copy, a folder named after the version (never reused)."""
+    if root == lora_path:
+        return True
+    return lora_path.startswith("s3://") and bool(root) and os.path.basename(str(root).rstrip("/")) == name

@@ -19,7 +19,7 @@ from django.db import IntegrityError, connection, transaction
 
 from apps.adapters.loading import adapter_version_load
 from apps.adapters.models import AdapterVersion
-from apps.adapters.services import adapter_serve_probe, adapter_version_register
+from apps.adapters.services import adapter_serve_probe, adapter_version_fetch, adapter_version_register
 from apps.common.exception_handler import public_text
 from apps.common.exceptions import ValidationFailed
 from apps.common.observability.metrics import training_run_finished
@@ -196,11 +196,12 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
         }
     )
     started = time.perf_counter()
+    parent_dir = adapter_version_fetch(parent, into=run_dir / "parent") if parent else None
     result = train_ppo(
         config,
         window.train,
         base_model_dir=base.path,
-        parent_adapter_dir=parent.artifact_path if parent else None,
+        parent_adapter_dir=parent_dir,
         out_dir=run_dir / "adapter",
         progress=False,
         on_step=guard.check,
@@ -216,7 +217,7 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     show_gate = _fit_show_gate(window, policy)
     verdict = evaluate_candidate(
         base_model_dir=base.path,
-        parent_adapter_dir=parent.artifact_path if parent else None,
+        parent_adapter_dir=parent_dir,
         candidate_adapter_dir=result.out_dir,
         heldout=window.heldout,
         fim_eval=eval_set.cases if eval_set else None,

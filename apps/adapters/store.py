@@ -1,0 +1,278 @@
+"""The adapter store: where adapter versions live, written once and never changed.
+
+Two backends behind one interface:
+
+- ``LocalStore``: a folder on this host (``STROP_ADAPTER_ROOT``), the embedded default. A version's
+  address is its absolute path, which a vLLM on the same host loads directly.
+- ``S3Store``: S3-compatible object storage (``STROP_ADAPTER_STORE=s3://bucket/prefix``). A version's
+  address is ``s3://bucket/prefix/<vllm name>``; vLLM replicas fetch it themselves
+  (``platform/vllm_plugins/strop_vllm_store.py``) into a cache of their own, and the trainer fetches
+  a parent the same way. Nothing else reads adapter files.
+
+Every version carries a manifest (``strop-manifest.json``: each file's SHA-256) and a digest over
+it, which the database keeps beside the version; a fetch checks every file against both. The
+manifest is written last, so a version without one was never completely written and cannot be
+fetched. Only the trainer (through ``adapter_version_register``) writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+MANIFEST = "strop-manifest.json"
+
+
+class StoreError(Exception):
+    """The store refused or could not complete an operation (the message says which and why)."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached, or refuses Strop's credentials."""
+
+
+class StoreCorrupt(StoreError):
+    """A version's files do not match its manifest or its recorded digest."""
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(directory: Path) -> Iterator[tuple[str, Path]]:
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and path.name != MANIFEST:
+            yield path.relative_to(directory).as_posix(), path
+
+
+def manifest_of(directory: str | Path) -> dict[str, str]:
+    """Each file of a version directory (relative POSIX path) and its SHA-256."""
+    return {name: _file_sha256(path) for name, path in _files(Path(directory))}
+
+
+def manifest_digest(manifest: dict[str, str]) -> str:
+    """One digest over a manifest: ``sha256:`` and the hash of its sorted name/hash lines."""
+    lines = "".join(f"{name}\0{sha}\n" for name, sha in sorted(manifest.items()))
+    return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
+
+
+def verify_directory(directory: str | Path, *, digest: str) -> None:
+    """Raise StoreCorrupt unless ``directory`` holds exactly its manifest's files, under ``digest``."""
+    directory = Path(directory)
+    try:
+        recorded = json.loads((directory / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise StoreCorrupt(f"{directory.name}: no readable {MANIFEST}") from None
+    if manifest_digest(recorded) != digest:
+        raise StoreCorrupt(f"{directory.name}: the manifest's digest is not the one recorded for the version")
+    actual = manifest_of(directory)
+    if actual != recorded:
+        changed = sorted(set(actual.items()) ^ set(recorded.items()))
+        raise StoreCorrupt(f"{directory.name}: files differ from the manifest ({', '.join(n for n, _ in changed[:3])})")
+
+
+def _write_manifest(directory: Path) -> str:
+    manifest = manifest_of(directory)
+    (directory / MANIFEST).write_text(json.dumps({"files": manifest}, sort_keys=True, indent=1))
+    return manifest_digest(manifest)
+
+
+@dataclass(frozen=True)
+class Stored:
+    address: str  # what the version row keeps and vLLM is told to load
+    digest: str
+
+
+class LocalStore:
+    """Versions as folders under ``root``: ``<tenant>/<adapter>/<slug>``."""
+
+    kind = "local"
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def put(self, source: str | Path, *, tenant: str, adapter: str, slug: str, vllm_name: str) -> Stored:
+        target = self.root / tenant / adapter / slug
+        if target.exists():
+            raise StoreError(f"{target.name} is already stored; a version is written once")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_name(f"{target.name}.tmp-{uuid.uuid4().hex[:8]}")
+        shutil.copytree(source, staging)
+        digest = _write_manifest(staging)
+        staging.rename(target)  # a crash leaves a .tmp folder that no row points to, never half a version
+        return Stored(address=str(target), digest=digest)
+
+    def fetch(self, address: str, *, digest: str, dest: str | Path) -> Path:
+        """The version's folder, checked against its digest (on this host it is read in place)."""
+        del dest
+        directory = Path(address)
+        if not directory.is_dir():
+            raise StoreError(f"{directory.name} is not in the adapter store")
+        if digest:
+            verify_directory(directory, digest=digest)
+        return directory
+
+    def check(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = self.root / f".ready-{uuid.uuid4().hex[:8]}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise StoreUnavailable(f"the adapter folder cannot be written ({exc.strerror or exc})") from None
+
+
+class S3Store:
+    """Versions as objects under ``s3://bucket/prefix/<vllm name>/``, the manifest written last."""
+
+    kind = "s3"
+
+    def __init__(self, url: str, *, client: Any | None = None) -> None:
+        bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        self.bucket, self.prefix = bucket, prefix.strip("/")
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = s3_client()
+        return self._client
+
+    def _key(self, name: str, *parts: str) -> str:
+        return "/".join(p for p in (self.prefix, name, *parts) if p)
+
+    def _name(self, address: str) -> str:
+        base = f"s3://{self.bucket}/{self.prefix}/" if self.prefix else f"s3://{self.bucket}/"
+        if not address.startswith(base) or "/" in address[len(base) :].strip("/"):
+            raise StoreError("the version is not in this adapter store")
+        return address[len(base) :].strip("/")
+
+    def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return fn(Bucket=self.bucket, **kwargs)
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", "error"))
+            if code in {"NoSuchBucket", "404"} and "Key" not in kwargs:
+                raise StoreUnavailable(f"{what}: bucket {self.bucket!r} does not exist") from None
+            if code in {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"}:
+                raise StoreUnavailable(f"{what}: the object store refused Strop's credentials ({code})") from None
+            raise StoreError(f"{what}: the object store answered {code}") from None
+        except BotoCoreError as exc:
+            raise StoreUnavailable(f"{what}: the object store cannot be reached ({type(exc).__name__})") from None
+
+    def put(self, source: str | Path, *, tenant: str, adapter: str, slug: str, vllm_name: str) -> Stored:
+        del tenant, adapter, slug  # the vLLM name already holds them, and replicas look versions up by it
+        source = Path(source)
+        manifest_key = self._key(vllm_name, MANIFEST)
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=manifest_key)
+        except ClientError:
+            pass
+        else:
+            raise StoreError(f"{vllm_name} is already stored; a version is written once")
+        manifest = manifest_of(source)
+        for name, path in _files(source):
+            with path.open("rb") as fh:
+                self._call(f"upload {name}", self.client.put_object, Key=self._key(vllm_name, name), Body=fh)
+        body = json.dumps({"files": manifest}, sort_keys=True, indent=1).encode()
+        self._call("upload the manifest", self.client.put_object, Key=manifest_key, Body=body)
+        return Stored(address=f"s3://{self.bucket}/{self._key(vllm_name)}", digest=manifest_digest(manifest))
+
+    def fetch(self, address: str, *, digest: str, dest: str | Path) -> Path:
+        """Download a version into ``dest`` (replaced if it exists but does not check out)."""
+        name = self._name(address)
+        dest = Path(dest)
+        if dest.is_dir():
+            try:
+                verify_directory(dest, digest=digest)
+                return dest
+            except StoreCorrupt:
+                shutil.rmtree(dest)
+        raw = self._call("read the manifest", self.client.get_object, Key=self._key(name, MANIFEST))["Body"].read()
+        try:
+            files = json.loads(raw)["files"]
+        except (ValueError, KeyError, TypeError):
+            raise StoreCorrupt(f"{name}: the manifest is not readable") from None
+        staging = dest.with_name(f"{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
+        staging.mkdir(parents=True)
+        try:
+            for file_name in files:
+                target = staging / file_name
+                if not target.resolve().is_relative_to(staging.resolve()):
+                    raise StoreCorrupt(f"{name}: the manifest names a file outside the version")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                obj = self._call(f"download {file_name}", self.client.get_object, Key=self._key(name, file_name))
+                with target.open("wb") as fh:
+                    shutil.copyfileobj(obj["Body"], fh)
+            (staging / MANIFEST).write_bytes(raw)
+            verify_directory(staging, digest=digest)
+            staging.rename(dest)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return dest
+
+    def check(self) -> None:
+        self._call("check the bucket", self.client.head_bucket)
+
+
+def s3_client() -> Any:
+    """A boto3 S3 client from the standard AWS settings, with short timeouts and a few retries."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=settings.AWS_ENDPOINT_URL or None,
+        aws_access_key_id=settings.AWS_ACCESS_KEY_ID or None,
+        aws_secret_access_key=settings.AWS_SECRET_ACCESS_KEY or None,
+        region_name=settings.AWS_DEFAULT_REGION,
+        config=Config(connect_timeout=3, read_timeout=30, retries={"max_attempts": 3, "mode": "standard"}),
+    )
+
+
+AdapterStore = LocalStore | S3Store
+
+
+@cache
+def _store(url: str, root: str, endpoint: str, key_id: str) -> AdapterStore:
+    del endpoint, key_id  # part of the cache key only: a changed setting gets a new client
+    return S3Store(url) if url else LocalStore(root)
+
+
+def adapter_store() -> AdapterStore:
+    """The configured store (``STROP_ADAPTER_STORE``; empty = the local folder)."""
+    return _store(
+        settings.STROP_ADAPTER_STORE,
+        str(settings.STROP_ADAPTER_ROOT),
+        settings.AWS_ENDPOINT_URL,
+        settings.AWS_ACCESS_KEY_ID,
+    )
+
+
+def store_for(address: str) -> AdapterStore:
+    """The store holding a version at ``address`` (an ``s3://`` address or a local path), so a version
+    written before the store moved is still read from where it lies."""
+    current = adapter_store()
+    if address.startswith("s3://"):
+        if isinstance(current, S3Store) and address.startswith(f"s3://{current.bucket}/"):
+            return current
+        bucket_prefix = address.removeprefix("s3://").rsplit("/", 1)[0]
+        return S3Store(f"s3://{bucket_prefix}", client=current.client if isinstance(current, S3Store) else None)
+    return current if isinstance(current, LocalStore) else LocalStore(Path(address).parent)

@@ -1,0 +1,251 @@
+"""vLLM replicas fetch Strop's adapter versions from the adapter store by themselves.
+
+Runs inside vLLM's own virtualenv (boto3 is installed there by ``platform/vllm-env.sh``) and imports
+nothing from Strop. Active only when ``STROP_ADAPTER_STORE`` is an ``s3://bucket/prefix`` address;
+reads the standard AWS settings (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``) as the rest of Strop does.
+
+Two ways in, one fetch:
+
+- ``register`` (a ``vllm.general_plugins`` entry point, declared by the ``strop_vllm_plugins``
+  dist-info beside this file) adds a LoRA resolver. A request naming a version this replica has
+  not loaded (a replica that restarted, or a new one) makes vLLM ask the resolver, which fetches
+  ``s3://bucket/prefix/<name>/`` into the replica's cache and hands vLLM the folder.
+- ``FetchOnLoad`` (an ASGI middleware, ``--middleware strop_vllm_store.FetchOnLoad``): Strop's
+  ``POST /v1/load_lora_adapter`` names the version by its store address; the middleware fetches it
+  and passes vLLM the cached folder instead, so vLLM's own checks and errors apply unchanged.
+
+A fetch downloads into a temporary folder, checks every file against the version's manifest
+(``strop-manifest.json``, written last by the trainer) and renames the folder into the cache, so the
+cache never holds half a version. Strop's serve-probe then checks the weights vLLM serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("strop_vllm_store")
+
+MANIFEST = "strop-manifest.json"
+# A version's name: tenant--adapter--vN-<random>. Anything else never reaches the store.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
+
+Scope = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
+
+
+class NotInStore(Exception):
+    pass
+
+
+class BadVersion(Exception):
+    pass
+
+
+def store_url() -> str:
+    url = os.environ.get("STROP_ADAPTER_STORE", "")
+    return url if url.startswith("s3://") else ""
+
+
+def cache_dir() -> Path:
+    default = Path(tempfile.gettempdir()) / "strop-vllm-adapters"
+    path = Path(os.environ.get("STROP_VLLM_ADAPTER_CACHE", "") or default)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class Store:
+    def __init__(self, url: str) -> None:
+        import boto3
+        from botocore.config import Config
+
+        bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        self.bucket, self.prefix = bucket, prefix.strip("/")
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None,
+            region_name=os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            config=Config(connect_timeout=3, read_timeout=30, retries={"max_attempts": 3, "mode": "standard"}),
+        )
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def address(self, name: str) -> str:
+        return f"s3://{self.bucket}/{self.prefix}/{name}" if self.prefix else f"s3://{self.bucket}/{name}"
+
+    def _key(self, name: str, file_name: str) -> str:
+        return "/".join(p for p in (self.prefix, name, file_name) if p)
+
+    def fetch(self, name: str) -> Path:
+        """The cached folder of version ``name``, fetched from the store if need be."""
+        if not NAME.fullmatch(name) or ".." in name:
+            raise NotInStore(name)
+        with self._guard:
+            lock = self._locks.setdefault(name, threading.Lock())
+        with lock:
+            target = cache_dir() / name
+            if target.is_dir() and _checks_out(target):
+                return target
+            shutil.rmtree(target, ignore_errors=True)
+            return self._download(name, target)
+
+    def _download(self, name: str, target: Path) -> Path:
+        from botocore.exceptions import ClientError
+
+        try:
+            raw = self.client.get_object(Bucket=self.bucket, Key=self._key(name, MANIFEST))["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                raise NotInStore(name) from None
+            raise
+        try:
+            files = json.loads(raw)["files"]
+        except (ValueError, KeyError, TypeError):
+            raise BadVersion(f"{name}: unreadable manifest") from None
+        staging = target.with_name(f"{target.name}.tmp-{uuid.uuid4().hex[:8]}")
+        staging.mkdir(parents=True)
+        try:
+            for file_name in files:
+                path = staging / file_name
+                if not path.resolve().is_relative_to(staging.resolve()):
+                    raise BadVersion(f"{name}: the manifest names a file outside the version")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                body = self.client.get_object(Bucket=self.bucket, Key=self._key(name, file_name))["Body"]
+                with path.open("wb") as fh:
+                    shutil.copyfileobj(body, fh)
+            (staging / MANIFEST).write_bytes(raw)
+            if not _checks_out(staging):
+                raise BadVersion(f"{name}: downloaded files do not match the manifest")
+            staging.rename(target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        logger.info("fetched adapter %s from the adapter store", name)
+        return target
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _checks_out(folder: Path) -> bool:
+    try:
+        files = json.loads((folder / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST}
+    return present == set(files) and all(_sha256(folder / n) == sha for n, sha in files.items())
+
+
+_store: Store | None = None
+
+
+def store() -> Store:
+    global _store
+    if _store is None:
+        _store = Store(store_url())
+    return _store
+
+
+def register() -> None:
+    """vLLM's general-plugin hook: add the resolver when an object store is configured."""
+    if not store_url():
+        return
+    from vllm.lora.request import LoRARequest
+    from vllm.lora.resolver import LoRAResolver, LoRAResolverRegistry
+
+    class StoreResolver(LoRAResolver):
+        async def resolve_lora(self, base_model_name: str, lora_name: str) -> LoRARequest | None:
+            try:
+                folder = await asyncio.to_thread(store().fetch, lora_name)
+            except NotInStore:
+                return None
+            except Exception:  # noqa: BLE001 - vLLM answers 404 for an adapter no resolver found
+                logger.exception("fetching adapter %s from the adapter store failed", lora_name)
+                return None
+            return LoRARequest(lora_name=lora_name, lora_int_id=1, lora_path=str(folder))
+
+    LoRAResolverRegistry.register_resolver("Strop adapter store", StoreResolver())
+
+
+def _error(status: int, message: str) -> tuple[dict[str, Any], bytes]:
+    body = json.dumps({"error": {"message": message, "type": "BadRequestError", "code": status}}).encode()
+    start = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+    }
+    return start, body
+
+
+class FetchOnLoad:
+    """Rewrites a load request that names a store address to the replica's cached copy."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        path = scope.get("path", "").removeprefix(scope.get("root_path", "")).rstrip("/")
+        if scope["type"] != "http" or scope.get("method") != "POST" or path != "/v1/load_lora_adapter":
+            await self.app(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        raw = b"".join(chunks)
+        try:
+            body = json.loads(raw)
+            lora_path, lora_name = str(body.get("lora_path", "")), str(body.get("lora_name", ""))
+        except (ValueError, AttributeError):
+            lora_path, lora_name = "", ""
+        if lora_path.startswith("s3://") and store_url():
+            problem = await self._fetch(lora_name, lora_path)
+            if isinstance(problem, tuple):
+                start, payload = problem
+                await send(start)
+                await send({"type": "http.response.body", "body": payload})
+                return
+            body["lora_path"] = problem
+            raw = json.dumps(body).encode()
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(raw)).encode()))
+        await self.app({**scope, "headers": headers}, replay, send)
+
+    async def _fetch(self, name: str, address: str) -> str | tuple[dict[str, Any], bytes]:
+        if store().address(name) != address:
+            return _error(400, "lora_path is not this version's address in the adapter store")
+        try:
+            return str(await asyncio.to_thread(store().fetch, name))
+        except NotInStore:
+            return _error(404, f"adapter {name} is not in the adapter store")
+        except BadVersion as exc:
+            return _error(400, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the store is down: the caller retries later
+            logger.exception("fetching adapter %s from the adapter store failed", name)
+            return _error(503, f"the adapter store could not be read ({type(exc).__name__})")

@@ -1,0 +1,117 @@
+"""The adapter store: versions written once with a digest, read back only if they check out.
+
+The S3 tests talk to moto's server mode (tests/fixtures/object_store.py), the stand-in for an
+S3-compatible service, which nothing on this machine or in CI provides.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from apps.adapters.models import AdapterVersion
+from apps.adapters.services import adapter_version_fetch, adapter_version_register
+from apps.adapters.store import (
+    MANIFEST,
+    S3Store,
+    StoreCorrupt,
+    StoreError,
+    StoreUnavailable,
+    adapter_store,
+    manifest_digest,
+    manifest_of,
+)
+from apps.common.exceptions import ServiceUnavailable
+
+pytestmark = pytest.mark.django_db
+
+
+def register(tenant, adapter, source, **kwargs) -> AdapterVersion:
+    return adapter_version_register(tenant, adapter=adapter, source_dir=source, enqueue_load=False, **kwargs)
+
+
+def with_steps(source: Path, rows: int = 3) -> Path:
+    with (source / "metrics.jsonl").open("w") as fh:
+        for step in range(rows):
+            fh.write(json.dumps({"step": step, "loss": 1.0 / (step + 1)}) + "\n")
+        fh.write("not json\n")
+    return source
+
+
+def test_a_local_version_carries_its_digest_and_a_changed_file_is_refused(tenant, adapter, make_lora_adapter):
+    source = make_lora_adapter(seed=11)
+    version = register(tenant, adapter, source)
+    folder = Path(version.artifact_path)
+    assert (folder / MANIFEST).is_file()
+    assert version.digest == manifest_digest(manifest_of(source)) and version.digest.startswith("sha256:")
+    assert adapter_version_fetch(version, into=Path("/nonexistent")) == folder  # read in place on one box
+
+    weights = folder / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
+    with pytest.raises(ServiceUnavailable, match="files differ from the manifest"):
+        adapter_version_fetch(version, into=Path("/nonexistent"))
+
+
+def test_the_trainers_step_metrics_are_kept_in_the_row(tenant, adapter, make_lora_adapter, tmp_path):
+    source = tmp_path / "with-steps"
+    source.mkdir()
+    for path in make_lora_adapter(seed=12).iterdir():
+        (source / path.name).write_bytes(path.read_bytes())
+    version = register(tenant, adapter, with_steps(source))
+    assert [row["step"] for row in version.training_steps] == [0, 1, 2]  # the unreadable line is skipped
+
+
+def test_an_s3_version_lives_in_the_bucket_only_and_is_fetched_intact(
+    settings, s3_store, object_store, tenant, adapter, make_lora_adapter, tmp_path
+):
+    source = make_lora_adapter(seed=13)
+    version = register(tenant, adapter, source)
+    bucket = s3_store.removeprefix("s3://").split("/")[0]
+    assert version.artifact_path == f"{s3_store}/{version.vllm_name}"
+    keys = {o["Key"] for o in object_store.client().list_objects_v2(Bucket=bucket)["Contents"]}
+    assert keys == {f"adapters/{version.vllm_name}/{name}" for name in (*manifest_of(source), MANIFEST)}
+    assert not any(Path(settings.STROP_ADAPTER_ROOT).rglob("*"))  # nothing written to a local disk
+    assert version.digest == manifest_digest(manifest_of(source))
+
+    fetched = adapter_version_fetch(version, into=tmp_path / "parent")
+    assert manifest_of(fetched) == manifest_of(source)
+    assert adapter_version_fetch(version, into=tmp_path / "parent") == fetched  # a checked copy is reused
+
+    with pytest.raises(StoreError, match="written once"):
+        adapter_store().put(source, tenant="acme", adapter="autocomplete", slug="x", vllm_name=version.vllm_name)
+
+
+def test_a_tampered_or_incomplete_s3_version_is_never_used(s3_store, object_store, tenant, adapter, make_lora_adapter, tmp_path):
+    version = register(tenant, adapter, make_lora_adapter(seed=14))
+    bucket = s3_store.removeprefix("s3://").split("/")[0]
+    client = object_store.client()
+    client.put_object(Bucket=bucket, Key=f"adapters/{version.vllm_name}/adapter_config.json", Body=b"{}")
+    with pytest.raises(ServiceUnavailable, match="do not match|differ"):
+        adapter_version_fetch(version, into=tmp_path / "a")
+    assert not (tmp_path / "a").exists()  # no half-checked folder is left for the trainer
+
+    client.delete_object(Bucket=bucket, Key=f"adapters/{version.vllm_name}/{MANIFEST}")
+    with pytest.raises(ServiceUnavailable, match="could not be read"):
+        adapter_version_fetch(version, into=tmp_path / "b")
+
+
+def test_the_store_check_names_what_is_wrong(settings, object_store):
+    missing = S3Store("s3://strop-no-such-bucket/x")
+    settings.AWS_ENDPOINT_URL = object_store.endpoint
+    settings.AWS_ACCESS_KEY_ID, settings.AWS_SECRET_ACCESS_KEY = "k", "s"
+    with pytest.raises(StoreUnavailable, match="bucket .strop-no-such-bucket. does not exist"):
+        missing.check()
+    settings.AWS_ENDPOINT_URL = "http://127.0.0.1:9"  # nothing listens on the discard port
+    with pytest.raises(StoreUnavailable, match="cannot be reached"):
+        S3Store("s3://strop-any/x").check()
+
+
+def test_a_corrupt_manifest_digest_is_refused(s3_store, tenant, adapter, make_lora_adapter, tmp_path):
+    version = register(tenant, adapter, make_lora_adapter(seed=15))
+    version.digest = "sha256:" + "0" * 64
+    with pytest.raises(ServiceUnavailable, match="digest"):
+        adapter_version_fetch(version, into=tmp_path / "c")
+    with pytest.raises(StoreCorrupt):
+        adapter_store().fetch(version.artifact_path, digest=version.digest, dest=tmp_path / "d")
