@@ -14,7 +14,7 @@ ASSETS_STAMP := var/vendor/.htmx-$(HTMX_VERSION)-axe-$(AXE_VERSION)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: venv assets browser services test demo up starter vllm lint lint-imports bench-ingest bench-serving bench-capacity bench-trainer bench-freshness bench-experiments bench-dashboard bench-learning bench-agent-learning vllm-env clean
+.PHONY: venv assets browser services test test-hosts demo up starter vllm lint lint-imports bench-ingest bench-serving bench-capacity bench-trainer bench-freshness bench-experiments bench-dashboard bench-learning bench-agent-learning vllm-env clean
 
 venv: $(STAMP)
 
@@ -40,6 +40,11 @@ browser:
 
 test: venv assets browser services lint-imports
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+# One learning round across separate hosts: network namespaces with no shared filesystem (needs root;
+# `make test` runs it too, as part of the suite).
+test-hosts: venv services
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest tests/hosts -s $(PYTEST_ARGS)
 
 demo: venv assets
 	@bash platform/demo.sh

@@ -243,6 +243,8 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     guard.check()
     started = time.perf_counter()
     probe = adapter_serve_probe(base, result.out_dir, sample=window.train[0])
+    seconds["probe"] = time.perf_counter() - started
+    started = time.perf_counter()
     with transaction.atomic():
         # The run's row is locked while its version registers: an erase marking this run waits for
         # the commit and then names the version; one that marked it first is seen here.
@@ -263,6 +265,8 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
             enqueue_load=False,
         )
         _advance(run, run.status, output_version=version)
+    seconds["upload"] = time.perf_counter() - started  # registering writes the version to the adapter store
+    started = time.perf_counter()
     _load_now_or_later(version)
     seconds["load"] = time.perf_counter() - started
     _advance(run, TrainingRun.Status.CANDIDATE, output_version=version, gate=gate, stage_seconds=seconds)

@@ -31,12 +31,13 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger("strop_vllm_store")
+logger = logging.getLogger("vllm.strop_vllm_store")  # under vLLM's logger, so its handlers print it
 
 MANIFEST = "strop-manifest.json"
 # A version's name: tenant--adapter--vN-<random>. Anything else never reaches the store.
@@ -99,7 +100,10 @@ class Store:
             if target.is_dir() and _checks_out(target):
                 return target
             shutil.rmtree(target, ignore_errors=True)
-            return self._download(name, target)
+            started = time.monotonic()
+            folder = self._download(name, target)
+            logger.info("fetched adapter %s from the adapter store in %.2f s", name, time.monotonic() - started)
+            return folder
 
     def _download(self, name: str, target: Path) -> Path:
         from botocore.exceptions import ClientError
@@ -131,7 +135,6 @@ class Store:
             staging.rename(target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        logger.info("fetched adapter %s from the adapter store", name)
         return target
 
 
