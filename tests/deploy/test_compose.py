@@ -1,0 +1,240 @@
+"""platform/compose.yaml (and its GPU override): valid under the official Compose Specification
+schema, its services the Procfile's processes beside the backing stores and one-shot jobs, every
+reference resolvable, every setting one that Strop or vLLM reads, a health check on every service
+that keeps running, secrets only from the env file, and no volume that holds the repository or
+adapters. Compose itself never runs here (no container engine): the schema and these rules are it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from config.secret_keys import weakness
+from tests.deploy.layout import (
+    BACKING_SERVICES,
+    COMPOSE,
+    COMPOSE_ENV_EXAMPLE,
+    COMPOSE_GPU,
+    DOCKER,
+    ONE_SHOTS,
+    ROOT,
+    compose,
+    dockerfile_stages,
+    procfile,
+    tool,
+)
+from tests.test_env_example import LISTED, settings_read
+
+# Named volumes and who may write them: the databases', the object store's, and the base models'
+# (written by the base-model job only, read-only everywhere else). None holds adapters.
+VOLUME_WRITERS = {
+    "postgres-data": {"postgres"},
+    "redis-data": {"redis"},
+    "object-store-data": {"object-store"},
+    "models": {"base-model"},
+}
+# Values that must never be written in the compose file itself.
+SECRETS = {
+    "SECRET_KEY",
+    "API_KEY_PEPPER",
+    "VLLM_API_KEY",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "POSTGRES_PASSWORD",
+    "MINIO_ROOT_USER",
+    "MINIO_ROOT_PASSWORD",
+    "STROP_METRICS_TOKEN",
+}
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, dict]:
+    return compose()["services"]
+
+
+def built_from_our_images(services: dict[str, dict]) -> dict[str, dict]:
+    return {name: s for name, s in services.items() if "build" in s}
+
+
+def vllm_documented() -> set[str]:
+    """What platform/vllm.sh documents in its header and the vLLM plugins read from the environment."""
+    script = (ROOT / "platform" / "vllm.sh").read_text().splitlines()
+    names = {n for line in script if line.startswith("#") for n in re.findall(r"\b(VLLM_[A-Z0-9_]+)\b", line)}
+    for plugin in (ROOT / "platform" / "vllm_plugins").glob("*.py"):
+        names |= set(re.findall(r"os\.environ(?:\.get)?[\[(]\s*[\"']([A-Z][A-Z0-9_]+)[\"']", plugin.read_text()))
+    return names
+
+
+def strop_settings() -> set[str]:
+    """Every setting Strop reads: what config/ reads, and platform/env.example's list of them."""
+    return settings_read() | set(LISTED.findall((ROOT / "platform" / "env.example").read_text()))
+
+
+def procfile_variables() -> set[str]:
+    return {name for line in procfile().values() for name in re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", line)}
+
+
+def interpolated(path: Path = COMPOSE) -> dict[str, bool]:
+    """The variables compose fills into a file: name -> whether it is required (``${NAME:?...}``)."""
+    found: dict[str, bool] = {}
+    for name, operator in re.findall(r"(?<!\$)\$\{([A-Z_][A-Z0-9_]*)(:?[-?]?)", path.read_text()):
+        found[name] = found.get(name, False) or operator == ":?"
+    return found
+
+
+def env_example_names() -> dict[str, str]:
+    values = {}
+    for line in COMPOSE_ENV_EXAMPLE.read_text().splitlines():
+        match = re.match(r"^#?\s?([A-Z][A-Z0-9_]+)=(.*)$", line)
+        if match:
+            values[match.group(1)] = match.group(2)
+    return values
+
+
+def test_the_compose_files_are_valid_compose_specification_documents():
+    """Against the Compose Specification's own JSON schema, as check-jsonschema ships it (no network)."""
+    done = subprocess.run(
+        [
+            tool("check-jsonschema", "check-jsonschema"),
+            "--builtin-schema",
+            "vendor.compose-spec",
+            str(COMPOSE),
+            str(COMPOSE_GPU),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_build_context_and_dockerfile_exists():
+    for path in (COMPOSE, COMPOSE_GPU):
+        for name, service in compose(path)["services"].items():
+            build = service.get("build")
+            if build and "context" in build:
+                context = (COMPOSE.parent / build["context"]).resolve()  # relative to the first file's folder
+                assert context == ROOT, f"{name}: the build context is the repository root"
+                assert (context / build["dockerfile"]).is_file(), f"{name}: {build['dockerfile']} is missing"
+
+
+def test_the_gpu_override_builds_the_cuda_variants_of_services_that_exist(services):
+    override = compose(COMPOSE_GPU)["services"]
+    assert set(override) <= set(services)
+    assert override["vllm"]["build"]["args"] == {"VLLM_VARIANT": "cuda"}
+    assert override["worker-gpu"]["build"]["args"] == {"TORCH_VARIANT": "cuda"}
+    for service in override.values():
+        devices = service["deploy"]["resources"]["reservations"]["devices"]
+        assert [d["capabilities"] for d in devices] == [["gpu"]]
+    ids = [override[n]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] for n in override]
+    assert len({tuple(i) for i in ids}) == len(ids), "vLLM and the gpu worker get GPUs of their own"
+
+
+def test_every_dependency_names_a_service(services):
+    for name, service in services.items():
+        depends = service.get("depends_on", {})
+        assert set(depends) <= set(services) - {name}, f"{name} depends on {sorted(set(depends) - set(services))}"
+        for dependency, how in depends.items():
+            wanted = "service_completed_successfully" if dependency in ONE_SHOTS else "service_healthy"
+            assert how["condition"] == wanted, f"{name} -> {dependency}"
+
+
+def test_the_services_are_the_procfiles_processes_beside_the_stores_and_one_shot_jobs(services):
+    processes = procfile()
+    assert set(services) == set(processes) | BACKING_SERVICES | ONE_SHOTS
+    for process in processes:
+        assert services[process]["command"] == [process], f"{process} runs its Procfile line (entrypoint.sh)"
+
+
+def test_one_shot_jobs_run_once_and_everything_else_keeps_running_with_a_health_check(services):
+    for name, service in services.items():
+        if name in ONE_SHOTS:
+            assert service["restart"] == "no"
+            assert service["healthcheck"] == {"disable": True}, f"{name} serves nothing to check"
+        else:
+            assert service["restart"] == "unless-stopped"
+            assert service["healthcheck"]["test"][0] in {"CMD", "CMD-SHELL"}, name
+
+
+def test_each_worker_health_check_pings_the_node_name_its_procfile_line_gives(services):
+    for process, line in procfile().items():
+        node = re.search(r"-n (\S+)@%h", line)
+        if " worker " not in line:
+            continue
+        assert node, f"{process} has a node name"
+        check = " ".join(services[process]["healthcheck"]["test"])
+        assert f"--destination {node.group(1)}@$$HOSTNAME" in check, process
+
+
+def test_the_api_is_checked_for_readiness_and_published_where_the_image_listens(services):
+    api = services["api"]
+    assert api["healthcheck"]["test"][-1] == "/health/ready"
+    env = dict(re.findall(r"(\w+)=(\S+)", " ".join(dockerfile_stages(DOCKER / "app.Dockerfile")[-1].all("ENV"))))
+    assert [p.rpartition(":")[2] for p in api["ports"]] == [env["API_BIND"].rpartition(":")[2]]
+
+
+def test_strop_and_vllm_agree_on_the_adapter_store_limits_and_address(services):
+    app, vllm = services["api"]["environment"], services["vllm"]["environment"]
+    shared = ("STROP_ADAPTER_STORE", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "VLLM_MAX_LORA_RANK", "VLLM_MAX_LORAS")
+    for name in (*shared, "VLLM_MODEL", "VLLM_SERVED_MODEL_NAME"):
+        assert app[name] == vllm[name], name
+    assert "s3://strop-adapters/adapters" in app["STROP_ADAPTER_STORE"]
+    vllm_env = dict(re.findall(r"(\w+)=(\S+)", " ".join(dockerfile_stages(DOCKER / "vllm.Dockerfile")[-1].all("ENV"))))
+    assert f"http://vllm:{vllm_env['VLLM_PORT']}" in app["VLLM_BASE_URLS"]
+    for service in built_from_our_images(services).values():
+        assert service["environment"]["STROP_ADAPTER_STORE"] == app["STROP_ADAPTER_STORE"]
+
+
+def test_our_services_set_only_what_strop_or_vllm_reads(services):
+    known = strop_settings() | vllm_documented() | procfile_variables()
+    for path in (COMPOSE, COMPOSE_GPU):
+        for name, service in compose(path)["services"].items():
+            if name in built_from_our_images(services):
+                unknown = set(service.get("environment", {})) - known
+                assert not unknown, f"{name} sets {sorted(unknown)}, which nothing of Strop or vLLM reads"
+
+
+def test_secrets_come_from_the_env_file_never_from_the_compose_file(services):
+    assert all(
+        s["env_file"] == [{"path": "compose.env", "required": True}]
+        for n, s in services.items()
+        if n != "vllm" and "build" in s
+    )
+    for name, service in services.items():
+        for variable, value in (service.get("environment") or {}).items():
+            if variable in SECRETS:
+                assert re.fullmatch(r"\$\{[A-Z_]+:\?[^}]+\}", str(value)), f"{name}: {variable} is written in the file"
+
+
+def test_no_service_mounts_the_repository_or_adapters(services):
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            assert isinstance(volume, str), f"{name}: short syntax only, so this check reads every mount"
+            source, target, *mode = volume.split(":")
+            assert source in VOLUME_WRITERS, f"{name} mounts {source}: only named volumes, no bind mounts"
+            assert "adapter" not in target and not target.startswith("/app"), f"{name} mounts {target}"
+            writes = mode != ["ro"]
+            assert not writes or name in VOLUME_WRITERS[source], f"{name} may not write {source}"
+    assert set(compose()["volumes"]) == set(VOLUME_WRITERS)
+
+
+def test_the_env_file_example_holds_what_compose_requires_and_only_known_names():
+    example = env_example_names()
+    required = {name for name, needed in interpolated().items() if needed}
+    assert required <= set(example), f"compose.env.example lacks {sorted(required - set(example))}"
+    known = strop_settings() | vllm_documented() | set(interpolated()) | set(interpolated(COMPOSE_GPU))
+    assert set(example) <= known, f"nothing reads {sorted(set(example) - known)}"
+
+
+def test_the_env_file_example_secrets_are_placeholders_strop_refuses():
+    example = env_example_names()
+    for name in ("SECRET_KEY", "API_KEY_PEPPER"):
+        assert weakness(example[name]) is not None, name
+    for name in (SECRETS - {"AWS_ACCESS_KEY_ID"}) & set(example):
+        assert "change-me" in example[name], name
+    password = example["POSTGRES_PASSWORD"]
+    assert f":{password}@postgres:5432/" in example["DATABASE_URL"], "one password for postgres and Strop"
