@@ -28,6 +28,7 @@ from apps.privacy.apis import EndUserDetailApi
 from apps.serving.apis import CompletionApi, ModelListApi
 from apps.serving.assignment_apis import AssignmentApi
 from apps.serving.chat_apis import ChatCompletionApi
+from apps.serving.health_apis import HealthReadyApi
 from apps.tenants.apis import ApiKeyCollectionApi, ApiKeyDetailApi, AuditEventListApi, TenantMeApi
 from apps.training.apis import (
     AdapterRetrainApi,
@@ -41,6 +42,7 @@ _public = {"authentication_classes": [], "permission_classes": [AllowAny]}
 
 urlpatterns = [
     path("health", HealthApi.as_view(), name="health"),
+    path("health/ready", HealthReadyApi.as_view(), name="health-ready"),
     path("metrics", metrics_view, name="metrics"),
     path("v1/tenant", TenantMeApi.as_view(), name="tenant-me"),
     path("v1/keys", ApiKeyCollectionApi.as_view(), name="api-keys"),

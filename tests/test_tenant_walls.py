@@ -16,7 +16,7 @@ from apps.tenants.models import ApiKey
 pytestmark = pytest.mark.django_db
 
 # Routes that hold no tenant data at all.
-PUBLIC = {"health", "schema", "api-docs"}
+PUBLIC = {"health", "health-ready", "schema", "api-docs"}
 # Routes for operators, behind their own guard (tests/test_observability.py): never a tenant key.
 OPERATOR = {"metrics"}
 # Routes that only read or write the caller's own tenant and take no object id: B sees only B.

@@ -61,10 +61,10 @@ def training_sweep_queued() -> int:
 
 @worker_init.connect
 def preload_trainer(sender: object = None, **_: object) -> None:
-    """A gpu worker imports torch, transformers and peft once at start, before its pool process
-    forks, not in its first run's clock."""
+    """A gpu worker (queue ``gpu`` or a training pool's ``gpu-<pool>``) imports torch, transformers
+    and peft once at start, before its pool process forks, not in its first run's clock."""
     selected = getattr(getattr(getattr(sender, "app", None), "amqp", None), "queues", None)
     queues = set(getattr(selected, "consume_from", None) or {})
-    if "gpu" in queues:
+    if any(queue == "gpu" or queue.startswith("gpu-") for queue in queues):
         import gpu_trainer.gate  # noqa: F401
         import gpu_trainer.ppo  # noqa: F401

@@ -117,25 +117,33 @@ def eval_set_upload(tenant: Tenant, *, adapter: Adapter, cases: Any, actor: str)
     return eval_set
 
 
+def gpu_queue(tenant: Tenant) -> str:
+    """The queue of the tenant's training runs: its pool's (``STROP_GPU_POOLS``), else ``gpu``."""
+    return settings.STROP_GPU_POOLS.get(tenant.slug, "gpu")
+
+
 def _dispatch(run: TrainingRun) -> None:
+    """``run.tenant`` must be loaded with it (select_related): its slug picks the queue."""
     sent = TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=TrainingRun.Status.QUEUED).update(
         dispatched_at=timezone.now()
     )
     if sent:  # never a message for an attempt that was claimed or requeued since it was read
-        enqueue_on_commit("workers.training.training_run_execute", run.pk, run.attempt)
+        enqueue_on_commit("workers.training.training_run_execute", run.pk, run.attempt, queue=gpu_queue(run.tenant))
 
 
 def _dispatch_next(tenant_id: int) -> TrainingRun | None:
-    """Send the tenant's oldest queued run to the gpu queue, unless one of its runs waits there.
+    """Send the tenant's oldest queued run to its gpu queue, unless one of its runs waits there.
 
-    Fairness between tenants: the gpu queue is first in, first out, and holds at most one waiting
+    Fairness between tenants: a gpu queue is first in, first out, and holds at most one waiting
     run per tenant, so a tenant with many adapters or runs puts one run ahead of another tenant's,
-    never all of them. The next is sent when that one is claimed (or the reaper requeues one).
+    never all of them; any number of gpu workers take from it. A tenant in a training pool
+    (``STROP_GPU_POOLS``) waits in its pool's queue, among that pool's tenants only. The next is
+    sent when that one is claimed (or the reaper requeues one).
     The caller holds the tenant's row lock, so two dispatchers cannot both send one."""
     queued = TrainingRun.objects.filter(tenant_id=tenant_id, status=TrainingRun.Status.QUEUED)
     if queued.filter(dispatched_at__isnull=False).exists():
         return None
-    run = queued.order_by("created_at", "id").first()
+    run = queued.select_related("tenant").order_by("created_at", "id").first()
     if run is not None:
         _dispatch(run)
     return run
@@ -356,15 +364,15 @@ def training_run_discard(run: TrainingRun, *, reason: str) -> TrainingRun | None
 RERUN_TRIGGER = "rerun without an erased user"
 
 
-def _gpu_queue_length() -> int | None:
-    """Messages waiting in the broker's gpu queue (None: the broker cannot say)."""
+def _gpu_queue_length(queue: str) -> int | None:
+    """Messages waiting in the broker's gpu queue ``queue`` (None: the broker cannot say)."""
     from celery import current_app
 
     try:
         with current_app.connection_for_read() as connection:
-            return int(connection.default_channel.queue_declare(queue="gpu", passive=True).message_count)
+            return int(connection.default_channel.queue_declare(queue=queue, passive=True).message_count)
     except Exception as exc:  # any transport's error: then every run waiting past the cutoff is sent again
-        logger.info("the gpu queue's length is unknown (%s); resending every run waiting past the cutoff", exc)
+        logger.info("the %s queue's length is unknown (%s); resending every run waiting past the cutoff", queue, exc)
         return None
 
 
@@ -376,15 +384,20 @@ def training_sweep_queued(*, older_than_s: int = 60) -> list[int]:
     does nothing."""
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
     queued = TrainingRun.objects.filter(status=TrainingRun.Status.QUEUED)
-    sent = queued.filter(dispatched_at__isnull=False)
+    sent = queued.filter(dispatched_at__isnull=False).select_related("tenant").order_by("dispatched_at", "id")
+    # A run may wait long behind other tenants' runs: it is sent again only when its gpu queue (the
+    # tenant's pool's, or gpu) holds fewer messages than runs sent to it and waiting (the broker lost
+    # some), the longest waiting first.
+    by_queue: dict[str, list[TrainingRun]] = {}
+    for run in sent:
+        by_queue.setdefault(gpu_queue(run.tenant), []).append(run)
     runs: list[TrainingRun] = []
-    # A run may wait long behind other tenants' runs: it is sent again only when the gpu queue holds
-    # fewer messages than runs sent and waiting (the broker lost some), the longest waiting first.
-    waiting_in_queue = _gpu_queue_length()
-    lost = sent.count() - waiting_in_queue if waiting_in_queue is not None else None
-    if lost is None or lost > 0:
-        runs = list(sent.filter(dispatched_at__lt=cutoff).order_by("dispatched_at", "id"))
-        runs = runs if lost is None else runs[:lost]
+    for queue, waiting in by_queue.items():
+        in_queue = _gpu_queue_length(queue)
+        lost = len(waiting) - in_queue if in_queue is not None else None
+        if lost is None or lost > 0:
+            overdue = [run for run in waiting if run.dispatched_at is not None and run.dispatched_at < cutoff]
+            runs.extend(overdue if lost is None else overdue[:lost])
     for run in runs:
         _dispatch(run)  # outside a transaction, on_commit sends at once
     # A tenant whose queued runs wait with none of them sent (a dispatch lost with its transaction).

@@ -1,5 +1,6 @@
 """Celery's side: the request id travels with every task sent and is restored in the worker;
-task outcomes are counted; worker and beat logs use Strop's formatter.
+task outcomes are counted; each worker is seen alive at its heartbeat (``last_seen``); worker and
+beat logs use Strop's formatter.
 
 Imported by ``config/celery.py``, before Django's settings are loaded, so the metrics module
 (which loads prometheus_client) is imported inside the handlers, never here.
@@ -89,6 +90,42 @@ def worker_exits(**_: Any) -> None:
     from apps.common.observability.metrics import process_dead
 
     process_dead(os.getpid())
+
+
+# What /metrics calls this worker process ("worker-" and the queues it takes), set at its start.
+_worker_role: str | None = None
+
+
+def worker_role(queues: object) -> str:
+    """``worker-gpu``, ``worker-default,serving``, ``worker-gpu-pool-a``: the queues a worker takes."""
+    return "worker-" + ",".join(sorted(str(queue) for queue in queues or ())) if queues else "worker"
+
+
+@signals.worker_init.connect
+def note_worker_role(sender: Any = None, **_: Any) -> None:
+    global _worker_role
+    selected = getattr(getattr(getattr(sender, "app", None), "amqp", None), "queues", None)
+    _worker_role = worker_role(getattr(selected, "consume_from", None))
+
+
+@signals.heartbeat_sent.connect
+def worker_seen(sender: Any = None, **_: Any) -> None:
+    """At each of the worker's event heartbeats (every 2 s unless started --without-heartbeat);
+    written at most every few seconds."""
+    from apps.common.observability.last_seen import process_seen
+
+    hostname = getattr(getattr(sender, "eventer", None), "hostname", None)
+    if hostname:
+        process_seen(_worker_role or "worker", str(hostname))
+
+
+@signals.worker_shutdown.connect
+def worker_gone(sender: Any = None, **_: Any) -> None:
+    from apps.common.observability.last_seen import process_gone
+
+    hostname = getattr(sender, "hostname", None)
+    if hostname and _worker_role is not None:
+        process_gone(_worker_role, str(hostname))
 
 
 @signals.setup_logging.connect

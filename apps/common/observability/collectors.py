@@ -5,9 +5,10 @@ each process would be summed over processes and over dead ones. Each source is r
 cheap query or round trip; a source that fails is reported by ``strop_scrape_source_up`` and
 the rest of the scrape still answers.
 
-This module knows no domain app: the broker is read here, and each app registers what it
-contributes when it loads (``apps.common.observability.sources``): the interactions and
-training apps their database values, the engines app its replicas' health.
+This module knows no domain app: the broker and the processes' last-seen times (``last_seen``)
+are read here, and each app registers what it contributes when it loads
+(``apps.common.observability.sources``): the interactions and training apps their database
+values, the engines app its replicas' health.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from apps.common.observability.last_seen import processes_last_seen
 from apps.common.observability.sources import registered
 
 logger = logging.getLogger(__name__)
@@ -53,15 +55,28 @@ def _broker() -> Iterator[Metric]:
     yield depth
 
 
+def _processes() -> Iterator[Metric]:
+    family = GaugeMetricFamily(
+        "strop_process_last_seen_timestamp_seconds",
+        "Unix time each worker (at its Celery heartbeat) and beat (at its scheduler's tick) was last seen "
+        "alive; a process that stopped cleanly is removed, one that died keeps its last time",
+        labels=["role", "name"],
+    )
+    for role, name, seen_at in processes_last_seen():
+        family.add_metric([role, name], seen_at)
+    yield family
+
+
 class StropCollector:
-    """The broker's queues and what the apps registered, for the ``/metrics`` registry."""
+    """The broker's queues, when the workers and beat were last seen, and what the apps
+    registered, for the ``/metrics`` registry."""
 
     def sources(self) -> list[tuple[str, list[Reader]]]:
         grouped: dict[str, list[Reader]] = {}
         for source, reader in registered:
             if source is not None:
                 grouped.setdefault(source, []).append(import_string(reader))
-        return [*grouped.items(), ("broker", [_broker])]
+        return [*grouped.items(), ("broker", [_broker]), ("processes", [_processes])]
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily(

@@ -18,7 +18,7 @@ access_log = logging.getLogger("strop.request")
 # Any other verb a client invents is counted as "other": label values must stay bounded.
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # Probes and scrapes every few seconds would drown the access log; they log at DEBUG.
-_QUIET_ROUTES = frozenset({"health", "metrics"})
+_QUIET_ROUTES = frozenset({"health", "health-ready", "metrics"})
 
 
 class RequestObservabilityMiddleware:
