@@ -36,6 +36,10 @@ demo_start_workers() {  # default + serving queues, and the gpu queue
   demo_spawn worker-gpu .venv/bin/celery -A config worker -Q gpu --pool prefork -c 1 -n demo-gpu@%h -l info
 }
 
+demo_start_beat() {  # the periodic checks: a policy's max_wait_s, stale runs, resends (one beat: a lock)
+  demo_spawn beat .venv/bin/celery -A config beat -s "${STROP_VAR_DIR:-var}/celerybeat-schedule" -l info
+}
+
 _demo_any_alive() {
   local pid
   for pid in "${DEMO_PIDS[@]}"; do

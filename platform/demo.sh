@@ -58,10 +58,11 @@ DASH_PASSWORD=$($PY -c "import secrets; print(secrets.token_urlsafe(12))")
 $PY manage.py dashboard_user_create demo-admin --tenant demo --role admin --password "$DASH_PASSWORD" >/dev/null
 $PY manage.py dashboard_user_create demo-admin --tenant blocks --role admin --password "$DASH_PASSWORD" >/dev/null
 
-echo "==> API on $BASE, Celery workers (default+serving, gpu) on the filesystem broker"
+echo "==> API on $BASE, Celery workers (default+serving, gpu) and beat on the filesystem broker"
 rm -f "${PROMETHEUS_MULTIPROC_DIR:-${STROP_VAR_DIR:-var}/prometheus}"/*.db  # metrics start from zero with them
 demo_start_api "$PORT"
 demo_start_workers
+demo_start_beat
 for _ in $(seq 1 100); do curl -sf "$BASE/health" >/dev/null && break; sleep 0.2; done
 curl -sf "$BASE/health" >/dev/null || { echo "the API did not start (var/log/api.log)" >&2; exit 1; }
 

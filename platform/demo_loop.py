@@ -15,6 +15,7 @@ when the test has not decided). Rounds repeat while they fit in the budget. It e
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -43,7 +44,7 @@ EXPERIMENT_USERS = WAVE_USERS * WAVES
 GUARDRAILS = ["accepted_per_request", "error_rate", "dissatisfied_rate"]
 RUN_TIMEOUT_S = 1800
 # Tasks carry a short window of the file, so that serving and training on CPU stay quick.
-CONTEXT = Context(max_prefix_lines=12, max_prefix_chars=500, suffix_lines=2)
+CONTEXT = Context(max_prefix_lines=12, max_prefix_chars=500, suffix_lines=2, max_typed_chars=300, max_suffix_chars=300)
 # What each population's editor asks for: a single-line client stops at the end of the line; a
 # block client at a blank line, with room for a few lines.
 REQUEST = {"line": {"stop": ["\n"], "max_tokens": 24}, "block": {"stop": ["\n\n"], "max_tokens": 48}}
@@ -122,12 +123,45 @@ def serve(tenant: Tenant, tasks: list[Task], round_no: int) -> None:
     print(f"    {tenant.slug}: {describe(summary)}")
 
 
+FINISHED = ("candidate", "rejected", "failed")
+
+
+def ask_for_run(tenant: Tenant) -> None:
+    """Each round trains on its own feedback, and asks for its run when that feedback did not start
+    one: the threshold counts labelled events that train, and the suggestions a version's show gate
+    withholds are not among them, so a round's requests can fall short of it. A run still going from
+    before the round finishes first (the round's run would wait behind it anyway)."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    announced = False
+    while time.monotonic() < deadline:
+        runs = tenant.client.training_runs.list(ADAPTER)
+        if any(run.id > tenant.run_after for run in runs):
+            return  # this round's feedback started it
+        earlier = [run for run in runs if run.status not in FINISHED]
+        if earlier:
+            if not announced:
+                print(f"    {tenant.slug}: run {earlier[0].id} from before this round finishes first")
+                announced = True
+            time.sleep(2)
+            continue
+        try:
+            run = tenant.client.training_runs.start(ADAPTER)
+        except APIStatusError as exc:
+            if exc.status_code == 409:  # one started meanwhile
+                time.sleep(2)
+                continue
+            raise
+        print(f"    {tenant.slug}: its feedback did not reach the threshold; the round asked for run {run.id}")
+        tenant.run_after = run.id - 1
+        return
+
+
 def wait_for_run(tenant: Tenant) -> TrainingRun | None:
     started, last = time.monotonic(), None
     while time.monotonic() - started < RUN_TIMEOUT_S:
         runs = [r for r in tenant.client.training_runs.list(ADAPTER) if r.id > tenant.run_after]
         if runs:
-            run = min(runs, key=lambda r: r.id)  # the run this round's feedback started
+            run = min(runs, key=lambda r: r.id)  # the run this round's feedback started (or asked for)
             if run.status != last:
                 waited = time.monotonic() - started
                 print(f"  {waited:6.1f} s  {tenant.slug}: training run {run.id}: {run.status}")
@@ -375,6 +409,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="at most this many rounds")
     parser.add_argument("--trainer", default="{}", help="JSON trainer overrides for the training policy")
     parser.add_argument("--report", default="var/demo", help="folder for report.txt and report.png")
+    parser.add_argument(
+        "--context-chars",
+        type=int,
+        default=CONTEXT.max_prefix_chars,
+        help="the most characters of the file before the cursor a request sends (a base model's context fits it)",
+    )
     parser.add_argument("--dashboard", default="", help="where the dashboard is, for the report")
     parser.add_argument(
         "--leave-last",
@@ -383,6 +423,7 @@ def main() -> None:
         help="leave the last round's experiments running, for the admin to decide on this dashboard",
     )
     args = parser.parse_args()
+    context = dataclasses.replace(CONTEXT, max_prefix_chars=args.context_chars)
     started = time.monotonic()
     tenants = []
     for spec in args.tenant:
@@ -407,8 +448,10 @@ def main() -> None:
         round_started = time.monotonic()
         print(f"\n==> round {round_no}: developers work on training packages; each tenant's feedback starts a run")
         for i, t in enumerate(tenants):
-            serve(t, load_tasks("train", args.events, seed=round_no * 10 + i, context=CONTEXT), round_no)
+            serve(t, load_tasks("train", args.events, seed=round_no * 10 + i, context=context), round_no)
         print(f"==> round {round_no}: Strop trains each adapter (critic-free PPO on its feedback) and gates it")
+        for t in tenants:
+            ask_for_run(t)
         left = False
         for i, t in enumerate(tenants):
             run = wait_for_run(t)
@@ -416,7 +459,7 @@ def main() -> None:
                 continue
             report_run(t, run)
             if run.status == "candidate":
-                tasks = load_tasks("eval", args.experiment_requests, seed=round_no * 10 + i, context=CONTEXT)
+                tasks = load_tasks("eval", args.experiment_requests, seed=round_no * 10 + i, context=context)
                 now = time.monotonic()  # a next round takes longer than this one has so far
                 last = round_no == args.rounds or (now - started) + (now - round_started) > args.budget_min * 60
                 # A wave takes about a minute; the tenants after this one still train and test theirs.

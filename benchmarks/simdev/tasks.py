@@ -127,6 +127,10 @@ class Context:
     max_prefix_chars: int = 1500
     suffix_lines: int = 4
     max_block_lines: int = 4  # lines after the cursor's line that a block may hold
+    # Off unless set: a very long line (data, an embedded string) would otherwise put thousands of
+    # characters before or after the cursor; set, only the nearest ones are sent, as editors do.
+    max_typed_chars: int | None = None
+    max_suffix_chars: int | None = None
 
 
 def package_root(name: str) -> Path:
@@ -203,6 +207,8 @@ def _cut(source: _Source, index: int, column: int, context: Context) -> tuple[st
     current = lines[index]
     head = lines[max(0, index - context.max_prefix_lines) : index]
     typed = current[:column]
+    if context.max_typed_chars is not None:
+        typed = typed[-context.max_typed_chars :] if context.max_typed_chars else ""
     while head and sum(len(line) + 1 for line in head) + len(typed) > context.max_prefix_chars:
         head = head[1:]
     prefix = "".join(line + "\n" for line in head) + typed
@@ -215,7 +221,8 @@ def _cut(source: _Source, index: int, column: int, context: Context) -> tuple[st
     block = "\n".join([line_rest, *following])
 
     def after(end: int) -> str:
-        return "".join("\n" + line for line in lines[end : end + context.suffix_lines])
+        text = "".join("\n" + line for line in lines[end : end + context.suffix_lines])
+        return text if context.max_suffix_chars is None else text[: context.max_suffix_chars]
 
     return prefix, line_rest, block, after(index + 1), after(index + 1 + len(following))
 
