@@ -6,6 +6,8 @@ Pure tensor functions: no model, no config object.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 
@@ -15,6 +17,29 @@ def compute_advantages(rewards: torch.Tensor, *, baseline: str, normalize: bool)
     if normalize and advantages.numel() > 1:
         advantages = advantages / (advantages.std() + 1e-8)
     return advantages
+
+
+def token_advantages(token_rewards: Sequence[Sequence[float] | None], rewards: torch.Tensor, *, baseline: str,
+                     normalize: bool) -> list[torch.Tensor | None]:
+    """Per-token advantages of the samples that carry token rewards (None for the others), on
+    the scale of ``compute_advantages``: the same baseline (the batch mean of the samples' scalar
+    rewards) is taken from each token's reward, and the same divisor (the standard deviation of
+    the per-sequence advantages) applies. So a sample whose every token carries its scalar
+    reward gets exactly the advantage it would get without token rewards, on every token."""
+    centre = rewards.mean() if baseline == "batch_mean" else None
+    scale = None
+    if normalize and rewards.numel() > 1:
+        scale = (rewards - centre if centre is not None else rewards).std() + 1e-8
+    out: list[torch.Tensor | None] = []
+    for values in token_rewards:
+        if values is None:
+            out.append(None)
+            continue
+        advantages = torch.tensor(values, dtype=rewards.dtype)
+        if centre is not None:
+            advantages = advantages - centre
+        out.append(advantages / scale if scale is not None else advantages)
+    return out
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, aggregation: str = "token_mean", *,
@@ -37,13 +62,14 @@ def clipped_policy_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, 
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The one PPO loss (PPO and GRPO): token-level clipped surrogate, importance-weighted.
 
-    Returns (loss, approx KL(old ‖ new), clip fraction); the last two are detached. ``tokens``
-    and ``sequences``: as in ``masked_mean``, for one pass of a minibatch (all three are then
-    this pass's shares).
+    ``advantages`` is one per sequence ([b], every token shares it) or one per token ([b, W],
+    aligned with ``mask``: samples with token-level credit). Returns (loss, approx KL(old ‖ new),
+    clip fraction); the last two are detached. ``tokens`` and ``sequences``: as in
+    ``masked_mean``, for one pass of a minibatch (all three are then this pass's shares).
     """
     log_ratio = (new_logprobs - old_logprobs) * mask
     ratio = log_ratio.exp()
-    adv = advantages.unsqueeze(-1)
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     surrogate = torch.min(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)
     loss = masked_mean(-surrogate * weights, mask, aggregation, tokens=tokens, sequences=sequences)
     with torch.no_grad():

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,7 @@ class Pass:
     """One forward pass of a minibatch: its samples and what is kept of them between passes."""
 
     rows: list[int]  # sample indices, shortest first
-    advantages: torch.Tensor  # [b]
+    advantages: torch.Tensor  # [b], or [b, W] (end-aligned like the batch) when a row has token-level credit
     old: torch.Tensor | None = None  # [b, W] log-probs before the update (None until computed)
     reference: torch.Tensor | None = None  # [b, W] log-probs of the base model, when measured
     weights: torch.Tensor | None = None  # [b, W] importance weights
@@ -110,15 +110,32 @@ class _PassRunner:
         return completion_and_silence_logprobs(model, batch, silent_ids=self.silent_ids, with_entropy=with_entropy)
 
 
+def _pass_advantages(rows: list[int], samples: list[Sample], advantages: torch.Tensor,
+                     per_token: Sequence[torch.Tensor | None] | None, eos_id: int) -> torch.Tensor:
+    """The advantages of one pass: one per row ([b]) as always, or, when a row has token-level
+    credit, one per token ([b, W], end-aligned as ``make_batch`` lays out the completions; the
+    other rows repeat their own advantage on every token)."""
+    if per_token is None or all(per_token[i] is None for i in rows):
+        return advantages[rows]
+    lengths = [len(completion_tokens(samples[i], eos_id)) for i in rows]
+    width = max(lengths)
+    out = advantages[rows].unsqueeze(-1).repeat(1, width)
+    for row, (index, length) in enumerate(zip(rows, lengths, strict=True)):
+        if per_token[index] is not None:
+            out[row, width - length:] = per_token[index]
+    return out
+
+
 def _minibatches(samples: list[Sample], parts: list[list[int]], advantages: torch.Tensor, rewards: torch.Tensor,
-                 silence: torch.Tensor | None, *, policy: Policy, config: PPOConfig) -> list[Minibatch]:
+                 silence: torch.Tensor | None, *, policy: Policy, config: PPOConfig,
+                 per_token: Sequence[torch.Tensor | None] | None = None) -> list[Minibatch]:
     """A fixed partition into minibatches, each cut into passes by the token budget: old and
     reference log-probs are computed in exactly the layout the gradient steps use."""
     device = policy.device
     lengths = [sequence_length(s, eos_id=policy.eos_id, max_prompt_tokens=config.max_prompt_tokens) for s in samples]
     minibatches = []
     for part in parts:
-        passes = [Pass(rows, advantages[rows].to(device),
+        passes = [Pass(rows, _pass_advantages(rows, samples, advantages, per_token, policy.eos_id).to(device),
                        silence_advantages=None if silence is None else silence[rows].to(device))
                   for rows in plan_micro_batches(lengths, part, max_tokens=config.max_tokens_per_pass)]
         minibatches.append(Minibatch(
@@ -262,9 +279,14 @@ def _step_metrics(figures: RunningFigures, minibatch: Minibatch, *, grad_norm: f
 
 
 def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.Tensor, config: PPOConfig, *,
-                      progress: bool, on_step: StepCallback | None = None, step_offset: int = 0
+                      progress: bool, on_step: StepCallback | None = None, step_offset: int = 0,
+                      token_advantages: Sequence[torch.Tensor | None] | None = None
                       ) -> tuple[list[dict[str, Any]], bool]:
-    """One PPO update over ``samples`` (PPO and GRPO share it). Returns (step metrics, stopped early)."""
+    """One PPO update over ``samples`` (PPO and GRPO share it). Returns (step metrics, stopped early).
+
+    ``token_advantages`` (PPO, from ``losses.token_advantages``): per sample, one advantage per
+    completion token where it has token-level credit, else None (the sample's ``advantages``
+    entry on every token)."""
     from tqdm import tqdm
 
     model, device = policy.model, policy.device
@@ -278,7 +300,7 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
     silent_ids = torch.tensor(silent_token_ids(samples, policy.eos_id), device=device) if silence is not None else None
     runner = _PassRunner(policy, samples, config, silent_ids)
     minibatches = _minibatches(samples, [p.tolist() for p in order.tensor_split(num_minibatches)], advantages,
-                               rewards, silence, policy=policy, config=config)
+                               rewards, silence, policy=policy, config=config, per_token=token_advantages)
 
     # Old log-probs (the policy before this update) and the reference (adapter disabled).
     # A fresh LoRA has lora_B = 0, so the reference equals the old policy: no second pass. The
@@ -340,6 +362,7 @@ def summarize(metrics: list[dict[str, Any]], samples: list[Sample], wall_seconds
     last = metrics[-1] if metrics else {}
     return {
         "samples": len(samples),
+        "token_credit_samples": sum(1 for s in samples if s.token_rewards is not None),
         "steps": len(metrics),
         "reward_mean": float(rewards.mean()),
         "reward_std": _std(rewards),

@@ -1,7 +1,8 @@
 """Critic-free PPO on a LoRA adapter, from served completions and their rewards.
 
 One request gets one response and one signal, so there is no group to normalise against and
-no value network: advantage = reward − baseline. Read top to bottom:
+no value network: advantage = reward − baseline (per token, token reward − the same baseline, for
+a sample with token-level credit: a partial accept or an edit). Read top to bottom:
 
     samples → advantages → one policy update (``policy_update.run_policy_update``: minibatches
       cut into passes, old log-probs, epochs × minibatches of clipped-loss steps)
@@ -21,7 +22,7 @@ import torch
 from gpu_trainer.adapters import ADAPTER_CONFIG, METRICS, TRAIN_CONFIG, write_adapter_dir
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.errors import TrainerInputError, TrainingDivergedError
-from gpu_trainer.losses import compute_advantages
+from gpu_trainer.losses import compute_advantages, token_advantages
 from gpu_trainer.model_loading import Policy, load_policy
 from gpu_trainer.policy_update import StepCallback, run_policy_update, summarize
 from gpu_trainer.samples import Sample, check_samples_against_vocab, coerce_samples
@@ -100,8 +101,14 @@ def train_ppo(config: PPOConfig, samples: list[Sample] | list[dict[str, Any]], *
     check_samples_against_vocab(samples, policy.model.get_input_embeddings().num_embeddings)
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     advantages = compute_advantages(rewards, baseline=config.baseline, normalize=config.normalize_advantages)
+    # Partial accepts and edits: each token its own advantage, against the same baseline and scale.
+    per_token = None
+    if any(s.token_rewards is not None for s in samples):
+        per_token = token_advantages([s.token_rewards for s in samples], rewards, baseline=config.baseline,
+                                     normalize=config.normalize_advantages)
 
-    metrics, stopped_early = run_policy_update(policy, samples, advantages, config, progress=progress, on_step=on_step)
+    metrics, stopped_early = run_policy_update(policy, samples, advantages, config, progress=progress, on_step=on_step,
+                                               token_advantages=per_token)
 
     wall = time.perf_counter() - started
     summary = summarize(metrics, samples, wall, sum(m["tokens"] for m in metrics))

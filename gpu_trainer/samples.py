@@ -4,7 +4,7 @@ JSONL, one object per line (the Django exporter writes it)::
 
     {"prompt_token_ids": [int], "completion_token_ids": [int],
      "behaviour_logprobs": [float] | null, "reward": float, "id": "optional", "silent": false,
-     "silence_reward": float | null}
+     "silence_reward": float | null, "token_rewards": [float] | null}
 
 An empty ``completion_token_ids`` is the "stay silent" action: the model emitted EOS first.
 The trainer trains it as the single token ``[eos_id]`` whose serving logprob is unknown.
@@ -14,6 +14,13 @@ that token is one way this adapter's clients see silence. ``silence_reward`` (op
 staying silent would have earned on this prompt, for the counterfactual silent action; absent,
 the config's ``silence_reward`` (the policy's "not shown"). An agent's turn carries its own: an
 agent that answers nothing leaves its user to ask again.
+
+``token_rewards`` (optional) is token-level credit, one finite number per completion token: a
+partial accept or an edit says which tokens the user kept (rewarded), the first one they did not
+(penalised) and the rest (0). The policy gradient then uses each token's own advantage, on the
+scale of the scalar rewards' (``losses.token_advantages``); ``reward`` still stands for the whole
+completion in the batch baseline, the silent counterfactual and the gate. Absent, every token
+shares the sample's advantage, exactly as before.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ class Sample:
     id: str | None = None
     silent: bool = False
     silence_reward: float | None = None
+    token_rewards: tuple[float, ...] | None = None
 
     @classmethod
     def from_dict(cls, data: Any, index: int) -> Sample:
@@ -85,6 +93,7 @@ class Sample:
             or not math.isfinite(silence_reward)
         ):
             raise TrainerInputError(f"{where}: silence_reward must be a finite number or null, got {silence_reward!r}")
+        token_rewards = _token_rewards(data.get("token_rewards"), completion, where)
         return cls(
             prompt_token_ids=tuple(prompt),
             completion_token_ids=tuple(completion),
@@ -93,6 +102,7 @@ class Sample:
             id=str(sample_id) if sample_id is not None else None,
             silent=silent or not completion,
             silence_reward=float(silence_reward) if silence_reward is not None else None,
+            token_rewards=token_rewards,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,7 +114,24 @@ class Sample:
             "id": self.id,
             "silent": self.silent,
             "silence_reward": self.silence_reward,
+            "token_rewards": list(self.token_rewards) if self.token_rewards is not None else None,
         }
+
+
+def _token_rewards(value: Any, completion: list[int], where: str) -> tuple[float, ...] | None:
+    """One finite number per completion token, or None (absent, null, or empty for silence)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in value):
+        raise TrainerInputError(f"{where}: token_rewards must be a list of numbers or null")
+    if len(value) != len(completion):
+        raise TrainerInputError(
+            f"{where}: token_rewards has {len(value)} entries but completion_token_ids has {len(completion)}"
+        )
+    bad = next((i for i, x in enumerate(value) if not math.isfinite(x)), None)
+    if bad is not None:
+        raise TrainerInputError(f"{where}: token_rewards[{bad}] = {value[bad]!r} is not a finite number")
+    return tuple(float(x) for x in value) if value else None
 
 
 def _int_list(value: Any, where: str) -> list[int]:

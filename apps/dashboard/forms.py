@@ -92,6 +92,10 @@ class TrainingPolicyForm(forms.Form):
     reward_rejected = forms.FloatField()
     reward_not_shown = forms.FloatField(label="Reward not shown")
     reward_edited = forms.FloatField()
+    reward_partial = forms.FloatField(
+        help_text="A suggestion taken in part (word by word): the kept tokens earn the accepted reward, the "
+        "first untaken one the rejected reward; this is the suggestion's overall value."
+    )
     reward_thumbs_up = forms.FloatField(label="Reward thumbs up", help_text="Agents: the user liked the answer.")
     reward_thumbs_down = forms.FloatField(label="Reward thumbs down")
     reward_edit_persisted = forms.FloatField(help_text="Agents: the answer's edit was still there later.")

@@ -52,6 +52,13 @@ class FeedbackInSchema(serializers.Serializer):
     client_id = serializers.CharField(required=False, help_text="Or your client id; may arrive before the interaction.")
     outcome = serializers.ChoiceField(choices=Feedback.Outcome.choices)
     kept_text = serializers.CharField(required=False, help_text="For 'edited': the text the user kept.")
+    accepted_chars = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="For 'partial' (and only for it; then required): how many leading characters of the completion "
+        "the user took, from 1 to the completion's length - 1 (Unicode code points, as Python's len). An editor's "
+        "word-by-word or line-by-line accept; all of it is 'accepted'.",
+    )
     occurred_at = serializers.DateTimeField(required=False, help_text="When the user acted; the latest wins.")
     metadata = serializers.DictField(required=False)
 
@@ -82,7 +89,16 @@ def _batch_result(name: str, statuses: tuple[str, ...]) -> Any:
 class FeedbackOutSchema(serializers.ModelSerializer):
     class Meta:
         model = Feedback
-        fields = ["outcome", "kept_text", "occurred_at", "received_at", "updated_at", "events_received", "metadata"]
+        fields = [
+            "outcome",
+            "kept_text",
+            "accepted_chars",
+            "occurred_at",
+            "received_at",
+            "updated_at",
+            "events_received",
+            "metadata",
+        ]
 
 
 class InteractionOut(serializers.ModelSerializer):
@@ -184,7 +200,7 @@ class InteractionDetailApi(ScopedApi):
 
 
 class FeedbackIngestApi(ScopedApi):
-    """Accept / reject / not shown / edited, for one interaction or a batch under ``items``."""
+    """Accept / reject / not shown / edited / partial, for one interaction or a batch under ``items``."""
 
     required_scope = "feedback"
     rate_items = staticmethod(batch_size)  # one unit of the rate limit per item
@@ -199,7 +215,9 @@ class FeedbackIngestApi(ScopedApi):
         description="Name the interaction by `interaction_id` (Strop's id) or `client_id` (yours). Feedback sent "
         "twice is counted once: the event with the latest `occurred_at` wins. Feedback for a client_id not seen "
         "yet is kept as pending (202) and attached when the interaction arrives, unless the tenant turned that "
-        "off. An unknown `interaction_id` is 404: Strop issued those ids, so none can arrive later.",
+        "off. An unknown `interaction_id` is 404: Strop issued those ids, so none can arrive later. `partial` "
+        "(the user took the completion's first `accepted_chars` characters) is checked against the completion: "
+        "`accepted_chars` outside 1 to its length - 1 is a 400 naming the field.",
     )
     def post(self, request: Request) -> Response:
         items = batch_items(request.data)

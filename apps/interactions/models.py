@@ -103,6 +103,8 @@ class Feedback(models.Model):
         REJECTED = "rejected"
         NOT_SHOWN = "not_shown"
         EDITED = "edited"
+        # The user took the first ``accepted_chars`` characters (an editor's word-by-word accept).
+        PARTIAL = "partial"
         # Agents: what the user did with an answer (see README, "Agents").
         THUMBS_UP = "thumbs_up"
         THUMBS_DOWN = "thumbs_down"
@@ -129,6 +131,11 @@ class Feedback(models.Model):
         help_text="set when this row is a session outcome spread to the turn; the turn's own feedback replaces it",
     )
     kept_text = models.TextField(blank=True, help_text="for 'edited': what the user kept")
+    accepted_chars = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="for 'partial': how many leading characters of the completion the user took (1 to its length − 1)",
+    )
     occurred_at = models.DateTimeField(help_text="when the user acted (client clock, else receipt)")
     received_at = models.DateTimeField(help_text="when the first event for this interaction arrived")
     updated_at = models.DateTimeField()
@@ -154,8 +161,15 @@ class Feedback(models.Model):
         ]
 
 
-# The outcomes that say the user saw the suggestion (accept rate of shown = accepted / these).
-SHOWN_OUTCOMES = (Feedback.Outcome.ACCEPTED, Feedback.Outcome.REJECTED, Feedback.Outcome.EDITED)
+# The outcomes that say the user saw the suggestion (accept rate of shown = accepted / these). A partial
+# accept was seen; it is not a full accept, so it counts as shown and not as accepted in the accept
+# rate (as an edited one), while the show gate treats it as accepted (apps.training.dataset.gate_event).
+SHOWN_OUTCOMES = (
+    Feedback.Outcome.ACCEPTED,
+    Feedback.Outcome.REJECTED,
+    Feedback.Outcome.EDITED,
+    Feedback.Outcome.PARTIAL,
+)
 
 
 class ConversationOutcome(models.Model):

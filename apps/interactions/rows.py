@@ -90,10 +90,12 @@ def interactions_bulk_insert(rows: list[tuple]) -> None:
 # Last write wins by the time the user acted; a turn's own feedback always replaces a session outcome
 # spread to it (apps.interactions.sessions). Every event is counted in events_received.
 _FEEDBACK_COLUMNS = """INSERT INTO {table} (tenant_id, interaction_id, pending_client_id, outcome, kept_text,
-    occurred_at, received_at, updated_at, events_received, metadata, reward_weight, session_outcome_id)"""
+    accepted_chars, occurred_at, received_at, updated_at, events_received, metadata, reward_weight,
+    session_outcome_id)"""
 _FEEDBACK_ON_CONFLICT = """ON CONFLICT (tenant_id, {target}) WHERE {target} IS NOT NULL DO UPDATE SET
     outcome = CASE WHEN {newer} THEN excluded.outcome ELSE {table}.outcome END,
     kept_text = CASE WHEN {newer} THEN excluded.kept_text ELSE {table}.kept_text END,
+    accepted_chars = CASE WHEN {newer} THEN excluded.accepted_chars ELSE {table}.accepted_chars END,
     metadata = CASE WHEN {newer} THEN excluded.metadata ELSE {table}.metadata END,
     reward_weight = CASE WHEN {newer} THEN 1.0 ELSE {table}.reward_weight END,
     occurred_at = CASE WHEN {newer} THEN excluded.occurred_at ELSE {table}.occurred_at END,
@@ -103,8 +105,9 @@ _FEEDBACK_ON_CONFLICT = """ON CONFLICT (tenant_id, {target}) WHERE {target} IS N
 _NEWER = "(excluded.occurred_at >= {table}.occurred_at OR {table}.session_outcome_id IS NOT NULL)"
 # One item naming an interaction that exists: find it and upsert its feedback in one statement,
 # one round trip instead of a lookup and then the write. No row back: the interaction is not
-# there (yet), and the general path decides (404, pending or rejected).
-_FEEDBACK_FROM_INTERACTION = """SELECT %s, i.id, NULL, %s, %s, %s, %s, %s, 1, %s::jsonb, 1.0, NULL
+# there (yet), and the general path decides (404, pending or rejected). Never a partial accept (its
+# accepted_chars is checked against the completion first), so accepted_chars is NULL.
+_FEEDBACK_FROM_INTERACTION = """SELECT %s, i.id, NULL, %s, %s, NULL, %s, %s, %s, 1, %s::jsonb, 1.0, NULL
 FROM {interactions} i WHERE {tenant} = %s AND i.{key} = %s"""
 # The statement is prepared, and the plan Postgres keeps may be made on a nearly empty table, where
 # an index on the tenant alone costs the same as the right one; that plan filters every interaction
@@ -115,13 +118,16 @@ _TENANT_OF_KEY = {"id": "i.tenant_id + 0", "client_id": "i.tenant_id"}
 
 
 @functools.cache
-def feedback_upsert_sql(target: str, key: str | None = None) -> str:
+def feedback_upsert_sql(target: str, key: str | None = None, *, accepted_chars: bool = False) -> str:
     """The feedback upsert on ``target`` (interaction_id or pending_client_id), built once: from
-    VALUES, or with ``key`` (id or client_id) from the interaction it names, returning its id."""
+    VALUES, or with ``key`` (id or client_id) from the interaction it names, returning its id.
+    From VALUES, ``accepted_chars`` takes that column as the parameter after ``kept_text``
+    (without it the row has none: the ingest benchmark's bare view writes that form)."""
     table = connection.ops.quote_name(Feedback._meta.db_table)
     clause = _FEEDBACK_ON_CONFLICT.format(table=table, target=target, newer=_NEWER.format(table=table))
     if key is None:
-        values = "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1.0, NULL)"
+        accepted = "%s" if accepted_chars else "NULL"
+        values = f"VALUES (%s, %s, %s, %s, %s, {accepted}, %s, %s, %s, %s, %s, 1.0, NULL)"
         return f"{_FEEDBACK_COLUMNS.format(table=table)}\n{values}\n{clause}"
     rows = _FEEDBACK_FROM_INTERACTION.format(
         interactions=connection.ops.quote_name(Interaction._meta.db_table), key=key, tenant=_TENANT_OF_KEY[key]

@@ -25,6 +25,7 @@ _MAX_LOGPROB = 1e-4  # logprobs are <= 0; allow float noise
 MIN_LOGPROB = -10_000.0  # below any real token's log-probability; vLLM writes -9999.0 for -inf
 MAX_LATENCY_MS = 3_600_000.0  # one hour for one completion
 MAX_TURN = 100_000
+MAX_ACCEPTED_CHARS = 2**31 - 1  # what the column holds; the completion's own length is checked on ingest
 EARLIEST_TIMESTAMP = datetime(2000, 1, 1, tzinfo=UTC)
 MAX_CLOCK_SKEW = timedelta(days=1)  # a client's clock may run ahead of ours, not by more
 
@@ -70,6 +71,7 @@ class FeedbackIn:
     kept_text: str
     occurred_at: datetime | None
     metadata: dict[str, Any] = field(default_factory=dict)
+    accepted_chars: int | None = None  # partial: the leading characters of the completion the user took
     conversation_id: str | None = None  # a session outcome: spread over the session's turns
     turn: int = 0
     discount: float = 0.0
@@ -321,10 +323,48 @@ def interaction_validate(item: Any) -> InteractionIn:
 
 
 FEEDBACK_FIELDS = frozenset(
-    {"interaction_id", "client_id", "conversation_id", "turn", "discount", "outcome", "kept_text", "occurred_at",
-     "metadata"}
+    {"interaction_id", "client_id", "conversation_id", "turn", "discount", "outcome", "kept_text", "accepted_chars",
+     "occurred_at", "metadata"}
 )
 OUTCOMES = frozenset(choice.value for choice in Feedback.Outcome)
+# The outcomes that name one completion's text: never a session outcome.
+_TEXT_OUTCOMES = (Feedback.Outcome.EDITED, Feedback.Outcome.PARTIAL)
+
+
+def accepted_chars_range_error(value: int, completion_length: int) -> ItemError:
+    """``accepted_chars`` does not fit the completion it names (checked where the completion is known)."""
+    if completion_length < 2:
+        return ItemError(
+            "accepted_chars",
+            f"the completion has {completion_length} character{'s' if completion_length != 1 else ''}: "
+            "there is no part of it to accept; send 'accepted' or 'rejected'",
+            "out_of_range",
+        )
+    return ItemError(
+        "accepted_chars",
+        f"must be from 1 to {completion_length - 1} (the completion has {completion_length} characters; "
+        f"all of them is 'accepted'), not {value}",
+        "out_of_range",
+    )
+
+
+def _accepted_chars(item: dict[str, Any], outcome: str) -> int | None:
+    value = item.get("accepted_chars")
+    if outcome != Feedback.Outcome.PARTIAL:
+        if value is not None:
+            raise ItemError("accepted_chars", "goes with outcome 'partial' (the characters of the completion taken)")
+        return None
+    if value is None:
+        raise ItemError(
+            "accepted_chars",
+            "is required when outcome is 'partial': how many leading characters of the completion the user took",
+            "required",
+        )
+    if type(value) is not int:
+        raise ItemError("accepted_chars", "must be a whole number of characters, from 1 to the completion's length - 1")
+    if not 1 <= value <= MAX_ACCEPTED_CHARS:
+        raise ItemError("accepted_chars", f"must be from 1 to the completion's length - 1, not {value}", "out_of_range")
+    return value
 
 
 def feedback_validate(item: Any) -> FeedbackIn:
@@ -352,10 +392,11 @@ def feedback_validate(item: Any) -> FeedbackIn:
     kept_text = _text(item, "kept_text")
     if outcome == Feedback.Outcome.EDITED and kept_text is None:
         raise ItemError("kept_text", "is required when outcome is 'edited'", "required")
+    accepted_chars = _accepted_chars(item, outcome)
     turn, discount = 0, 0.0
     if conversation_id is not None:
-        if outcome == Feedback.Outcome.EDITED:
-            raise ItemError("outcome", "'edited' names one completion; send it for the turn's interaction")
+        if outcome in _TEXT_OUTCOMES:
+            raise ItemError("outcome", f"{outcome!r} names one completion; send it for the turn's interaction")
         turn = _turn(item)  # type: ignore[assignment]
         if turn is None:
             raise ItemError(
@@ -374,6 +415,7 @@ def feedback_validate(item: Any) -> FeedbackIn:
         kept_text=kept_text or "",
         occurred_at=_datetime(item, "occurred_at"),
         metadata=_metadata(item),
+        accepted_chars=accepted_chars,
         conversation_id=conversation_id,
         turn=turn,
         discount=discount,

@@ -3,6 +3,13 @@
 Served interactions carry the exact token ids and behaviour logprobs vLLM produced, and the
 trainer learns on exactly those tokens. Logged ones without usable ids are tokenized with the
 base model's tokenizer (no behaviour logprobs then: the trainer treats them as on-policy).
+
+A partial accept or an edit says which tokens the user kept, so its sample also carries
+``token_rewards``, one per completion token (``feedback_token_rewards``): the kept prefix earns the
+policy's accepted reward token by token, the first token the user did not keep its rejected
+reward, the rest 0. The sample's scalar ``reward`` stays the policy's for the outcome
+(``reward_partial``, ``reward_edited``): the batch baseline, the silent counterfactual, the gate's
+off-policy estimate and the experiments all read that one.
 """
 
 from __future__ import annotations
@@ -32,6 +39,11 @@ class Window:
     gate_events: list[GateEvent] = field(default_factory=list)
 
 
+# What the show gate keeps: a suggestion the user took, whole or in part (withholding one they took
+# part of costs those characters). An edited one counts as shown and not taken, as before.
+GATE_ACCEPTED = (Feedback.Outcome.ACCEPTED, Feedback.Outcome.PARTIAL)
+
+
 def gate_event(feedback: Feedback) -> GateEvent | None:
     """The show gate's view of one event: a completion Strop served (its own logprobs) that the
     user saw, or None."""
@@ -46,9 +58,7 @@ def gate_event(feedback: Feedback) -> GateEvent | None:
     ):
         return None
     weight = float(((interaction.metadata or {}).get("show_gate") or {}).get("weight", 1.0))
-    return GateEvent(
-        score=suggestion_score(logprobs), accepted=feedback.outcome == Feedback.Outcome.ACCEPTED, weight=weight
-    )
+    return GateEvent(score=suggestion_score(logprobs), accepted=feedback.outcome in GATE_ACCEPTED, weight=weight)
 
 
 @functools.cache
@@ -70,6 +80,71 @@ def _ids_fit(ids: list[int] | None, vocab_size: int) -> bool:
 def _silent(interaction: Interaction) -> bool:
     """The model showed nothing: no text, and (chat) no tool call."""
     return not interaction.completion.strip() and not (interaction.metadata or {}).get("tool_calls")
+
+
+def _common_prefix_length(a: str, b: str) -> int:
+    length = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+def kept_prefix(feedback: Feedback) -> str | None:
+    """The leading text of the completion the user kept: a partial accept's first
+    ``accepted_chars`` characters, an edit's longest common prefix with ``kept_text``; None for
+    the other outcomes (their one reward is the whole completion's)."""
+    completion = feedback.interaction.completion
+    if feedback.outcome == Feedback.Outcome.PARTIAL and feedback.accepted_chars is not None:
+        # A partial accept that arrived before its interaction could not be checked against it: one
+        # covering the whole completion keeps all of it.
+        return completion[: feedback.accepted_chars]
+    if feedback.outcome == Feedback.Outcome.EDITED:
+        return completion[: _common_prefix_length(completion, feedback.kept_text)]
+    return None
+
+
+def token_rewards(
+    completion_token_ids: list[int], kept: str, *, tokenizer: Any, kept_reward: float, rejected_reward: float
+) -> list[float]:
+    """One reward per served token: ``kept_reward`` for each token entirely inside the kept text
+    ``kept``, ``rejected_reward`` for the first that is not (the user saw it and did not take it),
+    0 for the rest (they hang on a token the user refused: no credit either way).
+
+    A token's characters are where decoding the served tokens up to it ends, with the base model's
+    tokenizer: exactly the text those tokens produce. A token that holds part of a character
+    decodes to a replacement character of its own, so it counts as kept only when the whole
+    character is."""
+    if not completion_token_ids:
+        return []
+    prefixes = tokenizer.batch_decode(
+        [completion_token_ids[: k + 1] for k in range(len(completion_token_ids))], skip_special_tokens=True
+    )
+    kept_length = _common_prefix_length(prefixes[-1], kept)
+    first_untaken = next((k for k, text in enumerate(prefixes) if len(text) > kept_length), len(prefixes))
+    return [
+        kept_reward if k < first_untaken else rejected_reward if k == first_untaken else 0.0
+        for k in range(len(prefixes))
+    ]
+
+
+def feedback_token_rewards(
+    feedback: Feedback, *, completion_token_ids: list[int], base: BaseModel, policy: TrainingPolicy
+) -> list[float] | None:
+    """The token-level credit of a partial accept or an edit (``token_rewards``), scaled like its
+    scalar reward by the row's weight; None for outcomes whose one reward is the whole completion's."""
+    kept = kept_prefix(feedback)
+    if kept is None or not completion_token_ids:
+        return None
+    weight = feedback.reward_weight
+    return token_rewards(
+        completion_token_ids,
+        kept,
+        tokenizer=_tokenizer(base.path),
+        kept_reward=policy.reward_accepted * weight,
+        rejected_reward=policy.reward_rejected * weight,
+    )
 
 
 def interaction_to_sample(
@@ -142,6 +217,11 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
             sample = interaction_to_sample(
                 feedback.interaction, base=base, reward=reward, silence_reward=agent_silence_reward
             )
+            credit = feedback_token_rewards(
+                feedback, completion_token_ids=sample["completion_token_ids"], base=base, policy=policy
+            )
+            if credit is not None:
+                sample["token_rewards"] = credit
             (window.heldout if held_out else window.train).append(sample)
             scored = None if held_out else gate_event(feedback)
             if scored is not None:

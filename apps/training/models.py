@@ -26,6 +26,9 @@ class TrainingPolicy(models.Model):
     reward_rejected = models.FloatField(default=-0.25)
     reward_not_shown = models.FloatField(default=0.0)
     reward_edited = models.FloatField(default=0.25)
+    reward_partial = models.FloatField(
+        default=0.25, help_text="a suggestion taken in part; its tokens get accepted / rejected credit (learning.md)"
+    )
     # Agents' signals (see README, "Agents").
     reward_thumbs_up = models.FloatField(default=1.0)
     reward_thumbs_down = models.FloatField(default=-1.0)

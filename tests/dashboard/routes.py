@@ -61,6 +61,7 @@ ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
             "reward_rejected": "-0.5",
             "reward_not_shown": "0",
             "reward_edited": "0.25",
+            "reward_partial": "0.25",
             "reward_thumbs_up": "1.0",
             "reward_thumbs_down": "-1.0",
             "reward_edit_persisted": "0.75",

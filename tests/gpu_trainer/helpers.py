@@ -48,3 +48,12 @@ def without_fim_tokens(model_dir: Path, to: Path) -> Path:
     }
     (to / "tokenizer_config.json").write_text(json.dumps(config))
     return to
+
+
+def completion_logprobs(model, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+    """log π(token | prompt, the tokens before it) of each completion token (teacher-forced)."""
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
+    chosen = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(completion_ids).unsqueeze(-1))
+    return chosen.squeeze(-1).tolist()

@@ -11,16 +11,17 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models.functions import Length
 from django.utils import timezone
 
-from apps.common.lookups import ids_by_client_id, prepared_cursor, tenant_rows
+from apps.common.lookups import ids_by_client_id, in_values, prepared_cursor, tenant_rows
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.models import Feedback, Interaction
 from apps.interactions.rows import feedback_upsert_sql, json_text
 from apps.interactions.services.batches import ItemResult, batch_check_size
 from apps.interactions.sessions import conversation_outcome_record
 from apps.interactions.training_check import training_check_soon
-from apps.interactions.validation import FeedbackIn, ItemError, feedback_validate
+from apps.interactions.validation import FeedbackIn, ItemError, accepted_chars_range_error, feedback_validate
 from apps.tenants.models import Tenant
 
 
@@ -48,6 +49,7 @@ def _feedback_upsert(tenant: Tenant, rows: Iterable[_FeedbackRow], *, now: datet
                 row.pending_client_id,
                 row.item.outcome,
                 row.item.kept_text,
+                row.item.accepted_chars,
                 adapt(row.occurred_at),
                 adapt(now),
                 adapt(now),
@@ -57,7 +59,7 @@ def _feedback_upsert(tenant: Tenant, rows: Iterable[_FeedbackRow], *, now: datet
         )
     with prepared_cursor() as cursor:
         for target, params in by_target.items():
-            sql = feedback_upsert_sql(target)
+            sql = feedback_upsert_sql(target, accepted_chars=True)
             if len(params) == 1:
                 cursor.execute(sql, params[0])  # one round trip; executemany adds a pipeline sync
             elif params:
@@ -93,6 +95,7 @@ def _feedback_store(
     client_ids = {item.client_id for _, item in valid if item.client_id is not None}
     known_ids = {row[0] for row in tenant_rows(Interaction, tenant.pk, key="id", values=ids, columns=("id",))}
     by_client_id = ids_by_client_id(Interaction, tenant.pk, client_ids)
+    lengths = _completion_lengths(tenant, valid, known_ids, by_client_id)
     merged: dict[tuple[str, str], _FeedbackRow] = {}
     for index, item in valid:
         interaction_id: uuid.UUID | None = None
@@ -129,6 +132,16 @@ def _feedback_store(
                 },
             )
             continue
+        if item.accepted_chars is not None and interaction_id is not None:
+            length = lengths[interaction_id]
+            if item.accepted_chars >= length:
+                results[index] = ItemResult(
+                    index=index,
+                    status="rejected",
+                    client_id=item.client_id,
+                    error=accepted_chars_range_error(item.accepted_chars, length).as_dict(),
+                )
+                continue
         occurred_at = item.occurred_at or now
         key = ("i", str(interaction_id)) if interaction_id is not None else ("p", item.client_id or "")
         row = merged.get(key)
@@ -150,11 +163,34 @@ def _feedback_store(
             training_check_on_commit(tenant.pk)
 
 
+def _completion_lengths(
+    tenant: Tenant,
+    valid: list[tuple[int, FeedbackIn]],
+    known_ids: set[uuid.UUID],
+    by_client_id: dict[str, uuid.UUID],
+) -> dict[uuid.UUID, int]:
+    """The completion length (characters) of each stored interaction a partial accept names: the
+    bound of its ``accepted_chars``. No query when the items hold no partial accept."""
+    named: set[uuid.UUID] = set()
+    for _, item in valid:
+        if item.accepted_chars is None:
+            continue
+        if item.interaction_id in known_ids:
+            named.add(item.interaction_id)
+        elif item.client_id in by_client_id:
+            named.add(by_client_id[item.client_id])
+    if not named:
+        return {}
+    rows = Interaction.objects.filter(tenant=tenant, **in_values("id", named)).annotate(length=Length("completion"))
+    return dict(rows.values_list("id", "length"))
+
+
 def _feedback_store_one(
     tenant: Tenant, index: int, item: FeedbackIn, results: list[ItemResult | None], *, now: datetime
 ) -> bool:
-    """The single-item fast path; False when the general path must decide."""
-    if connection.vendor != "postgresql" or item.conversation_id is not None:
+    """The single-item fast path; False when the general path must decide (a partial accept too:
+    its ``accepted_chars`` is checked against the completion's length)."""
+    if connection.vendor != "postgresql" or item.conversation_id is not None or item.accepted_chars is not None:
         return False
     if item.interaction_id is not None:
         key, value = "id", item.interaction_id
@@ -187,6 +223,7 @@ def _feedback_store_one(
 def feedback_merge(into: Feedback, other: Feedback) -> None:
     if other.occurred_at >= into.occurred_at or into.session_outcome_id is not None:
         into.outcome, into.kept_text, into.metadata = other.outcome, other.kept_text, other.metadata
+        into.accepted_chars = other.accepted_chars
         into.occurred_at, into.reward_weight, into.session_outcome = other.occurred_at, 1.0, None
     into.events_received += other.events_received
     into.received_at = min(into.received_at, other.received_at)

@@ -69,6 +69,7 @@ class TrainingPolicy:
     reward_rejected: float | None
     reward_not_shown: float | None
     reward_edited: float | None
+    reward_partial: float | None
     reward_thumbs_up: float | None
     reward_thumbs_down: float | None
     reward_edit_persisted: float | None

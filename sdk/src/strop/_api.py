@@ -239,6 +239,7 @@ def feedback_item(
     interaction_id: str | None = None,
     client_id: str | None = None,
     kept_text: str | None = None,
+    accepted_chars: int | None = None,
     occurred_at: datetime | str | None = None,
     metadata: Mapping[str, Any] | None = None,
     conversation_id: str | None = None,
@@ -248,7 +249,7 @@ def feedback_item(
     """One feedback event as the API takes it. Name the interaction by exactly one of
     ``interaction_id`` (Strop's id) or ``client_id`` (yours), or a session by ``conversation_id``
     with the ``turn`` its outcome follows (and a ``discount`` for earlier turns); the API says
-    which is wrong."""
+    which is wrong. ``kept_text`` goes with ``edited``, ``accepted_chars`` with ``partial``."""
     return without_none(
         interaction_id=None if interaction_id is None else str(interaction_id),
         client_id=client_id,
@@ -257,6 +258,7 @@ def feedback_item(
         discount=discount,
         outcome=outcome,
         kept_text=kept_text,
+        accepted_chars=accepted_chars,
         occurred_at=occurred_at,
         metadata=None if metadata is None else dict(metadata),
     )

@@ -13,6 +13,7 @@ Outcome = Literal[
     "rejected",
     "not_shown",
     "edited",
+    "partial",
     # agents: what the user did with an answer or a session
     "thumbs_up",
     "thumbs_down",

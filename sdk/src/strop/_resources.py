@@ -115,16 +115,20 @@ class Feedback(APIResource):
         interaction_id: str | None = None,
         client_id: str | None = None,
         kept_text: str | None = None,
+        accepted_chars: int | None = None,
         occurred_at: datetime | str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> ItemResult:
         """Record one event now: ``status`` is ``recorded``, or ``pending`` when its interaction
-        (named by ``client_id``) has not arrived yet."""
+        (named by ``client_id``) has not arrived yet. ``edited`` takes the ``kept_text``;
+        ``partial`` the ``accepted_chars``, how many leading characters of the completion the
+        user took (1 to its length - 1: an editor's word-by-word accept)."""
         item = _api.feedback_item(
             outcome=outcome,
             interaction_id=interaction_id,
             client_id=client_id,
             kept_text=kept_text,
+            accepted_chars=accepted_chars,
             occurred_at=occurred_at,
             metadata=metadata,
         )
@@ -164,6 +168,7 @@ class Feedback(APIResource):
         interaction_id: str | None = None,
         client_id: str | None = None,
         kept_text: str | None = None,
+        accepted_chars: int | None = None,
         occurred_at: datetime | str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
@@ -173,6 +178,7 @@ class Feedback(APIResource):
             interaction_id=interaction_id,
             client_id=client_id,
             kept_text=kept_text,
+            accepted_chars=accepted_chars,
             occurred_at=occurred_at,
             metadata=metadata,
         )

@@ -162,10 +162,12 @@ class CompletionChunk(Completion):
 
 @dataclass
 class FeedbackState:
-    """The feedback recorded for an interaction (the event with the latest ``occurred_at`` wins)."""
+    """The feedback recorded for an interaction (the event with the latest ``occurred_at`` wins).
+    ``accepted_chars``: for ``partial``, the leading characters of the completion the user took."""
 
     outcome: str
     kept_text: str
+    accepted_chars: int | None
     occurred_at: datetime | None
     received_at: datetime | None
     updated_at: datetime | None
@@ -179,6 +181,7 @@ class FeedbackState:
         return cls(
             outcome=str(data.get("outcome") or ""),
             kept_text=str(data.get("kept_text") or ""),
+            accepted_chars=data.get("accepted_chars"),
             occurred_at=parse_datetime(data.get("occurred_at")),
             received_at=parse_datetime(data.get("received_at")),
             updated_at=parse_datetime(data.get("updated_at")),
