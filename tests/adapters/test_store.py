@@ -83,7 +83,9 @@ def test_an_s3_version_lives_in_the_bucket_only_and_is_fetched_intact(
         adapter_store().put(source, tenant="acme", adapter="autocomplete", slug="x", vllm_name=version.vllm_name)
 
 
-def test_a_tampered_or_incomplete_s3_version_is_never_used(s3_store, object_store, tenant, adapter, make_lora_adapter, tmp_path):
+def test_a_tampered_or_incomplete_s3_version_is_never_used(
+    s3_store, object_store, tenant, adapter, make_lora_adapter, tmp_path
+):
     version = register(tenant, adapter, make_lora_adapter(seed=14))
     bucket = s3_store.removeprefix("s3://").split("/")[0]
     client = object_store.client()

@@ -42,7 +42,9 @@ def test_a_replica_fetches_versions_from_the_store_checks_them_and_keeps_vllms_r
         assert [check.ok for check in serve_probe_verify(loaded)] == [True]  # vLLM serves exactly its weights
 
         # A version the replica was never told about is fetched when a request names it.
-        unseen = adapter_version_register(tenant, adapter=adapter, source_dir=make_lora_adapter(seed=22), enqueue_load=False)
+        unseen = adapter_version_register(
+            tenant, adapter=adapter, source_dir=make_lora_adapter(seed=22), enqueue_load=False
+        )
         body = {"model": unseen.vllm_name, "prompt": "def add(a, b):\n", "max_tokens": 4, "temperature": 0}
         answer = httpx.post(f"{server.base_url}/v1/completions", json=body, headers=server.headers, timeout=120)
         assert answer.status_code == 200, answer.text
