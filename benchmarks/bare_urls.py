@@ -22,7 +22,7 @@ def bare_feedback(request: HttpRequest) -> JsonResponse:
     body = orjson.loads(request.body)
     now = timezone.now()
     with prepared_cursor() as cursor:  # the server setup Strop's statements get
-        params = (_TENANT_ID, None, "bare-" + body["client_id"], body["outcome"], "", now, now, now, 1, "{}")
+        params = (_TENANT_ID, None, "bare-" + body["client_id"], body["outcome"], "", None, now, now, now, 1, "{}")
         cursor.execute(feedback_upsert_sql("pending_client_id"), params)
     return JsonResponse({"status": "pending", "client_id": body["client_id"]})
 

@@ -91,6 +91,12 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, what: str) 
     raise RuntimeError(f"{what} did not answer {url} within {timeout_s:.0f} s")
 
 
+def gunicorn_argv(bind: str, workers: int) -> list[str]:
+    """The API under gunicorn as the Procfile runs it (gthread, 4 threads a worker), bound to ``bind``."""
+    return [PY, "-m", "gunicorn", "-c", "platform/gunicorn.conf.py", "config.wsgi", "-b", bind,
+            "-w", str(workers), "-k", "gthread", "--threads", "4", "--log-level", "warning"]  # fmt: skip
+
+
 def start_gunicorn(
     db_url: str,
     port: int,
@@ -105,24 +111,7 @@ def start_gunicorn(
     does not come up. ``log`` takes its output (default: this process's). ``root``: the checkout
     it runs (default this one; another one uses this one's Python environment)."""
     proc = subprocess.Popen(
-        [
-            PY,
-            "-m",
-            "gunicorn",
-            "-c",
-            "platform/gunicorn.conf.py",
-            "config.wsgi",
-            "-b",
-            f"127.0.0.1:{port}",
-            "-w",
-            str(workers),
-            "-k",
-            "gthread",
-            "--threads",
-            "4",
-            "--log-level",
-            "warning",
-        ],
+        gunicorn_argv(f"127.0.0.1:{port}", workers),
         cwd=root,
         env=django_env(db_url, **({"PYTHONPATH": str(root)} | extra_env)),
         start_new_session=True,

@@ -118,16 +118,14 @@ _TENANT_OF_KEY = {"id": "i.tenant_id + 0", "client_id": "i.tenant_id"}
 
 
 @functools.cache
-def feedback_upsert_sql(target: str, key: str | None = None, *, accepted_chars: bool = False) -> str:
+def feedback_upsert_sql(target: str, key: str | None = None) -> str:
     """The feedback upsert on ``target`` (interaction_id or pending_client_id), built once: from
-    VALUES, or with ``key`` (id or client_id) from the interaction it names, returning its id.
-    From VALUES, ``accepted_chars`` takes that column as the parameter after ``kept_text``
-    (without it the row has none: the ingest benchmark's bare view writes that form)."""
+    VALUES (``accepted_chars`` the parameter after ``kept_text``), or with ``key`` (id or
+    client_id) from the interaction it names, returning its id."""
     table = connection.ops.quote_name(Feedback._meta.db_table)
     clause = _FEEDBACK_ON_CONFLICT.format(table=table, target=target, newer=_NEWER.format(table=table))
     if key is None:
-        accepted = "%s" if accepted_chars else "NULL"
-        values = f"VALUES (%s, %s, %s, %s, %s, {accepted}, %s, %s, %s, %s, %s, 1.0, NULL)"
+        values = "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1.0, NULL)"
         return f"{_FEEDBACK_COLUMNS.format(table=table)}\n{values}\n{clause}"
     rows = _FEEDBACK_FROM_INTERACTION.format(
         interactions=connection.ops.quote_name(Interaction._meta.db_table), key=key, tenant=_TENANT_OF_KEY[key]

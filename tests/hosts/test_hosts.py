@@ -28,9 +28,11 @@ from apps.adapters.models import AdapterVersion, BaseModel
 from apps.adapters.services import adapter_create, base_model_register
 from apps.tenants.services import ALL_SCOPES, api_key_create, tenant_create
 from apps.training.models import TrainingPolicy, TrainingRun
+from benchmarks.common import free_port, gunicorn_argv, stop
 from tests.fixtures.object_store import start_object_store
-from tests.fixtures.vllm import SESSION_API_KEY, _ensure_vllm_venv, stop_vllm_server
-from tests.fixtures.workers import wait_until
+from tests.fixtures.services import tail
+from tests.fixtures.vllm import SESSION_API_KEY, _ensure_vllm_venv
+from tests.fixtures.workers import wait_until, worker_argv
 from tests.hosts.netns import HOST_ROOT, MODEL_PATH, REPO_ROOT, Host, Network, can_make_hosts
 
 pytestmark = [pytest.mark.vllm, pytest.mark.django_db(transaction=True)]
@@ -54,16 +56,12 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def _tail(path: Path, lines: int = 40) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
-
-
 def _wait(condition, *, timeout: float, what: str, logs: list[Path]) -> object:  # noqa: ANN001
     """wait_until, failing with the tails of the hosts' logs (the test's folder may be gone by then)."""
     try:
         return wait_until(condition, timeout=timeout, what=what)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\n" + "\n".join(f"--- {p.name}\n{_tail(p)}" for p in logs)) from None
+        raise AssertionError(f"{exc}\n" + "\n".join(f"--- {p.name}\n{tail(p)}" for p in logs)) from None
 
 
 def _start_vllm(host: Host, env: dict[str, str], log: Path) -> None:
@@ -84,24 +82,13 @@ def _start_vllm(host: Host, env: dict[str, str], log: Path) -> None:
 
 
 def _start_api(host: Host, env: dict[str, str], log: Path) -> None:
-    host.start(
-        [sys.executable, "-m", "gunicorn", "-c", "platform/gunicorn.conf.py", "config.wsgi",
-         "-b", f"{host.address}:{PORT}", "-w", "1", "-k", "gthread", "--threads", "4", "--log-level", "warning"],
-        env=env,
-        log=log,
-    )  # fmt: skip
-
-
-def _worker(queues: str, pool: str, name: str) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queues, "--pool", pool, "-c", "1",
-            "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "-l", "info"]  # fmt: skip
+    host.start(gunicorn_argv(f"{host.address}:{PORT}", 1), env=env, log=log)
 
 
 def test_a_round_runs_across_hosts_that_share_no_filesystem(settings, tiny_starter_model, tmp_path, capsys):
     reason = can_make_hosts()
     if reason:
         pytest.skip(reason)
-    from benchmarks.common import free_port
     from config.celery import app
 
     _ensure_vllm_venv()
@@ -164,8 +151,9 @@ def test_a_round_runs_across_hosts_that_share_no_filesystem(settings, tiny_start
         started = time.monotonic()
         _start_vllm(vllm_1, env, tmp_path / "vllm-1.log")
         _start_api(api, env, tmp_path / "api.log")
-        api.start(_worker("default,serving", "threads", "default"), env=env, log=tmp_path / "api-workers.log")
-        gpu.start(_worker("gpu", "prefork", "gpu"), env=env, log=tmp_path / "gpu.log")
+        api_workers = worker_argv("default", "default,serving", "threads", concurrency=1)
+        api.start(api_workers, env=env, log=tmp_path / "api-workers.log")
+        gpu.start(worker_argv("gpu", "gpu", "prefork", concurrency=1), env=env, log=tmp_path / "gpu.log")
         _wait(
             lambda: _healthy(f"http://{api.address}:{PORT}/health"),
             timeout=180,
@@ -189,7 +177,7 @@ def test_a_round_runs_across_hosts_that_share_no_filesystem(settings, tiny_start
         for i in range(12):
             body = {"prompt": f"def f{i}(x):\n    ", "max_tokens": 6, "user": f"dev-{i % 4}", "opted_in": True}
             answer = client.post("/v1/completions", json=body)
-            assert answer.status_code == 200, (answer.text, _tail(tmp_path / "api.log"))
+            assert answer.status_code == 200, (answer.text, tail(tmp_path / "api.log"))
             ids.append(answer.json()["id"])
         for k, interaction_id in enumerate(ids):
             outcome = "accepted" if k % 3 == 0 else "rejected"
@@ -204,7 +192,7 @@ def test_a_round_runs_across_hosts_that_share_no_filesystem(settings, tiny_start
             finished, timeout=600, what="the round's training run", logs=logs_of("gpu", "api-workers", "vllm-1")
         )
         run.refresh_from_db()
-        assert run.status == "candidate", (run.error, run.gate, _tail(tmp_path / "gpu.log"))
+        assert run.status == "candidate", (run.error, run.gate, tail(tmp_path / "gpu.log"))
         times["feedback to candidate"] = time.monotonic() - started
         for stage in ("export", "train", "gate", "probe", "upload", "load"):
             times[stage] = float(run.stage_seconds.get(stage, 0.0))
@@ -212,7 +200,7 @@ def test_a_round_runs_across_hosts_that_share_no_filesystem(settings, tiny_start
         assert version.artifact_path == f"{store_url}/{version.vllm_name}" and version.loaded_at is not None
         vllm_log = (tmp_path / "vllm-1.log").read_text(errors="replace")
         fetched = re.search(rf"fetched adapter {re.escape(version.vllm_name)} .* in ([0-9.]+) s", vllm_log)
-        assert fetched, _tail(tmp_path / "vllm-1.log")
+        assert fetched, tail(tmp_path / "vllm-1.log")
         times["replica fetch"] = float(fetched.group(1))
 
         started = time.monotonic()
@@ -246,12 +234,12 @@ def test_a_round_runs_across_hosts_that_share_no_filesystem(settings, tiny_start
             base_url=f"http://{api_2.address}:{PORT}", headers={"Authorization": f"Bearer {raw_key}"}, timeout=120
         )
         answer = client_2.post("/v1/completions", json={"prompt": "def h(x):\n    ", "max_tokens": 6})
-        assert answer.status_code == 200, (answer.text, _tail(tmp_path / "vllm-2.log"))
+        assert answer.status_code == 200, (answer.text, tail(tmp_path / "vllm-2.log"))
         assert answer.json()["strop"]["version"] == version.vllm_name
         times["fresh replica first answer"] = time.monotonic() - asked
         vllm_log = (tmp_path / "vllm-2.log").read_text(errors="replace")
         fetched = re.search(rf"fetched adapter {re.escape(version.vllm_name)} .* in ([0-9.]+) s", vllm_log)
-        assert fetched, _tail(tmp_path / "vllm-2.log")  # by the replica itself, on the first request
+        assert fetched, tail(tmp_path / "vllm-2.log")  # by the replica itself, on the first request
         times["fresh replica fetch"] = float(fetched.group(1))
         times["fresh replica start to first answer"] = time.monotonic() - started
 
@@ -267,5 +255,5 @@ def test_a_round_runs_across_hosts_that_share_no_filesystem(settings, tiny_start
         if forwarder is not None:
             forwarder.terminate()
         if moto is not None:
-            stop_vllm_server(moto)  # its own process group, like vLLM's
+            stop(moto)
         app.control.purge()

@@ -59,7 +59,7 @@ def _feedback_upsert(tenant: Tenant, rows: Iterable[_FeedbackRow], *, now: datet
         )
     with prepared_cursor() as cursor:
         for target, params in by_target.items():
-            sql = feedback_upsert_sql(target, accepted_chars=True)
+            sql = feedback_upsert_sql(target)
             if len(params) == 1:
                 cursor.execute(sql, params[0])  # one round trip; executemany adds a pipeline sync
             elif params:
