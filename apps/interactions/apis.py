@@ -51,7 +51,10 @@ class FeedbackInSchema(serializers.Serializer):
     interaction_id = serializers.UUIDField(required=False, help_text="Strop's id (the `id` we returned).")
     client_id = serializers.CharField(required=False, help_text="Or your client id; may arrive before the interaction.")
     outcome = serializers.ChoiceField(choices=Feedback.Outcome.choices)
-    kept_text = serializers.CharField(required=False, help_text="For 'edited': the text the user kept.")
+    kept_text = serializers.CharField(
+        required=False,
+        help_text="For 'edited': the text the user kept; for 'edit_persisted': the code still in the user's file.",
+    )
     accepted_chars = serializers.IntegerField(
         required=False,
         min_value=1,

@@ -7,9 +7,11 @@ base model's tokenizer (no behaviour logprobs then: the trainer treats them as o
 A partial accept or an edit says which tokens the user kept, so its sample also carries
 ``token_rewards``, one per completion token (``feedback_token_rewards``): the kept prefix earns the
 policy's accepted reward token by token, the first token the user did not keep its rejected
-reward, the rest 0. The sample's scalar ``reward`` stays the policy's for the outcome
-(``reward_partial``, ``reward_edited``): the batch baseline, the silent counterfactual, the gate's
-off-policy estimate and the experiments all read that one.
+reward, the rest 0. An agent's ``edit_persisted`` that sends ``kept_text`` (the code still in the
+file) says the same of its answer: the tokens that persisted earn ``reward_edit_persisted``, the
+others 0. The sample's scalar ``reward`` stays the policy's for the outcome (``reward_partial``,
+``reward_edited``, ``reward_edit_persisted``): the batch baseline, the silent counterfactual, the
+gate's off-policy estimate and the experiments all read that one.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from apps.adapters.models import BaseModel
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
 from apps.training.selectors import training_events_eligible
+from gpu_trainer.credit import common_prefix_length, persisted_token_rewards, token_rewards
 from gpu_trainer.show_gate import GateEvent, suggestion_score
 
 
@@ -58,7 +61,13 @@ def gate_event(feedback: Feedback) -> GateEvent | None:
     ):
         return None
     weight = float(((interaction.metadata or {}).get("show_gate") or {}).get("weight", 1.0))
-    return GateEvent(score=suggestion_score(logprobs), accepted=feedback.outcome in GATE_ACCEPTED, weight=weight)
+    # Grouped by end user: the fit checks itself on users it was not fitted on (gpu_trainer.show_gate).
+    return GateEvent(
+        score=suggestion_score(logprobs),
+        accepted=feedback.outcome in GATE_ACCEPTED,
+        weight=weight,
+        group=interaction.end_user_id or "",
+    )
 
 
 @functools.cache
@@ -82,15 +91,6 @@ def _silent(interaction: Interaction) -> bool:
     return not interaction.completion.strip() and not (interaction.metadata or {}).get("tool_calls")
 
 
-def _common_prefix_length(a: str, b: str) -> int:
-    length = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        length += 1
-    return length
-
-
 def kept_prefix(feedback: Feedback) -> str | None:
     """The leading text of the completion the user kept: a partial accept's first
     ``accepted_chars`` characters, an edit's longest common prefix with ``kept_text``; None for
@@ -101,43 +101,33 @@ def kept_prefix(feedback: Feedback) -> str | None:
         # covering the whole completion keeps all of it.
         return completion[: feedback.accepted_chars]
     if feedback.outcome == Feedback.Outcome.EDITED:
-        return completion[: _common_prefix_length(completion, feedback.kept_text)]
+        return completion[: common_prefix_length(completion, feedback.kept_text)]
     return None
-
-
-def token_rewards(
-    completion_token_ids: list[int], kept: str, *, tokenizer: Any, kept_reward: float, rejected_reward: float
-) -> list[float]:
-    """One reward per served token: ``kept_reward`` for each token entirely inside the kept text
-    ``kept``, ``rejected_reward`` for the first that is not (the user saw it and did not take it),
-    0 for the rest (they hang on a token the user refused: no credit either way).
-
-    A token's characters are where decoding the served tokens up to it ends, with the base model's
-    tokenizer: exactly the text those tokens produce. A token that holds part of a character
-    decodes to a replacement character of its own, so it counts as kept only when the whole
-    character is."""
-    if not completion_token_ids:
-        return []
-    prefixes = tokenizer.batch_decode(
-        [completion_token_ids[: k + 1] for k in range(len(completion_token_ids))], skip_special_tokens=True
-    )
-    kept_length = _common_prefix_length(prefixes[-1], kept)
-    first_untaken = next((k for k, text in enumerate(prefixes) if len(text) > kept_length), len(prefixes))
-    return [
-        kept_reward if k < first_untaken else rejected_reward if k == first_untaken else 0.0
-        for k in range(len(prefixes))
-    ]
 
 
 def feedback_token_rewards(
     feedback: Feedback, *, completion_token_ids: list[int], base: BaseModel, policy: TrainingPolicy
 ) -> list[float] | None:
-    """The token-level credit of a partial accept or an edit (``token_rewards``), scaled like its
-    scalar reward by the row's weight; None for outcomes whose one reward is the whole completion's."""
-    kept = kept_prefix(feedback)
-    if kept is None or not completion_token_ids:
+    """The token-level credit of a partial accept or an edit (``token_rewards``), or of an
+    ``edit_persisted`` with ``kept_text`` (``persisted_token_rewards``), scaled like its scalar
+    reward by the row's weight; None where the one reward is the whole completion's: the other
+    outcomes, and an ``edit_persisted`` without ``kept_text`` or whose ``kept_text`` holds none of
+    the answer's tokens."""
+    if not completion_token_ids:
         return None
     weight = feedback.reward_weight
+    if feedback.outcome == Feedback.Outcome.EDIT_PERSISTED:
+        if not feedback.kept_text:
+            return None
+        return persisted_token_rewards(
+            completion_token_ids,
+            feedback.kept_text,
+            tokenizer=_tokenizer(base.path),
+            persisted_reward=policy.reward_edit_persisted * weight,
+        )
+    kept = kept_prefix(feedback)
+    if kept is None:
+        return None
     return token_rewards(
         completion_token_ids,
         kept,

@@ -249,7 +249,8 @@ def feedback_item(
     """One feedback event as the API takes it. Name the interaction by exactly one of
     ``interaction_id`` (Strop's id) or ``client_id`` (yours), or a session by ``conversation_id``
     with the ``turn`` its outcome follows (and a ``discount`` for earlier turns); the API says
-    which is wrong. ``kept_text`` goes with ``edited``, ``accepted_chars`` with ``partial``."""
+    which is wrong. ``kept_text`` goes with ``edited`` (and may with ``edit_persisted``),
+    ``accepted_chars`` with ``partial``."""
     return without_none(
         interaction_id=None if interaction_id is None else str(interaction_id),
         client_id=client_id,

@@ -120,9 +120,10 @@ class Feedback(APIResource):
         metadata: Mapping[str, Any] | None = None,
     ) -> ItemResult:
         """Record one event now: ``status`` is ``recorded``, or ``pending`` when its interaction
-        (named by ``client_id``) has not arrived yet. ``edited`` takes the ``kept_text``;
-        ``partial`` the ``accepted_chars``, how many leading characters of the completion the
-        user took (1 to its length - 1: an editor's word-by-word accept)."""
+        (named by ``client_id``) has not arrived yet. ``edited`` takes the ``kept_text``, and
+        ``edit_persisted`` may (the code still in the file: training credits the answer's tokens
+        that persisted); ``partial`` the ``accepted_chars``, how many leading characters of the
+        completion the user took (1 to its length - 1: an editor's word-by-word accept)."""
         item = _api.feedback_item(
             outcome=outcome,
             interaction_id=interaction_id,
