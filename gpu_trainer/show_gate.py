@@ -13,6 +13,16 @@ the gate is fitted to give up at most that share of what was accepted, and every
 beyond that was rejected. With fewer than ``MIN_ACCEPTED`` accepted suggestions in the window there
 is no threshold (no gate).
 
+A threshold fitted on a window keeps its recall on that window, not always on code it has not
+seen. So the fit checks itself: the window's events are split by *group* (an end user, or a file:
+what tells one body of code from another) into a part to fit on and a part to check on
+(``CHECK_SHARE`` of the groups, by a hash of their name). The recall the threshold is fitted at is
+raised, step by step, until a threshold fitted on the first part at that recall keeps at least
+``recall`` of the second part's accepted suggestions; the gate is that recall's threshold on the
+whole window. It reports both recalls (``window_recall``, ``check_recall``) and the one it was
+fitted at (``fit_recall``). With fewer than ``MIN_ACCEPTED`` accepted suggestions in either part
+the check is skipped and the fit is at ``recall``.
+
 Serving shows a withheld suggestion anyway with probability ``explore``; those are recorded, and
 weigh ``1 / explore`` in the next fit, so the threshold can also move down (without them the gate
 would only ever see suggestions above its own threshold).
@@ -20,12 +30,15 @@ would only ever see suggestions above its own threshold).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 MIN_ACCEPTED = 10
+CHECK_SHARE = 0.3  # of the window's groups, kept out of the fit to check it on
+RECALL_STEP = 0.005
 
 
 def suggestion_score(logprobs: Sequence[float]) -> float:
@@ -41,6 +54,7 @@ class GateEvent:
     score: float
     accepted: bool
     weight: float = 1.0
+    group: str = ""  # what the fit is checked across (an end user, a file); "" for none
 
 
 def threshold_for_recall(points: Sequence[tuple[float, float]], recall: float) -> float:
@@ -57,19 +71,49 @@ def threshold_for_recall(points: Sequence[tuple[float, float]], recall: float) -
     return threshold
 
 
+def recall_of(events: Iterable[GateEvent], threshold: float) -> float:
+    """The weighted share of the accepted ones among ``events`` that ``threshold`` keeps (nan: none)."""
+    accepted = [e for e in events if e.accepted]
+    total = sum(e.weight for e in accepted)
+    return sum(e.weight for e in accepted if e.score >= threshold) / total if total else math.nan
+
+
+def in_check_part(group: str) -> bool:
+    """Whether a group's events are kept out of the fit to check it on (a stable hash of its name)."""
+    digest = hashlib.sha256(group.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < CHECK_SHARE
+
+
+def checked_recall(events: Sequence[GateEvent], recall: float) -> tuple[float, float | None]:
+    """The recall to fit the whole window at, so that a fit on one part of the groups keeps
+    ``recall`` of the other's accepted suggestions, and that check's recall (None: no check)."""
+    fit = [e for e in events if not in_check_part(e.group)]
+    check = [e for e in events if in_check_part(e.group)]
+    if min(sum(e.accepted for e in fit), sum(e.accepted for e in check)) < MIN_ACCEPTED:
+        return recall, None
+    fit_accepted = [(e.score, e.weight) for e in fit if e.accepted]
+    target, kept = recall, 0.0
+    while True:
+        kept = recall_of(check, threshold_for_recall(fit_accepted, target))
+        if kept >= recall or target >= 1.0:
+            return target, kept
+        target = min(1.0, round(target + RECALL_STEP, 6))
+
+
 def fit_show_threshold(events: Iterable[GateEvent], *, recall: float) -> dict[str, float | int] | None:
     """The gate learned from ``events`` (see the module docstring), or None when too few were accepted.
 
-    Returns ``threshold`` and what it would have done on its own window: the share of shown
-    suggestions it withholds, the share of accepted ones it keeps, and the accept rate of what is
-    left, all weighted."""
+    Returns ``threshold``, the recall it was fitted at and the check's, and what it would have
+    done on its own window: the share of shown suggestions it withholds, the share of accepted
+    ones it keeps (``window_recall``), and the accept rate of what is left, all weighted."""
     if not 0.0 < recall <= 1.0:
         raise ValueError(f"recall must be in (0, 1], not {recall!r}")
     events = [e for e in events if math.isfinite(e.score)]
     accepted = [(e.score, e.weight) for e in events if e.accepted]
     if len(accepted) < MIN_ACCEPTED:
         return None
-    threshold = threshold_for_recall(accepted, recall)  # with recall 1: the lowest accepted score
+    fit_recall, check_recall = checked_recall(events, recall)
+    threshold = threshold_for_recall(accepted, fit_recall)  # with recall 1: the lowest accepted score
     shown = sum(e.weight for e in events)
     kept = [e for e in events if e.score >= threshold]
     kept_weight = sum(e.weight for e in kept)
@@ -79,7 +123,9 @@ def fit_show_threshold(events: Iterable[GateEvent], *, recall: float) -> dict[st
         "events": len(events),
         "accepted": len(accepted),
         "withheld_share": round(1.0 - kept_weight / shown, 4),
-        "accepted_kept_share": round(kept_accepted / sum(w for _, w in accepted), 4),
+        "fit_recall": fit_recall,
+        "check_recall": None if check_recall is None else round(check_recall, 4),
+        "window_recall": round(kept_accepted / sum(w for _, w in accepted), 4),
         "accept_rate_before": round(sum(w for _, w in accepted) / shown, 4),
         "accept_rate_after": round(kept_accepted / kept_weight, 4) if kept_weight else 0.0,
     }

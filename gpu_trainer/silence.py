@@ -33,8 +33,13 @@ def counterfactual_advantages(
     samples: Sequence[Sample], rewards: torch.Tensor, config: PPOConfig
 ) -> torch.Tensor | None:
     """Each event's counterfactual silent action (None when ``silence_counterfactual`` is off): its
-    reward (the sample's own ``silence_reward``, an agent's turn, else the config's) minus the event's."""
+    reward (the sample's own ``silence_reward``, an agent's turn, else the config's) minus the
+    event's; 0 for a completion with ``silence_gated`` (no gradient to its silent action)."""
     if not config.silence_counterfactual:
         return None
     silent = [config.silence_reward if s.silence_reward is None else s.silence_reward for s in samples]
-    return torch.tensor(silent, dtype=torch.float32) - rewards
+    advantages = torch.tensor(silent, dtype=torch.float32) - rewards
+    if config.silence_gated:  # the show gate keeps completions silent: only agents' turns learn it here
+        taught = torch.tensor([s.silence_reward is not None for s in samples])
+        advantages = torch.where(taught, advantages, torch.zeros_like(advantages))
+    return advantages

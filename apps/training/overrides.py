@@ -67,6 +67,7 @@ def trainer_knobs() -> dict[str, Knob]:
         "normalize_advantages": Knob(bool),
         "loss_aggregation": Knob(str, choices=("token_mean", "sequence_mean")),
         "silence_counterfactual": Knob(bool),
+        "silence_gated": Knob(bool),
         "silence_clip": Knob(float, 0.01, 1.0),
         "importance_correction": Knob(bool),
         "importance_cap": Knob(float, 1.0, 10.0),

@@ -192,6 +192,7 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
             "max_lora_rank": settings.VLLM_MAX_LORA_RANK,
             "autocast_bf16": _autocast(),
             "silence_reward": policy.reward_not_shown,
+            "silence_gated": policy.show_gate,
             **trainer_overrides,
         }
     )

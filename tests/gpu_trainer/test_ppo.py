@@ -328,3 +328,20 @@ def test_a_samples_own_silence_reward_overrides_the_configs(tiny_starter_model, 
     adapter = _train_rounds(tiny_starter_model, samples, config, tmp_path / "agent")
     after = next_token_probs(load(tiny_starter_model, adapter), setting["prompt"])[eos].item()
     assert after < before / 2, (before, after)
+
+
+def test_with_a_show_gate_the_counterfactual_teaches_silence_only_to_agent_turns(tiny_starter_model, setting, tmp_path):
+    """``silence_gated``: the show gate keeps completions silent, so every completion rejected
+    and the counterfactual on leaves P(EOS first) where it was; the same events as an agent's
+    turns (their own ``silence_reward``) still teach it."""
+    eos = 0
+    before = setting["base_probs"][eos].item()
+    config = FAST.replace(silence_counterfactual=True, silence_clip=0.2, silence_gated=True)
+    gated = train_ppo(config, _all_shown(setting, -1.0), base_model_dir=tiny_starter_model, out_dir=tmp_path / "gated",
+                      progress=False)
+    unchanged = next_token_probs(load(tiny_starter_model, gated.out_dir), setting["prompt"])[eos].item()
+    assert abs(unchanged - before) < 1e-6, (before, unchanged)
+    turns = [{**sample, "silence_reward": 0.0} for sample in _all_shown(setting, -1.0)]
+    adapter = _train_rounds(tiny_starter_model, turns, config, tmp_path / "turns")
+    after = next_token_probs(load(tiny_starter_model, adapter), setting["prompt"])[eos].item()
+    assert after > 10 * before, (before, after)

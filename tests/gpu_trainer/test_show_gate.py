@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_trainer.show_gate import MIN_ACCEPTED, GateEvent, fit_show_threshold, threshold_for_recall, withholds
+from gpu_trainer.show_gate import (
+    MIN_ACCEPTED,
+    GateEvent,
+    fit_show_threshold,
+    in_check_part,
+    recall_of,
+    threshold_for_recall,
+    withholds,
+)
 
 
 def events(accepted: list[float], rejected: list[float]) -> list[GateEvent]:
@@ -15,7 +23,7 @@ def test_with_recall_one_the_threshold_is_the_lowest_accepted_score():
     fitted = fit_show_threshold(events([-0.5 - k / 10 for k in range(MIN_ACCEPTED)], [-9.0, -7.0, -0.2]), recall=1.0)
     assert fitted["threshold"] == pytest.approx(-0.5 - (MIN_ACCEPTED - 1) / 10)
     # It withholds the two rejections below it, keeps every accepted one and the one rejection above.
-    assert fitted["accepted_kept_share"] == 1.0
+    assert fitted["window_recall"] == 1.0
     assert fitted["withheld_share"] == pytest.approx(2 / (MIN_ACCEPTED + 3), abs=1e-4)
     assert fitted["accept_rate_after"] == pytest.approx(MIN_ACCEPTED / (MIN_ACCEPTED + 1), abs=1e-4)
 
@@ -25,7 +33,7 @@ def test_a_lower_recall_gives_up_the_lowest_accepted_and_withholds_more():
     rejected = [-k - 0.5 for k in range(20)]
     strict, loose = (fit_show_threshold(events(accepted, rejected), recall=r) for r in (1.0, 0.9))
     assert strict["threshold"] == -19.0 and loose["threshold"] == -17.0
-    assert loose["accepted_kept_share"] == pytest.approx(0.9)
+    assert loose["window_recall"] == pytest.approx(0.9)
     assert loose["withheld_share"] > strict["withheld_share"]
 
 
@@ -55,3 +63,38 @@ def test_threshold_for_recall_and_the_withhold_rule():
     assert threshold_for_recall(points, 0.75) == 2.0  # gives up weight 1 of 4
     assert threshold_for_recall(points, 0.7) == 2.0 and threshold_for_recall(points, 0.25) == 3.0
     assert withholds(-3.0, -2.0) and not withholds(-2.0, -2.0) and not withholds(-99.0, None)
+
+
+def grouped(group: str, accepted: list[float], rejected: list[float]) -> list[GateEvent]:
+    return [GateEvent(s, True, group=group) for s in accepted] + [GateEvent(s, False, group=group) for s in rejected]
+
+
+def split_groups(count: int) -> tuple[list[str], list[str]]:
+    names = [f"user-{k}" for k in range(count)]
+    return [g for g in names if not in_check_part(g)], [g for g in names if in_check_part(g)]
+
+
+def test_a_fit_that_loses_recall_on_other_groups_is_fitted_at_a_higher_recall():
+    """The check part's accepted scores sit lower than the fit part's (code the fit never saw):
+    fitted at 0.9 on the fit part alone, the threshold would keep about 0.85 of the check part's
+    accepted suggestions, so the fit raises its recall until it keeps 0.9 of them."""
+    fit_groups, check_groups = split_groups(60)
+    window = []
+    for k, group in enumerate(fit_groups):  # accepted from -1 down to -4
+        window += grouped(group, [-1.0 - 3.0 * k / (len(fit_groups) - 1)], [-8.0])
+    for k, group in enumerate(check_groups):  # accepted from -1.5 down to -4.1
+        window += grouped(group, [-1.5 - 2.6 * k / (len(check_groups) - 1)], [-8.0])
+    fitted = fit_show_threshold(window, recall=0.9)
+    assert fitted["fit_recall"] > 0.9 and fitted["check_recall"] >= 0.9
+    plain = threshold_for_recall([(e.score, 1.0) for e in window if e.accepted and not in_check_part(e.group)], 0.9)
+    assert recall_of([e for e in window if in_check_part(e.group)], plain) < 0.88
+    assert fitted["window_recall"] > 0.9 and fitted["threshold"] < plain
+
+
+def test_groups_alike_need_no_more_recall_and_no_groups_skip_the_check():
+    fit_groups, check_groups = split_groups(40)
+    window = [e for g in fit_groups + check_groups for e in grouped(g, [-1.0 - k / 10 for k in range(3)], [-9.0])]
+    alike = fit_show_threshold(window, recall=0.8)
+    assert alike["check_recall"] >= 0.8 and alike["fit_recall"] < 0.9
+    ungrouped = fit_show_threshold(events([-1.0 - k / 10 for k in range(30)], [-9.0]), recall=0.8)
+    assert ungrouped["check_recall"] is None and ungrouped["fit_recall"] == 0.8

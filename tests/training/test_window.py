@@ -142,6 +142,8 @@ def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapt
     assert by_score == sorted([(-0.2, True, 20.0)] + [(-0.2, True, 1.0)] * 5 + [(-0.3, False, 1.0)] * 6
                               + [(-0.5, False, 1.0)] * 6)
     assert _fit_show_gate(window, policy) is None  # 6 accepted: too few to place a threshold
+    # Grouped by end user: the fit checks itself on users it was not fitted on.
+    assert {e.group for e in window.gate_events} == {f"dev-{k}" for k in range(5)}
     TrainingRun.objects.filter(pk=first.pk).update(status="rejected")
     add_events(40)
     Interaction.objects.filter(source="logged").update(source="served")
@@ -149,6 +151,7 @@ def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapt
     window = dataset_export(second, policy=policy)
     fitted = _fit_show_gate(window, policy)
     assert fitted["threshold"] == pytest.approx(-1.5) and fitted["explore"] == 0.05 and fitted["recall"] == 0.95
+    assert fitted["fit_recall"] >= 0.95 and fitted["window_recall"] >= 0.95 and "check_recall" in fitted
     policy.show_gate = False
     assert _fit_show_gate(window, policy) is None
     TrainingRun.objects.filter(pk=second.pk).update(status="rejected")
