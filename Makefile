@@ -92,7 +92,7 @@ bench-trainer: venv
 	$(PY) benchmarks/trainer.py
 
 # The learning benchmark on SmolLM2-135M-Instruct (CPU, ~30 min; see docs/performance.md).
-LEARNING_ARGS ?= --population line --stop '\n' --train-tasks 512 --eval-tasks 300 --set autocast_bf16=auto
+LEARNING_ARGS ?= --population line --stop '\n' --train-tasks 512 --eval-tasks 300 --rounds 2 --eval-each-round --set autocast_bf16=auto --threads 2
 bench-learning: venv
 	$(PY) benchmarks/learning.py $(LEARNING_ARGS)
 

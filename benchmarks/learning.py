@@ -10,9 +10,12 @@ accepted more often, on code it never trained on?
 2. Train two adapters with ``gpu_trainer.ppo.train_ppo`` on the same events: the trainer's
    defaults (batch-mean baseline) and the seed's raw-reward variant (``baseline=none`` and no
    counterfactual silence: an action with reward 0, silence, gets no gradient, and a rejection
-   only pushes down). ``--rounds`` > 1
-   repeats collect-then-train, each adapter collecting with its own policy on fresh tasks and
-   continuing from its own previous adapter.
+   only pushes down). A partial accept or an edit (``simdev.respond``) also carries the
+   exporter's token-level credit (``gpu_trainer.credit``). ``--rounds`` > 1 repeats
+   collect-then-train, each adapter collecting with its own policy on fresh tasks and continuing
+   from its own previous adapter; the raw variant, the comparison, trains in the first round only.
+   The show gate is refitted on each version's last window, checked across files
+   (``gpu_trainer.show_gate``).
 3. Evaluate the base model and both adapters on ``--eval-tasks`` tasks of the evaluation packages
    (or ``--tasks FILE.jsonl``) with the same developer, the same sampling and the same seeds.
 
@@ -29,7 +32,10 @@ mean rewards; ``expected_*`` the computed ones).
         [--tasks FILE.jsonl] [--adapter DIR] [--stop '\\n'] [--tune] [--variant NAME:K=V,...]
         [--skip-raw] [--out DIR] [--threads 1] [--prefix-chars 500] [--no-expected]
 
-``--adapter DIR`` evaluates an existing adapter against the base model (no training).
+``--eval-each-round`` evaluates after every round (``round1_…`` figures), not only the last;
+each show gate's recall of what developers took is reported on its window, on the window's
+held-out files and on the evaluation tasks (``gate_window_recall``, ``gate_check_recall``,
+``gate_eval_recall``). ``--adapter DIR`` evaluates an existing adapter against the base model (no training).
 ``--stop`` adds a stop string to every request, as a client may send one (serving applies it as
 vLLM does); without one, only EOS and ``--max-tokens`` end a suggestion, as in the simulated
 developers' sessions. ``--tune`` evaluates on held-out tasks of the *training* packages instead
@@ -66,12 +72,13 @@ from benchmarks.simdev import (  # noqa: E402
     Request,
     Summary,
     Task,
-    decide,
     load_tasks,
     read_jsonl,
+    respond,
     summarise,
 )
-from gpu_trainer.show_gate import GateEvent, fit_show_threshold, suggestion_score, withholds  # noqa: E402
+from gpu_trainer.credit import common_prefix_length, token_rewards  # noqa: E402
+from gpu_trainer.show_gate import GateEvent, fit_show_threshold, recall_of, suggestion_score, withholds  # noqa: E402
 
 
 def resolve_model(name: str) -> Path:
@@ -139,17 +146,28 @@ def run_policy(model_dir: Path, adapter_dir: Path | None, tasks: Sequence[Task],
                                      pass_tokens=args.pass_tokens)
     del model
     requests = [
-        Request(index=i, task_id=task.id, interaction_id="", version=label, user="", text=s.text,
-                finish_reason=s.finish_reason, outcome=decide(args.population, s.text, task), latency_s=0.0)
+        Request.decided(respond(args.population, s.text, task), index=i, task_id=task.id, interaction_id="",
+                        version=label, user="", text=s.text, finish_reason=s.finish_reason, latency_s=0.0)
         for i, (task, s) in enumerate(zip(tasks, served, strict=True))
     ]
     return served, requests, outcomes
 
 
-def to_samples(served: Sequence[Served], requests: Sequence[Request]) -> list[dict[str, Any]]:
-    """The trainer's sample format (as the exporter writes it), one per event."""
-    return [
-        {
+def kept_text(request: Request) -> str | None:
+    """The leading text of the suggestion the developer kept (``apps.training.dataset.kept_prefix``)."""
+    if request.outcome == "partial" and request.accepted_chars is not None:
+        return request.text[: request.accepted_chars]
+    if request.outcome == "edited" and request.kept_text is not None:
+        return request.text[: common_prefix_length(request.text, request.kept_text)]
+    return None
+
+
+def to_samples(served: Sequence[Served], requests: Sequence[Request], tokenizer: Any) -> list[dict[str, Any]]:
+    """The trainer's sample format (as the exporter writes it), one per event; a partial accept or
+    an edit also carries its token-level credit, as the exporter gives it."""
+    samples = []
+    for s, r in zip(served, requests, strict=True):
+        sample = {
             "id": f"{r.task_id}",
             "prompt_token_ids": s.prompt_token_ids,
             "completion_token_ids": s.completion_token_ids,
@@ -157,8 +175,13 @@ def to_samples(served: Sequence[Served], requests: Sequence[Request]) -> list[di
             "reward": REWARDS[r.outcome],
             "silent": not s.text.strip(),  # nothing shown: what the first token did when it was all
         }
-        for s, r in zip(served, requests, strict=True)
-    ]
+        kept = kept_text(r)
+        if kept is not None and s.completion_token_ids:
+            sample["token_rewards"] = token_rewards(s.completion_token_ids, kept, tokenizer=tokenizer,
+                                                    kept_reward=REWARDS["accepted"],
+                                                    rejected_reward=REWARDS["rejected"])
+        samples.append(sample)
+    return samples
 
 
 def train(model_dir: Path, samples: list[dict[str, Any]], config, out_dir: Path, parent: Path | None,
@@ -176,24 +199,30 @@ def train(model_dir: Path, samples: list[dict[str, Any]], config, out_dir: Path,
     return result.out_dir
 
 
-def gate_events(served: Sequence[Served], requests: Sequence[Request]) -> list[GateEvent]:
-    """The show gate's view of collected events: each shown suggestion, scored by its own logprobs."""
-    return [GateEvent(suggestion_score(s.logprobs), r.outcome == "accepted")
-            for s, r in zip(served, requests, strict=True) if r.outcome != "not_shown"]
+# What the show gate keeps (as ``apps.training.dataset.GATE_ACCEPTED``): a suggestion taken whole or in part.
+GATE_ACCEPTED = ("accepted", "partial")
+
+
+def gate_events(served: Sequence[Served], requests: Sequence[Request], tasks: Sequence[Task]) -> list[GateEvent]:
+    """The show gate's view of collected events: each shown suggestion, scored by its own logprobs,
+    grouped by its file (what the fit checks itself across)."""
+    return [GateEvent(suggestion_score(s.logprobs), r.outcome in GATE_ACCEPTED, group=f"{t.package}/{t.path}")
+            for s, r, t in zip(served, requests, tasks, strict=True) if r.outcome != "not_shown"]
 
 
 def gated(requests: Sequence[Request], served: Sequence[Served], threshold: float, population: str,
           tasks: Sequence[Task]) -> list[Request]:
     """The same requests behind a show gate: a suggestion scoring below ``threshold`` reaches the
     developer as nothing (``not_shown``), as serving withholds it (no exploration here)."""
-    return [replace(r, text="", outcome=decide(population, "", task))
+    return [replace(r, text="", outcome=respond(population, "", task).outcome, accepted_chars=None, kept_text=None)
             if withholds(suggestion_score(s.logprobs), threshold) else r
             for r, s, task in zip(requests, served, tasks, strict=True)]
 
 
 def describe(name: str, summary: Summary) -> str:
     return (
-        f"{name}: {summary.requests} tasks, {summary.shown} shown, {summary.accepted} accepted\n"
+        f"{name}: {summary.requests} tasks, {summary.shown} shown, {summary.accepted} accepted, "
+        f"{summary.partial} taken in part, {summary.edited} fixed\n"
         f"  accept rate of shown  {summary.accept_rate}\n"
         f"  shown per request     {summary.shown_per_request}\n"
         f"  accepted per request  {summary.accepted_per_request}\n"
@@ -310,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="no show gate: 'trained' is the adapter alone (gpu_trainer.show_gate)")
     parser.add_argument("--gate-recall", type=float, default=0.95,
                         help="the show gate's recall of accepted suggestions (the training policy's default 0.95)")
+    parser.add_argument("--eval-each-round", action="store_true",
+                        help="evaluate after every round, not only the last (figures for 1, 2, ... rounds)")
     return parser
 
 
@@ -357,22 +388,25 @@ def main(argv: list[str] | None = None) -> int:
     if overrides:
         print(f"trainer overrides: {json.dumps(overrides)}", flush=True)
 
+    tokenizer = None if adapter is not None else load_tokenizer_of(model_dir)
+    evaluated: list[tuple[int, dict[str, Summary], dict[str, Expected], dict[str, dict[str, Any]]]] = []
     with tempfile.TemporaryDirectory(prefix="strop-learning-") as tmp:
         work = Path(args.out) if args.out else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        policies: dict[str, Path | None] = {}
-        gates: dict[str, float] = {}  # the show gate's threshold fitted for a policy
+        evaluation = Evaluation(model_dir, eval_tasks, args)
         if adapter is not None:
-            policies["adapter"] = adapter
+            evaluated.append((0, *evaluation.run({"adapter": adapter}, {})))
         else:
-            # The seed's variant: raw reward (no baseline) and no counterfactual silence.
-            variants = {"trained": config, "raw": config.replace(baseline="none", silence_counterfactual=False)}
+            # The seed's variant: raw reward (no baseline) and no counterfactual silence. The trainer's
+            # defaults leave silence to the show gate where there is one, as the loop's runs do.
+            defaults = config if args.no_gate or "silence_gated" in overrides else config.replace(silence_gated=True)
+            variants = {"trained": defaults, "raw": config.replace(baseline="none", silence_counterfactual=False)}
             if args.skip_raw:
                 del variants["raw"]
             for spec in args.variant:
                 name, _, pairs = spec.partition(":")
                 try:
-                    variants[name] = config.replace(**parse_overrides([p for p in pairs.split(",") if p]))
+                    variants[name] = defaults.replace(**parse_overrides([p for p in pairs.split(",") if p]))
                 except (TrainerInputError, TypeError) as exc:
                     raise SystemExit(f"error: --variant {spec}: {exc}") from None
             current: dict[str, Path | None] = {name: None for name in variants}
@@ -384,56 +418,111 @@ def main(argv: list[str] | None = None) -> int:
                 if all(parent is None for parent in current.values()):  # the base policy: one set of events
                     shared = run_policy(model_dir, None, tasks, args, seed=collect_seed,
                                         label=f"round {round_no}: collect (base)")
-                for name, variant in variants.items():
+                # The raw variant is the comparison: it trains on the first round's events only.
+                active = {name: v for name, v in variants.items() if round_no == 1 or name != "raw"}
+                for name, variant in active.items():
                     served, requests, _ = shared or run_policy(model_dir, current[name], tasks, args, seed=collect_seed,
                                                             label=f"round {round_no}: collect ({name})")
-                    window[name] = gate_events(served, requests)
+                    window[name] = gate_events(served, requests, tasks)
                     if shared is not None:
                         window["base"] = window[name]
-                    samples = to_samples(served, requests)
+                    samples = to_samples(served, requests, tokenizer)
                     (work / f"events-{name}-round{round_no}.jsonl").write_text(
                         "".join(json.dumps(s) + "\n" for s in samples))
-                    collected = summarise(requests)
-                    print(f"round {round_no} {name} events: {collected}", flush=True)
+                    print(f"round {round_no} {name} events: {summarise(requests)}", flush=True)
                     out_dir = work / f"{name}-round{round_no}"
                     current[name] = train(model_dir, samples, variant.replace(seed=args.seed + round_no - 1),
                                           out_dir, current[name], label=f"round {round_no} {name}")
-            policies.update(current)
-            if not args.no_gate:
-                for name in ("base", "trained"):
-                    fitted = fit_show_threshold(window.get(name, []), recall=args.gate_recall)
-                    print(f"show gate for {name} (recall {args.gate_recall}, fitted on its last "
-                          f"{len(window.get(name, []))} shown events): {json.dumps(fitted)}", flush=True)
-                    if fitted is not None:
-                        gates[name] = float(fitted["threshold"])
-
-        summaries: dict[str, Summary] = {}
-        expected: dict[str, Expected] = {}
-        gated_summaries: dict[str, Summary] = {}
-        eval_seed = args.seed * 1_000_003 + 104_729
-        for name, adapter_dir in {"base": None, **policies}.items():
-            served, requests, outcomes = run_policy(model_dir, adapter_dir, eval_tasks, args, seed=eval_seed,
-                                                    label=f"eval ({name})", expected=computes_expected(args))
-            summaries[name] = summarise(requests)
-            if name in gates:
-                gated_summaries[name] = summarise(gated(requests, served, gates[name], args.population, eval_tasks))
-            if outcomes is not None:
-                expected[name] = outcomes
+                if round_no == args.rounds or args.eval_each_round:
+                    gates = {} if args.no_gate else {name: window[name] for name in ("base", "trained")}
+                    # the raw variant once: after its round, or with the others at the end
+                    judged = [n for n in variants if n in active or (n == "raw" and not args.eval_each_round)]
+                    evaluated.append((round_no, *evaluation.run({n: current[n] for n in judged}, gates)))
         if args.out:
             print(f"adapters and events kept in {work}", flush=True)
 
-    if "trained" in gated_summaries:
-        # What the loop produces is a version: the adapter and its show gate. The parts are reported too.
-        summaries = {"base": summaries["base"], "trained": gated_summaries["trained"],
-                     "adapter_only": summaries["trained"],
-                     **({"gate_only": gated_summaries["base"]} if "base" in gated_summaries else {}),
-                     **{k: v for k, v in summaries.items() if k not in ("base", "trained")}}
-        if "trained" in expected:
-            expected["adapter_only"] = expected.pop("trained")
     print(f"\n{args.population} developers, {len(eval_tasks)} eval tasks "
           f"({time.monotonic() - started:.0f} s in all):")
+    for round_no, summaries, expected, gates_fitted in evaluated:
+        last = round_no == evaluated[-1][0]
+        if len(evaluated) > 1:
+            print(f"\nafter round {round_no}:")
+        report(summaries, expected, gates_fitted)
+        events = 0 if adapter is not None else args.train_tasks * max(round_no, 1)
+        prefix = "" if last else f"round{round_no}_"
+        print()
+        values = {**figures(summaries, train_events=events), **expected_figures(expected),
+                  **gate_figures(gates_fitted)}
+        for key, value in values.items():
+            print(f"{prefix}{key}: {format_value(value)}")
+    return 0
+
+
+def load_tokenizer_of(model_dir: Path) -> Any:
+    from gpu_trainer.model_loading import load_tokenizer
+
+    return load_tokenizer(model_dir)
+
+
+class Evaluation:
+    """The evaluation tasks served by each policy, with the same sampling seeds; the base model's
+    once."""
+
+    def __init__(self, model_dir: Path, tasks: Sequence[Task], args: argparse.Namespace) -> None:
+        self.model_dir, self.tasks, self.args = model_dir, tasks, args
+        self.seed = args.seed * 1_000_003 + 104_729
+        self.base: tuple[list[Served], list[Request], Expected | None] | None = None
+
+    def serve(self, name: str, adapter_dir: Path | None) -> tuple[list[Served], list[Request], Expected | None]:
+        if adapter_dir is None and self.base is not None:
+            return self.base
+        result = run_policy(self.model_dir, adapter_dir, self.tasks, self.args, seed=self.seed, label=f"eval ({name})",
+                            expected=computes_expected(self.args))
+        if adapter_dir is None:
+            self.base = result
+        return result
+
+    def run(self, policies: dict[str, Path | None], windows: dict[str, list[GateEvent]]
+            ) -> tuple[dict[str, Summary], dict[str, Expected], dict[str, dict[str, Any]]]:
+        """Each policy's figures; ``trained`` and ``base`` behind their show gates, fitted on their
+        ``windows``, when there are any: the version (adapter + gate), then the parts."""
+        summaries: dict[str, Summary] = {}
+        expected: dict[str, Expected] = {}
+        gated_summaries: dict[str, Summary] = {}
+        gates: dict[str, dict[str, Any]] = {}
+        for name, adapter_dir in {"base": None, **policies}.items():
+            served, requests, outcomes = self.serve(name, adapter_dir)
+            summaries[name] = summarise(requests)
+            if outcomes is not None:
+                expected[name] = outcomes
+            fitted = fit_show_threshold(windows[name], recall=self.args.gate_recall) if name in windows else None
+            if name in windows:
+                print(f"show gate for {name} (recall {self.args.gate_recall}, fitted on its last "
+                      f"{len(windows[name])} shown events): {json.dumps(fitted)}", flush=True)
+            if fitted is not None:
+                threshold = float(fitted["threshold"])
+                gated_summaries[name] = summarise(gated(requests, served, threshold, self.args.population, self.tasks))
+                # Its recall of what developers took, on code it has not seen, beside its window's.
+                eval_recall = recall_of(gate_events(served, requests, self.tasks), threshold)
+                gates[name] = {**fitted, "eval_recall": round(eval_recall, 4)}
+        if "trained" in gated_summaries:
+            # What the loop produces is a version: the adapter and its show gate. The parts are reported too.
+            summaries = {"base": summaries["base"], "trained": gated_summaries["trained"],
+                         "adapter_only": summaries["trained"],
+                         **({"gate_only": gated_summaries["base"]} if "base" in gated_summaries else {}),
+                         **{k: v for k, v in summaries.items() if k not in ("base", "trained")}}
+            if "trained" in expected:
+                expected["adapter_only"] = expected.pop("trained")
+        return summaries, expected, gates
+
+
+def report(summaries: dict[str, Summary], expected: dict[str, Expected], gates: dict[str, dict[str, Any]]) -> None:
     for name, summary in summaries.items():
         print(describe(name, summary))
+    for name, fitted in gates.items():
+        print(f"show gate of {'the version' if name == 'trained' else 'the base model'}: recall of what developers "
+              f"took {fitted['window_recall']} on its window, {fitted['check_recall']} on the window's held-out "
+              f"files, {fitted['eval_recall']} on the evaluation tasks (fitted at {fitted['fit_recall']})")
     if expected:
         print("\nexpected outcomes (computed, not sampled: P(accepted) and P(silent) of every task, see expected.py):")
         for name, outcome in expected.items():
@@ -445,12 +534,17 @@ def main(argv: list[str] | None = None) -> int:
             if name != "base":
                 print(f"{name} - base, accepted per request (paired over the same tasks): "
                       f"{paired_difference(outcome.accept, expected['base'].accept)}")
-    print()
-    events = 0 if adapter is not None else args.train_tasks * args.rounds
-    for key, value in {**figures(summaries, train_events=events), **expected_figures(expected)}.items():
-        print(f"{key}: {format_value(value)}")
-    return 0
 
+
+def gate_figures(gates: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The show gates' recalls: the version's (``gate_…``) and the base model's (``gate_only_…``)."""
+    out: dict[str, float] = {}
+    for name, fitted in gates.items():
+        prefix = "gate" if name == "trained" else "gate_only"
+        for key in ("fit_recall", "window_recall", "check_recall", "eval_recall"):
+            value = fitted[key]
+            out[f"{prefix}_{key}"] = math.nan if value is None else float(value)
+    return out
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,15 +6,20 @@ import it as ``simdev``; the tests as ``benchmarks.simdev``.
 
 from .developers import (
     BLOCK_MIN_SIMILARITY,
+    NEARLY_RIGHT,
     POPULATIONS,
     REWARDS,
+    Decision,
     Outcome,
     block_accepts,
     decide,
+    edit_distance,
     edit_similarity,
     is_shown,
     line_accepts,
     normalise_line,
+    respond,
+    words_taken,
 )
 from .session import FeedbackRefused, Request, SessionResult, Summary, deliver_feedback, run_session, summarise
 from .stats import Estimate, mean_interval, wilson
@@ -34,10 +39,12 @@ from .tasks import (
 __all__ = [
     "BLOCK_MIN_SIMILARITY",
     "EVAL_PACKAGES",
+    "NEARLY_RIGHT",
     "POPULATIONS",
     "REWARDS",
     "TRAIN_PACKAGES",
     "Context",
+    "Decision",
     "Estimate",
     "FeedbackRefused",
     "Outcome",
@@ -50,6 +57,7 @@ __all__ = [
     "block_accepts",
     "decide",
     "deliver_feedback",
+    "edit_distance",
     "edit_similarity",
     "is_shown",
     "iter_tasks",
@@ -58,8 +66,10 @@ __all__ = [
     "mean_interval",
     "normalise_line",
     "read_jsonl",
+    "respond",
     "run_session",
     "summarise",
     "wilson",
+    "words_taken",
     "write_jsonl",
 ]

@@ -1,7 +1,8 @@
 """Simulated developers at work, through the Python SDK only.
 
 Each task is served by ``client.completions.create(prefix, suffix, ...)`` for an opted-in end
-user; the population's rule decides accepted / rejected / not_shown, and the feedback goes back
+user; the population's developer decides accepted / partial / edited / rejected / not_shown
+(``developers.respond``, with the characters taken or the text kept), and the feedback goes back
 in batches through ``client.feedback.send_batch``. By default no stop string is sent: where to
 stop, and whether to say anything at all, is then what the policy has to learn, ``max_tokens``
 caps it. A session may send ``stop`` strings as an editor does (a single-line client stops at
@@ -20,7 +21,7 @@ from typing import Any
 from strop import Strop
 from tqdm import tqdm
 
-from .developers import REWARDS, Outcome, decide
+from .developers import REWARDS, Decision, Outcome, respond
 from .stats import Estimate, mean_interval, wilson
 from .tasks import Population, Task
 
@@ -40,6 +41,18 @@ class Request:
     finish_reason: str | None
     outcome: Outcome
     latency_s: float
+    accepted_chars: int | None = None  # partial: the characters taken word by word
+    kept_text: str | None = None  # edited: the text left where the suggestion went
+
+    @classmethod
+    def decided(cls, decision: Decision, **fields: Any) -> Request:
+        """A request with what the developer did (``developers.respond``)."""
+        return cls(
+            outcome=decision.outcome, accepted_chars=decision.accepted_chars, kept_text=decision.kept_text, **fields
+        )
+
+    def decision(self) -> Decision:
+        return Decision(self.outcome, self.accepted_chars, self.kept_text)
 
     @property
     def shown(self) -> bool:
@@ -66,7 +79,9 @@ class Summary:
     accept_rate: Estimate  # accepted / shown
     shown_per_request: Estimate
     accepted_per_request: Estimate
-    mean_reward: Estimate  # +0.75 accepted, -0.25 rejected, 0 not shown
+    mean_reward: Estimate  # +0.75 accepted, -0.25 rejected, 0 not shown, +0.25 taken in part or fixed
+    partial: int = 0  # shown and taken in part, word by word
+    edited: int = 0  # shown, accepted and fixed
 
     def __str__(self) -> str:
         return (
@@ -87,6 +102,8 @@ def summarise(requests: Sequence[Request]) -> Summary:
         shown_per_request=wilson(shown, len(requests)),
         accepted_per_request=wilson(accepted, len(requests)),
         mean_reward=mean_interval([r.reward for r in requests]),
+        partial=sum(r.outcome == "partial" for r in requests),
+        edited=sum(r.outcome == "edited" for r in requests),
     )
 
 
@@ -108,7 +125,7 @@ class SessionResult:
         return [
             {
                 "interaction_id": r.interaction_id,
-                "outcome": r.outcome,
+                **r.decision().feedback(),
                 "metadata": {"population": self.population, "task": r.task_id},
             }
             for r in self.requests
@@ -180,7 +197,8 @@ def run_session(
             opted_in=opted_in,
         )
         choice = completion.choices[0]
-        request = Request(
+        request = Request.decided(
+            respond(population, choice.text, task),
             index=index,
             task_id=task.id,
             interaction_id=completion.id,
@@ -188,7 +206,6 @@ def run_session(
             user=user,
             text=choice.text,
             finish_reason=choice.finish_reason,
-            outcome=decide(population, choice.text, task),
             latency_s=time.monotonic() - started,
         )
         with lock:

@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks.simdev import (
     REWARDS,
+    Decision,
     block_accepts,
     decide,
     edit_similarity,
@@ -17,7 +18,9 @@ from benchmarks.simdev import (
     load_tasks,
     mean_interval,
     normalise_line,
+    respond,
     wilson,
+    words_taken,
 )
 from benchmarks.simdev.tasks import Task
 
@@ -68,7 +71,56 @@ def test_line_developer_rejects_anything_but_that_exact_line():
 
 def test_line_developer_rejects_a_correct_block_of_several_lines():
     assert not line_accepts(BLOCK, "self._lock = threading.Lock()")
-    assert decide("line", BLOCK, task("self._lock = threading.Lock()", BLOCK)) == "rejected"
+    # It takes the first line, word by word (an editor's accept-next-word), and not the rest.
+    first = "self._lock = threading.Lock()"
+    assert respond("line", BLOCK, task(first, BLOCK)) == Decision("partial", accepted_chars=len(first))
+
+
+# ---- what a developer takes of a suggestion that is not accepted whole ----
+
+
+def test_word_by_word_the_developer_takes_the_words_that_match_and_stops_at_the_first_that_does_not():
+    rest = "self._lock.acquire(timeout=5)"
+    assert respond("line", "self._lock.release()", task(rest)) == Decision("partial", accepted_chars=len("self._lock."))
+    # blanks aside: " x  =" takes the words of "x =" (its own characters are counted)
+    assert words_taken(" x  = y", "x = 1") == len(" x  =")
+    assert words_taken("selfish", "self.x") == 0  # half a word is never taken
+    assert respond("line", "other()", task(rest)) == Decision("rejected")
+
+
+def test_a_nearly_right_suggestion_is_accepted_and_fixed_when_fixing_is_cheaper_than_typing():
+    rest = "total = compute_total(items, tax_rate=0.2)"
+    fixed = respond("line", "total = compute_total(items, tax_rate=0.3)", task(rest))
+    assert fixed == Decision("edited", kept_text=rest)  # one character to fix, 4 to type
+    # a wrong start: nothing to take word by word, and far from the line
+    assert respond("line", "print(value)", task(rest)).outcome == "rejected"
+    # right all along but short of the line: taken whole, then finished by hand
+    assert respond("line", "total = compute_total(items", task(rest)) == Decision("edited", kept_text=rest)
+
+
+def test_what_is_reported_is_what_an_editor_observes():
+    rest = "return self._items[index]"
+    partial = respond("line", "return self._items.pop()", task(rest))
+    assert partial.feedback() == {"outcome": "partial", "accepted_chars": len("return self._items")}
+    assert respond("line", rest, task(rest)).feedback() == {"outcome": "accepted"}
+    # The kept text of an edit is the developer's own line, never text they did not write.
+    edited = respond("line", "return self._items[idx]", task(rest)).feedback()
+    assert edited == {"outcome": "edited", "kept_text": rest}
+
+
+def test_partial_takes_fit_the_api_on_real_tasks(real_tasks):
+    """accepted_chars is 1 to the suggestion's length − 1, on every kind of cut of real lines."""
+    seen = set()
+    for t in real_tasks:
+        for cut in range(1, len(t.line_rest)):
+            text = t.line_rest[:cut] + "zz_wrong()"
+            decision = respond("line", text, t)
+            seen.add(decision.outcome)
+            if decision.outcome == "partial":
+                assert 1 <= decision.accepted_chars < len(text)
+                taken = text[: decision.accepted_chars].split()
+                assert taken == t.line_rest.split()[: len(taken)] or " ".join(taken) in t.line_rest, (t.id, text)
+    assert {"partial", "edited", "rejected"} <= seen
 
 
 # ---- block developers ----
@@ -106,7 +158,7 @@ def test_nothing_to_show_is_not_shown_never_a_rejection(population):
     for text in ("", " ", "\n", "\n    \n", "\t"):
         assert decide(population, text, task("x = 1", "x = 1\ny = 2")) == "not_shown"
     assert not line_accepts("", "") and not block_accepts("", "x")
-    assert REWARDS == {"accepted": 0.75, "rejected": -0.25, "not_shown": 0.0}
+    assert REWARDS == {"accepted": 0.75, "rejected": -0.25, "not_shown": 0.0, "partial": 0.25, "edited": 0.25}
 
 
 @pytest.mark.parametrize("population", ["line", "block"])
@@ -116,8 +168,11 @@ def test_random_text_and_the_right_line_plus_garbage_are_never_accepted(populati
         for _ in range(5):
             assert decide(population, noise(rng), t) != "accepted"
         garbage = "".join(rng.choice(string.ascii_letters + "()[]=.") for _ in range(rng.randint(12, 40)))
-        assert decide(population, t.line_rest + " " + garbage, t) == "rejected"
-        assert decide(population, t.line_rest + "\n    " + garbage + "\n    " + garbage, t) == "rejected"
+        for text in (t.line_rest + " " + garbage, t.line_rest + "\n    " + garbage + "\n    " + garbage):
+            decision = respond(population, text, t)
+            # At most the right words are taken; the garbage never is, nor fixed into the line.
+            assert decision.outcome in ("partial", "rejected"), (text, decision)
+            assert decision.accepted_chars is None or decision.accepted_chars <= len(t.line_rest) + 1
 
 
 def test_the_right_answers_are_accepted_on_real_tasks(real_tasks):
@@ -125,8 +180,12 @@ def test_the_right_answers_are_accepted_on_real_tasks(real_tasks):
         single = "\n" not in t.block
         assert decide("line", t.line_rest, t) == "accepted"
         assert decide("block", t.block, t) == "accepted"
-        assert decide("block", t.line_rest, t) == ("accepted" if single else "rejected")
-        assert decide("line", t.block, t) == ("accepted" if single else "rejected")
+        # Right but short of the block: taken whole and finished by hand.
+        assert respond("block", t.line_rest, t) == (
+            Decision("accepted") if single else Decision("edited", kept_text=t.block.rstrip())
+        )
+        # More than the line: its first line taken, word by word.
+        assert decide("line", t.block, t) == ("accepted" if single else "partial")
     assert any("\n" in t.block for t in real_tasks) and any("\n" not in t.block for t in real_tasks)
 
 

@@ -13,7 +13,7 @@ from benchmarks import learning
 from benchmarks.sampling import cut_completion
 from benchmarks.simdev import load_tasks
 
-FIGURE = re.compile(r"^([a-z_]+): (-?\d+(?:\.\d+)?|nan|inf)$")
+FIGURE = re.compile(r"^([a-z0-9_]+): (-?\d+(?:\.\d+)?|nan|inf)$")
 ESTIMATE = r"(?:n/a \(n=\d+\)|-?\d\.\d{3} \[-?\d\.\d{3}, -?\d\.\d{3}\] \(n=\d+\))"
 PER_MODEL = ("accept_rate", "shown_per_request", "accepted_per_request", "mean_reward")
 
@@ -32,7 +32,7 @@ def figures(text: str) -> dict[str, float]:
 def model_blocks(text: str) -> dict[str, int]:
     """Model name -> its number of tasks, each block holding the four figures with intervals."""
     blocks = re.findall(
-        rf"^(\w+): (\d+) tasks, \d+ shown, \d+ accepted\n"
+        rf"^(\w+): (\d+) tasks, \d+ shown, \d+ accepted, \d+ taken in part, \d+ fixed\n"
         rf"  accept rate of shown  {ESTIMATE}\n"
         rf"  shown per request     {ESTIMATE}\n"
         rf"  accepted per request  {ESTIMATE}\n"
@@ -80,14 +80,16 @@ def test_trains_both_variants_and_prints_every_figure(trained_run, capsys):
         assert 0 <= accepted <= shown <= 1
     assert values["expected_accepted_per_request_gain_low"] <= values["expected_accepted_per_request_gain"]
     assert values["expected_accepted_per_request_gain"] <= values["expected_accepted_per_request_gain_high"]
-    # Two rounds, each variant continuing its own adapter; the events are in the trainer's format.
+    # Two rounds, the defaults continuing their own adapter, the raw variant (the comparison) trained on
+    # round 1's events only; the events are in the trainer's format.
+    assert (out / "trained-round2" / "adapter_config.json").is_file() and not (out / "raw-round2").exists()
     for name in ("trained", "raw"):
-        assert (out / f"{name}-round2" / "adapter_config.json").is_file()
         events = [json.loads(line) for line in (out / f"events-{name}-round1.jsonl").read_text().splitlines()]
         assert len(events) == 3
         for event in events:
-            assert event["reward"] in (0.75, -0.25, 0.0)
+            assert event["reward"] in (0.75, -0.25, 0.0, 0.25)
             assert len(event["behaviour_logprobs"]) == len(event["completion_token_ids"]) <= 6
+            assert ("token_rewards" in event) == (event["reward"] == 0.25)
     # Round 1 trains both variants on the same events.
     assert (out / "events-trained-round1.jsonl").read_text() == (out / "events-raw-round1.jsonl").read_text()
 
@@ -174,3 +176,52 @@ def test_expected_outcomes_match_what_sampling_finds(tiny_starter_model):
     assert sampled_accept >= 0.005  # the check has something to compare
     assert close(outcome.accept[0], sampled_accept), (rest, outcome.accept, sampled_accept)
     assert close(outcome.silent[0], sampled_silent), (outcome.silent, sampled_silent)
+
+
+def test_each_round_is_evaluated_with_its_own_figures(tiny_starter_model, capsys):
+    argv = ["--model", str(tiny_starter_model), "--train-tasks", "3", "--eval-tasks", "4", "--rounds", "2",
+            "--eval-each-round", "--seed", "2", "--set", "epochs=1", "--set", "num_minibatches=1",
+            "--max-tokens", "6"]
+    assert learning.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "after round 1:" in text and "after round 2:" in text
+    lines = dict(line.split(": ", 1) for line in text.splitlines() if FIGURE.match(line))
+    assert lines["round1_train_events"] == "3" and lines["train_events"] == "6"
+    after_one, after_two = text.split("after round 1:")[1].split("after round 2:")
+    # The raw variant, the comparison, trains on round 1's events and is judged after it.
+    assert model_blocks(after_one) == {"base": 4, "trained": 4, "raw": 4}
+    assert model_blocks(after_two) == {"base": 4, "trained": 4}
+    assert {"round1_accepted_per_request_lift", "accepted_per_request_lift"} <= set(lines)
+
+
+def test_a_partial_accept_and_an_edit_train_with_the_exporters_token_credit(tiny_starter_model):
+    """The benchmark's samples carry the credit the exporter gives the same feedback
+    (``gpu_trainer.credit.token_rewards``): the taken tokens +0.75, the first untaken −0.25."""
+    from benchmarks.sampling import Served
+    from benchmarks.simdev import Request, respond
+    from gpu_trainer.credit import token_rewards
+    from gpu_trainer.model_loading import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_starter_model)
+    meant = "total = compute(items, rate)"
+    task = load_tasks("train", 1, seed=0)[0].__class__(
+        id="t", split="train", package="p", path="p/m.py", line=1, column=0, prefix="x = 1\n", line_rest=meant,
+        block=meant, suffix="", block_suffix="",
+    )  # fmt: skip
+    samples = []
+    for text in ("total = compute(other)", "total = compute(items, rat)", "nothing like it"):
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        served = Served(prompt_token_ids=[1, 2], completion_token_ids=ids, logprobs=[-1.0] * len(ids), text=text,
+                        finish_reason="stop")
+        request = Request.decided(respond("line", text, task), index=0, task_id="t", interaction_id="", version="v",
+                                  user="", text=text, finish_reason="stop", latency_s=0.0)
+        samples.append((request, learning.to_samples([served], [request], tokenizer)[0], ids))
+    (partial, first, ids_p), (edited, second, ids_e), (rejected, third, _) = samples
+    assert partial.outcome == "partial" and partial.accepted_chars == len("total = compute(")
+    assert first["reward"] == 0.25
+    assert first["token_rewards"] == token_rewards(ids_p, "total = compute(", tokenizer=tokenizer, kept_reward=0.75,
+                                                   rejected_reward=-0.25)
+    assert first["token_rewards"].count(-0.25) == 1 and first["token_rewards"][0] == 0.75
+    assert edited.outcome == "edited" and edited.kept_text == meant
+    assert second["token_rewards"][0] == 0.75 and -0.25 in second["token_rewards"]
+    assert rejected.outcome == "rejected" and "token_rewards" not in third and third["reward"] == -0.25

@@ -11,7 +11,7 @@ import pytest
 from strop import PermissionDeniedError, Strop
 
 from apps.interactions.models import Feedback, Interaction
-from benchmarks.simdev import REWARDS, decide, deliver_feedback, load_tasks, run_session
+from benchmarks.simdev import REWARDS, deliver_feedback, load_tasks, respond, run_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -65,7 +65,11 @@ def test_every_request_gets_one_feedback_event_with_its_outcome_and_the_figures_
         assert (interaction.completion, interaction.model_name) == (request.text, request.version)
         (feedback,) = feedback_of[str(interaction.pk)]
         assert feedback.events_received == 1 and feedback.metadata == {"population": population, "task": task.id}
-        assert feedback.outcome == request.outcome == decide(population, interaction.completion, task)
+        decision = respond(population, interaction.completion, task)
+        assert feedback.outcome == request.outcome == decision.outcome
+        # What the developer took or kept reaches Strop as the editor reports it.
+        assert feedback.accepted_chars == request.accepted_chars == decision.accepted_chars
+        assert (feedback.kept_text or None) == request.kept_text == decision.kept_text
         # The tiny model rarely ends at once: not_shown is checked wherever its text is blank.
         assert (feedback.outcome == "not_shown") is (not interaction.completion.strip())
 
