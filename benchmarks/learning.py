@@ -199,8 +199,8 @@ def train(model_dir: Path, samples: list[dict[str, Any]], config, out_dir: Path,
     return result.out_dir
 
 
-# What the show gate keeps (as ``apps.training.dataset.GATE_ACCEPTED``): a suggestion taken whole or in part.
-GATE_ACCEPTED = ("accepted", "partial")
+# What the show gate keeps (as ``apps.training.dataset.GATE_ACCEPTED``): a suggestion accepted whole.
+GATE_ACCEPTED = ("accepted",)
 
 
 def gate_events(served: Sequence[Served], requests: Sequence[Request], tasks: Sequence[Task]) -> list[GateEvent]:

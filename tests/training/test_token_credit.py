@@ -144,13 +144,14 @@ def test_a_pending_partial_accept_that_covers_the_whole_completion_keeps_all_of_
     assert export(tiny_adapter, policy)["late"]["token_rewards"] == [A, A, A, A]
 
 
-def test_the_show_gate_counts_a_partial_accept_as_taken_and_an_edit_as_not(tiny_adapter, serve, tenant):
+def test_the_show_gate_counts_only_a_whole_accept_as_accepted(tiny_adapter, serve, tenant):
+    """A partial accept or an edit is shown and not accepted, for the gate as in the accept rate."""
     for name, outcome, fields in (("p", "partial", {"accepted_chars": 3}), ("e", "edited", {"kept_text": "x"})):
         serve(name)
         label(tenant, name, outcome, **fields)
     Interaction.objects.update(source=Interaction.Source.SERVED)
     events = {f.interaction.client_id: gate_event(f) for f in Feedback.objects.select_related("interaction")}
-    assert (events["p"].accepted, events["e"].accepted) == (True, False)
+    assert (events["p"].accepted, events["e"].accepted) == (False, False)
 
 
 def test_edits_train_toward_the_kept_text_through_the_exporter(
