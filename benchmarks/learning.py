@@ -389,13 +389,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trainer overrides: {json.dumps(overrides)}", flush=True)
 
     tokenizer = None if adapter is not None else load_tokenizer_of(model_dir)
-    evaluated: list[tuple[int, dict[str, Summary], dict[str, Expected], dict[str, dict[str, Any]]]] = []
+    last_round = 0 if adapter is not None else args.rounds
+
+    def emit(round_no: int, result: tuple[dict[str, Summary], dict[str, Expected], dict[str, dict[str, Any]]]) -> None:
+        """A round's figures, printed as soon as it is evaluated; the last round's end the output."""
+        summaries, expected, gates_fitted = result
+        if round_no == last_round:
+            print(f"\n{args.population} developers, {len(eval_tasks)} eval tasks "
+                  f"({time.monotonic() - started:.0f} s in all):")
+        if args.eval_each_round and adapter is None:
+            print(f"\nafter round {round_no}:")
+        report(summaries, expected, gates_fitted)
+        print()
+        values = {**figures(summaries, train_events=args.train_tasks * round_no), **expected_figures(expected),
+                  **gate_figures(gates_fitted)}
+        prefix = "" if round_no == last_round else f"round{round_no}_"
+        for key, value in values.items():
+            print(f"{prefix}{key}: {format_value(value)}", flush=True)
+
     with tempfile.TemporaryDirectory(prefix="strop-learning-") as tmp:
         work = Path(args.out) if args.out else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
+        if args.out:
+            print(f"adapters and events kept in {work}", flush=True)
         evaluation = Evaluation(model_dir, eval_tasks, args)
         if adapter is not None:
-            evaluated.append((0, *evaluation.run({"adapter": adapter}, {})))
+            emit(0, evaluation.run({"adapter": adapter}, {}))
         else:
             # The seed's variant: raw reward (no baseline) and no counterfactual silence. The trainer's
             # defaults leave silence to the show gate where there is one, as the loop's runs do.
@@ -437,24 +456,7 @@ def main(argv: list[str] | None = None) -> int:
                     gates = {} if args.no_gate else {name: window[name] for name in ("base", "trained")}
                     # the raw variant once: after its round, or with the others at the end
                     judged = [n for n in variants if n in active or (n == "raw" and not args.eval_each_round)]
-                    evaluated.append((round_no, *evaluation.run({n: current[n] for n in judged}, gates)))
-        if args.out:
-            print(f"adapters and events kept in {work}", flush=True)
-
-    print(f"\n{args.population} developers, {len(eval_tasks)} eval tasks "
-          f"({time.monotonic() - started:.0f} s in all):")
-    for round_no, summaries, expected, gates_fitted in evaluated:
-        last = round_no == evaluated[-1][0]
-        if len(evaluated) > 1:
-            print(f"\nafter round {round_no}:")
-        report(summaries, expected, gates_fitted)
-        events = 0 if adapter is not None else args.train_tasks * max(round_no, 1)
-        prefix = "" if last else f"round{round_no}_"
-        print()
-        values = {**figures(summaries, train_events=events), **expected_figures(expected),
-                  **gate_figures(gates_fitted)}
-        for key, value in values.items():
-            print(f"{prefix}{key}: {format_value(value)}")
+                    emit(round_no, evaluation.run({n: current[n] for n in judged}, gates))
     return 0
 
 
