@@ -77,8 +77,15 @@ from benchmarks.simdev import (  # noqa: E402
     respond,
     summarise,
 )
-from gpu_trainer.credit import common_prefix_length, token_rewards  # noqa: E402
-from gpu_trainer.show_gate import GateEvent, fit_show_threshold, recall_of, suggestion_score, withholds  # noqa: E402
+from gpu_trainer.credit import kept_prefix, token_rewards  # noqa: E402
+from gpu_trainer.show_gate import (  # noqa: E402
+    GATE_ACCEPTED,
+    GateEvent,
+    fit_show_threshold,
+    recall_of,
+    suggestion_score,
+    withholds,
+)
 
 
 def resolve_model(name: str) -> Path:
@@ -153,15 +160,6 @@ def run_policy(model_dir: Path, adapter_dir: Path | None, tasks: Sequence[Task],
     return served, requests, outcomes
 
 
-def kept_text(request: Request) -> str | None:
-    """The leading text of the suggestion the developer kept (``apps.training.dataset.kept_prefix``)."""
-    if request.outcome == "partial" and request.accepted_chars is not None:
-        return request.text[: request.accepted_chars]
-    if request.outcome == "edited" and request.kept_text is not None:
-        return request.text[: common_prefix_length(request.text, request.kept_text)]
-    return None
-
-
 def to_samples(served: Sequence[Served], requests: Sequence[Request], tokenizer: Any) -> list[dict[str, Any]]:
     """The trainer's sample format (as the exporter writes it), one per event; a partial accept or
     an edit also carries its token-level credit, as the exporter gives it."""
@@ -175,7 +173,7 @@ def to_samples(served: Sequence[Served], requests: Sequence[Request], tokenizer:
             "reward": REWARDS[r.outcome],
             "silent": not s.text.strip(),  # nothing shown: what the first token did when it was all
         }
-        kept = kept_text(r)
+        kept = kept_prefix(r.outcome, r.text, accepted_chars=r.accepted_chars, kept_text=r.kept_text or "")
         if kept is not None and s.completion_token_ids:
             sample["token_rewards"] = token_rewards(s.completion_token_ids, kept, tokenizer=tokenizer,
                                                     kept_reward=REWARDS["accepted"],
@@ -197,10 +195,6 @@ def train(model_dir: Path, samples: list[dict[str, Any]], config, out_dir: Path,
     print(f"[{label}] trained: {json.dumps({'steps': result.steps, **shown}, default=str)}", file=sys.stderr,
           flush=True)
     return result.out_dir
-
-
-# What the show gate keeps (as ``apps.training.dataset.GATE_ACCEPTED``): a suggestion accepted whole.
-GATE_ACCEPTED = ("accepted",)
 
 
 def gate_events(served: Sequence[Served], requests: Sequence[Request], tasks: Sequence[Task]) -> list[GateEvent]:

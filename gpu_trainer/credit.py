@@ -36,6 +36,19 @@ def _decoded_prefixes(completion_token_ids: list[int], tokenizer: Any) -> list[s
     )
 
 
+def kept_prefix(outcome: str, completion: str, *, accepted_chars: int | None, kept_text: str) -> str | None:
+    """The leading text of ``completion`` the user kept: a partial accept's first ``accepted_chars``
+    characters, an edit's longest common prefix with ``kept_text``; None for the other outcomes
+    (their one reward is the whole completion's)."""
+    if outcome == "partial" and accepted_chars is not None:
+        # A partial accept that arrived before its interaction could not be checked against it: one
+        # covering the whole completion keeps all of it.
+        return completion[:accepted_chars]
+    if outcome == "edited":
+        return completion[: common_prefix_length(completion, kept_text)]
+    return None
+
+
 def token_rewards(
     completion_token_ids: list[int], kept: str, *, tokenizer: Any, kept_reward: float, rejected_reward: float
 ) -> list[float]:

@@ -29,8 +29,9 @@ from apps.adapters.models import BaseModel
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
 from apps.training.selectors import training_events_eligible
-from gpu_trainer.credit import common_prefix_length, persisted_token_rewards, token_rewards
-from gpu_trainer.show_gate import GateEvent, suggestion_score
+from gpu_trainer.credit import kept_prefix as kept_prefix_of
+from gpu_trainer.credit import persisted_token_rewards, token_rewards
+from gpu_trainer.show_gate import GATE_ACCEPTED, GateEvent, suggestion_score
 
 
 @dataclass
@@ -40,13 +41,6 @@ class Window:
     # Every shown completion Strop served in the window's training part, scored: what the show gate
     # is fitted on (never the held-out part, on which the eval gate judges the version with it).
     gate_events: list[GateEvent] = field(default_factory=list)
-
-
-# What the show gate keeps: a suggestion the user accepted whole. One taken in part or edited counts
-# as shown and not accepted, as in the accept rate: counted as taken, the many suggestions whose
-# first word or two were right (a third of SmolLM2's shown ones on the training packages) pulled the
-# threshold down until it withheld almost nothing (docs/results-log.md).
-GATE_ACCEPTED = (Feedback.Outcome.ACCEPTED,)
 
 
 def gate_event(feedback: Feedback) -> GateEvent | None:
@@ -97,14 +91,12 @@ def kept_prefix(feedback: Feedback) -> str | None:
     """The leading text of the completion the user kept: a partial accept's first
     ``accepted_chars`` characters, an edit's longest common prefix with ``kept_text``; None for
     the other outcomes (their one reward is the whole completion's)."""
-    completion = feedback.interaction.completion
-    if feedback.outcome == Feedback.Outcome.PARTIAL and feedback.accepted_chars is not None:
-        # A partial accept that arrived before its interaction could not be checked against it: one
-        # covering the whole completion keeps all of it.
-        return completion[: feedback.accepted_chars]
-    if feedback.outcome == Feedback.Outcome.EDITED:
-        return completion[: common_prefix_length(completion, feedback.kept_text)]
-    return None
+    return kept_prefix_of(
+        feedback.outcome,
+        feedback.interaction.completion,
+        accepted_chars=feedback.accepted_chars,
+        kept_text=feedback.kept_text,
+    )
 
 
 def feedback_token_rewards(

@@ -52,3 +52,12 @@ def add_events(tenant):
         return [r.id for r in results]
 
     return add
+
+
+@pytest.fixture
+def policy(tiny_adapter):
+    """The adapter's training policy with nothing held out: every event of a window trains."""
+    policy = TrainingPolicy.objects.get(adapter=tiny_adapter)
+    policy.heldout_fraction = 0.0
+    policy.save()
+    return policy

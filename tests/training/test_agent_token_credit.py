@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 from apps.interactions.models import Feedback, Interaction
 from apps.interactions.services import feedback_ingest, interactions_ingest
 from apps.training.dataset import dataset_export, interaction_to_sample
-from apps.training.models import TrainingPolicy, TrainingRun
+from apps.training.models import TrainingRun
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.credit import persisted_chars, persisted_token_rewards, token_char_spans
 from gpu_trainer.ppo import train_ppo
@@ -98,14 +98,6 @@ def test_kept_text_that_holds_none_of_the_answers_tokens_gives_no_token_credit(t
 
 
 # ---- the exporter ----
-
-
-@pytest.fixture
-def policy(tiny_adapter):
-    policy = TrainingPolicy.objects.get(adapter=tiny_adapter)
-    policy.heldout_fraction = 0.0
-    policy.save()
-    return policy
 
 
 def answer(tenant, client_id: str, completion: str = ANSWER, *, ask: str = "Add add and sub to maths.py") -> str:

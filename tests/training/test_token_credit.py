@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 from apps.interactions.models import Feedback, Interaction
 from apps.interactions.services import feedback_ingest, interactions_ingest
 from apps.training.dataset import dataset_export, gate_event
-from apps.training.models import TrainingPolicy, TrainingRun
+from apps.training.models import TrainingRun
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.ppo import train_ppo
 from tests.gpu_trainer.helpers import FIM_PROMPT_TEXT, completion_logprobs, load
@@ -24,14 +24,6 @@ COMPLETION = "return a + b"  # the tiny model's tokens: "return" [0, 6), " a" [6
 @pytest.fixture
 def tokenizer(tiny_starter_model):
     return AutoTokenizer.from_pretrained(str(tiny_starter_model))
-
-
-@pytest.fixture
-def policy(tiny_adapter):
-    policy = TrainingPolicy.objects.get(adapter=tiny_adapter)
-    policy.heldout_fraction = 0.0
-    policy.save()
-    return policy
 
 
 @pytest.fixture
