@@ -130,7 +130,10 @@ class Feedback(models.Model):
         related_name="spread",
         help_text="set when this row is a session outcome spread to the turn; the turn's own feedback replaces it",
     )
-    kept_text = models.TextField(blank=True, help_text="for 'edited': what the user kept")
+    kept_text = models.TextField(
+        blank=True,
+        help_text="for 'edited': what the user kept; for 'edit_persisted' (optional): the code still in the file",
+    )
     accepted_chars = models.PositiveIntegerField(
         null=True,
         blank=True,

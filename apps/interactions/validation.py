@@ -397,6 +397,10 @@ def feedback_validate(item: Any) -> FeedbackIn:
     if conversation_id is not None:
         if outcome in _TEXT_OUTCOMES:
             raise ItemError("outcome", f"{outcome!r} names one completion; send it for the turn's interaction")
+        if kept_text is not None:
+            raise ItemError(
+                "kept_text", "is what the user kept of one answer; send it for the turn's interaction, not the session"
+            )
         turn = _turn(item)  # type: ignore[assignment]
         if turn is None:
             raise ItemError(

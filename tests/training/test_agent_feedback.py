@@ -118,6 +118,7 @@ def test_a_newer_session_outcome_replaces_the_older_spread(tenant, tiny_adapter)
         ({"conversation_id": "s", "outcome": "thumbs_up"}, "turn"),
         ({"conversation_id": "s", "turn": 0, "discount": 1.5, "outcome": "thumbs_up"}, "discount"),
         ({"conversation_id": "s", "turn": 0, "outcome": "edited", "kept_text": "x"}, "outcome"),
+        ({"conversation_id": "s", "turn": 0, "outcome": "edit_persisted", "kept_text": "x"}, "kept_text"),
         ({"client_id": "c", "turn": 0, "outcome": "thumbs_up"}, "turn"),
         ({"client_id": "c", "conversation_id": "s", "turn": 0, "outcome": "thumbs_up"}, "interaction_id"),
         ({"client_id": "c", "outcome": "thumbs_sideways"}, "outcome"),
