@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from io import StringIO
 
+import pytest
 from django.core.management import call_command
+
+pytestmark = pytest.mark.django_db  # makemigrations checks the applied history against the database
 
 
 def test_every_model_change_has_its_migration():
