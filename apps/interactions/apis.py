@@ -53,7 +53,10 @@ class FeedbackInSchema(serializers.Serializer):
     outcome = serializers.ChoiceField(choices=Feedback.Outcome.choices)
     kept_text = serializers.CharField(
         required=False,
-        help_text="For 'edited': the text the user kept; for 'edit_persisted': the code still in the user's file.",
+        help_text=(
+            "For 'edited': the text the user kept; for 'edit_persisted': the code still in the user's file. "
+            "Not on a session outcome (conversation_id)."
+        ),
     )
     accepted_chars = serializers.IntegerField(
         required=False,
