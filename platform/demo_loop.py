@@ -35,11 +35,13 @@ DEVELOPERS = 8  # opted-in developers whose feedback trains the adapter
 # Strop's always-valid statistics may be read after every wave, and the demo acts as soon as they
 # decide, after the last wave, or when the budget leaves no time for another (a later tenant's
 # experiment keeps time of its own). Its interval is tuned to the whole cohort (expected_users).
-# 48 users could not confirm what a first round learns (3 demos on 2026-11-26: reward per request
-# +0.03 to +0.10 over the base model, always-valid p 0.28 to 1); at the same effect, 96 users would
-# put p near 0.03.
+# What a first round learns is small beside the noise of four requests a developer (8 demos on
+# 2026-11-26: reward per request +0.02 to +0.16 over the base model; 96 users decided once): the
+# demo serves as many waves as its budget allows, with adapters served as fast as the base model
+# (platform/vllm_plugins/strop_vllm_cpu_lora.py) and a few requests in flight.
 WAVE_USERS = 12
-WAVES = 8
+WAVES = 16
+CONCURRENCY = 4  # requests a tenant's developers have in flight; vLLM batches them
 EXPERIMENT_USERS = WAVE_USERS * WAVES
 # The default guardrails but latency: here the control is the base model alone, and vLLM's CPU
 # build serves any LoRA adapter slower than that, whatever it learned (measured: 25-46 % of a
@@ -107,7 +109,7 @@ def serve(tenant: Tenant, tasks: list[Task], round_no: int) -> None:
         tasks,
         tenant.population,
         users=tenant.users("dev", DEVELOPERS),
-        concurrency=2,
+        concurrency=CONCURRENCY,
         seed=round_no * 100_000,
         progress=label,
         **REQUEST[tenant.population],
@@ -227,7 +229,7 @@ def experiment(
             wave_tasks,
             tenant.population,
             users=tenant.users(f"ab{round_no}w{wave}", WAVE_USERS),
-            concurrency=2,
+            concurrency=CONCURRENCY,
             seed=round_no * 100_000 + 50_000 + wave * per_wave,
             progress=f"{tenant.slug}: A/B experiment, wave {wave + 1} of {WAVES}",
             **REQUEST[tenant.population],
