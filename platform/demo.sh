@@ -55,8 +55,8 @@ KEY_BLOCKS=$($PY manage.py api_key_create blocks --name "make demo")
 $PY manage.py adapter_create demo tab --base "$BASE_NAME" --default --exists-ok >/dev/null
 $PY manage.py adapter_create blocks tab --base "$BASE_NAME" --default --exists-ok >/dev/null
 DASH_PASSWORD=$($PY -c "import secrets; print(secrets.token_urlsafe(12))")
-$PY manage.py dashboard_user_create demo-admin --tenant demo --role admin --password "$DASH_PASSWORD" >/dev/null
-$PY manage.py dashboard_user_create demo-admin --tenant blocks --role admin --password "$DASH_PASSWORD" >/dev/null
+$PY manage.py dashboard_user_create demo-admin --tenant demo --role admin --password="$DASH_PASSWORD" >/dev/null
+$PY manage.py dashboard_user_create demo-admin --tenant blocks --role admin --password="$DASH_PASSWORD" >/dev/null
 
 echo "==> API on $BASE, Celery workers (default+serving, gpu) and beat on the filesystem broker"
 rm -f "${PROMETHEUS_MULTIPROC_DIR:-${STROP_VAR_DIR:-var}/prometheus}"/*.db  # metrics start from zero with them
