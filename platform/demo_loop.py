@@ -36,11 +36,12 @@ DEVELOPERS = 8  # opted-in developers whose feedback trains the adapter
 # decide, after the last wave, or when the budget leaves no time for another (a later tenant's
 # experiment keeps time of its own). Its interval is tuned to the whole cohort (expected_users).
 # What a first round learns is small beside the noise of four requests a developer (8 demos on
-# 2026-11-26: reward per request +0.02 to +0.16 over the base model; 96 users decided once): the
-# demo serves as many waves as its budget allows, with adapters served as fast as the base model
-# (platform/vllm_plugins/strop_vllm_cpu_lora.py) and a few requests in flight.
+# 2026-11-26: reward per request +0.02 to +0.16 over the base model; 96 users decided once; at
+# +0.054, about 290 users would put p at 0.05): the demo serves as many waves as its budget allows,
+# with adapters served as fast as the base model (platform/vllm_plugins/strop_vllm_cpu_lora.py) and
+# a few requests in flight (one demo: 12 waves of 48 requests in 5.8 minutes, promoted at 144 users).
 WAVE_USERS = 12
-WAVES = 16
+WAVES = 24
 CONCURRENCY = 4  # requests a tenant's developers have in flight; vLLM batches them
 EXPERIMENT_USERS = WAVE_USERS * WAVES
 # The default guardrails but latency: here the control is the base model alone, and vLLM's CPU
