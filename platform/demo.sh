@@ -9,12 +9,14 @@
 #   promoted (the demo acts on its decision as an admin would). Rounds repeat while they fit in
 #   DEMO_BUDGET minutes. A report (text and PNG) ends it. The API keeps serving until Ctrl-C.
 #   DEMO_PORT=8000   API port (loopback only)      DEMO_EVENTS=128   events per round and tenant
-#   DEMO_BUDGET=20   minutes for the whole demo    DEMO_ROUNDS=2     at most this many rounds
+#   DEMO_BUDGET=20   minutes for the whole demo, from `make demo` (DEMO_STARTED, epoch seconds)
+#   DEMO_ROUNDS=2    at most this many rounds
 #   DEMO_MODEL=smollm2 (or starter: the small starter model, quicker and learns nothing)
 #   DEMO_EXIT=1      stop at the end instead of serving
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
+STARTED=${DEMO_STARTED:-$(date +%s)}  # `make demo` passes when it started: building .venv counts too
 PORT=${DEMO_PORT:-8000}
 VLLM_PORT_DEMO=${DEMO_VLLM_PORT:-8100}
 BASE="http://127.0.0.1:$PORT"
@@ -90,7 +92,7 @@ call POST /v1/completions '{"prefix": "def fibonacci(n):\n    ", "suffix": "\n",
 echo "==> the learning loop"
 echo "    dashboard: $BASE/dashboard/  user demo-admin  password $DASH_PASSWORD"
 $PY platform/demo_loop.py --base "$BASE" --tenant "demo:$KEY:line" --tenant "blocks:$KEY_BLOCKS:block" \
-  --events "${DEMO_EVENTS:-128}" --budget-min "$(( ${DEMO_BUDGET:-20} - SECONDS / 60 ))" --rounds "${DEMO_ROUNDS:-2}" \
+  --events "${DEMO_EVENTS:-128}" --budget-min "$($PY -c "import sys, time; print(round(float(sys.argv[1]) - (time.time() - int(sys.argv[2])) / 60, 1))" "${DEMO_BUDGET:-20}" "$STARTED")" --rounds "${DEMO_ROUNDS:-2}" \
   --trainer "$TRAINER" --report var/demo --dashboard "$BASE/dashboard/ (user demo-admin, password $DASH_PASSWORD)" \
   $([ "${DEMO_EXIT:-0}" = "1" ] || echo "--leave-last $BASE/dashboard/")
 
