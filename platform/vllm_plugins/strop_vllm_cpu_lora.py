@@ -24,17 +24,18 @@ every served adapter still passes Strop's serve-probe (the logprobs of its weigh
 from __future__ import annotations
 
 import logging
-from typing import Any
+
+import torch
 
 logger = logging.getLogger("vllm.strop_vllm_cpu_lora")
 
 PATCHED = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice")
 
 
-def _lora_products(inputs: Any, weights: Any, indices: Any, dtype: Any) -> Any:
+def _lora_products(
+    inputs: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
     """tokens × out: row t is ``inputs[t] @ weights[indices[t]].T``, in ``dtype``."""
-    import torch
-
     if weights.dim() == 4:
         weights = weights.squeeze(dim=1)
     x = inputs.to(dtype=dtype)
@@ -53,13 +54,23 @@ def _lora_products(inputs: Any, weights: Any, indices: Any, dtype: Any) -> Any:
     return out
 
 
-def bgmv_shrink(inputs: Any, lora_b_weights: Any, output_tensor: Any, lora_indices_tensor: Any, scaling: float = 1.0):
+def bgmv_shrink(
+    inputs: torch.Tensor,
+    lora_b_weights: torch.Tensor,
+    output_tensor: torch.Tensor,
+    lora_indices_tensor: torch.Tensor,
+    scaling: float = 1.0,
+):
     outputs = _lora_products(inputs, lora_b_weights, lora_indices_tensor, output_tensor.dtype)
     output_tensor[:, : outputs.shape[1]] = scaling * outputs[:]
 
 
 def bgmv_expand(
-    inputs: Any, lora_b_weights: Any, output_tensor: Any, lora_indices_tensor: Any, add_inputs: bool = True
+    inputs: torch.Tensor,
+    lora_b_weights: torch.Tensor,
+    output_tensor: torch.Tensor,
+    lora_indices_tensor: torch.Tensor,
+    add_inputs: bool = True,
 ):
     outputs = _lora_products(inputs, lora_b_weights, lora_indices_tensor, output_tensor.dtype)
     limit = output_tensor.shape[0]
@@ -74,10 +85,10 @@ def bgmv_expand(
 
 
 def bgmv_expand_slice(
-    inputs: Any,
-    lora_b_weights: Any,
-    output_tensor: Any,
-    lora_indices_tensor: Any,
+    inputs: torch.Tensor,
+    lora_b_weights: torch.Tensor,
+    output_tensor: torch.Tensor,
+    lora_indices_tensor: torch.Tensor,
     slice_offset: int,
     slice_size: int,
     add_inputs: bool = True,
@@ -99,9 +110,8 @@ def register() -> None:
     except ImportError as exc:  # another vLLM layout: leave it as it is
         logger.warning("strop_vllm_cpu_lora: vLLM's PyTorch LoRA ops not found (%s); left unchanged", exc)
         return
-    replacements = {"bgmv_shrink": bgmv_shrink, "bgmv_expand": bgmv_expand, "bgmv_expand_slice": bgmv_expand_slice}
     for module in (lora_ops, torch_ops, punica_cpu):
-        for name, function in replacements.items():
+        for name in PATCHED:
             if hasattr(module, name):
-                setattr(module, name, function)
+                setattr(module, name, globals()[name])
     logger.info("strop_vllm_cpu_lora: LoRA ops grouped by adapter")
