@@ -77,7 +77,7 @@ from benchmarks.simdev import (  # noqa: E402
     respond,
     summarise,
 )
-from gpu_trainer.credit import kept_prefix, token_rewards  # noqa: E402
+from gpu_trainer.credit import kept_prefix, preferred_token_ids, token_rewards  # noqa: E402
 from gpu_trainer.show_gate import (  # noqa: E402
     GATE_ACCEPTED,
     GateEvent,
@@ -162,7 +162,8 @@ def run_policy(model_dir: Path, adapter_dir: Path | None, tasks: Sequence[Task],
 
 def to_samples(served: Sequence[Served], requests: Sequence[Request], tokenizer: Any) -> list[dict[str, Any]]:
     """The trainer's sample format (as the exporter writes it), one per event; a partial accept or
-    an edit also carries its token-level credit, as the exporter gives it."""
+    an edit also carries its token-level credit, and an edit its kept text as tokens, as the
+    exporter gives them."""
     samples = []
     for s, r in zip(served, requests, strict=True):
         sample = {
@@ -178,6 +179,9 @@ def to_samples(served: Sequence[Served], requests: Sequence[Request], tokenizer:
             sample["token_rewards"] = token_rewards(s.completion_token_ids, kept, tokenizer=tokenizer,
                                                     kept_reward=REWARDS["accepted"],
                                                     rejected_reward=REWARDS["rejected"])
+        preferred = preferred_token_ids(r.outcome, r.text, kept_text=r.kept_text or "", tokenizer=tokenizer)
+        if preferred is not None:
+            sample["preferred_token_ids"] = preferred
         samples.append(sample)
     return samples
 

@@ -75,6 +75,14 @@ class PPOConfig:
     importance_cap: float = 2.0
     """Upper bound of the importance weight (truncated importance sampling)."""
 
+    preference_coef: float = 0.0
+    """Weight of an edit's pairwise loss (``preference``): each sample with a kept text
+    (``preferred_token_ids``) also teaches the policy to prefer that text to the completion it was
+    shown. 0 turns it off."""
+    preference_beta: float = 0.1
+    """β of the pairwise loss: how far, in nats of margin between the kept and the shown text, the
+    push lasts before it fades (about 2 / β)."""
+
     # --- optimisation ------------------------------------------------------------------------
     learning_rate: float = 1e-3
     """AdamW learning rate for the LoRA parameters. Tuned on SmolLM2 (training packages only):
@@ -169,6 +177,8 @@ class PPOConfig:
             (self.clip_eps > 0, "clip_eps must be > 0"),
             (0 < self.silence_clip <= 1, "silence_clip must be in (0, 1]"),
             (self.kl_coef >= 0, "kl_coef must be >= 0"),
+            (self.preference_coef >= 0, "preference_coef must be >= 0"),
+            (self.preference_beta > 0, "preference_beta must be > 0"),
             (self.importance_cap >= 1, "importance_cap must be >= 1"),
             (self.learning_rate > 0, "learning_rate must be > 0"),
             (self.max_grad_norm > 0, "max_grad_norm must be > 0"),

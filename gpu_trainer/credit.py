@@ -2,7 +2,7 @@
 
 Pure functions (a tokenizer is passed in), shared by the exporter (``apps.training.dataset``) and
 the learning benchmark, so both turn a partial accept, an edit or an agent's persisted edit into
-the same per-token rewards.
+the same per-token rewards, and an edit's kept text into the same preferred continuation.
 
 A token's characters are where decoding the served tokens up to it ends, with the base model's
 tokenizer: exactly the text those tokens produce. A token that holds part of a character decodes
@@ -47,6 +47,15 @@ def kept_prefix(outcome: str, completion: str, *, accepted_chars: int | None, ke
     if outcome == "edited":
         return completion[: common_prefix_length(completion, kept_text)]
     return None
+
+
+def preferred_token_ids(outcome: str, completion: str, *, kept_text: str, tokenizer: Any) -> list[int] | None:
+    """An edit's kept text as tokens, the continuation the user preferred to ``completion`` (the
+    pairwise loss of ``gpu_trainer.preference``); None for the other outcomes, an empty kept text,
+    or one that is the completion itself (trailing blanks aside)."""
+    if outcome != "edited" or not kept_text.strip() or kept_text.rstrip() == completion.rstrip():
+        return None
+    return tokenizer.encode(kept_text, add_special_tokens=False) or None
 
 
 def token_rewards(

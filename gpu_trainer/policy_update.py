@@ -4,7 +4,8 @@ GRPO (``run_policy_update``). Read top to bottom:
     samples → minibatches, each cut into passes of ≤ max_tokens_per_pass tokens
       → old (and reference) log-probs, no grad, pass by pass
       → epochs × minibatches: for each pass, clipped token-level surrogate (+ KL to base),
-        backward (gradients accumulate) → one AdamW step per minibatch → its metrics row
+        backward (gradients accumulate); then, with ``preference_coef``, the pairwise loss of its
+        edits (``preference``), pass by pass → one AdamW step per minibatch → its metrics row
 
 Each pass's loss is its share of the minibatch's loss (normalised by the minibatch's token or
 sequence count, not the pass's), so the gradient does not depend on how a minibatch is cut.
@@ -29,6 +30,7 @@ from gpu_trainer.losses import clipped_policy_loss, kl_to_reference, masked_mean
 from gpu_trainer.memory import release_freed_memory
 from gpu_trainer.model_loading import Policy, adapter_is_identity
 from gpu_trainer.precision import forward_precision
+from gpu_trainer.preference import PairPass, pair_logprobs, plan_pair_passes, preference_loss, preference_rows
 from gpu_trainer.samples import Sample, silent_token_ids
 from gpu_trainer.silence import counterfactual_advantages, silence_loss
 
@@ -61,6 +63,7 @@ class Minibatch:
     sequences: int  # samples (the sequence_mean denominator)
     rewards: torch.Tensor
     advantages: torch.Tensor
+    pairs: list[PairPass]  # its edits' kept-versus-shown pairs, with preference_coef
 
 
 @dataclass
@@ -76,6 +79,8 @@ class RunningFigures:
     kl_to_base: float = 0.0  # NaN when the reference is not measured
     silence_loss: float = 0.0
     silence_prob_sum: float = 0.0  # Σ π(silent) over the rows; NaN without silence_counterfactual
+    preference_loss: float = 0.0
+    preference_margin_sum: float = 0.0  # Σ over the pairs of the kept text's gain on the shown one
     # Summed on the host.
     importance_weight_sum: float = 0.0  # over completion tokens
     tokens: int = 0  # every non-pad token of the passes
@@ -100,6 +105,9 @@ class _PassRunner:
         # Rebuilt at every use: the padded ids of all samples are not kept between passes.
         return make_batch([self.samples[i] for i in rows], eos_id=self.policy.eos_id, pad_id=self.policy.pad_id,
                           max_prompt_tokens=self.config.max_prompt_tokens, device=self.policy.device)
+
+    def pair_forward(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        return pair_logprobs(self.policy, self.samples, rows, self.config)
 
     def forward(self, batch: PaddedBatch, *, with_entropy: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
@@ -128,19 +136,24 @@ def _pass_advantages(rows: list[int], samples: list[Sample], advantages: torch.T
 
 def _minibatches(samples: list[Sample], parts: list[list[int]], advantages: torch.Tensor, rewards: torch.Tensor,
                  silence: torch.Tensor | None, *, policy: Policy, config: PPOConfig,
-                 per_token: Sequence[torch.Tensor | None] | None = None) -> list[Minibatch]:
+                 per_token: Sequence[torch.Tensor | None] | None = None,
+                 pair_rows: Sequence[int] = ()) -> list[Minibatch]:
     """A fixed partition into minibatches, each cut into passes by the token budget: old and
     reference log-probs are computed in exactly the layout the gradient steps use."""
     device = policy.device
     lengths = [sequence_length(s, eos_id=policy.eos_id, max_prompt_tokens=config.max_prompt_tokens) for s in samples]
     minibatches = []
+    paired = set(pair_rows)
     for part in parts:
         passes = [Pass(rows, _pass_advantages(rows, samples, advantages, per_token, policy.eos_id).to(device),
                        silence_advantages=None if silence is None else silence[rows].to(device))
                   for rows in plan_micro_batches(lengths, part, max_tokens=config.max_tokens_per_pass)]
+        pairs = [i for i in part if i in paired]
         minibatches.append(Minibatch(
             passes=passes, sequences=len(part), rewards=rewards[part], advantages=advantages[part],
             tokens=sum(len(completion_tokens(samples[i], policy.eos_id)) for i in part),
+            pairs=plan_pair_passes(samples, pairs, max_prompt_tokens=config.max_prompt_tokens,
+                                   max_tokens=config.max_tokens_per_pass) if pairs else [],
         ))
     return minibatches
 
@@ -185,6 +198,8 @@ def _compute_old_logprobs(runner: _PassRunner, minibatches: list[Minibatch], *, 
                     with model.disable_adapter():
                         part.reference = completion_logprobs(model, batch)[0]
                 release_freed_memory()
+            for pair in minibatch.pairs:  # every minibatch's: the first step's too
+                pair.old_kept, pair.old_shown = runner.pair_forward(pair.rows)
 
 
 def _accumulate_gradients(runner: _PassRunner, minibatch: Minibatch, *, need_reference: bool,
@@ -245,14 +260,26 @@ def _accumulate_gradients(runner: _PassRunner, minibatch: Minibatch, *, need_ref
         figures.tokens += batch.num_tokens
         del new, entropy, loss, policy_loss, kl_base, new_silent, silent_loss  # this pass's graph
         release_freed_memory()
+    for pair in minibatch.pairs:
+        kept, shown = runner.pair_forward(pair.rows)
+        pair_loss, margins = preference_loss(kept, shown, pair.old_kept, pair.old_shown, beta=config.preference_beta,
+                                             coef=config.preference_coef, denominator=minibatch.sequences)
+        if not torch.isfinite(pair_loss):
+            raise TrainingDivergedError(f"non-finite preference loss at {where}")
+        pair_loss.backward()
+        figures.add(preference_loss=pair_loss.detach(), preference_margin_sum=margins.sum(),
+                    loss=pair_loss.detach())
+        del kept, shown, pair_loss
+        release_freed_memory()
     return figures
 
 
 def _step_metrics(figures: RunningFigures, minibatch: Minibatch, *, grad_norm: float, elapsed: float,
-                  config: PPOConfig, kl_measured: bool, silence: bool) -> dict[str, Any]:
+                  config: PPOConfig, kl_measured: bool, silence: bool, preference: bool) -> dict[str, Any]:
     """The logged figures of one optimizer step (after its step, epoch and minibatch)."""
     mismatch_sum = sum(p.mismatch_sum for p in minibatch.passes)
     mismatch_tokens = sum(p.mismatch_tokens for p in minibatch.passes)
+    pairs = sum(len(p.rows) for p in minibatch.pairs)
     return {
         "policy_loss": figures.policy_loss,
         "loss": figures.loss,
@@ -263,6 +290,9 @@ def _step_metrics(figures: RunningFigures, minibatch: Minibatch, *, grad_norm: f
         "kl_to_base": figures.kl_to_base if kl_measured else None,
         "silence_loss": figures.silence_loss if silence else None,
         "silence_prob": figures.silence_prob_sum / minibatch.sequences if silence else None,
+        "preference_loss": figures.preference_loss if preference else None,
+        "preference_pairs": pairs if preference else None,
+        "preference_margin": figures.preference_margin_sum / pairs if preference and pairs else None,
         "reward_mean": float(minibatch.rewards.mean()),
         "reward_std": _std(minibatch.rewards),
         "advantage_mean": float(minibatch.advantages.mean()),
@@ -299,8 +329,11 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
     silence = counterfactual_advantages(samples, rewards, config)  # None without silence_counterfactual
     silent_ids = torch.tensor(silent_token_ids(samples, policy.eos_id), device=device) if silence is not None else None
     runner = _PassRunner(policy, samples, config, silent_ids)
+    # An edit's kept text against the completion shown, when the pairwise loss is on.
+    pair_rows = preference_rows(samples) if config.preference_coef > 0 else []
     minibatches = _minibatches(samples, [p.tolist() for p in order.tensor_split(num_minibatches)], advantages,
-                               rewards, silence, policy=policy, config=config, per_token=token_advantages)
+                               rewards, silence, policy=policy, config=config, per_token=token_advantages,
+                               pair_rows=pair_rows)
 
     # Old log-probs (the policy before this update) and the reference (adapter disabled).
     # A fresh LoRA has lora_B = 0, so the reference equals the old policy: no second pass. The
@@ -341,7 +374,8 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
                     "epoch": epoch,
                     "minibatch": mb,
                     **_step_metrics(figures, minibatch, grad_norm=float(grad_norm), elapsed=elapsed, config=config,
-                                    kl_measured=need_reference, silence=silence is not None),
+                                    kl_measured=need_reference, silence=silence is not None,
+                                    preference=config.preference_coef > 0),
                 }
                 metrics.append(row)
                 if on_step is not None:

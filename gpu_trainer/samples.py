@@ -4,7 +4,8 @@ JSONL, one object per line (the Django exporter writes it)::
 
     {"prompt_token_ids": [int], "completion_token_ids": [int],
      "behaviour_logprobs": [float] | null, "reward": float, "id": "optional", "silent": false,
-     "silence_reward": float | null, "token_rewards": [float] | null}
+     "silence_reward": float | null, "token_rewards": [float] | null,
+     "preferred_token_ids": [int] | null}
 
 An empty ``completion_token_ids`` is the "stay silent" action: the model emitted EOS first.
 The trainer trains it as the single token ``[eos_id]`` whose serving logprob is unknown.
@@ -21,6 +22,10 @@ partial accept or an edit says which tokens the user kept (rewarded), the first 
 scale of the scalar rewards' (``losses.token_advantages``); ``reward`` still stands for the whole
 completion in the batch baseline, the silent counterfactual and the gate. Absent, every token
 shares the sample's advantage, exactly as before.
+
+``preferred_token_ids`` (optional) is an edit's kept text as tokens: what the user wrote in the
+completion's place. With ``preference_coef`` > 0 the update prefers it to the served completion
+(``preference``); otherwise it is carried and not read.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class Sample:
     silent: bool = False
     silence_reward: float | None = None
     token_rewards: tuple[float, ...] | None = None
+    preferred_token_ids: tuple[int, ...] | None = None
 
     @classmethod
     def from_dict(cls, data: Any, index: int) -> Sample:
@@ -94,6 +100,11 @@ class Sample:
         ):
             raise TrainerInputError(f"{where}: silence_reward must be a finite number or null, got {silence_reward!r}")
         token_rewards = _token_rewards(data.get("token_rewards"), completion, where)
+        preferred = data.get("preferred_token_ids")
+        if preferred is not None:
+            preferred = _int_list(preferred, f"{where}: preferred_token_ids")
+            if not preferred:
+                raise TrainerInputError(f"{where}: preferred_token_ids is empty (null when there is no kept text)")
         return cls(
             prompt_token_ids=tuple(prompt),
             completion_token_ids=tuple(completion),
@@ -103,6 +114,7 @@ class Sample:
             silent=silent or not completion,
             silence_reward=float(silence_reward) if silence_reward is not None else None,
             token_rewards=token_rewards,
+            preferred_token_ids=tuple(preferred) if preferred is not None else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,6 +127,7 @@ class Sample:
             "silent": self.silent,
             "silence_reward": self.silence_reward,
             "token_rewards": list(self.token_rewards) if self.token_rewards is not None else None,
+            "preferred_token_ids": list(self.preferred_token_ids) if self.preferred_token_ids is not None else None,
         }
 
 
@@ -172,8 +185,8 @@ def check_samples_against_vocab(samples: list[Sample], vocab_size: int) -> None:
     if not samples:
         raise TrainerInputError("dataset is empty: nothing to train on")
     for index, sample in enumerate(samples):
-        for field_name in ("prompt_token_ids", "completion_token_ids"):
-            ids = getattr(sample, field_name)
+        for field_name in ("prompt_token_ids", "completion_token_ids", "preferred_token_ids"):
+            ids = getattr(sample, field_name) or ()
             bad = next((i for i, t in enumerate(ids) if not 0 <= t < vocab_size), None)
             if bad is not None:
                 raise TrainerInputError(

@@ -11,7 +11,9 @@ reward, the rest 0. An agent's ``edit_persisted`` that sends ``kept_text`` (the 
 file) says the same of its answer: the tokens that persisted earn ``reward_edit_persisted``, the
 others 0. The sample's scalar ``reward`` stays the policy's for the outcome (``reward_partial``,
 ``reward_edited``, ``reward_edit_persisted``): the batch baseline, the silent counterfactual, the
-gate's off-policy estimate and the experiments all read that one.
+gate's off-policy estimate and the experiments all read that one. An edit's sample also carries its
+``kept_text`` as tokens (``preferred_token_ids``), which the trainer's pairwise loss prefers to the
+completion when ``preference_coef`` is on.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
 from apps.training.selectors import training_events_eligible
 from gpu_trainer.credit import kept_prefix as kept_prefix_of
-from gpu_trainer.credit import persisted_token_rewards, token_rewards
+from gpu_trainer.credit import persisted_token_rewards, preferred_token_ids, token_rewards
 from gpu_trainer.show_gate import GATE_ACCEPTED, GateEvent, suggestion_score
 
 
@@ -131,6 +133,16 @@ def feedback_token_rewards(
     )
 
 
+def feedback_preferred_ids(feedback: Feedback, *, base: BaseModel) -> list[int] | None:
+    """An edit's ``kept_text`` as the base model's tokens: what the user preferred to the completion
+    (``preferred_token_ids``, for the trainer's pairwise loss); None for every other event."""
+    if feedback.outcome != Feedback.Outcome.EDITED or not feedback.kept_text:
+        return None
+    return preferred_token_ids(
+        feedback.outcome, feedback.interaction.completion, kept_text=feedback.kept_text, tokenizer=_tokenizer(base.path)
+    )
+
+
 def interaction_to_sample(
     interaction: Interaction, *, base: BaseModel, reward: float, silence_reward: float | None = None
 ) -> dict[str, Any]:
@@ -206,6 +218,9 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
             )
             if credit is not None:
                 sample["token_rewards"] = credit
+            preferred = feedback_preferred_ids(feedback, base=base)
+            if preferred is not None:
+                sample["preferred_token_ids"] = preferred
             (window.heldout if held_out else window.train).append(sample)
             scored = None if held_out else gate_event(feedback)
             if scored is not None:

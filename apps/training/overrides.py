@@ -69,6 +69,8 @@ def trainer_knobs() -> dict[str, Knob]:
         "silence_counterfactual": Knob(bool),
         "silence_gated": Knob(bool),
         "silence_clip": Knob(float, 0.01, 1.0),
+        "preference_coef": Knob(float, 0.0, 10.0),
+        "preference_beta": Knob(float, 0.01, 10.0),
         "importance_correction": Knob(bool),
         "importance_cap": Knob(float, 1.0, 10.0),
         "max_grad_norm": Knob(float, 0.01, 10.0),

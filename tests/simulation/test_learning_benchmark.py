@@ -196,7 +196,8 @@ def test_each_round_is_evaluated_with_its_own_figures(tiny_starter_model, capsys
 
 def test_a_partial_accept_and_an_edit_train_with_the_exporters_token_credit(tiny_starter_model):
     """The benchmark's samples carry the credit the exporter gives the same feedback
-    (``gpu_trainer.credit.token_rewards``): the taken tokens +0.75, the first untaken −0.25."""
+    (``gpu_trainer.credit.token_rewards``): the taken tokens +0.75, the first untaken −0.25; an
+    edit also its kept text as tokens (``preferred_token_ids``)."""
     from benchmarks.sampling import Served
     from benchmarks.simdev import Request, respond
     from gpu_trainer.credit import token_rewards
@@ -225,3 +226,6 @@ def test_a_partial_accept_and_an_edit_train_with_the_exporters_token_credit(tiny
     assert edited.outcome == "edited" and edited.kept_text == meant
     assert second["token_rewards"][0] == 0.75 and -0.25 in second["token_rewards"]
     assert rejected.outcome == "rejected" and "token_rewards" not in third and third["reward"] == -0.25
+    # An edit's kept text is its preferred continuation, as the exporter gives it; nothing else has one.
+    assert second["preferred_token_ids"] == tokenizer.encode(meant, add_special_tokens=False)
+    assert "preferred_token_ids" not in first and "preferred_token_ids" not in third

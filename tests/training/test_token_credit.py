@@ -104,6 +104,29 @@ def test_an_edit_credits_the_tokens_of_its_common_prefix_with_the_kept_text(
     assert sample["reward"] == policy.reward_edited
 
 
+@pytest.mark.parametrize(
+    ("kept_text", "preferred"),
+    [
+        ("return a - b", "return a - b"),
+        (COMPLETION + "  # sum", COMPLETION + "  # sum"),
+        (COMPLETION, None),  # kept as it was: nothing preferred to it
+        (COMPLETION + "\n", None),
+        ("", None),
+    ],
+)
+def test_an_edit_carries_its_kept_text_as_the_preferred_continuation(
+    tiny_adapter, policy, serve, tenant, tokenizer, kept_text, preferred
+):
+    serve("e")
+    serve("p")
+    label(tenant, "e", "edited", kept_text=kept_text)
+    label(tenant, "p", "partial", accepted_chars=3)
+    samples = export(tiny_adapter, policy)
+    expected = None if preferred is None else tokenizer.encode(preferred, add_special_tokens=False)
+    assert samples["e"].get("preferred_token_ids") == expected
+    assert "preferred_token_ids" not in samples["p"]
+
+
 def test_token_credit_follows_the_policys_rewards_and_other_outcomes_carry_none(tiny_adapter, policy, serve, tenant):
     policy.reward_accepted, policy.reward_rejected, policy.reward_partial = 1.0, -2.0, 0.5
     policy.save()
