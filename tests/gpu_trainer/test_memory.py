@@ -49,6 +49,16 @@ def test_chosen_token_logprobs_and_entropy_match_the_full_log_softmax():
     assert torch.allclose(entropy_from_logits(logits, lse), -(full.exp() * full).sum(-1), atol=1e-5)
 
 
+def _with_kept_texts(samples: list[dict], seed: int) -> list[dict]:
+    """Every third shown sample an edit, with a kept text of 1 to 8 tokens (the pairwise loss)."""
+    rng = random.Random(seed)
+    return [
+        {**s, "preferred_token_ids": [rng.randrange(5, 2000) for _ in range(rng.randint(1, 8))]}
+        if i % 3 == 0 and s["completion_token_ids"] else s
+        for i, s in enumerate(samples)
+    ]
+
+
 def _varied_samples(count: int, seed: int) -> list[dict]:
     """Prompts of 4 to 40 tokens and completions of 0 to 6 (silence included), mixed rewards."""
     rng = random.Random(seed)
@@ -66,9 +76,11 @@ def _varied_samples(count: int, seed: int) -> list[dict]:
     return samples
 
 
-@pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean"])
-def test_one_pass_and_many_passes_train_the_same_adapter(tiny_starter_model, tmp_path, aggregation):
-    samples = _varied_samples(16, seed=3)
+@pytest.mark.parametrize(
+    ("aggregation", "preference_coef"), [("token_mean", 0.0), ("sequence_mean", 0.0), ("token_mean", 1.0)]
+)
+def test_one_pass_and_many_passes_train_the_same_adapter(tiny_starter_model, tmp_path, aggregation, preference_coef):
+    samples = _with_kept_texts(_varied_samples(16, seed=3), seed=3)
     # A parent-like start is not needed: epoch 2 already steps from a moved policy.
     config = PPOConfig(
         dtype="float32",
@@ -78,6 +90,7 @@ def test_one_pass_and_many_passes_train_the_same_adapter(tiny_starter_model, tmp
         num_minibatches=2,
         target_kl=None,
         loss_aggregation=aggregation,
+        preference_coef=preference_coef,
     )
     weights = {}
     for name, budget in (("one", 100_000), ("many", 64)):
@@ -118,9 +131,10 @@ def forward_sizes(monkeypatch) -> list[int]:
 
 
 def test_every_forward_pass_stays_within_the_budget(tiny_starter_model, tmp_path, forward_sizes):
-    """Old, reference and update passes alike: no forward pass sees more tokens than the budget."""
+    """Old, reference, update and pairwise passes alike: no forward pass sees more tokens than the
+    budget."""
     seen = forward_sizes
-    samples = _varied_samples(20, seed=4)
+    samples = _with_kept_texts(_varied_samples(20, seed=4), seed=4)
     budget = 96
     first = train_ppo(
         PPOConfig(max_tokens_per_pass=budget, target_kl=None, learning_rate=1e-3),
@@ -132,7 +146,7 @@ def test_every_forward_pass_stays_within_the_budget(tiny_starter_model, tmp_path
     seen.clear()
     # A non-zero KL coefficient with a parent adapter needs the reference pass too.
     train_ppo(
-        PPOConfig(max_tokens_per_pass=budget, target_kl=None, kl_coef=0.1),
+        PPOConfig(max_tokens_per_pass=budget, target_kl=None, kl_coef=0.1, preference_coef=1.0),
         samples,
         base_model_dir=tiny_starter_model,
         out_dir=tmp_path / "second",
