@@ -62,8 +62,7 @@ class PairPass:
 def plan_pair_passes(samples: Sequence[Sample], rows: Sequence[int], *, max_prompt_tokens: int,
                      max_tokens: int) -> list[PairPass]:
     """``rows`` cut into passes of at most ``max_tokens`` tokens for the two continuations
-    together (each row counted at the longer of its two, padding included): both are forwarded,
-    with grad, in the same pass."""
+    together (each row counted at the longer of its two, padding included): both go in one batch."""
     lengths = {
         i: min(len(samples[i].prompt_token_ids), max_prompt_tokens)
         + max(len(samples[i].completion_token_ids), len(samples[i].preferred_token_ids or ()))
@@ -73,14 +72,12 @@ def plan_pair_passes(samples: Sequence[Sample], rows: Sequence[int], *, max_prom
     return [PairPass(part) for part in plan_micro_batches(dense, list(rows), max_tokens=max(1, max_tokens // 2))]
 
 
-def pair_batches(samples: Sequence[Sample], rows: Sequence[int], *, eos_id: int, pad_id: int, max_prompt_tokens: int,
-                 device: torch.device) -> tuple[PaddedBatch, PaddedBatch]:
-    """The padded batches of the kept and of the shown continuations of ``rows``."""
-    kept = make_batch([_preferred(samples[i]) for i in rows], eos_id=eos_id, pad_id=pad_id,
-                      max_prompt_tokens=max_prompt_tokens, device=device)
-    shown = make_batch([samples[i] for i in rows], eos_id=eos_id, pad_id=pad_id,
-                       max_prompt_tokens=max_prompt_tokens, device=device)
-    return kept, shown
+def pair_batch(samples: Sequence[Sample], rows: Sequence[int], *, eos_id: int, pad_id: int, max_prompt_tokens: int,
+               device: torch.device) -> PaddedBatch:
+    """One padded batch of the kept continuations of ``rows``, then their shown ones."""
+    continuations = [_preferred(samples[i]) for i in rows] + [samples[i] for i in rows]
+    return make_batch(continuations, eos_id=eos_id, pad_id=pad_id, max_prompt_tokens=max_prompt_tokens,
+                      device=device)
 
 
 def sequence_logprobs(model, batch: PaddedBatch) -> torch.Tensor:
@@ -92,10 +89,11 @@ def pair_logprobs(policy: Policy, samples: Sequence[Sample], rows: list[int], co
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """The summed log-probs of the kept and of the shown continuations of ``rows`` under the
     policy as it is now (with grad unless the caller turned it off)."""
-    kept, shown = pair_batches(samples, rows, eos_id=policy.eos_id, pad_id=policy.pad_id,
-                               max_prompt_tokens=config.max_prompt_tokens, device=policy.device)
+    batch = pair_batch(samples, rows, eos_id=policy.eos_id, pad_id=policy.pad_id,
+                       max_prompt_tokens=config.max_prompt_tokens, device=policy.device)
     with forward_precision(config, policy.device):
-        return sequence_logprobs(policy.model, kept), sequence_logprobs(policy.model, shown)
+        both = sequence_logprobs(policy.model, batch)
+    return both[: len(rows)], both[len(rows):]
 
 
 def preference_loss(new_kept: torch.Tensor, new_shown: torch.Tensor, old_kept: torch.Tensor, old_shown: torch.Tensor,
