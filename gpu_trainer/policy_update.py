@@ -106,9 +106,6 @@ class _PassRunner:
         return make_batch([self.samples[i] for i in rows], eos_id=self.policy.eos_id, pad_id=self.policy.pad_id,
                           max_prompt_tokens=self.config.max_prompt_tokens, device=self.policy.device)
 
-    def pair_forward(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        return pair_logprobs(self.policy, self.samples, rows, self.config)
-
     def forward(self, batch: PaddedBatch, *, with_entropy: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """Completion log-probs (and entropy), and log π(silent) when silence is counterfactual."""
@@ -199,7 +196,7 @@ def _compute_old_logprobs(runner: _PassRunner, minibatches: list[Minibatch], *, 
                         part.reference = completion_logprobs(model, batch)[0]
                 release_freed_memory()
             for pair in minibatch.pairs:  # every minibatch's: the first step's too
-                pair.old_kept, pair.old_shown = runner.pair_forward(pair.rows)
+                pair.old_kept, pair.old_shown = pair_logprobs(runner.policy, runner.samples, pair.rows, config)
 
 
 def _accumulate_gradients(runner: _PassRunner, minibatch: Minibatch, *, need_reference: bool,
@@ -261,7 +258,7 @@ def _accumulate_gradients(runner: _PassRunner, minibatch: Minibatch, *, need_ref
         del new, entropy, loss, policy_loss, kl_base, new_silent, silent_loss  # this pass's graph
         release_freed_memory()
     for pair in minibatch.pairs:
-        kept, shown = runner.pair_forward(pair.rows)
+        kept, shown = pair_logprobs(runner.policy, runner.samples, pair.rows, config)
         pair_loss, margins = preference_loss(kept, shown, pair.old_kept, pair.old_shown, beta=config.preference_beta,
                                              coef=config.preference_coef, denominator=minibatch.sequences)
         if not torch.isfinite(pair_loss):
@@ -275,11 +272,12 @@ def _accumulate_gradients(runner: _PassRunner, minibatch: Minibatch, *, need_ref
 
 
 def _step_metrics(figures: RunningFigures, minibatch: Minibatch, *, grad_norm: float, elapsed: float,
-                  config: PPOConfig, kl_measured: bool, silence: bool, preference: bool) -> dict[str, Any]:
+                  config: PPOConfig, kl_measured: bool, silence: bool) -> dict[str, Any]:
     """The logged figures of one optimizer step (after its step, epoch and minibatch)."""
     mismatch_sum = sum(p.mismatch_sum for p in minibatch.passes)
     mismatch_tokens = sum(p.mismatch_tokens for p in minibatch.passes)
     pairs = sum(len(p.rows) for p in minibatch.pairs)
+    preference = config.preference_coef > 0
     return {
         "policy_loss": figures.policy_loss,
         "loss": figures.loss,
@@ -374,8 +372,7 @@ def run_policy_update(policy: Policy, samples: list[Sample], advantages: torch.T
                     "epoch": epoch,
                     "minibatch": mb,
                     **_step_metrics(figures, minibatch, grad_norm=float(grad_norm), elapsed=elapsed, config=config,
-                                    kl_measured=need_reference, silence=silence is not None,
-                                    preference=config.preference_coef > 0),
+                                    kl_measured=need_reference, silence=silence is not None),
                 }
                 metrics.append(row)
                 if on_step is not None:

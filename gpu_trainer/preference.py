@@ -63,13 +63,11 @@ def plan_pair_passes(samples: Sequence[Sample], rows: Sequence[int], *, max_prom
                      max_tokens: int) -> list[PairPass]:
     """``rows`` cut into passes of at most ``max_tokens`` tokens for the two continuations
     together (each row counted at the longer of its two, padding included): both go in one batch."""
-    lengths = {
-        i: min(len(samples[i].prompt_token_ids), max_prompt_tokens)
-        + max(len(samples[i].completion_token_ids), len(samples[i].preferred_token_ids or ()))
-        for i in rows
-    }
-    dense = [lengths.get(i, 0) for i in range(len(samples))]
-    return [PairPass(part) for part in plan_micro_batches(dense, list(rows), max_tokens=max(1, max_tokens // 2))]
+    lengths = [0] * len(samples)
+    for i in rows:
+        longer = max(len(samples[i].completion_token_ids), len(samples[i].preferred_token_ids or ()))
+        lengths[i] = min(len(samples[i].prompt_token_ids), max_prompt_tokens) + longer
+    return [PairPass(part) for part in plan_micro_batches(lengths, list(rows), max_tokens=max(1, max_tokens // 2))]
 
 
 def pair_batch(samples: Sequence[Sample], rows: Sequence[int], *, eos_id: int, pad_id: int, max_prompt_tokens: int,
