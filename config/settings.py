@@ -342,6 +342,8 @@ STROP_ADMIN_RESET_LINK_TTL_S = env_int("STROP_ADMIN_RESET_LINK_TTL_S", 3600)
 STROP_PASSWORD_RESET_MAILS_PER_ACCOUNT = env_int("STROP_PASSWORD_RESET_MAILS_PER_ACCOUNT", 3)
 STROP_PASSWORD_RESET_REQUESTS_PER_CLIENT = env_int("STROP_PASSWORD_RESET_REQUESTS_PER_CLIENT", 20)
 STROP_PASSWORD_RESET_WINDOW_S = env_int("STROP_PASSWORD_RESET_WINDOW_S", 3600)
+# The dashboard's eval-set upload (file or pasted cases): larger is refused (413) before it is read.
+STROP_EVAL_SET_MAX_BYTES = env_int("STROP_EVAL_SET_MAX_BYTES", 5 * 1024 * 1024)
 
 # Requests larger than this are refused with 413 before they are parsed.
 STROP_MAX_BODY_BYTES = env_int("STROP_MAX_BODY_BYTES", 16 * 1024 * 1024)
