@@ -288,17 +288,20 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 # Dashboard (and admin) sign-in is throttled by django-axes: after AXES_FAILURE_LIMIT failures for one
-# username (from any address), or from one address (for any username), that username or address is
-# refused for AXES_COOLOFF_MINUTES, with the lockout page and a 429, even with the right password.
-# Failures are rows in the database (the embedded default's SQLite or Postgres), shared by every API
-# process; `manage.py axes_reset_username NAME` / `axes_reset_ip ADDRESS` lift a lockout early.
+# username from one address, that username is refused from that address (only), and after
+# STROP_LOGIN_ADDRESS_FAILURE_LIMIT failures from one address (for any usernames), that address is
+# refused for every username; each for AXES_COOLOFF_MINUTES, with the lockout page and a 429, even
+# with the right password (apps.dashboard.login_throttle.PairThenAddressHandler). Failures are rows
+# in the database, shared by every API process; `manage.py axes_reset_ip ADDRESS` lifts a lockout early.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_HANDLER = "apps.dashboard.login_throttle.PairThenAddressHandler"
+STROP_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("STROP_LOGIN_ADDRESS_FAILURE_LIMIT", 50)
 AXES_LOCKOUT_TEMPLATE = "dashboard/auth/locked_out.html"
 # Behind proxies, the client's address is the one the outermost of STROP_TRUSTED_PROXY_HOPS proxies
 # appended to X-Forwarded-For; 0 (no proxy) takes the connection's address.
@@ -331,6 +334,16 @@ LOGOUT_REDIRECT_URL = "dashboard:login"
 # backend; an owner or admin can always hand a member a reset link from the Team page instead.
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "Strop <strop@localhost>")
+# Accounts: a reset link an owner or admin hands out (Team page) works this long; a mailed one
+# PASSWORD_RESET_TIMEOUT (Django's 3 days). Both die when the account's roles or tenants change.
+STROP_ADMIN_RESET_LINK_TTL_S = env_int("STROP_ADMIN_RESET_LINK_TTL_S", 3600)
+# "Forgot your password?": at most this many mails per e-mail address, and requests per client
+# address, per window; past either, no mail is sent and the page answers as always.
+STROP_PASSWORD_RESET_MAILS_PER_ACCOUNT = env_int("STROP_PASSWORD_RESET_MAILS_PER_ACCOUNT", 3)
+STROP_PASSWORD_RESET_REQUESTS_PER_CLIENT = env_int("STROP_PASSWORD_RESET_REQUESTS_PER_CLIENT", 20)
+STROP_PASSWORD_RESET_WINDOW_S = env_int("STROP_PASSWORD_RESET_WINDOW_S", 3600)
+# The dashboard's eval-set upload (file or pasted cases): larger is refused (413) before it is read.
+STROP_EVAL_SET_MAX_BYTES = env_int("STROP_EVAL_SET_MAX_BYTES", 5 * 1024 * 1024)
 
 # Requests larger than this are refused with 413 before they are parsed.
 STROP_MAX_BODY_BYTES = env_int("STROP_MAX_BODY_BYTES", 16 * 1024 * 1024)

@@ -15,6 +15,7 @@ from apps.dashboard.views import (
     interactions,
     keys,
     overview,
+    password_reset,
     runs,
     settings,
     team,
@@ -99,12 +100,7 @@ urlpatterns = [
     ),
     path(
         "password/reset/",
-        auth_views.PasswordResetView.as_view(
-            template_name="dashboard/auth/password_reset_form.html",
-            email_template_name="dashboard/auth/password_reset_email.txt",
-            subject_template_name="dashboard/auth/password_reset_subject.txt",
-            success_url=reverse_lazy("dashboard:password-reset-done"),
-        ),
+        password_reset.PasswordResetRequestView.as_view(),
         name="password-reset",
     ),
     path(
@@ -114,10 +110,7 @@ urlpatterns = [
     ),
     path(
         "password/reset/<uidb64>/<token>/",
-        auth_views.PasswordResetConfirmView.as_view(
-            template_name="dashboard/auth/password_reset_confirm.html",
-            success_url=reverse_lazy("dashboard:password-reset-complete"),
-        ),
+        password_reset.PasswordResetConfirmView.as_view(),
         name="password-reset-confirm",
     ),
     path(

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
-from django.contrib.auth.tokens import default_token_generator
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -32,6 +32,7 @@ from django.utils.http import urlsafe_base64_encode
 from apps.common.exceptions import ApplicationError, Conflict, Forbidden, ValidationFailed
 from apps.tenants.keys import hash_key
 from apps.tenants.models import Invitation, Membership, Tenant
+from apps.tenants.reset_tokens import handed_over_tokens
 from apps.tenants.services import audit_record, membership_create
 
 INVITATION_VALID_FOR = timedelta(days=7)
@@ -57,9 +58,9 @@ class IssuedInvitation:
 
 @dataclass(frozen=True)
 class PasswordResetLink:
-    """What Django's password-reset confirmation page takes: the user's id, encoded, and a token
-    (``PasswordResetTokenGenerator``) that stops working once the password changes or
-    ``PASSWORD_RESET_TIMEOUT`` passes."""
+    """What the password-reset confirmation page takes: the user's id, encoded, and a handed-over
+    token (``apps.tenants.reset_tokens``) that stops working once the password, the member's or the
+    issuer's memberships or roles change, or ``STROP_ADMIN_RESET_LINK_TTL_S`` passes."""
 
     uidb64: str
     token: str
@@ -245,8 +246,7 @@ def membership_role_change(tenant: Tenant, *, membership: Membership, role: str,
         return target
     if target.role == Role.OWNER and _owners(team) == 1:
         raise ValidationFailed(
-            f"role: {target.user.get_username()} is the last owner of {tenant.name}; "
-            "make another member owner first",
+            f"role: {target.user.get_username()} is the last owner of {tenant.name}; make another member owner first",
             code="last_owner",
         )
     before = target.role
@@ -325,8 +325,21 @@ def membership_password_reset_link(tenant: Tenant, *, membership: Membership, by
         action="membership.password_reset_link",
         target_type="user",
         target_id=str(target.user_id),
-        data={"username": target.user.get_username()},
+        data={"username": target.user.get_username(), "valid_for_s": settings.STROP_ADMIN_RESET_LINK_TTL_S},
     )
     return PasswordResetLink(
-        uidb64=urlsafe_base64_encode(force_bytes(target.user.pk)), token=default_token_generator.make_token(target.user)
+        uidb64=urlsafe_base64_encode(force_bytes(target.user.pk)),
+        token=handed_over_tokens.make_token_for(target.user, issuer_id=by.user_id),
     )
+
+
+def handed_over_link_refusal(*, user: Any, token: str | None) -> str:
+    """Why a handed-over reset link may not be used now; empty when it may (and for a self-service link,
+    which only the account's own mailbox receives). The link was checked when it was made; this asks
+    the same rules again, for its issuer, as things stand when it is used."""
+    issuer_id = handed_over_tokens.issuer_id(token)
+    if issuer_id is None:
+        return ""
+    if not get_user_model()._default_manager.filter(pk=issuer_id, is_active=True).exists():
+        return "the account that made this link no longer exists"
+    return password_reset_refusal(user=user, acting_user_id=issuer_id)

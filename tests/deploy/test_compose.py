@@ -177,6 +177,13 @@ def test_the_api_is_checked_for_readiness_and_published_where_the_image_listens(
     assert [p.rpartition(":")[2] for p in api["ports"]] == [env["API_BIND"].rpartition(":")[2]]
 
 
+def test_the_api_counts_sign_in_failures_by_the_address_its_proxy_saw(services):
+    """The API is published on loopback for a TLS proxy on the host: without a trusted hop every client
+    shares the proxy's address, and five failures for any name would lock everyone out (issue 40)."""
+    assert services["api"]["ports"][0].startswith("${API_PUBLISH:-127.0.0.1:")
+    assert services["api"]["environment"]["STROP_TRUSTED_PROXY_HOPS"] == "${STROP_TRUSTED_PROXY_HOPS:-1}"
+
+
 def test_strop_and_vllm_agree_on_the_adapter_store_limits_and_address(services):
     app, vllm = services["api"]["environment"], services["vllm"]["environment"]
     shared = ("STROP_ADAPTER_STORE", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "VLLM_MAX_LORA_RANK", "VLLM_MAX_LORAS")

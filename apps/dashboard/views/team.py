@@ -180,7 +180,11 @@ def member_password_reset(request: HttpRequest, ctx: TenantContext, membership_i
     refusal = password_reset_refusal(user=membership.user, acting_user_id=ctx.membership.user_id)
     if refusal:
         return _refused(request, ctx, refusal)
-    context: dict[str, Any] = {"member": membership, "link": "", "reset_days": settings.PASSWORD_RESET_TIMEOUT // 86400}
+    context: dict[str, Any] = {
+        "member": membership,
+        "link": "",
+        "reset_minutes": settings.STROP_ADMIN_RESET_LINK_TTL_S // 60,
+    }
     if request.method == "POST":
         try:
             reset = membership_password_reset_link(ctx.tenant, membership=membership, by=ctx.membership)
