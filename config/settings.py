@@ -443,14 +443,21 @@ if LOG_FORMAT not in {"json", "plain"}:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"context": {"()": "apps.common.observability.logs.ContextFilter"}},
+    "filters": {
+        "context": {"()": "apps.common.observability.logs.ContextFilter"},
+        # Paths redacted by route (no reset or invitation token, no end-user id): access-log rule.
+        "redact_request_path": {"()": "apps.common.observability.redaction.RedactRequestPath"},
+    },
     "formatters": {
         "json": {"()": "apps.common.observability.logs.JsonFormatter"},
         "plain": {"()": "apps.common.observability.logs.PlainFormatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.request": {"level": "ERROR"}, "httpx": {"level": "WARNING"}},
+    "loggers": {
+        "django.request": {"level": "ERROR", "filters": ["redact_request_path"]},
+        "httpx": {"level": "WARNING"},
+    },
 }
 
 # Prometheus: every process (gunicorn workers, Celery) counts into its own files in this folder and
