@@ -21,7 +21,7 @@ PY = sys.executable
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/strop"
 # With DATABASE_URL set the settings need both secrets; a benchmark's database is made fresh, so one
 # random pair per run, shared by every process it starts (they must hash API keys alike), will do.
-RUN_SECRETS = {name: secrets.token_urlsafe(50) for name in ("SECRET_KEY", "API_KEY_PEPPER")}
+RUN_SECRETS = {name: secrets.token_urlsafe(50) for name in ("SECRET_KEY", "API_KEY_PEPPER", "ERASURE_MARK_KEY")}
 
 
 def django_env(db_url: str, **extra: str) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""The settings' secrets (``SECRET_KEY``, ``API_KEY_PEPPER``): from the environment, or generated once.
+"""The settings' secrets (``SECRET_KEY``, ``API_KEY_PEPPER``, ``ERASURE_MARK_KEY``): from the environment,
+or generated once.
 
 A deployment (``DEBUG`` off and ``DATABASE_URL`` set) must set each one to a long random value; a
 missing, short or placeholder value stops every process at start with an error naming the setting.
@@ -37,6 +38,8 @@ HOW_TO_GENERATE = "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
 MISSING_HINTS = {
     "API_KEY_PEPPER": " (it no longer falls back to SECRET_KEY: to keep the API keys issued so far, set it to "
     "the SECRET_KEY they were issued under, and give SECRET_KEY a new value)",
+    "ERASURE_MARK_KEY": " (erasure marks no longer use SECRET_KEY: to keep the marks made so far, set it to the "
+    "SECRET_KEY they were made under)",
 }
 
 

@@ -73,13 +73,16 @@ DEBUG = env_bool("DEBUG", False)
 # SECRET_KEY signs sessions and CSRF tokens. API keys are HMAC-SHA256(API_KEY_PEPPER, key): changing
 # the pepper invalidates every issued key, so it is a secret of its own, rotated on its own.
 _secrets = load_secrets(
-    ("SECRET_KEY", "API_KEY_PEPPER"),
+    ("SECRET_KEY", "API_KEY_PEPPER", "ERASURE_MARK_KEY"),
     deployed=not DEBUG and bool(os.environ.get("DATABASE_URL")),
     debug=DEBUG,
     var_dir=VAR_DIR,
 )
 SECRET_KEY = _secrets["SECRET_KEY"]
 API_KEY_PEPPER = _secrets["API_KEY_PEPPER"]
+# Erasure marks (apps.training.erasure) are HMAC-SHA256(ERASURE_MARK_KEY, tenant:end user): a key of
+# their own, so rotating SECRET_KEY keeps the marks; changing this one orphans every existing mark.
+ERASURE_MARK_KEY = _secrets["ERASURE_MARK_KEY"]
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
 
 # HTTPS (platform/env.example). Off by default: the embedded default serves plain HTTP on loopback.
@@ -453,14 +456,21 @@ if LOG_FORMAT not in {"json", "plain"}:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"context": {"()": "apps.common.observability.logs.ContextFilter"}},
+    "filters": {
+        "context": {"()": "apps.common.observability.logs.ContextFilter"},
+        # Paths redacted by route (no reset or invitation token, no end-user id): access-log rule.
+        "redact_request_path": {"()": "apps.common.observability.redaction.RedactRequestPath"},
+    },
     "formatters": {
         "json": {"()": "apps.common.observability.logs.JsonFormatter"},
         "plain": {"()": "apps.common.observability.logs.PlainFormatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.request": {"level": "ERROR"}, "httpx": {"level": "WARNING"}},
+    "loggers": {
+        "django.request": {"level": "ERROR", "filters": ["redact_request_path"]},
+        "httpx": {"level": "WARNING"},
+    },
 }
 
 # Prometheus: every process (gunicorn workers, Celery) counts into its own files in this folder and

@@ -53,6 +53,7 @@ def deployment_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
     env.update(
         SECRET_KEY=secrets.token_urlsafe(50),
         API_KEY_PEPPER=secrets.token_urlsafe(50),
+        ERASURE_MARK_KEY=secrets.token_urlsafe(50),
         DATABASE_URL=os.environ["DATABASE_URL"],
         REDIS_URL=os.environ["REDIS_URL"],
         PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"),
@@ -86,7 +87,7 @@ def test_env_example_as_shipped_is_refused_naming_both_placeholders(tmp_path):
 
 @pytest.mark.parametrize(
     ("unset", "set_too"),
-    [("SECRET_KEY", "API_KEY_PEPPER"), ("API_KEY_PEPPER", "SECRET_KEY")],
+    [("SECRET_KEY", "API_KEY_PEPPER"), ("API_KEY_PEPPER", "SECRET_KEY"), ("ERASURE_MARK_KEY", "SECRET_KEY")],
 )
 def test_a_deployment_missing_one_secret_does_not_start_and_names_it(tmp_path, unset, set_too):
     env = deployment_env(tmp_path)
@@ -108,6 +109,27 @@ def test_the_pepper_no_longer_falls_back_to_the_secret_key(tmp_path):
 
     assert done.returncode != 0
     assert "API_KEY_PEPPER is not set (it no longer falls back to SECRET_KEY" in done.stderr
+
+
+def test_the_erasure_mark_key_is_required_when_deployed_and_says_how_to_keep_old_marks(tmp_path):
+    env = deployment_env(tmp_path)
+    del env["ERASURE_MARK_KEY"]
+
+    done = run(env, "-c", PRINT_SECRETS)
+
+    assert done.returncode != 0
+    assert "ERASURE_MARK_KEY is not set (erasure marks no longer use SECRET_KEY" in done.stderr
+
+
+def test_the_embedded_default_generates_an_erasure_mark_key_of_its_own(tmp_path):
+    code = "import django; django.setup(); from django.conf import settings; print(settings.ERASURE_MARK_KEY)"
+    done = run(bare_env(tmp_path), "-c", code)
+
+    assert done.returncode == 0, done.stderr
+    key = done.stdout.strip()
+    path = tmp_path / "var" / "erasure_mark_key"
+    assert len(key) >= 50 and path.read_text().strip() == key and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert key != (tmp_path / "var" / "secret_key").read_text().strip()
 
 
 @pytest.mark.parametrize(

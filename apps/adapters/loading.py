@@ -21,6 +21,7 @@ from apps.common.exceptions import Conflict
 from apps.common.observability.metrics import adapter_load_counted
 from apps.engines.vllm import vllm_client
 from apps.engines.vllm_client import AdapterRejected, VLLMError, VLLMUnavailable
+from gpu_trainer.probe import PROBE_SOURCE
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +68,13 @@ def serve_probe_verify(version: AdapterVersion) -> list[ProbeCheck]:
     trainer's. Raises Conflict (naming the replica and the gap) when one does not serve exactly
     these weights, or when the version has no probe to check."""
     probe = (version.metrics or {}).get("serve_probe")
-    if not probe:
+    if not probe or probe.get("source") != PROBE_SOURCE:
+        # A version registered without a probe, or one whose probe (cut from a training sample, as
+        # versions made before the synthetic probe had) the scrub migration removed.
         raise Conflict(
             f"version {version.number} has no serve probe recorded, so Strop cannot check that vLLM serves its "
-            "weights; register it with the trainer or `manage.py adapter_version_register` (which record one)",
+            "weights; an operator records one with `manage.py adapter_version_reprobe` (the trainer and "
+            "`manage.py adapter_version_register` record one with every version they make)",
             code="no_serve_probe",
         )
     tolerance = settings.STROP_PROBE_TOLERANCE

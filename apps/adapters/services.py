@@ -178,31 +178,36 @@ def _training_steps(source: Path) -> list[dict[str, Any]]:
     return steps
 
 
-# The probe sequence of a version registered without a training sample: code any base model reads.
-PROBE_TEXT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    if n < 2:\n        return n\n'
-
-
-def adapter_serve_probe(
-    base: BaseModel, adapter_dir: str | Path, *, sample: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The trainer's log-probs of a probe sequence under base + adapter (stored in the version's
-    metrics as ``serve_probe``; an experiment only starts once vLLM reproduces them).
+def adapter_serve_probe(base: BaseModel, adapter_dir: str | Path) -> dict[str, Any]:
+    """The trainer's log-probs of the synthetic probe sequence under base + adapter (stored in the
+    version's metrics as ``serve_probe``; an experiment only starts once vLLM reproduces them).
+    Nothing in it comes from a training sample, so a version's metrics hold no end user's text.
 
     Loads the model with torch: call it from the gpu worker, a management command or a test,
-    never from an API process. ``sample`` (a training sample) gives the probe real served tokens.
+    never from an API process.
     """
-    from transformers import AutoTokenizer
+    from gpu_trainer.probe import serve_probe
 
-    from gpu_trainer.probe import probe_tokens, serve_probe
+    return serve_probe(base_model_dir=base.path, adapter_dir=adapter_dir)
 
-    tokenizer = AutoTokenizer.from_pretrained(base.path)
-    eos_id = int(tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0)
-    if sample is not None:
-        tokens = probe_tokens(sample["prompt_token_ids"], sample["completion_token_ids"], eos_id=eos_id)
-    else:
-        ids = tokenizer.encode(PROBE_TEXT, add_special_tokens=False)
-        tokens = probe_tokens(ids[:-8], ids[-8:], eos_id=eos_id)
-    return serve_probe(base_model_dir=base.path, adapter_dir=adapter_dir, **tokens)
+
+def adapter_version_probe_record(version: AdapterVersion, *, probe: dict[str, Any], actor: str) -> AdapterVersion:
+    """Store a freshly computed serve probe on an existing version (``adapter_version_reprobe``:
+    versions whose probe the scrub migration removed); audited."""
+    with transaction.atomic():
+        version = AdapterVersion.objects.select_for_update(no_key=True).get(pk=version.pk)
+        metrics = {k: v for k, v in (version.metrics or {}).items() if k != "serve_probe_scrubbed"}
+        version.metrics = {**metrics, "serve_probe": probe}
+        version.save(update_fields=["metrics"])
+        audit_record(
+            version.tenant,
+            actor=actor,
+            action="adapter_version.reprobe",
+            target_type="adapter_version",
+            target_id=version.vllm_name,
+            data={},
+        )
+    return version
 
 
 def adapter_version_mark_loaded(version: AdapterVersion) -> AdapterVersion:

@@ -31,9 +31,10 @@ RETRAIN_TRIGGER = "retrain without erased users"
 
 
 def erased_user_hash(tenant: Tenant, external_id: str) -> str:
-    """Keyed, so a list of likely ids (emails) cannot be hashed and matched against the records."""
+    """Keyed, so a list of likely ids (emails) cannot be hashed and matched against the records; with
+    ``ERASURE_MARK_KEY``, a key of its own, so rotating ``SECRET_KEY`` leaves the marks valid."""
     message = f"{tenant.pk}:{external_id}".encode()
-    return hmac.new(settings.SECRET_KEY.encode(), message, hashlib.sha256).hexdigest()
+    return hmac.new(settings.ERASURE_MARK_KEY.encode(), message, hashlib.sha256).hexdigest()
 
 
 @dataclass

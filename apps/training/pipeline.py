@@ -243,7 +243,7 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
 
     guard.check()
     started = time.perf_counter()
-    probe = adapter_serve_probe(base, result.out_dir, sample=window.train[0])
+    probe = adapter_serve_probe(base, result.out_dir)  # synthetic: no user's text in a version
     seconds["probe"] = time.perf_counter() - started
     started = time.perf_counter()
     with transaction.atomic():

@@ -271,3 +271,12 @@ def test_an_erase_that_meets_a_run_registering_its_version_waits_for_it_and_name
     assert entry["action"].startswith("version 1 learned from this user")
     assert [r["adapter"] for r in report["retrain"]] == ["tab"]
     assert TrainingRunErasure.objects.filter(run=run, trained_on=True).count() == 1
+
+
+@pytest.mark.django_db
+def test_erasure_marks_are_keyed_with_their_own_key_so_rotating_secret_key_keeps_them(tenant, settings):
+    mark = erased_user_hash(tenant, "dev-0")
+    settings.SECRET_KEY = "rotated-" + settings.SECRET_KEY[::-1]
+    assert erased_user_hash(tenant, "dev-0") == mark
+    settings.ERASURE_MARK_KEY = "another-" + settings.ERASURE_MARK_KEY
+    assert erased_user_hash(tenant, "dev-0") != mark

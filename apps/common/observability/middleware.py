@@ -1,6 +1,7 @@
 """Each request: an id (the caller's ``X-Request-ID`` when it is a short safe token), a count and
-a duration by route and tenant, and one access log line. No database or network call here: the
-ingest API is benchmarked, and this runs on every request."""
+a duration by route and tenant, and one access log line (its path redacted by route: no token or
+end-user id, ``redaction.logged_path``). No database or network call here: the ingest API is
+benchmarked, and this runs on every request."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 
 from apps.common.observability import context, metrics
+from apps.common.observability.redaction import logged_path
 
 access_log = logging.getLogger("strop.request")
 
@@ -46,7 +48,7 @@ class RequestObservabilityMiddleware:
                 logging.DEBUG if route in _QUIET_ROUTES else logging.INFO,
                 "%s %s %s %.1f ms",
                 method,
-                request.path[:200],
+                logged_path(request),
                 response.status_code,
                 seconds * 1000,
                 extra={"route": route, "status": response.status_code, "duration_ms": round(seconds * 1000, 2)},
