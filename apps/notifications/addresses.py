@@ -52,9 +52,13 @@ def address_refusal(address: IPAddress) -> str | None:
             return None if embedded is None else f"IPv4-mapped {embedded}"
         if address.scope_id:
             return "scoped (link-local)"
+    if address.is_unspecified or address.is_loopback:
+        return "unspecified" if address.is_unspecified else "loopback"
+    refused = _REFUSED_V4 if isinstance(address, ipaddress.IPv4Address) else _REFUSED_V6
+    for network, label in refused:  # the specific ranges before the flags: their labels say more
+        if address in network:
+            return label
     flags = (
-        (address.is_unspecified, "unspecified"),
-        (address.is_loopback, "loopback"),
         (address.is_link_local, "link-local"),
         (address.is_multicast, "multicast"),
         (address.is_private, "private"),
@@ -62,10 +66,6 @@ def address_refusal(address: IPAddress) -> str | None:
     )
     for flagged, label in flags:
         if flagged:
-            return label
-    refused = _REFUSED_V4 if isinstance(address, ipaddress.IPv4Address) else _REFUSED_V6
-    for network, label in refused:
-        if address in network:
             return label
     if not address.is_global:
         return "not globally routable"

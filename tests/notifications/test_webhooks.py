@@ -173,7 +173,10 @@ def test_a_failed_training_run_reaches_the_endpoint_through_a_real_worker(
     headers, body = endpoint.received[0]
     assert _verified(headers, body, webhook.secret)
     assert json.loads(body)["data"] == {
-        "run": run.pk, "adapter": "tab", "status": "failed", "error": "RuntimeError: out of memory"
+        "run": run.pk,
+        "adapter": "tab",
+        "status": "failed",
+        "error": "RuntimeError: out of memory",
     }
     wait_until(
         lambda: WebhookDelivery.objects.filter(status="delivered").exists(), timeout=30, what="the delivered row"

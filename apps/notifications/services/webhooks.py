@@ -75,10 +75,12 @@ def _new_secret() -> str:
 
 
 @transaction.atomic
-def webhook_create(tenant: Tenant, *, url: str, events: list[str], actor: str) -> Webhook:
+def webhook_create(
+    tenant: Tenant, *, url: str, events: list[str], actor: str, resolver: Resolver = system_resolver
+) -> Webhook:
     """Register an endpoint for ``events``; its signing secret is generated here (shown once)."""
     url = url.strip()
-    problem = webhook_address_problem(url)
+    problem = webhook_address_problem(url, resolver=resolver)
     if problem:
         raise ValidationFailed(f"url: {problem}")
     unknown = sorted(set(events) - set(EVENTS))
