@@ -29,12 +29,6 @@ from tests.notifications.receivers import (
 
 
 @pytest.fixture
-def local_endpoints(settings, monkeypatch):
-    settings.STROP_WEBHOOK_ALLOW_PRIVATE = True
-    monkeypatch.setenv("STROP_WEBHOOK_ALLOW_PRIVATE", "true")
-
-
-@pytest.fixture
 def raw_receivers() -> Iterator[list[RawReceiver]]:
     made: list[RawReceiver] = []
     yield made
