@@ -4,11 +4,11 @@ past the address guard.
 - It connects only to the addresses vetted by ``apps.notifications.addresses`` (resolved once):
   an httpcore network backend ignores the name httpcore asks it to resolve, while the URL keeps the
   name, so TLS (SNI and the certificate check) and the ``Host`` header still name the host.
-- One deadline bounds the whole exchange (connect, TLS, request, status, headers and body). httpx's
-  timeouts are per operation, so a receiver that sends a byte every few seconds never trips them:
-  here every socket operation gets at most the time left before the deadline.
-- The answer's body is read up to a cap and then the connection is closed: nothing a receiver
-  sends can fill a worker's memory.
+- One deadline bounds the whole exchange (connect, TLS, request, status line and headers, and what
+  is read of the body). httpx's timeouts are per operation, so a receiver that sends a byte every
+  few seconds never trips them: here every socket operation gets at most the time left.
+- The status is the answer. The body is read up to a cap (and the deadline), then the connection
+  is closed: nothing a receiver sends can fill a worker's memory.
 
 Plain values in, plain values out: no Django here.
 """
@@ -119,6 +119,20 @@ class PinnedBackend(httpcore.NetworkBackend):
         time.sleep(seconds)
 
 
+def _drain(response: httpcore.Response, max_bytes: int) -> None:
+    """Read and drop at most ``max_bytes`` of the body, within what is left of the deadline. The
+    status is the answer: a body cut short by the cap, the deadline or the receiver changes nothing
+    (closing the response then drops the connection and whatever else was coming)."""
+    read = 0
+    try:
+        for chunk in response.iter_stream():
+            read += len(chunk)
+            if read >= max_bytes:
+                return
+    except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError):
+        return
+
+
 def post_pinned(
     url: str,
     *,
@@ -146,11 +160,7 @@ def post_pinned(
                 "POST", url, headers=list(headers.items()), content=body, extensions={"timeout": timeouts}
             ) as response,
         ):
-            read = 0
-            for chunk in response.iter_stream():
-                read += len(chunk)
-                if read >= max_response_bytes:
-                    break  # enough: closing the response drops the connection and the rest
+            _drain(response, max_response_bytes)
             return PostResult(status=response.status)
     except httpcore.TimeoutException:
         return PostResult(status=None, error=f"no complete answer within {deadline_s:g} s")

@@ -92,6 +92,27 @@ def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_total_deadline(
 
 
 @pytest.mark.django_db
+def test_a_200_whose_body_trickles_is_delivered_and_let_go_at_the_deadline(
+    make_tenant, local_endpoints, raw_receivers, settings
+):
+    settings.STROP_WEBHOOK_TIMEOUT_S = 1.5
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 300\r\n\r\n"
+
+    def answer_then_trickle(conn) -> None:
+        conn.sendall(head)
+        trickle(b"b" * 300, every_s=0.1)(conn)
+
+    receiver = RawReceiver(answer_then_trickle)
+    raw_receivers.append(receiver)
+    delivery = _one_delivery(make_tenant("hooks-trickle-body"), receiver.url)
+
+    assert webhook_deliver(delivery.pk).status == "delivered"  # the status is the answer
+
+    wait_until(lambda: receiver.finished, timeout=60, what="the receiver to notice")
+    assert receiver.finished == [False]
+
+
+@pytest.mark.django_db
 def test_only_a_capped_part_of_a_huge_answer_is_read(make_tenant, local_endpoints, raw_receivers, settings):
     settings.STROP_WEBHOOK_TIMEOUT_S = 120  # the cap must end it, not the deadline
     settings.STROP_WEBHOOK_MAX_RESPONSE_BYTES = 64 * 1024
