@@ -255,16 +255,28 @@ for _pool_spec in filter(None, (p.strip() for p in os.environ.get("STROP_GPU_POO
     for _slug in filter(None, (s.strip() for s in _slugs.split(","))):
         STROP_GPU_POOLS[_slug] = f"gpu-{_pool.strip()}"
 _gpu_queues = sorted({"gpu", *STROP_GPU_POOLS.values()})
-CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in ("default", "serving", *_gpu_queues)]
+# Webhook deliveries have a queue (and worker) of their own: a slow receiver holds only those.
+CELERY_TASK_QUEUES = [
+    Queue(name, Exchange(name), routing_key=name) for name in ("default", "serving", "webhooks", *_gpu_queues)
+]
 CELERY_TASK_ROUTES = {
     "workers.serving.*": {"queue": "serving"},
     "workers.training.training_run_execute": {"queue": "gpu"},
+    "workers.notifications.*": {"queue": "webhooks"},
 }
-# Webhooks (apps.notifications): a delivery waits at most this long for an answer, and is tried this
-# many times (with backoff) before it is marked failed. Addresses on private, loopback and link-local
-# networks are refused unless allowed (a webhook must not reach the operator's own services).
+# Webhooks (apps.notifications): one attempt's whole exchange (connect, TLS, request, answer) ends
+# within STROP_WEBHOOK_TIMEOUT_S, reading at most STROP_WEBHOOK_MAX_RESPONSE_BYTES of the answer; a
+# delivery is tried STROP_WEBHOOK_MAX_ATTEMPTS times, waiting RETRY_BASE_S x 5^n (at most RETRY_MAX_S)
+# between attempts, before it is marked failed. After a secret rotation the old secret signs beside the
+# new one for STROP_WEBHOOK_SECRET_OVERLAP_S. Addresses that are not public (private, loopback,
+# link-local, NAT64, 6to4, Teredo, ...) are refused unless STROP_WEBHOOK_ALLOW_PRIVATE: for the test
+# suite and a single machine of one's own, never where tenants are not the operator.
 STROP_WEBHOOK_TIMEOUT_S = float(os.environ.get("STROP_WEBHOOK_TIMEOUT_S", "10"))
+STROP_WEBHOOK_MAX_RESPONSE_BYTES = env_int("STROP_WEBHOOK_MAX_RESPONSE_BYTES", 64 * 1024)
 STROP_WEBHOOK_MAX_ATTEMPTS = env_int("STROP_WEBHOOK_MAX_ATTEMPTS", 6)
+STROP_WEBHOOK_RETRY_BASE_S = env_int("STROP_WEBHOOK_RETRY_BASE_S", 10)
+STROP_WEBHOOK_RETRY_MAX_S = env_int("STROP_WEBHOOK_RETRY_MAX_S", 7200)
+STROP_WEBHOOK_SECRET_OVERLAP_S = env_int("STROP_WEBHOOK_SECRET_OVERLAP_S", 24 * 3600)
 STROP_WEBHOOK_ALLOW_PRIVATE = env_bool("STROP_WEBHOOK_ALLOW_PRIVATE", False)
 # Beat must schedule once: every beat process takes a lock in Redis before it sends anything, and one
 # that does not hold it waits. The lock lapses this many seconds after its holder stops renewing it.

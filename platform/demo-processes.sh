@@ -30,9 +30,11 @@ demo_start_api() {  # demo_start_api PORT
     --threads 4 --log-level warning
 }
 
-demo_start_workers() {  # default + serving queues, and the gpu queue
+demo_start_workers() {  # default + serving queues, webhooks (prefork: its time limits hold), and the gpu queue
   demo_spawn worker-default .venv/bin/celery -A config worker -Q default,serving --pool threads -c 4 \
     -n demo-default@%h -l info
+  demo_spawn worker-webhooks .venv/bin/celery -A config worker -Q webhooks --pool prefork -c 2 \
+    -n demo-webhooks@%h -l info
   demo_spawn worker-gpu .venv/bin/celery -A config worker -Q gpu --pool prefork -c 1 -n demo-gpu@%h -l info
 }
 

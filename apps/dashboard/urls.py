@@ -73,6 +73,7 @@ tenant_patterns = [
     path("settings/", settings.tenant_settings, name="settings"),
     path("webhooks/", webhooks.webhooks, name="webhooks"),
     path("webhooks/<int:webhook_id>/delete/", webhooks.webhook_delete_view, name="webhook-delete"),
+    path("webhooks/<int:webhook_id>/rotate/", webhooks.webhook_rotate_view, name="webhook-rotate"),
     path("team/", team.team, name="team"),
     path("team/invite/", team.invitation_new, name="invitation-new"),
     path("team/invitations/<int:invitation_id>/revoke/", team.invitation_revoke_view, name="invitation-revoke"),

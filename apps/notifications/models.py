@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from django.db import models
 
 from apps.tenants.models import Tenant
@@ -13,6 +15,11 @@ EVENTS = {
 }
 
 
+def url_host(url: str) -> str:
+    """What a viewer and the audit log see of a webhook's URL: its host (and port)."""
+    return urlsplit(url).netloc.rpartition("@")[2] or url[:40]
+
+
 class Webhook(models.Model):
     """A tenant's endpoint for events, with the secret that signs every delivery to it."""
 
@@ -20,11 +27,21 @@ class Webhook(models.Model):
     url = models.URLField(max_length=500)
     events = models.JSONField(default=list, help_text="the event names it receives")
     secret = models.CharField(max_length=80, help_text="signs deliveries (HMAC-SHA256); shown once")
+    previous_secret = models.CharField(
+        max_length=80, blank=True, help_text="the secret before the last rotation: it also signs until its expiry"
+    )
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
+    secret_rotated_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=200, blank=True)
 
     def __str__(self) -> str:
-        return f"{self.tenant.slug}: {self.url}"
+        return f"{self.tenant.slug}: {self.host}"
+
+    @property
+    def host(self) -> str:
+        """The URL's host (and port, if any): what viewers see. The full URL often carries a token."""
+        return url_host(self.url)
 
 
 class WebhookDelivery(models.Model):
@@ -32,6 +49,7 @@ class WebhookDelivery(models.Model):
 
     class Status(models.TextChoices):
         PENDING = "pending"
+        SENDING = "sending"  # claimed by a worker, whose attempt is under way
         DELIVERED = "delivered"
         FAILED = "failed"
 
@@ -45,6 +63,7 @@ class WebhookDelivery(models.Model):
     error = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True, help_text="when the attempt under way began")
     delivered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

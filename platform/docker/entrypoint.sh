@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Both images' entry point. The command names what this container runs:
-#   api | worker | worker-serving | worker-gpu | beat | vllm | ...
+#   api | worker | worker-serving | worker-webhooks | worker-gpu | beat | vllm | ...
 #                   a process of platform/Procfile, run by its line there, exactly as `make up` runs
 #                   it: the Procfile stays the one definition of Strop's processes. Extra arguments
 #                   are appended to its command line.

@@ -79,6 +79,7 @@ ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
     "keys": ("post", {"name": "new key", "scopes": ["ingest"]}, "api_key.create"),
     "webhooks": ("post", {"url": "https://hooks.example.com/strop", "events": ["run.failed"]}, "webhook.create"),
     "webhook-delete": ("post", {}, "webhook.delete"),
+    "webhook-rotate": ("post", {}, "webhook.secret_rotate"),
     "settings": ("post", {"default_opt_in": "on", "accept_pending_feedback": "on"}, "tenant.settings"),
     "eval-set": ("post", {"cases": '{"prefix": "def f(", "suffix": "):", "middle": "x"}'}, "eval_set.upload"),
     "key-revoke": ("post", {}, "api_key.revoke"),
@@ -112,6 +113,7 @@ ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
 # Action routes whose GET is a confirmation page or a form (only for those who may act).
 CONFIRM = {
     "webhook-delete",
+    "webhook-rotate",
     "version-promote",
     "key-revoke",
     "version-rollback",

@@ -21,7 +21,7 @@ from django.utils import timezone
 from apps.adapters.services import adapter_create, base_model_register
 from apps.training.models import TrainingPolicy, TrainingRun
 from tests.fixtures.services import PrivateRedis
-from tests.fixtures.workers import Workers, _database_url, wait_until, worker_env
+from tests.fixtures.workers import CPU_QUEUES, Workers, _database_url, wait_until, worker_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -63,7 +63,7 @@ def stack(
         env=worker_env(settings, run_root=tmp_path / "runs", REDIS_URL=redis_url, CELERY_BROKER_URL=redis_url),
         log_dir=tmp_path,
     )
-    workers.start("default", "default,serving", "threads")
+    workers.start("default", CPU_QUEUES, "threads")
     workers.start_gpu()
     try:
         api = api_servers.start(

@@ -32,7 +32,7 @@ from benchmarks.common import free_port, gunicorn_argv, stop
 from tests.fixtures.object_store import start_object_store
 from tests.fixtures.services import tail
 from tests.fixtures.vllm import SESSION_API_KEY, _ensure_vllm_venv
-from tests.fixtures.workers import wait_until, worker_argv
+from tests.fixtures.workers import CPU_QUEUES, wait_until, worker_argv
 from tests.hosts.netns import HOST_ROOT, MODEL_PATH, REPO_ROOT, Host, Network, can_make_hosts
 
 pytestmark = [pytest.mark.vllm, pytest.mark.django_db(transaction=True)]
@@ -151,7 +151,7 @@ def test_a_round_runs_across_hosts_that_share_no_filesystem(settings, tiny_start
         started = time.monotonic()
         _start_vllm(vllm_1, env, tmp_path / "vllm-1.log")
         _start_api(api, env, tmp_path / "api.log")
-        api_workers = worker_argv("default", "default,serving", "threads", concurrency=1)
+        api_workers = worker_argv("default", CPU_QUEUES, "threads", concurrency=1)
         api.start(api_workers, env=env, log=tmp_path / "api-workers.log")
         gpu.start(worker_argv("gpu", "gpu", "prefork", concurrency=1), env=env, log=tmp_path / "gpu.log")
         _wait(

@@ -1,9 +1,11 @@
-"""Webhooks: register an endpoint for events (its signing secret shown once), delete one, and the
-delivery log of every attempt."""
+"""Webhooks: register an endpoint for events (its signing secret shown once), rotate its secret,
+delete one, and the delivery log of every attempt. Viewers see each endpoint's host only: a URL
+often carries a token."""
 
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -14,7 +16,7 @@ from apps.dashboard.forms import attach_service_error
 from apps.dashboard.views.common import tenant_render
 from apps.notifications.models import EVENTS
 from apps.notifications.selectors import webhook_delivery_list, webhook_get_for_tenant, webhook_list
-from apps.notifications.services import webhook_create, webhook_delete
+from apps.notifications.services import webhook_create, webhook_delete, webhook_secret_rotate
 
 
 class WebhookCreateForm(forms.Form):
@@ -57,6 +59,22 @@ def webhooks(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
     response = tenant_render(request, ctx, "dashboard/webhooks/list.html", context, section="webhooks", status=status)
     if created is not None:
         response["Cache-Control"] = "no-store"  # the secret must not be kept by any cache
+    return response
+
+
+@tenant_page(action=True)
+def webhook_rotate_view(request: HttpRequest, ctx: TenantContext, webhook_id: int) -> HttpResponse:
+    """GET confirms; POST gives the webhook a new signing secret and shows it once, in this response."""
+    webhook = webhook_get_for_tenant(ctx.tenant, webhook_id=webhook_id)
+    rotated = None
+    if request.method == "POST":
+        rotated = webhook_secret_rotate(ctx.tenant, webhook=webhook, actor=ctx.actor)
+    overlap_hours = round(settings.STROP_WEBHOOK_SECRET_OVERLAP_S / 3600, 1)
+    context = {"webhook": rotated or webhook, "rotated": rotated, "overlap_hours": f"{overlap_hours:g}"}
+    status = 201 if rotated else 200
+    response = tenant_render(request, ctx, "dashboard/webhooks/rotate.html", context, section="webhooks", status=status)
+    if rotated is not None:
+        response["Cache-Control"] = "no-store"
     return response
 
 

@@ -1,0 +1,160 @@
+"""A tenant's webhooks: registered (on a public address only), deleted, and their signing secret
+rotated, each with its audit row.
+
+A delivery is signed with the webhook's secret: ``X-Strop-Signature: sha256=<hex HMAC-SHA256 of
+"<timestamp>.<body>">``, the timestamp in ``X-Strop-Timestamp``. After a rotation the header holds
+two values for ``STROP_WEBHOOK_SECRET_OVERLAP_S``, ``sha256=<new>,sha256=<old>`` (as Stripe sends
+several ``v1=``), so a receiver still on the old secret keeps accepting deliveries while it
+switches; a receiver accepts a delivery when any value matches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import datetime, timedelta
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from apps.common.exceptions import ValidationFailed
+from apps.notifications.addresses import AddressRefused, IPAddress, Resolver, resolve_public, system_resolver
+from apps.notifications.models import EVENTS, Webhook, url_host
+from apps.tenants.models import Tenant
+from apps.tenants.services import audit_record
+
+MAX_WEBHOOKS_PER_TENANT = 20
+
+
+def webhook_url_problem(url: str) -> str | None:
+    """Why ``url`` is not a URL Strop calls, by its form alone (no name resolved), or None."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        return "must be an http(s) URL with a host"
+    if parts.username or parts.password:
+        return "must not carry credentials; use the signature to authenticate Strop"
+    if not settings.STROP_WEBHOOK_ALLOW_PRIVATE and parts.scheme != "https":
+        return "must use https"
+    try:
+        _ = parts.port
+    except ValueError:
+        return "has a port that is not a number from 0 to 65535"
+    return None
+
+
+def webhook_url_addresses(url: str, *, resolver: Resolver = system_resolver) -> list[IPAddress]:
+    """The vetted addresses of a well-formed ``url``'s host, resolved once: every one public
+    (``apps.notifications.addresses``) unless STROP_WEBHOOK_ALLOW_PRIVATE. Raises AddressRefused,
+    whose message names no address."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return resolve_public(
+        parts.hostname or "", port, resolver=resolver, allow_private=settings.STROP_WEBHOOK_ALLOW_PRIVATE
+    )
+
+
+def webhook_address_problem(url: str, *, resolver: Resolver = system_resolver) -> str | None:
+    """Why Strop will not call ``url``, or None: its form, then every address its host resolves
+    to (a tenant's webhook must never reach the operator's own network). Checked when registering
+    and again before every attempt, which then connects to the address it vetted."""
+    problem = webhook_url_problem(url)
+    if problem or settings.STROP_WEBHOOK_ALLOW_PRIVATE:
+        return problem  # allowed anything: a name need not resolve until a delivery is sent
+    try:
+        webhook_url_addresses(url, resolver=resolver)
+    except AddressRefused as exc:
+        return str(exc)
+    return None
+
+
+def _new_secret() -> str:
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
+@transaction.atomic
+def webhook_create(
+    tenant: Tenant, *, url: str, events: list[str], actor: str, resolver: Resolver = system_resolver
+) -> Webhook:
+    """Register an endpoint for ``events``; its signing secret is generated here (shown once)."""
+    url = url.strip()
+    problem = webhook_address_problem(url, resolver=resolver)
+    if problem:
+        raise ValidationFailed(f"url: {problem}")
+    unknown = sorted(set(events) - set(EVENTS))
+    if unknown or not events:
+        raise ValidationFailed(f"events: choose one or more of {', '.join(EVENTS)}")
+    if Webhook.objects.filter(tenant=tenant).count() >= MAX_WEBHOOKS_PER_TENANT:
+        raise ValidationFailed(f"url: a tenant has at most {MAX_WEBHOOKS_PER_TENANT} webhooks; delete one first")
+    webhook = Webhook.objects.create(
+        tenant=tenant, url=url, events=[e for e in EVENTS if e in events], secret=_new_secret(), created_by=actor
+    )
+    audit_record(
+        tenant,
+        actor=actor,
+        action="webhook.create",
+        target_type="webhook",
+        target_id=str(webhook.pk),
+        data={"host": url_host(url), "events": webhook.events},
+    )
+    return webhook
+
+
+@transaction.atomic
+def webhook_delete(tenant: Tenant, *, webhook: Webhook, actor: str) -> None:
+    if webhook.tenant_id != tenant.pk:
+        raise ValueError("webhook belongs to another tenant")
+    audit_record(
+        tenant,
+        actor=actor,
+        action="webhook.delete",
+        target_type="webhook",
+        target_id=str(webhook.pk),
+        data={"host": url_host(webhook.url)},
+    )
+    webhook.delete()
+
+
+@transaction.atomic
+def webhook_secret_rotate(tenant: Tenant, *, webhook: Webhook, actor: str) -> Webhook:
+    """Give the webhook a new signing secret (on the returned webhook: show it once). The old one
+    keeps signing beside it for STROP_WEBHOOK_SECRET_OVERLAP_S; a second rotation within that time
+    drops the oldest at once (only the two newest ever sign)."""
+    if webhook.tenant_id != tenant.pk:
+        raise ValueError("webhook belongs to another tenant")
+    webhook = Webhook.objects.select_for_update().get(pk=webhook.pk)
+    now = timezone.now()
+    expires = now + timedelta(seconds=settings.STROP_WEBHOOK_SECRET_OVERLAP_S)
+    webhook.previous_secret, webhook.previous_secret_expires_at = webhook.secret, expires
+    webhook.secret, webhook.secret_rotated_at = _new_secret(), now
+    webhook.save(update_fields=["secret", "previous_secret", "previous_secret_expires_at", "secret_rotated_at"])
+    audit_record(
+        tenant,
+        actor=actor,
+        action="webhook.secret_rotate",
+        target_type="webhook",
+        target_id=str(webhook.pk),
+        data={"host": url_host(webhook.url), "previous_secret_valid_until": expires.isoformat()},
+    )
+    return webhook
+
+
+def signing_secrets(webhook: Webhook, *, now: datetime) -> list[str]:
+    """The secrets a delivery is signed with now: the current one, and the previous one during
+    the overlap after a rotation."""
+    overlap = bool(webhook.previous_secret) and (
+        webhook.previous_secret_expires_at is not None and webhook.previous_secret_expires_at > now
+    )
+    return [webhook.secret, webhook.previous_secret] if overlap else [webhook.secret]
+
+
+def signature(secret: str, timestamp: str, body: bytes) -> str:
+    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return f"sha256={digest}"
+
+
+def signature_header(webhook: Webhook, *, timestamp: str, body: bytes, now: datetime) -> str:
+    """``X-Strop-Signature``: one ``sha256=`` value per signing secret, newest first, comma-separated."""
+    return ",".join(signature(secret, timestamp, body) for secret in signing_secrets(webhook, now=now))

@@ -1,0 +1,79 @@
+"""The Webhooks page through the real sign-in: a viewer sees each endpoint's host only (a URL often
+carries a token), on the page, in the delivery log and in the audit log; an admin sees the full URL
+and rotates the signing secret, which is shown once."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.notifications.models import Webhook
+from apps.notifications.services import notification_send, webhook_create
+from apps.tenants.models import AuditEvent
+from tests.dashboard.conftest import PASSWORD
+
+TOKEN = "t0k3n-5f9c2e"
+URL = f"https://hooks.example.com/strop/{TOKEN}?key={TOKEN}"
+
+
+def _signed_in(client, user):
+    response = client.post("/dashboard/login/", {"username": user.username, "password": PASSWORD})
+    assert response.status_code == 302, response.content.decode()[:500]
+    return client
+
+
+@pytest.fixture
+def hooked(make_tenant, make_user):
+    tenant = make_tenant("hooks-pages")
+    webhook = webhook_create(tenant, url=URL, events=["run.failed"], actor="user:0")
+    notification_send(tenant, event="run.failed", data={"run": 1})  # a row in the delivery log
+    return tenant, webhook
+
+
+@pytest.mark.django_db
+def test_a_viewer_sees_the_host_of_each_webhook_never_its_url(client, hooked, make_user):
+    tenant, _ = hooked
+    _signed_in(client, make_user("vera", tenant, role="viewer"))
+
+    for page in (f"/dashboard/t/{tenant.slug}/webhooks/", f"/dashboard/t/{tenant.slug}/audit/"):
+        html = client.get(page).content.decode()
+        assert TOKEN not in html, page
+    html = client.get(f"/dashboard/t/{tenant.slug}/webhooks/").content.decode()
+    assert html.count("hooks.example.com") >= 2  # the endpoint and its delivery, by host
+    assert "Rotate secret" not in html
+
+
+@pytest.mark.django_db
+def test_an_admin_sees_the_full_url(client, hooked, make_user):
+    tenant, _ = hooked
+    _signed_in(client, make_user("ada", tenant, role="admin"))
+    html = client.get(f"/dashboard/t/{tenant.slug}/webhooks/").content.decode()
+    assert f"/strop/{TOKEN}" in html
+
+
+@pytest.mark.django_db
+def test_an_admin_rotates_the_secret_and_sees_the_new_one_once(client, hooked, make_user):
+    tenant, webhook = hooked
+    old_secret = webhook.secret
+    _signed_in(client, make_user("ada", tenant, role="admin"))
+    rotate = f"/dashboard/t/{tenant.slug}/webhooks/{webhook.pk}/rotate/"
+
+    confirm = client.get(rotate)
+    assert confirm.status_code == 200 and "24 hours" in confirm.content.decode()
+    response = client.post(rotate)
+
+    assert response.status_code == 201
+    assert response["Cache-Control"] == "no-store"
+    webhook.refresh_from_db()
+    assert webhook.secret != old_secret and webhook.previous_secret == old_secret
+    html = response.content.decode()
+    assert webhook.secret in html and old_secret not in html
+    assert webhook.secret not in client.get(f"/dashboard/t/{tenant.slug}/webhooks/").content.decode()
+    assert AuditEvent.objects.filter(tenant=tenant, action="webhook.secret_rotate", actor__startswith="user:").exists()
+
+
+@pytest.mark.django_db
+def test_a_viewer_cannot_rotate_a_secret(client, hooked, make_user):
+    tenant, webhook = hooked
+    _signed_in(client, make_user("vera", tenant, role="viewer"))
+    assert client.post(f"/dashboard/t/{tenant.slug}/webhooks/{webhook.pk}/rotate/").status_code == 403
+    assert Webhook.objects.get(pk=webhook.pk).secret == webhook.secret
