@@ -201,16 +201,16 @@ def _team_values(name: str, params: set[str], world: Any) -> dict[str, Any]:
     viewer) and its raw token; a password-reset link of the viewer. The invitation is made on first
     use with the model itself, without the audit row its service writes, so that the walls' before
     and after snapshots see only what the request did."""
-    from django.contrib.auth.tokens import default_token_generator
     from django.utils.encoding import force_bytes
     from django.utils.http import urlsafe_base64_encode
 
     from apps.tenants.models import Membership
+    from apps.tenants.reset_tokens import self_service_tokens
 
     viewer = world.users["viewer"]
     if name == "password-reset-confirm":
         uidb64 = urlsafe_base64_encode(force_bytes(viewer.pk))
-        return {"uidb64": uidb64, "token": default_token_generator.make_token(viewer)}
+        return {"uidb64": uidb64, "token": self_service_tokens.make_token(viewer)}
     values: dict[str, Any] = {}
     if "membership_id" in params:
         values["membership_id"] = Membership.objects.get(tenant=world.a, user=viewer).pk
