@@ -110,3 +110,25 @@ def test_a_dead_workers_claim_on_the_last_attempt_ends_the_delivery_failed(
     delivery.refresh_from_db()
     assert (delivery.status, delivery.error) == ("failed", "the worker stopped during the last attempt")
     assert endpoint.received == []
+
+
+@pytest.mark.django_db
+def test_an_attempt_stopped_by_the_time_limit_is_recorded_and_retried(make_tenant, receiver, local_endpoints):
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    endpoint = receiver([])
+    tenant = make_tenant("hooks-soft-limit")
+    url = endpoint.url.replace("127.0.0.1", "hooks.slow.test")  # a name, so the resolver runs
+    webhook_create(tenant, url=url, events=["run.failed"], actor="test")
+    [delivery] = notification_send(tenant, event="run.failed", data={})
+
+    def slow_resolver(host: str, port: int) -> list[str]:
+        raise SoftTimeLimitExceeded()  # what Celery raises in the task when its soft limit passes
+
+    with pytest.raises(SoftTimeLimitExceeded):
+        webhook_deliver(delivery.pk, resolver=slow_resolver)
+
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts, delivery.claimed_at) == ("pending", 1, None)
+    assert delivery.error == "the attempt stopped: SoftTimeLimitExceeded"
+    assert delivery.next_attempt_at is not None and endpoint.received == []

@@ -88,6 +88,8 @@ def test_a_delivery_that_never_succeeds_fails_after_its_last_attempt(make_tenant
         "https://localhost/hook",
         "http://93.184.216.34/hook",  # public, but not https
         "ftp://example.com/hook",
+        "https://bücher.example/hook",  # an international host in its xn-- form only
+        "https://hooks.example.com/a b",
         "https://user:pass@93.184.216.34/hook",
     ],
 )

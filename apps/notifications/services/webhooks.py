@@ -36,6 +36,8 @@ def webhook_url_problem(url: str) -> str | None:
         return "must be an http(s) URL with a host"
     if parts.username or parts.password:
         return "must not carry credentials; use the signature to authenticate Strop"
+    if not url.isascii() or any(c.isspace() or not c.isprintable() for c in url):
+        return "must be ASCII without spaces (write an international host in its xn-- form)"
     if not settings.STROP_WEBHOOK_ALLOW_PRIVATE and parts.scheme != "https":
         return "must use https"
     try:

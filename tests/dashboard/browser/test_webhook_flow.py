@@ -1,5 +1,6 @@
 """An owner adds a webhook, copies its signing secret (shown once), sees a delivery in the log
-after a training run fails, and deletes the webhook through its confirmation page."""
+after a training run fails, rotates the secret (the new one shown once), and deletes the webhook
+through its confirmation page."""
 
 from __future__ import annotations
 
@@ -40,6 +41,16 @@ def test_add_a_webhook_see_its_delivery_and_delete_it(page, live_world):
     expect(log.get_by_role("row").nth(1)).to_contain_text("run.failed")
     expect(log.get_by_role("row").nth(1)).to_contain_text("pending")
     tour_page(page, "webhooks-with-delivery")
+
+    # The secret rotates: the new one is shown once; the old one still signs for the overlap.
+    page.get_by_role("link", name="Rotate secret… of webhook https://hooks.example.com/strop").click()
+    page.get_by_role("button", name="Rotate secret").click()
+    expect(page.get_by_role("heading", name="Secret rotated: copy the new signing secret now")).to_be_visible()
+    webhook.refresh_from_db()
+    assert page.get_by_role("textbox", name="Signing secret").input_value() == webhook.secret
+    assert webhook.previous_secret and webhook.previous_secret != webhook.secret
+    tour_page(page, "webhook-rotated")
+    page.get_by_role("link", name="Back to webhooks").click()
 
     page.get_by_role("link", name="Delete… webhook https://hooks.example.com/strop").click()
     expect(page.get_by_role("heading", level=1)).to_contain_text("Delete the webhook")
