@@ -57,7 +57,8 @@ def _content_length(scope: Scope) -> int | None:
 
 
 async def _answer(send: Any, status: int, message: str) -> None:
-    body = json.dumps({"error": {"message": message, "type": "BadRequestError", "code": status}}).encode()
+    kind = {401: "AuthenticationError", 413: "RequestTooLargeError"}.get(status, "BadRequestError")
+    body = json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
