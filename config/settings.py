@@ -284,6 +284,8 @@ STROP_BEAT_LOCK_TTL_S = env_int("STROP_BEAT_LOCK_TTL_S", 30)
 CELERY_BEAT_SCHEDULER = "workers.beat:SingleBeatScheduler"
 # GET /health/ready gives each dependency (database, Redis, adapter store, vLLM) this long to answer.
 STROP_READY_TIMEOUT_S = float(os.environ.get("STROP_READY_TIMEOUT_S", "2"))
+# ... and each API process answers it from its last check for this many seconds (0: check every call).
+STROP_READY_CACHE_S = float(os.environ.get("STROP_READY_CACHE_S", "5"))
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "attach-pending-feedback": {"task": "workers.ingest.feedback_attach_pending_all", "schedule": 60.0},
     "training-schedule": {"task": "workers.training.training_schedule_all", "schedule": 15.0},

@@ -16,6 +16,8 @@
 #                           world-readable). vLLM's own check covers only /v1, /v2, /inference and
 #                           /cohere: /invocations and /adapters (inference and runtime LoRA loading)
 #                           stay open without platform/vllm_plugins/strop_vllm_auth.py, added here.
+#   VLLM_MAX_BODY_BYTES     request bodies larger than this are answered 413 (default 4194304, 4 MiB;
+#                           enforced by strop_vllm_auth, so only with VLLM_API_KEY set)
 #   VLLM_SERVED_MODEL_NAME  the base model's name in /v1/models and requests (default "base")
 #   VLLM_MAX_LORAS          adapters in one batch (default 4)
 #   VLLM_MAX_LORA_RANK      one of 1 8 16 32 64 128 256 320 512 (default 16); bigger adapters are refused
@@ -96,19 +98,23 @@ case ":${PYTHONPATH:-}:" in
     *) export PYTHONPATH="$ROOT/platform/vllm_plugins${PYTHONPATH:+:$PYTHONPATH}" ;;
 esac
 
+# With an object store as the adapter store, the replica fetches versions itself: a middleware for
+# Strop's loads by store address (checked against the digest Strop sends), and a resolver that
+# serves only versions such a load already verified on this replica.
+if [[ "${STROP_ADAPTER_STORE:-}" == s3://* ]]; then
+    export STROP_ADAPTER_STORE
+    args+=(--middleware strop_vllm_store.FetchOnLoad)
+fi
+
+# The key check comes last here because Starlette runs the middleware added last first: RequireKey
+# must be outermost, so no request is read, and nothing fetched from the store, before the key is
+# checked. It also caps request bodies at VLLM_MAX_BODY_BYTES (default 4 MiB; 413 beyond).
 if [[ -n "${VLLM_API_KEY:-}" ]]; then
     export VLLM_API_KEY  # vLLM's own middleware (/v1/...) reads it here, as does strop_vllm_auth
     args+=(--middleware strop_vllm_auth.RequireKey)
 else
     unset VLLM_API_KEY
     echo "vllm.sh: VLLM_API_KEY is not set: anyone who can reach $host:$port can load adapters and call any of them" >&2
-fi
-
-# With an object store as the adapter store, the replica fetches versions itself: a resolver for
-# versions it is asked for but never loaded, and a middleware for Strop's loads by store address.
-if [[ "${STROP_ADAPTER_STORE:-}" == s3://* ]]; then
-    export STROP_ADAPTER_STORE
-    args+=(--middleware strop_vllm_store.FetchOnLoad)
 fi
 
 export VLLM_ALLOW_RUNTIME_LORA_UPDATING=true

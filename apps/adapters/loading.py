@@ -3,20 +3,25 @@
 ``adapter_version_load`` loads a version on every replica and marks what vLLM said; the
 serve-probe (``serve_probe_verify``) asks every replica for the log-probs of the probe the
 trainer recorded and compares them, so a version meets users only where vLLM serves exactly its
-weights. Depends on the adapters and the engine handle only: training (after a run), the API,
-the dashboard, the serving queue and experiments all load versions the same way.
+weights. Every load is checked against the digest Strop recorded when the version was registered:
+a version in object storage by the replica's plugin (Strop sends the digest with the load and the
+plugin refuses other files, ``platform/vllm_plugins/strop_vllm_store.py``), a folder on this host
+by Strop itself before vLLM is asked. Depends on the adapters and the engine handle only: training
+(after a run), the API, the dashboard, the serving queue and experiments all load versions the same way.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from django.conf import settings
 from django.utils import timezone
 
 from apps.adapters.models import AdapterVersion
 from apps.adapters.services import adapter_version_mark_failed, adapter_version_mark_loaded
+from apps.adapters.store import StoreCorrupt, verify_directory
 from apps.common.exceptions import Conflict
 from apps.common.observability.metrics import adapter_load_counted
 from apps.engines.vllm import vllm_client
@@ -32,7 +37,13 @@ def adapter_version_load(*, version_id: int) -> str:
     if version.status == AdapterVersion.Status.FAILED:
         return "failed"
     try:
-        vllm_client().load_adapter(version.vllm_name, version.artifact_path)
+        _verify_local_copy(version)
+    except StoreCorrupt as exc:
+        adapter_load_counted("rejected")
+        adapter_version_mark_failed(version, message=_mismatch_message(version, exc))
+        return "failed"
+    try:
+        vllm_client().load_adapter(version.vllm_name, version.artifact_path, digest=version.digest)
     except AdapterRejected as exc:
         adapter_load_counted("rejected")
         adapter_version_mark_failed(version, message=f"vLLM refused the adapter: {exc.message}")
@@ -49,10 +60,31 @@ def adapter_version_load(*, version_id: int) -> str:
 
 
 def adapter_version_load_everywhere(version: AdapterVersion) -> None:
-    """Load a version on every replica (idempotent); vLLM's refusal or absence is raised."""
-    vllm_client().load_adapter(version.vllm_name, version.artifact_path)  # every replica, idempotent
+    """Load a version on every replica (idempotent); vLLM's refusal or absence is raised, and a
+    folder that does not match the version's digest is a Conflict."""
+    try:
+        _verify_local_copy(version)
+    except StoreCorrupt as exc:
+        raise Conflict(_mismatch_message(version, exc), code="adapter_digest_mismatch") from None
+    vllm_client().load_adapter(version.vllm_name, version.artifact_path, digest=version.digest)  # idempotent
     if version.loaded_at is None:
         AdapterVersion.objects.filter(pk=version.pk, loaded_at__isnull=True).update(loaded_at=timezone.now())
+
+
+def _verify_local_copy(version: AdapterVersion) -> None:
+    """A version in a folder on this host is read by vLLM in place: check it against the digest
+    first. (One in object storage is checked by the replica that fetches it, against the digest
+    sent with the load.) A missing folder is left to vLLM, whose 404 says so."""
+    path = Path(version.artifact_path)
+    if version.digest and not version.artifact_path.startswith("s3://") and path.is_dir():
+        verify_directory(path, digest=version.digest)
+
+
+def _mismatch_message(version: AdapterVersion, exc: StoreCorrupt) -> str:
+    return (
+        f"digest mismatch: the adapter store's copy of version {version.number} is not the one Strop registered "
+        f"({exc}); it was not loaded"
+    )
 
 
 @dataclass

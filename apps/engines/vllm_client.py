@@ -415,20 +415,25 @@ class VLLMClient:
                 status[replica] = False
         return status
 
-    def load_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
+    def load_adapter(self, name: str, path: str | os.PathLike[str], *, digest: str = "") -> None:
         """Load a LoRA adapter under ``name`` on every replica and confirm it in ``/v1/models``.
 
         Idempotent: a replica that already has ``name`` from the same path counts as loaded,
         so after a failure on one replica the whole call can simply be repeated.
         Never reload new weights under an old name or path (vLLM's prefix cache is keyed on
         them): every adapter version has its own directory and its own name.
+        ``digest`` goes with a load by object-store address (``strop_digest``): the replica's
+        plugin refuses files that do not hash to it (``platform/vllm_plugins/strop_vllm_store.py``).
         """
         lora_path = os.fspath(path)
         for replica in self.base_urls:
-            self._load_on(replica, name, lora_path)
+            self._load_on(replica, name, lora_path, digest)
 
-    def _load_on(self, replica: str, name: str, lora_path: str) -> None:
-        response = self._admin(replica, "POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": lora_path})
+    def _load_on(self, replica: str, name: str, lora_path: str, digest: str = "") -> None:
+        body = {"lora_name": name, "lora_path": lora_path}
+        if digest and lora_path.startswith("s3://"):
+            body["strop_digest"] = digest
+        response = self._admin(replica, "POST", "/v1/load_lora_adapter", body)
         if response.status_code >= 400:
             message, vtype = error_parts(response)
             loaded = {m.id: m for m in self.models(replica)}

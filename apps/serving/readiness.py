@@ -10,6 +10,12 @@ all of them: a check that has not answered by then fails as "no answer", and its
 to end on its own socket timeout. What a check says in the answer never names a host, a URL or a
 path (replicas are numbered from 1 in ``VLLM_BASE_URLS``' order, as in ``adapters/loading.py``);
 the operator's log has the full error under the request's id.
+
+``GET /health/ready`` is public, so it reads :func:`readiness_cached`: one check per process every
+``STROP_READY_CACHE_S`` seconds at most, callers that arrive while it runs waiting for it and
+sharing its answer. However many probes (or anyone else) call, a process opens at most one set of
+connections to its dependencies per window, and a slow dependency holds one thread, not every
+thread. ``strop_readiness_checks_total`` counts the checks run.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 
 from apps.adapters.store import StoreError, adapter_store
 from apps.common.exception_handler import public_text
+from apps.common.observability.metrics import readiness_checked
 from apps.engines.vllm_client import VLLMClient
 
 logger = logging.getLogger(__name__)
@@ -126,8 +133,44 @@ def _run(name: str, check: Callable[[], None], results: dict[str, CheckResult], 
         results[name] = result
 
 
+_cache_lock = threading.Lock()
+_cached: dict[tuple[Any, ...], tuple[float, Readiness]] = {}
+
+
+def _configuration() -> tuple[Any, ...]:
+    """What a readiness answer depends on: a changed setting is never answered from an old check."""
+    database = connections[DEFAULT_DB_ALIAS].settings_dict
+    return (
+        database.get("ENGINE"),
+        database.get("HOST"),
+        database.get("PORT"),
+        database.get("NAME"),
+        settings.REDIS_URL,
+        settings.STROP_ADAPTER_STORE,
+        str(settings.STROP_ADAPTER_ROOT),
+        tuple(settings.VLLM_BASE_URLS),
+        settings.STROP_READY_TIMEOUT_S,
+    )
+
+
+def readiness_cached() -> Readiness:
+    """This process's last :func:`readiness_check` while younger than ``STROP_READY_CACHE_S``, else a
+    new one. One check at a time: a caller that arrives while one runs waits for it (at most
+    ``STROP_READY_TIMEOUT_S``) and takes its answer instead of starting another."""
+    key = _configuration()
+    with _cache_lock:
+        seen = _cached.get(key)
+        if seen is None or time.monotonic() - seen[0] >= settings.STROP_READY_CACHE_S:
+            readiness = readiness_check()
+            seen = (time.monotonic(), readiness)
+            _cached.clear()  # one configuration per process: nothing else is ever asked for again
+            _cached[key] = seen
+        return seen[1]
+
+
 def readiness_check(*, timeout_s: float | None = None) -> Readiness:
     """Ask every dependency at once; each has ``timeout_s`` (default ``STROP_READY_TIMEOUT_S``)."""
+    readiness_checked()
     timeout_s = settings.STROP_READY_TIMEOUT_S if timeout_s is None else timeout_s
     replicas = list(settings.VLLM_BASE_URLS)
     checks: dict[str, Callable[[], None]] = {"database": _database_check(timeout_s)}

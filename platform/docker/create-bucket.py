@@ -6,6 +6,10 @@ written once and never changed, so versioning costs nothing in normal use; it ke
 is overwritten or deleted by mistake recoverable (docs/operations.md, "Backup and restore"). The
 object store may still be starting: it is asked again every two seconds for a minute. Idempotent.
 
+With ``MINIO_ROOT_USER`` and ``MINIO_ROOT_PASSWORD`` set (compose's ``store-init`` reads them from
+``platform/store-root.env``), it acts as the object store's root: the keys every other container
+holds may only read (or, the gpu worker's, put) objects, never create a bucket or set versioning.
+
     python platform/docker/create-bucket.py        (the images: ``store-init``)
 """
 
@@ -23,6 +27,9 @@ WAIT_S = 60.0
 
 
 def main() -> int:
+    root_user, root_password = os.environ.get("MINIO_ROOT_USER", ""), os.environ.get("MINIO_ROOT_PASSWORD", "")
+    if root_user and root_password:  # before the settings read the AWS_* names
+        os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"] = root_user, root_password
     import django
 
     django.setup()

@@ -5,19 +5,28 @@ nothing from Strop. Active only when ``STROP_ADAPTER_STORE`` is an ``s3://bucket
 reads the standard AWS settings (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``) as the rest of Strop does.
 
-Two ways in, one fetch:
+The bucket is not trusted: whoever can write it could swap a version's files and its manifest
+together. What is trusted is the digest Strop keeps in its database for each version
+(``sha256:`` over the manifest, ``apps/adapters/store.py``), which Strop sends with every load.
 
-- ``register`` (a ``vllm.general_plugins`` entry point, declared by the ``strop_vllm_plugins``
-  dist-info beside this file) adds a LoRA resolver. A request naming a version this replica has
-  not loaded (a replica that restarted, or a new one) makes vLLM ask the resolver, which fetches
-  ``s3://bucket/prefix/<name>/`` into the replica's cache and hands vLLM the folder.
 - ``FetchOnLoad`` (an ASGI middleware, ``--middleware strop_vllm_store.FetchOnLoad``): Strop's
-  ``POST /v1/load_lora_adapter`` names the version by its store address; the middleware fetches it
-  and passes vLLM the cached folder instead, so vLLM's own checks and errors apply unchanged.
+  ``POST /v1/load_lora_adapter`` names the version by its store address and carries its digest
+  (``strop_digest``); the middleware fetches the version, refuses it with a 400 saying "digest
+  mismatch" unless its files hash to that digest, and passes vLLM the cached folder instead, so
+  vLLM's own checks and errors apply unchanged. A load by store address without a digest is refused.
+  It sits inside ``strop_vllm_auth.RequireKey``: nothing is read or fetched before the key is checked.
+- ``register`` (a ``vllm.general_plugins`` entry point, declared by the ``strop_vllm_plugins``
+  dist-info beside this file) adds a LoRA resolver, asked when a request names a version vLLM has
+  not loaded. vLLM gives it only the name, and the bucket cannot vouch for itself, so the resolver
+  never downloads: it serves a version only from this replica's cache, where a load with Strop's
+  digest put it (after a restart with the cache kept, say), checked again against that digest.
+  Anything else is vLLM's ordinary 404, on which Strop loads the version with its digest and
+  retries (``apps/serving/vllm_calls.py``).
 
 A fetch downloads into a temporary folder, checks every file against the version's manifest
-(``strop-manifest.json``, written last by the trainer) and renames the folder into the cache, so the
-cache never holds half a version. Strop's serve-probe then checks the weights vLLM serves.
+(``strop-manifest.json``, written last by the trainer) and the manifest against Strop's digest,
+and renames the folder into the cache, so the cache never holds half a version or an unverified
+one. Strop's serve-probe then checks the weights vLLM serves.
 """
 
 from __future__ import annotations
@@ -42,6 +51,10 @@ logger = logging.getLogger("vllm.strop_vllm_store")  # under vLLM's logger, so i
 MANIFEST = "strop-manifest.json"
 # A version's name: tenant--adapter--vN-<random>. Anything else never reaches the store.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# Beside the cached versions (a version's name never starts with a dot): the digest Strop sent for
+# each, so the resolver can check a cached copy without trusting the bucket.
+VERIFIED = ".strop-verified"
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
@@ -52,6 +65,10 @@ class NotInStore(Exception):
 
 
 class BadVersion(Exception):
+    pass
+
+
+class DigestMismatch(BadVersion):
     pass
 
 
@@ -89,23 +106,28 @@ class Store:
     def _key(self, name: str, file_name: str) -> str:
         return "/".join(p for p in (self.prefix, name, file_name) if p)
 
-    def fetch(self, name: str) -> Path:
-        """The cached folder of version ``name``, fetched from the store if need be."""
+    def fetch(self, name: str, *, digest: str) -> Path:
+        """The cached folder of version ``name``, fetched from the store if need be, whose files
+        hash to ``digest`` (the one Strop recorded); DigestMismatch otherwise."""
         if not NAME.fullmatch(name) or ".." in name:
             raise NotInStore(name)
+        if not DIGEST.fullmatch(digest):
+            raise BadVersion(f"{name}: no valid digest (strop_digest) was sent, so the version cannot be verified")
         with self._guard:
             lock = self._locks.setdefault(name, threading.Lock())
         with lock:
             target = cache_dir() / name
-            if target.is_dir() and _checks_out(target):
+            if target.is_dir() and _checks_out(target, digest):
+                _record_verified(name, digest)
                 return target
             shutil.rmtree(target, ignore_errors=True)
             started = time.monotonic()
-            folder = self._download(name, target)
+            folder = self._download(name, target, digest)
+            _record_verified(name, digest)
             logger.info("fetched adapter %s from the adapter store in %.2f s", name, time.monotonic() - started)
             return folder
 
-    def _download(self, name: str, target: Path) -> Path:
+    def _download(self, name: str, target: Path, digest: str) -> Path:
         from botocore.exceptions import ClientError
 
         try:
@@ -116,8 +138,14 @@ class Store:
             raise
         try:
             files = json.loads(raw)["files"]
-        except (ValueError, KeyError, TypeError):
+            held = manifest_digest(files)
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise BadVersion(f"{name}: unreadable manifest") from None
+        if held != digest:  # refused before a single weight is downloaded
+            raise DigestMismatch(
+                f"digest mismatch: the adapter store's copy of {name} is not the version Strop registered "
+                f"(Strop recorded {digest}, the store's manifest is {held}); refusing to load it"
+            )
         staging = target.with_name(f"{target.name}.tmp-{uuid.uuid4().hex[:8]}")
         staging.mkdir(parents=True)
         try:
@@ -130,12 +158,36 @@ class Store:
                 with path.open("wb") as fh:
                     shutil.copyfileobj(body, fh)
             (staging / MANIFEST).write_bytes(raw)
-            if not _checks_out(staging):
-                raise BadVersion(f"{name}: downloaded files do not match the manifest")
+            if not _checks_out(staging, digest):
+                raise DigestMismatch(
+                    f"digest mismatch: the files of {name} in the adapter store do not hash to the digest Strop "
+                    f"recorded ({digest}); refusing to load them"
+                )
             staging.rename(target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return target
+
+    def cached(self, name: str) -> Path | None:
+        """The cached folder of ``name`` if a load with Strop's digest put it there and it still
+        hashes to that digest; None otherwise (nothing is downloaded)."""
+        if not NAME.fullmatch(name) or ".." in name:
+            return None
+        try:
+            digest = (cache_dir() / VERIFIED / name).read_text().strip()
+        except OSError:
+            return None
+        target = cache_dir() / name
+        with self._guard:
+            lock = self._locks.setdefault(name, threading.Lock())
+        with lock:
+            return target if DIGEST.fullmatch(digest) and target.is_dir() and _checks_out(target, digest) else None
+
+
+def _record_verified(name: str, digest: str) -> None:
+    folder = cache_dir() / VERIFIED
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text(digest)
 
 
 def _sha256(path: Path) -> str:
@@ -146,10 +198,18 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _checks_out(folder: Path) -> bool:
+def manifest_digest(files: dict[str, str]) -> str:
+    """The same digest as Strop's ``apps.adapters.store.manifest_digest`` (this file imports nothing of Strop's)."""
+    lines = "".join(f"{name}\0{sha}\n" for name, sha in sorted(files.items()))
+    return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
+
+
+def _checks_out(folder: Path, digest: str) -> bool:
     try:
         files = json.loads((folder / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+        if manifest_digest(files) != digest:
+            return False
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
     present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST}
     return present == set(files) and all(_sha256(folder / n) == sha for n, sha in files.items())
@@ -174,12 +234,11 @@ def register() -> None:
 
     class StoreResolver(LoRAResolver):
         async def resolve_lora(self, base_model_name: str, lora_name: str) -> LoRARequest | None:
-            try:
-                folder = await asyncio.to_thread(store().fetch, lora_name)
-            except NotInStore:
-                return None
-            except Exception:  # noqa: BLE001 - vLLM answers 404 for an adapter no resolver found
-                logger.exception("fetching adapter %s from the adapter store failed", lora_name)
+            # Only a copy verified against Strop's digest: vLLM gives us no digest, and the bucket's
+            # own manifest proves nothing. Unknown here: vLLM's 404, and Strop loads it with its digest.
+            folder = await asyncio.to_thread(store().cached, lora_name)
+            if folder is None:
+                logger.info("adapter %s is not verified on this replica; waiting for Strop to load it", lora_name)
                 return None
             return LoRARequest(lora_name=lora_name, lora_int_id=1, lora_path=str(folder))
 
@@ -208,18 +267,21 @@ class FetchOnLoad:
             await self.app(scope, receive, send)
             return
         chunks, more = [], True
-        while more:
+        while more:  # RequireKey, outside this middleware, caps what this can read
             message = await receive()
+            if message.get("type") == "http.disconnect":
+                return
             chunks.append(message.get("body", b""))
             more = message.get("more_body", False)
         raw = b"".join(chunks)
         try:
             body = json.loads(raw)
             lora_path, lora_name = str(body.get("lora_path", "")), str(body.get("lora_name", ""))
+            digest = str(body.pop("strop_digest", "") or "")
         except (ValueError, AttributeError):
-            lora_path, lora_name = "", ""
+            lora_path, lora_name, digest = "", "", ""
         if lora_path.startswith("s3://") and store_url():
-            problem = await self._fetch(lora_name, lora_path)
+            problem = await self._fetch(lora_name, lora_path, digest)
             if isinstance(problem, tuple):
                 start, payload = problem
                 await send(start)
@@ -240,11 +302,11 @@ class FetchOnLoad:
         headers.append((b"content-length", str(len(raw)).encode()))
         await self.app({**scope, "headers": headers}, replay, send)
 
-    async def _fetch(self, name: str, address: str) -> str | tuple[dict[str, Any], bytes]:
+    async def _fetch(self, name: str, address: str, digest: str) -> str | tuple[dict[str, Any], bytes]:
         if store().address(name) != address:
             return _error(400, "lora_path is not this version's address in the adapter store")
         try:
-            return str(await asyncio.to_thread(store().fetch, name))
+            return str(await asyncio.to_thread(store().fetch, name, digest=digest))
         except NotInStore:
             return _error(404, f"adapter {name} is not in the adapter store")
         except BadVersion as exc:

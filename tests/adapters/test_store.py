@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from apps.adapters.loading import adapter_version_load
 from apps.adapters.models import AdapterVersion
 from apps.adapters.services import adapter_version_fetch, adapter_version_register
 from apps.adapters.store import (
@@ -52,6 +53,23 @@ def test_a_local_version_carries_its_digest_and_a_changed_file_is_refused(tenant
     weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\0")
     with pytest.raises(ServiceUnavailable, match="files differ from the manifest"):
         adapter_version_fetch(version, into=Path("/nonexistent"))
+
+
+def test_loading_a_local_version_whose_files_changed_is_refused_before_vllm_is_asked(
+    settings, tenant, adapter, make_lora_adapter, tmp_path
+):
+    settings.STROP_ADAPTER_ROOT = tmp_path / "adapters"
+    settings.VLLM_BASE_URLS = ["http://127.0.0.1:9"]  # nothing listens: a call to vLLM would raise
+    version = register(tenant, adapter, make_lora_adapter(seed=12))
+    folder = Path(version.artifact_path)
+    other = make_lora_adapter(seed=13)  # a consistent swap: the weights and the manifest both replaced
+    (folder / "adapter_model.safetensors").write_bytes((other / "adapter_model.safetensors").read_bytes())
+    (folder / MANIFEST).write_text(json.dumps({"files": manifest_of(folder)}))
+
+    assert adapter_version_load(version_id=version.pk) == "failed"
+    version.refresh_from_db()
+    assert version.status == AdapterVersion.Status.FAILED
+    assert version.status_message.startswith("digest mismatch:"), version.status_message
 
 
 def test_the_trainers_step_metrics_are_kept_in_the_row(tenant, adapter, make_lora_adapter, tmp_path):

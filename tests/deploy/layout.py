@@ -22,7 +22,7 @@ DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
 
 # Services that are not Strop's processes: the backing stores, and the one-shot jobs before them.
 BACKING_SERVICES = {"postgres", "redis", "object-store"}
-ONE_SHOTS = {"base-model", "store-init", "migrate"}
+ONE_SHOTS = {"base-model", "store-init", "store-users", "migrate"}
 
 
 def tool(name: str, package: str) -> str:

@@ -48,7 +48,12 @@ SECRETS = {
     "MINIO_ROOT_USER",
     "MINIO_ROOT_PASSWORD",
     "STROP_METRICS_TOKEN",
+    "STROP_STORE_READER_SECRET",
+    "STROP_STORE_WRITER_SECRET",
 }
+# The object store's root key is read from this file, by these services only.
+STORE_ROOT_ENV = {"path": "store-root.env", "required": True}
+STORE_ROOT_READERS = {"object-store", "store-init", "store-users"}
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +213,7 @@ def test_our_services_set_only_what_strop_or_vllm_reads(services):
 
 def test_secrets_come_from_the_env_file_never_from_the_compose_file(services):
     assert all(
-        s["env_file"] == [{"path": "compose.env", "required": True}]
+        [f for f in s["env_file"] if f != STORE_ROOT_ENV] == [{"path": "compose.env", "required": True}]
         for n, s in services.items()
         if n != "vllm" and "build" in s
     )
@@ -246,3 +251,40 @@ def test_the_env_file_example_secrets_are_placeholders_strop_refuses():
         assert "change-me" in example[name], name
     password = example["POSTGRES_PASSWORD"]
     assert f":{password}@postgres:5432/" in example["DATABASE_URL"], "one password for postgres and Strop"
+
+
+def test_no_strop_container_or_vllm_replica_holds_the_object_stores_root_key(services):
+    """Root only in the object store and its one-shot jobs; vLLM and every Strop process read the
+    bucket with the read-only key, the gpu worker (the trainer) writes with the writing one."""
+    example = env_example_names()
+    assert not {"MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & set(example)
+    root_example = (COMPOSE.parent / "store-root.env.example").read_text()
+    assert "MINIO_ROOT_USER=" in root_example and "MINIO_ROOT_PASSWORD=change-me" in root_example
+    assert services["object-store"]["env_file"] == [STORE_ROOT_ENV]
+    assert "environment" not in services["object-store"], "its root key comes from store-root.env alone"
+    for name, service in services.items():
+        environment = service.get("environment") or {}
+        if name not in STORE_ROOT_READERS:
+            assert STORE_ROOT_ENV not in (service.get("env_file") or []), name
+            assert not {"MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"} & set(environment), name
+        if name in STORE_ROOT_READERS or "build" not in service:
+            continue
+        role = "WRITER" if name == "worker-gpu" else "READER"
+        assert environment["AWS_ACCESS_KEY_ID"].startswith(f"${{STROP_STORE_{role}_KEY_ID:?"), name
+        assert environment["AWS_SECRET_ACCESS_KEY"].startswith(f"${{STROP_STORE_{role}_SECRET:?"), name
+    for path in (COMPOSE, COMPOSE_GPU):  # no override hands a service another key
+        text = path.read_text()
+        assert "${AWS_ACCESS_KEY_ID" not in text and "${AWS_SECRET_ACCESS_KEY" not in text, path.name
+
+
+def test_the_store_keys_policies_let_the_reader_get_and_the_writer_put_and_neither_delete(services):
+    script = "\n".join(services["store-users"]["command"])
+    reader = re.search(r"printf '(.+)' .* > /tmp/reader.json", script)
+    writer = re.search(r"printf '(.+)' .* > /tmp/writer.json", script)
+    assert reader and writer
+    assert '"s3:GetObject"]' in reader.group(1) and "PutObject" not in reader.group(1)
+    assert '"s3:GetObject", "s3:PutObject"]' in writer.group(1)
+    assert "Delete" not in script and "s3:*" not in script
+    assert services["store-users"]["depends_on"] == {"store-init": {"condition": "service_completed_successfully"}}
+    for name in ("vllm", "api", "worker-gpu"):
+        assert "store-users" in services[name]["depends_on"], name

@@ -122,6 +122,7 @@ def test_the_app_context_leaves_out_environments_run_data_and_filled_in_settings
     for left_out in (".venv/bin/python", ".venv-vllm/bin/python", "var/vendor/static/htmx.min.js", ".git/HEAD"):
         assert not in_context(dockerfile, left_out)
     assert not in_context(dockerfile, "platform/compose.env")
+    assert not in_context(dockerfile, "platform/store-root.env")
     for kept in ("manage.py", "apps/common/apis.py", "platform/Procfile", "platform/docker/entrypoint.sh", "sdk"):
         assert in_context(dockerfile, kept)
 

@@ -210,7 +210,8 @@ def test_a_round_runs_across_hosts_that_share_no_filesystem(settings, tiny_start
         times["promote + first answer"] = time.monotonic() - started
 
         # A second replica on a new host, reached through a second API host: it has never been told
-        # about the version, and serves it after fetching it from the store itself.
+        # about the version, and serves it after fetching it from the store itself (its first 404
+        # makes Strop load it there, with the digest the replica checks the fetched files against).
         vllm_2, api_2 = net.add_host("vllm-2"), net.add_host("api-2")
         env_2 = {**env, "VLLM_BASE_URLS": f"http://{vllm_2.address}:{PORT}"}
         started = time.monotonic()

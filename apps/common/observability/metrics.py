@@ -64,6 +64,11 @@ ADAPTER_LOADS = Counter(
     ["outcome"],
     registry=None,
 )
+READINESS_CHECKS = Counter(
+    "strop_readiness_checks",
+    "Readiness checks run (each asks every dependency); GET /health/ready answers from the last one for a few seconds",
+    registry=None,
+)
 TRAINING_STAGE = Histogram(
     "strop_training_stage_seconds",
     "Duration of each stage (export, train, gate, load) of finished training runs",
@@ -110,6 +115,10 @@ def ingest_counted(kind: str, tenant: str, results: Iterable[ItemVerdict]) -> No
 
 def adapter_load_counted(outcome: str) -> None:
     ADAPTER_LOADS.labels(outcome).inc()
+
+
+def readiness_checked() -> None:
+    READINESS_CHECKS.inc()
 
 
 def training_run_finished(stage_seconds: Mapping[str, float]) -> None:

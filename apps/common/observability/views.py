@@ -33,20 +33,29 @@ def _is_direct_loopback(request: HttpRequest) -> bool:
     return address.is_loopback
 
 
-def _refusal(request: HttpRequest) -> JsonResponse | None:
+def _sent_metrics_token(request: HttpRequest, token: str) -> bool:
+    scheme, _, sent = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(sent.strip().encode(), token.encode())
+
+
+def is_operator_caller(request: HttpRequest) -> bool:
+    """Whether the caller may read what is for operators only (``/metrics``, the details of
+    ``/health/ready``): with ``STROP_METRICS_TOKEN`` set, a caller that sends it; without, a
+    loopback caller that came through no proxy."""
     token: str = settings.STROP_METRICS_TOKEN
-    if token:
-        scheme, _, sent = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(sent.strip().encode(), token.encode()):
-            return None
+    return _sent_metrics_token(request, token) if token else _is_direct_loopback(request)
+
+
+def _refusal(request: HttpRequest) -> JsonResponse | None:
+    if is_operator_caller(request):
+        return None
+    if settings.STROP_METRICS_TOKEN:
         response = JsonResponse(
             error_body("not_authenticated", "send the metrics token: 'Authorization: Bearer <STROP_METRICS_TOKEN>'"),
             status=401,
         )
         response["WWW-Authenticate"] = 'Bearer realm="strop-metrics"'
         return response
-    if _is_direct_loopback(request):
-        return None
     return JsonResponse(
         error_body(
             "forbidden",
