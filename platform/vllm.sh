@@ -16,6 +16,9 @@
 #                           world-readable). vLLM's own check covers only /v1, /v2, /inference and
 #                           /cohere: /invocations and /adapters (inference and runtime LoRA loading)
 #                           stay open without platform/vllm_plugins/strop_vllm_auth.py, added here.
+#                           Required unless bound to loopback; a set key must be a real one (32+
+#                           characters, 10+ distinct, no placeholder): the same rule as Strop's
+#                           settings (config/secret_keys.py), or this refuses to start.
 #   VLLM_SERVED_MODEL_NAME  the base model's name in /v1/models and requests (default "base")
 #   VLLM_MAX_LORAS          adapters in one batch (default 4)
 #   VLLM_MAX_LORA_RANK      one of 1 8 16 32 64 128 256 320 512 (default 16); bigger adapters are refused
@@ -54,6 +57,31 @@ dtype="${VLLM_DTYPE:-}"
 tool_parser="${VLLM_TOOL_CALL_PARSER-hermes}"
 unset VLLM_TOOL_CALL_PARSER VLLM_PORT VLLM_BIND_HOST VLLM_SERVED_MODEL_NAME VLLM_MAX_LORAS VLLM_MAX_LORA_RANK \
     VLLM_MAX_CPU_LORAS VLLM_MAX_MODEL_LEN VLLM_KV_CACHE_BYTES VLLM_DTYPE VLLM_VENV VLLM_MODEL
+
+
+# The key, checked before anything loads (config/secret_keys.py's rule for VLLM_API_KEY, in shell:
+# the vLLM image holds no Strop code). Bound to loopback (a developer's `make up`, the benchmarks)
+# it may be left out; anywhere else, everyone who reaches the port could load and call any adapter.
+refuse_key() {
+    echo "vllm.sh: VLLM_API_KEY is not a real secret: $1. Set a long random value of its own, shared with Strop:" \
+        "python -c 'import secrets; print(secrets.token_urlsafe(32))'" >&2
+    exit 2
+}
+key="${VLLM_API_KEY:-}"
+if [[ -n "$key" ]]; then
+    lowered="${key,,}"
+    for marker in change-me changeme change_me replace-me replace_me placeholder example insecure \
+        not-for-production strop-test; do
+        [[ "$lowered" == *"$marker"* ]] && refuse_key "it is a placeholder (contains '$marker')"
+    done
+    (( ${#key} < 32 )) && refuse_key "it has ${#key} characters, fewer than 32"
+    distinct=$(printf '%s' "$key" | fold -w1 | sort -u | wc -l)
+    (( distinct < 10 )) && refuse_key "it has fewer than 10 distinct characters"
+elif [[ "$host" != "127.0.0.1" && "$host" != "localhost" && "$host" != "::1" ]]; then
+    echo "vllm.sh: VLLM_API_KEY is not set, and vLLM would listen on $host: set it (the same value as Strop's)," \
+        "or bind to loopback (VLLM_BIND_HOST=127.0.0.1)" >&2
+    exit 2
+fi
 
 on_gpu=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
