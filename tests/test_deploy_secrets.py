@@ -241,3 +241,33 @@ def test_vllm_sh_starts_on_loopback_without_a_key_and_warns(fake_vllm):
 
     assert done.returncode == 0 and done.stdout.strip() == "started", done.stderr
     assert "VLLM_API_KEY is not set" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("secret", "message"),
+    [
+        (None, "AWS_SECRET_ACCESS_KEY is not set"),
+        ("change-me-object-store", "AWS_SECRET_ACCESS_KEY is not a real secret: it is a placeholder"),
+        ("Xq7vR2mK9pL4", "AWS_SECRET_ACCESS_KEY is not a real secret: it has 12 characters, fewer than 24"),
+    ],
+    ids=["missing", "placeholder", "short"],
+)
+def test_vllm_sh_refuses_a_weak_store_secret_that_comes_with_a_key_id(fake_vllm, secret, message):
+    store = {"STROP_ADAPTER_STORE": "s3://strop-adapters/a", "AWS_ACCESS_KEY_ID": "replica"}
+    if secret is not None:
+        store["AWS_SECRET_ACCESS_KEY"] = secret
+
+    done = vllm_sh(fake_vllm, VLLM_API_KEY=secrets.token_urlsafe(32), **store)
+
+    assert done.returncode == 2 and "started" not in done.stdout
+    assert message in done.stderr
+
+
+def test_vllm_sh_starts_with_a_real_store_secret(fake_vllm):
+    store = {"STROP_ADAPTER_STORE": "s3://strop-adapters/a", "AWS_ACCESS_KEY_ID": "replica"}
+
+    done = vllm_sh(
+        fake_vllm, VLLM_API_KEY=secrets.token_urlsafe(32), AWS_SECRET_ACCESS_KEY=secrets.token_urlsafe(30), **store
+    )
+
+    assert done.returncode == 0 and done.stdout.strip() == "started", done.stderr
