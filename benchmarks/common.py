@@ -19,16 +19,23 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/strop"
-# With DATABASE_URL set the settings need both secrets; a benchmark's database is made fresh, so one
-# random pair per run, shared by every process it starts (they must hash API keys alike), will do.
-RUN_SECRETS = {name: secrets.token_urlsafe(50) for name in ("SECRET_KEY", "API_KEY_PEPPER", "ERASURE_MARK_KEY")}
+# With DATABASE_URL set the settings need real secrets (config/secret_keys.py); a benchmark's database is
+# made fresh, so random ones per run, shared by every process it starts (they must hash API keys alike),
+# will do. Strop sends the vLLM key to vLLMs of the benchmarks' own, which have none and ignore it. A
+# deployment sends reset mail by SMTP: the benchmarks send none.
+RUN_SECRETS = {
+    **{name: secrets.token_urlsafe(50) for name in ("SECRET_KEY", "API_KEY_PEPPER", "ERASURE_MARK_KEY")},
+    "VLLM_API_KEY": secrets.token_urlsafe(32),
+    "EMAIL_HOST": "127.0.0.1",
+}
 
 
 def django_env(db_url: str, **extra: str) -> dict[str, str]:
     env = dict(os.environ, DATABASE_URL=db_url, DJANGO_SETTINGS_MODULE="config.settings", PYTHONPATH=str(ROOT))
     env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
     for name, value in RUN_SECRETS.items():
-        env.setdefault(name, value)
+        if not env.get(name):
+            env[name] = value
     env.update(extra)
     return env
 

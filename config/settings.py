@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlparse
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from kombu import Exchange, Queue
 
-from config.secret_keys import load_secrets
+from config.secret_keys import GENERATED, check_deployment, load_secrets
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STROP_VAR_DIR", BASE_DIR / "var"))
@@ -68,16 +68,13 @@ def database_from_url(url: str) -> dict[str, object]:
 
 
 DEBUG = env_bool("DEBUG", False)
-# Secrets (config/secret_keys.py): a deployment (DEBUG off, DATABASE_URL set) must set both to long
-# random values, or no process starts; the embedded default generates each once under VAR_DIR.
-# SECRET_KEY signs sessions and CSRF tokens. API keys are HMAC-SHA256(API_KEY_PEPPER, key): changing
-# the pepper invalidates every issued key, so it is a secret of its own, rotated on its own.
-_secrets = load_secrets(
-    ("SECRET_KEY", "API_KEY_PEPPER", "ERASURE_MARK_KEY"),
-    deployed=not DEBUG and bool(os.environ.get("DATABASE_URL")),
-    debug=DEBUG,
-    var_dir=VAR_DIR,
-)
+# A deployment: DEBUG off and DATABASE_URL set. Every secret is checked at the end of this file
+# (config/secret_keys.py, check_deployment): with DEBUG off none may be weak, and a deployment must set
+# each one its table marks as required. The embedded default generates SECRET_KEY, API_KEY_PEPPER and
+# ERASURE_MARK_KEY once under VAR_DIR. SECRET_KEY signs sessions and CSRF tokens. API keys are HMAC-SHA256(API_KEY_PEPPER,
+# key): changing the pepper invalidates every issued key, so it is a secret of its own, rotated on its own.
+STROP_DEPLOYED = not DEBUG and bool(os.environ.get("DATABASE_URL"))
+_secrets = load_secrets(GENERATED, deployed=STROP_DEPLOYED, var_dir=VAR_DIR)
 SECRET_KEY = _secrets["SECRET_KEY"]
 API_KEY_PEPPER = _secrets["API_KEY_PEPPER"]
 # Erasure marks (apps.training.erasure) are HMAC-SHA256(ERASURE_MARK_KEY, tenant:end user): a key of
@@ -347,9 +344,24 @@ STATICFILES_DIRS = [("vendor", VENDOR_STATIC_DIR)]
 LOGIN_URL = "dashboard:login"
 LOGIN_REDIRECT_URL = "dashboard:home"
 LOGOUT_REDIRECT_URL = "dashboard:login"
-# Password-reset mail ("Forgot your password?"). With no mail configured it is printed by the console
-# backend; an owner or admin can always hand a member a reset link from the Team page instead.
-EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# Password-reset mail ("Forgot your password?"), by SMTP once EMAIL_HOST is set. Without it mail is
+# printed to the log by the console backend: fine on one developer's machine, refused when deployed
+# (a reset link in a container's log is a password for whoever reads the logs; check_deployment below).
+# An owner or admin can always hand a member a reset link from the Team page instead.
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+EMAIL_PORT = env_int("EMAIL_PORT", 587)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ValueError("EMAIL_USE_TLS (STARTTLS, port 587) and EMAIL_USE_SSL (port 465): set one, not both")
+# A hung mail server must not hold a request thread.
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
+EMAIL_BACKEND = os.environ.get(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST else "django.core.mail.backends.console.EmailBackend",
+)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "Strop <strop@localhost>")
 # Accounts: a reset link an owner or admin hands out (Team page) works this long; a mailed one
 # PASSWORD_RESET_TIMEOUT (Django's 3 days). Both die when the account's roles or tenants change.
@@ -390,7 +402,7 @@ VLLM_MAX_LORAS = env_int("VLLM_MAX_LORAS", 4)
 VLLM_MAX_CPU_LORAS = env_int("VLLM_MAX_CPU_LORAS", 16)
 VLLM_TIMEOUT_S = float(os.environ.get("VLLM_TIMEOUT_S", "30"))
 # Sent as "Authorization: Bearer" on every call to every replica; platform/vllm.sh starts vLLM with
-# the same key. Empty: none (only for a vLLM that nothing but Strop can reach).
+# the same key. Required when deployed; empty only on the embedded default (a vLLM on loopback).
 VLLM_API_KEY = os.environ.get("VLLM_API_KEY", "")
 # With several replicas: "tenant" sends each tenant's completions to its home replica (rendezvous
 # hashing; the next one only if it refuses connections), so its adapters stay in that replica's
@@ -494,3 +506,7 @@ os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "prometheus"))
 Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 # GET /metrics: with a token, callers send "Authorization: Bearer <token>"; without, loopback only.
 STROP_METRICS_TOKEN = os.environ.get("STROP_METRICS_TOKEN", "")
+
+# Last, once every setting is read: refuse to start with a weak or missing secret, or a deployment
+# that would print password-reset mail to its log (config/secret_keys.py, its table SECRETS).
+check_deployment(globals(), deployed=STROP_DEPLOYED, debug=DEBUG, root=BASE_DIR)

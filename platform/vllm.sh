@@ -16,6 +16,10 @@
 #                           world-readable). vLLM's own check covers only /v1, /v2, /inference and
 #                           /cohere: /invocations and /adapters (inference and runtime LoRA loading)
 #                           stay open without platform/vllm_plugins/strop_vllm_auth.py, added here.
+#                           Required unless bound to loopback; a set key must be a real one (32+
+#                           characters, 10+ distinct, no placeholder): the same rule as Strop's
+#                           settings (config/secret_keys.py), or this refuses to start. So must the
+#                           store's AWS_SECRET_ACCESS_KEY (24+) when it comes with an AWS_ACCESS_KEY_ID.
 #   VLLM_MAX_BODY_BYTES     request bodies larger than this are answered 413 (default 4194304, 4 MiB;
 #                           enforced by strop_vllm_auth, so only with VLLM_API_KEY set)
 #   VLLM_SERVED_MODEL_NAME  the base model's name in /v1/models and requests (default "base")
@@ -56,6 +60,45 @@ dtype="${VLLM_DTYPE:-}"
 tool_parser="${VLLM_TOOL_CALL_PARSER-hermes}"
 unset VLLM_TOOL_CALL_PARSER VLLM_PORT VLLM_BIND_HOST VLLM_SERVED_MODEL_NAME VLLM_MAX_LORAS VLLM_MAX_LORA_RANK \
     VLLM_MAX_CPU_LORAS VLLM_MAX_MODEL_LEN VLLM_KV_CACHE_BYTES VLLM_DTYPE VLLM_VENV VLLM_MODEL
+
+
+# The replica's secrets, checked before anything loads: config/secret_keys.py's rule (in shell: the
+# vLLM image holds no Strop code). VLLM_API_KEY: bound to loopback (a developer's `make up`, the
+# benchmarks) it may be left out; anywhere else, everyone who reaches the port could load and call any
+# adapter. The store's secret: checked when a key id goes with it (without one, the host's own role).
+weak_secret() {  # NAME VALUE MIN_LENGTH: why VALUE is no real secret, or nothing
+    local lowered="${2,,}" marker distinct
+    for marker in change-me changeme change_me replace-me replace_me placeholder example insecure \
+        not-for-production strop-test; do
+        if [[ "$lowered" == *"$marker"* ]]; then echo "it is a placeholder (contains '$marker')"; return; fi
+    done
+    if (( ${#2} < $3 )); then echo "it has ${#2} characters, fewer than $3"; return; fi
+    distinct=$(printf '%s' "$2" | fold -w1 | sort -u | wc -l)
+    if (( distinct < 10 )); then echo "it has fewer than 10 distinct characters"; fi
+}
+refuse_secret() {  # NAME MIN_LENGTH
+    local why
+    why=$(weak_secret "$1" "${!1}" "$2")
+    if [[ -n "$why" ]]; then
+        echo "vllm.sh: $1 is not a real secret: $why. Set a long random value of its own, the same as Strop's:" \
+            "python -c 'import secrets; print(secrets.token_urlsafe(32))'" >&2
+        exit 2
+    fi
+}
+if [[ -n "${VLLM_API_KEY:-}" ]]; then
+    refuse_secret VLLM_API_KEY 32
+elif [[ "$host" != "127.0.0.1" && "$host" != "localhost" && "$host" != "::1" ]]; then
+    echo "vllm.sh: VLLM_API_KEY is not set, and vLLM would listen on $host: set it (the same value as Strop's)," \
+        "or bind to loopback (VLLM_BIND_HOST=127.0.0.1)" >&2
+    exit 2
+fi
+if [[ "${STROP_ADAPTER_STORE:-}" == s3://* && -n "${AWS_ACCESS_KEY_ID:-}" ]]; then
+    if [[ -z "${AWS_SECRET_ACCESS_KEY:-}" ]]; then
+        echo "vllm.sh: AWS_SECRET_ACCESS_KEY is not set, and AWS_ACCESS_KEY_ID is: set both, or neither" >&2
+        exit 2
+    fi
+    refuse_secret AWS_SECRET_ACCESS_KEY 24
+fi
 
 on_gpu=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then

@@ -1,22 +1,29 @@
 """The test suite's own secrets, set before pytest-django loads the settings.
 
-The suite sets DATABASE_URL, so the settings treat it as a deployment: with DEBUG off, SECRET_KEY,
-API_KEY_PEPPER and ERASURE_MARK_KEY must be set (config/secret_keys.py). pytest-django imports the
-settings before any conftest.py runs, so this is a plugin that pyproject's addopts loads first
-(``-p tests.secrets_env``).
-It sets them in this process's environment, which every process a test starts inherits (gunicorn,
-Celery workers, ``manage.py``): all of them hash API keys with the same pepper. A value already in the
-environment wins. These values are public: they protect nothing but the test databases.
+The suite sets DATABASE_URL, so the settings treat it as a deployment: with DEBUG off, every secret
+the settings' table marks as required must be set, and none may be weak (config/secret_keys.py), and
+password-reset mail must go by SMTP. pytest-django imports the settings before any conftest.py runs, so
+this is a plugin that pyproject's addopts loads first (``-p tests.secrets_env``). It sets them in this
+process's environment, which every process a test starts inherits (gunicorn, Celery workers,
+``manage.py``, vLLM): all of them hash API keys with the same pepper and send vLLM the same key. A value
+already in the environment wins.
+
+The values are random, made anew for each session: no secret of the suite is written anywhere (the
+repository is copied into the app image, and the settings refuse the fixed ones it once held, which
+carried "strop-test"). The mail server is never reached: pytest-django swaps in the locmem backend.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 
 TEST_SECRETS = {
-    "SECRET_KEY": "strop-test-suite-secret-key-YGxM7NoUzhhcMJFW-gl3nU2RtWhIBGHlK0GcrmaLHr_8ccjSromXwA",
-    "API_KEY_PEPPER": "strop-test-suite-api-key-pepper-7jYMkXx7-KLDJlCfyOYqowG5n5eTsoot1bfiYPEarszZG-D480_ZA",
-    "ERASURE_MARK_KEY": "strop-test-suite-erasure-mark-key-Qw3r7Yk2-vN9pLx4ZbT6mHc1JdF8sGe5RaU0oKiW-j",
+    "SECRET_KEY": secrets.token_urlsafe(50),
+    "API_KEY_PEPPER": secrets.token_urlsafe(50),
+    "ERASURE_MARK_KEY": secrets.token_urlsafe(50),
+    "VLLM_API_KEY": secrets.token_urlsafe(32),
+    "EMAIL_HOST": "127.0.0.1",
 }
 
 for _name, _value in TEST_SECRETS.items():

@@ -1,5 +1,6 @@
-"""Safe by default when deployed: the settings refuse to start without real secrets, env.example passes
-Django's deployment checks, and the embedded default still starts with nothing set.
+"""Safe by default when deployed: the settings refuse to start without real secrets (every one in
+config/secret_keys.py's table) or with mail that would print reset links to the log, env.example
+passes Django's deployment checks, and the embedded default still starts with nothing set.
 
 Each case starts the settings in a process of its own with an environment made for it (settings are
 read once per process)."""
@@ -54,6 +55,9 @@ def deployment_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
         SECRET_KEY=secrets.token_urlsafe(50),
         API_KEY_PEPPER=secrets.token_urlsafe(50),
         ERASURE_MARK_KEY=secrets.token_urlsafe(50),
+        VLLM_API_KEY=secrets.token_urlsafe(32),
+        STROP_METRICS_TOKEN=secrets.token_urlsafe(32),
+        EMAIL_HOST_PASSWORD=secrets.token_urlsafe(16),
         DATABASE_URL=os.environ["DATABASE_URL"],
         REDIS_URL=os.environ["REDIS_URL"],
         PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"),
@@ -74,15 +78,15 @@ def test_check_deploy_passes_with_env_example_filled_in(tmp_path):
     assert "System check identified no issues" in done.stdout
 
 
-def test_env_example_as_shipped_is_refused_naming_both_placeholders(tmp_path):
+def test_env_example_as_shipped_is_refused_naming_every_placeholder(tmp_path):
     env = bare_env(tmp_path, **env_example())
     env.update(DATABASE_URL=os.environ["DATABASE_URL"], REDIS_URL=os.environ["REDIS_URL"])
 
     done = run(env, "manage.py", "check")
 
     assert done.returncode != 0
-    assert "SECRET_KEY is not a real secret: it is a placeholder" in done.stderr
-    assert "API_KEY_PEPPER is not a real secret: it is a placeholder" in done.stderr
+    for name in ("SECRET_KEY", "API_KEY_PEPPER", "VLLM_API_KEY", "STROP_METRICS_TOKEN", "EMAIL_HOST_PASSWORD"):
+        assert f"{name} is not a real secret: it is a placeholder" in done.stderr, name
 
 
 @pytest.mark.parametrize(

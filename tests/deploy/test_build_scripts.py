@@ -73,6 +73,7 @@ def test_whitenoise_serves_the_built_files_with_no_vendored_folder_at_run_time(s
         CELERY_BROKER_URL="memory://",
         SECRET_KEY=os.environ["SECRET_KEY"],
         API_KEY_PEPPER=os.environ["API_KEY_PEPPER"],
+        ERASURE_MARK_KEY=os.environ["ERASURE_MARK_KEY"],
     )
     code = (
         "import django; django.setup(); from django.test import Client; "

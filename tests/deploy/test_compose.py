@@ -1,8 +1,9 @@
 """platform/compose.yaml (and its GPU override): valid under the official Compose Specification
 schema, its services the Procfile's processes beside the backing stores and one-shot jobs, every
 reference resolvable, every setting one that Strop or vLLM reads, a health check on every service
-that keeps running, secrets only from the env file, and no volume that holds the repository or
-adapters. Compose itself never runs here (no container engine): the schema and these rules are it."""
+that keeps running, secrets only from the env file, Redis behind a password, every container
+without capabilities or a way to gain them, and no volume that holds the repository or adapters.
+Compose itself never runs here (no container engine): the schema and these rules are it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from config.secret_keys import SECRETS as CHECKED_SECRETS
 from config.secret_keys import weakness
 from tests.deploy.layout import (
     BACKING_SERVICES,
@@ -50,10 +52,20 @@ SECRETS = {
     "STROP_METRICS_TOKEN",
     "STROP_STORE_READER_SECRET",
     "STROP_STORE_WRITER_SECRET",
+    "REDIS_PASSWORD",
+    "REDISCLI_AUTH",
+    "EMAIL_HOST_PASSWORD",
 }
 # The object store's root key is read from this file, by these services only.
 STORE_ROOT_ENV = {"path": "store-root.env", "required": True}
 STORE_ROOT_READERS = {"object-store", "store-init", "store-users"}
+# What the official images' entrypoints need, as root, before they drop to their own user: fix the
+# data folder's ownership and switch user. Everything else runs with no capability at all.
+CAPABILITIES = {
+    "postgres": {"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"},
+    "redis": {"CHOWN", "SETGID", "SETUID"},
+}
+REDIS_PASSWORD = "${REDIS_PASSWORD:?"
 
 
 @pytest.fixture(scope="module")
@@ -288,3 +300,39 @@ def test_the_store_keys_policies_let_the_reader_get_and_the_writer_put_and_neith
     assert services["store-users"]["depends_on"] == {"store-init": {"condition": "service_completed_successfully"}}
     for name in ("vllm", "api", "worker-gpu"):
         assert "store-users" in services[name]["depends_on"], name
+
+
+def test_every_container_drops_every_capability_and_cannot_gain_privileges(services):
+    for name, service in compose(COMPOSE_GPU)["services"].items():  # GPUs need no capability
+        assert not {"privileged", "cap_add", "cap_drop", "security_opt", "user"} & set(service), name
+    for name, service in services.items():
+        assert service["security_opt"] == ["no-new-privileges:true"], name
+        assert service["cap_drop"] == ["ALL"], name
+        assert set(service.get("cap_add", [])) == CAPABILITIES.get(name, set()), name
+        assert not service.get("privileged") and "user" not in service, name  # the images' own users
+
+
+def test_redis_requires_a_password_that_every_client_url_carries(services):
+    redis = services["redis"]
+    command = redis["command"]
+    assert command[0] == "redis-server", "the image's entrypoint drops to the redis user only for redis-server"
+    assert command[command.index("--requirepass") + 1].startswith(REDIS_PASSWORD)
+    assert redis["environment"]["REDISCLI_AUTH"].startswith(REDIS_PASSWORD)  # the health check's redis-cli
+    clients = 0
+    for name, service in services.items():
+        for variable, value in (service.get("environment") or {}).items():
+            if variable.endswith(("REDIS_URL", "BROKER_URL")):
+                assert str(value).startswith(f"redis://:{REDIS_PASSWORD}"), f"{name}: {variable}"
+                clients += 1
+    assert clients >= len(procfile()) - 1  # every Strop process (vLLM talks to no Redis)
+    assert not {"REDIS_URL", "CELERY_BROKER_URL"} & set(env_example_names()), "compose.yaml sets the URL"
+
+
+def test_every_secret_the_env_file_example_sets_is_one_strop_refuses():
+    example = env_example_names()
+    checked = [secret for secret in CHECKED_SECRETS if secret.setting in example]
+    assert {"SECRET_KEY", "VLLM_API_KEY", "DATABASE_URL", "EMAIL_HOST_PASSWORD"} <= {s.setting for s in checked}
+    for secret in checked:
+        value = secret.value(example)
+        assert value and weakness(value, secret.min_length) is not None, secret.label
+    assert weakness(example["REDIS_PASSWORD"], 24) is not None
