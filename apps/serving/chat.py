@@ -275,8 +275,17 @@ def chat_create(
     """Serve one chat request (``fields``: the validated body): route it, build what vLLM is asked
     (the turn of a session counted from its messages when the client named none), then serve or
     stream it."""
+    max_tokens = fields.get("max_completion_tokens") or fields.get("max_tokens")
     routed = serving_request_route(
-        tenant, model=fields.get("model") or None, user=user, flag=flag, api_key=api_key, actor=actor, ahead=ahead
+        tenant,
+        model=fields.get("model") or None,
+        user=user,
+        flag=flag,
+        api_key=api_key,
+        actor=actor,
+        ahead=ahead,
+        sequences=fields["n"],
+        max_tokens=max_tokens,
     )
     sampling = {
         k: fields[k]
@@ -289,7 +298,7 @@ def chat_create(
         turn = turn_of(fields["messages"])
     request = chat_request_build(
         routed.adapter,
-        max_tokens=fields.get("max_completion_tokens") or fields.get("max_tokens"),
+        max_tokens=max_tokens,
         messages=fields["messages"],
         tools=fields.get("tools"),
         tool_choice=fields.get("tool_choice"),

@@ -251,7 +251,15 @@ def completion_create(
     """Serve one completion request (``fields``: the validated body): route it (adapter, the end
     user's consent now, the experiment arm), build what vLLM is asked, then serve or stream it."""
     routed = serving_request_route(
-        tenant, model=fields.get("model") or None, user=user, flag=flag, api_key=api_key, actor=actor, ahead=ahead
+        tenant,
+        model=fields.get("model") or None,
+        user=user,
+        flag=flag,
+        api_key=api_key,
+        actor=actor,
+        ahead=ahead,
+        sequences=max(fields["n"], fields.get("best_of") or 0),  # vLLM samples best_of, answers n
+        max_tokens=fields["max_tokens"],
     )
     sampling = {k: fields[k] for k in ("frequency_penalty", "presence_penalty", "logit_bias", "best_of") if k in fields}
     request = completion_request_build(
