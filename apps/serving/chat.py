@@ -28,7 +28,7 @@ from apps.interactions.messages import turn_of
 from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served
 from apps.interactions.sessions import conversation_outcomes_apply
 from apps.serving.selectors import ReadAhead
-from apps.serving.services import Route, serving_request_route
+from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.vllm_calls import serving_failure_record, with_load_on_demand
 from apps.tenants.models import ApiKey, Tenant
 
@@ -61,6 +61,7 @@ class ChatRequest:
     include_usage: bool = False
     sampling: dict[str, Any] = field(default_factory=dict)  # passed to vLLM as they are
     max_tokens_requested: int | None = None  # set when the adapter's limit lowered it
+    extra_metadata: dict[str, Any] = field(default_factory=dict)  # recorded with each interaction
 
 
 def chat_request_build(adapter: Adapter, *, max_tokens: int | None, **options: Any) -> ChatRequest:
@@ -146,7 +147,12 @@ def _record(
     served_at: Any,
     started: float,
 ) -> None:
-    metadata: dict[str, Any] = {"temperature": request.temperature, "max_tokens": request.max_tokens, "chat": True}
+    metadata: dict[str, Any] = {
+        "temperature": request.temperature,
+        "max_tokens": request.max_tokens,
+        "chat": True,
+        **request.extra_metadata,
+    }
     if request.max_tokens_requested is not None:
         metadata["max_tokens_requested"] = request.max_tokens_requested
     interactions_record_served(
@@ -315,6 +321,7 @@ def chat_create(
         top_logprobs=fields.get("top_logprobs"),
         include_usage=fields.get("stream_options", {}).get("include_usage", False),
         sampling=sampling,
+        extra_metadata=served_by(api_key),
     )
     served = ChatServed(request=request, route=routed.route, adapter_name=routed.adapter.name, ids=[])
     if fields["stream"]:

@@ -25,7 +25,6 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.common.apis import end_user_of_request
 from apps.common.parsing import StrictSerializer
 from apps.engines.stops import VLLM_MAX_STOP
 from apps.interactions.messages import MessageError, messages_validate, tools_validate
@@ -284,7 +283,7 @@ class ChatCompletionApi(ServingApi):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         data = ChatCompletionIn(data=request.data)
         data.is_valid(raise_exception=True)
-        user, flag = end_user_of_request(request, data.validated_data)
+        user, flag = self.end_user(request, data.validated_data)
         served = chat_create(
             self.tenant,
             fields=data.validated_data,

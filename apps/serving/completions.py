@@ -39,7 +39,7 @@ from apps.engines.vllm_client import (
 from apps.interactions.served import ServedCompletion, interactions_record_served
 from apps.serving.completion_requests import CompletionRequest, completion_request_build, suffix_shown, vllm_kwargs
 from apps.serving.selectors import ReadAhead
-from apps.serving.services import Route, serving_request_route
+from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.show_gate import show_gate_decisions, show_gate_of, withheld_choice
 from apps.serving.vllm_calls import serving_failure_record, with_load_on_demand
 from apps.tenants.models import ApiKey, Tenant
@@ -279,6 +279,7 @@ def completion_create(
         echo=fields["echo"],
         include_usage=fields.get("stream_options", {}).get("include_usage", False),
         sampling=sampling,
+        extra_metadata=served_by(api_key),
     )
     answer = CompletionAnswer(request=request, route=routed.route, adapter_name=routed.adapter.name, ids=[])
     if fields["stream"]:

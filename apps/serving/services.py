@@ -16,9 +16,16 @@ from apps.cohorts.services import end_user_consent_now
 from apps.experiments.assignment import assign_arm
 from apps.experiments.models import Experiment
 from apps.experiments.services import exposure_record
+from apps.interactions.served import SERVED_BY_KEY
 from apps.serving.selectors import ReadAhead, serving_lookup
 from apps.tenants.models import ApiKey, Tenant
 from apps.tenants.ratelimit import Work, rate_limit_check, serving_units
+
+
+def served_by(api_key: ApiKey | None) -> dict[str, str]:
+    """What a served interaction records of the key that asked for it: its public prefix, so that
+    an editor key's feedback reaches only what it served (apps.interactions.services.feedback)."""
+    return {SERVED_BY_KEY: api_key.prefix} if api_key is not None else {}
 
 
 @dataclass(frozen=True)
