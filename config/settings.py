@@ -388,6 +388,9 @@ STROP_RATE_LIMIT_BLOCK = env_int("STROP_RATE_LIMIT_BLOCK", 32)
 # A batch call (interactions, feedback, consent import) costs one unit of the rate limit per this many
 # items, at least one: a 1,000-item batch weighs 50 single calls.
 STROP_RATE_LIMIT_ITEMS_PER_UNIT = env_int("STROP_RATE_LIMIT_ITEMS_PER_UNIT", 20)
+# A completion costs one unit per this many tokens it may generate (n x max_tokens as served, at least
+# one unit): at the default, a completion at the adapter's default limit (256) costs one, n=8 costs 8.
+STROP_RATE_LIMIT_TOKENS_PER_UNIT = env_int("STROP_RATE_LIMIT_TOKENS_PER_UNIT", 256)
 # While Redis is unreachable each API process counts alone and serves a tenant at most its limit
 # divided by this (at least 1 unit). 1: every process may serve the whole limit (an outage admits at
 # most processes x limit); the number of API processes: a bound near the limit, if load is even.

@@ -34,7 +34,8 @@ class ApiKeyCreateForm(forms.Form):
     scopes = forms.MultipleChoiceField(
         choices=[(s, s) for s in ALL_SCOPES],
         widget=forms.CheckboxSelectMultiple,
-        help_text="ingest: log interactions · feedback: send outcomes · serve: completions · admin: manage keys",
+        help_text="ingest: log interactions · feedback: send outcomes · serve: completions · admin: manage keys · "
+        "editor: for an editor plugin's config (completions and feedback on them; no reads, gives no consent)",
     )
     default_opt_in = forms.TypedChoiceField(
         required=False,

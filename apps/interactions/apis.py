@@ -23,7 +23,7 @@ from apps.interactions.models import Feedback, Interaction
 from apps.interactions.selectors import interaction_get_for_tenant, interaction_list
 from apps.interactions.services import ItemResult, feedback_ingest, interactions_ingest
 from apps.interactions.validation import ItemError
-from apps.tenants.permissions import batch_size
+from apps.tenants.permissions import acts_as_editor, batch_size
 
 # ---- Shapes for the OpenAPI schema. Validation itself is in validation.py (fast, hand-written). ----
 
@@ -209,6 +209,7 @@ class FeedbackIngestApi(ScopedApi):
     """Accept / reject / not shown / edited / partial, for one interaction or a batch under ``items``."""
 
     required_scope = "feedback"
+    editor_allowed = True  # an editor key: feedback on the interactions it served only
     rate_items = staticmethod(batch_size)  # one unit of the rate limit per item
 
     @extend_schema(
@@ -227,9 +228,11 @@ class FeedbackIngestApi(ScopedApi):
     )
     def post(self, request: Request) -> Response:
         items = batch_items(request.data)
+        served_by = request.auth.prefix if acts_as_editor(request.user, self.required_scope) else None
         if items is not None:
-            return batch_response(feedback_ingest(self.tenant, items=items), ("recorded", "pending", "rejected"))
-        (result,) = feedback_ingest(self.tenant, items=[request.data])
+            results = feedback_ingest(self.tenant, items=items, served_by=served_by)
+            return batch_response(results, ("recorded", "pending", "rejected"))
+        (result,) = feedback_ingest(self.tenant, items=[request.data], served_by=served_by)
         if result.status == "rejected":
             _raise_item_error(result)
         return Response(result.as_dict(), status=200 if result.status == "recorded" else 202)
@@ -260,6 +263,7 @@ class EditorOutcomeApi(ScopedApi):
     on the completion Strop served when it can be matched, else a logged interaction is made."""
 
     required_scope = "ingest"
+    editor_allowed = True  # an editor key: links to, and sends feedback on, what it served only
 
     @extend_schema(
         request={"application/json": {"type": "object", "additionalProperties": True}},
@@ -281,6 +285,7 @@ class EditorOutcomeApi(ScopedApi):
                 end_user=user,
                 consent_default=consent_default(self.tenant, api_key=request.auth),
                 actor=self.actor,
+                served_by=request.auth.prefix if acts_as_editor(request.user, self.required_scope) else None,
             )
         except ItemError as exc:
             raise ValidationFailed(exc.message, code=exc.code, details=exc.as_dict()) from None

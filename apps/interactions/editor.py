@@ -28,6 +28,7 @@ from django.utils import timezone
 from apps.cohorts.services import end_users_observe
 from apps.common.parsing import end_user_id_problem
 from apps.interactions.models import Interaction
+from apps.interactions.served import SERVED_BY_KEY
 from apps.interactions.services import ItemResult, feedback_ingest, interactions_ingest
 from apps.interactions.validation import ItemError
 
@@ -106,9 +107,10 @@ def _outcome_user(outcome: dict[str, Any], end_user: str) -> str:
     return ""
 
 
-def _served_match(tenant: Any, outcome: dict[str, Any], user: str) -> Interaction | None:
+def _served_match(tenant: Any, outcome: dict[str, Any], user: str, served_by: str | None) -> Interaction | None:
     """The recent completion Strop served for this prompt whose text the shown completion begins,
-    served to ``user`` or to nobody named; one served to ``user`` is preferred."""
+    served to ``user`` or to nobody named; one served to ``user`` is preferred. ``served_by``: only
+    a completion that key asked for (an editor key's outcomes)."""
     prompt, shown = outcome.get("prompt"), outcome.get("completion")
     if not isinstance(prompt, str) or not prompt or not isinstance(shown, str) or not shown.strip():
         return None
@@ -120,6 +122,7 @@ def _served_match(tenant: Any, outcome: dict[str, Any], user: str) -> Interactio
         client_id__isnull=True,
         prompt=prompt,
         received_at__gte=timezone.now() - SERVED_MATCH_WINDOW,
+        **({f"metadata__{SERVED_BY_KEY}": served_by} if served_by is not None else {}),
     ).order_by("-received_at")[:20]
     wanted = shown.strip()
     matches = [
@@ -131,10 +134,20 @@ def _served_match(tenant: Any, outcome: dict[str, Any], user: str) -> Interactio
 
 
 def editor_outcome_ingest(
-    tenant: Any, *, payload: Any, end_user: str = "", consent_default: bool = False, actor: str = "system"
+    tenant: Any,
+    *,
+    payload: Any,
+    end_user: str = "",
+    consent_default: bool = False,
+    actor: str = "system",
+    served_by: str | None = None,
 ) -> EditorOutcome:
     """Record one posted outcome (see the module docstring). ``end_user`` (the X-Strop-User header)
-    names the developer when the plugin's configuration sends it; else the outcome's user id."""
+    names the developer when the plugin's configuration sends it; else the outcome's user id.
+
+    ``served_by`` (an editor key's prefix): the outcome links only to a completion that key served;
+    one that matches none is recorded without its text (as a noCode one) and records the key, and
+    its feedback reaches only those."""
     name, outcome, envelope = _unwrap(payload)
     if name != "autocomplete":
         return EditorOutcome(ignored=f"event {name[:100]!r} is not an autocomplete outcome; nothing to learn from it")
@@ -146,21 +159,27 @@ def editor_outcome_ingest(
     metadata = {key: value for key, value in outcome.items() if key not in _MAPPED}
     if envelope:
         metadata["continue"] = envelope
+    own = {SERVED_BY_KEY: served_by} if served_by is not None else {}
     with transaction.atomic():
-        served = None if no_code else _served_match(tenant, outcome, user)
+        served = None if no_code else _served_match(tenant, outcome, user, served_by)
         if served is not None:
             return _link(tenant, served, outcome, accepted, user, metadata, consent_default, actor)
+        # Through an editor key, an outcome that matches none of its completions keeps no text: a
+        # leaked editor config cannot put text of its choosing into training (counted, not learned).
+        withheld = no_code or served_by is not None
+        if withheld and not no_code:
+            metadata["text_withheld_reason"] = "an editor key's outcome that matches no completion it served"
         interaction = {
             "client_id": outcome.get("completionId"),
-            "prompt": outcome.get("prompt") if not no_code else "",
-            "prefix": outcome.get("prefix"),
-            "suffix": outcome.get("suffix"),
-            "completion": outcome.get("completion") if not no_code else "",
+            "prompt": outcome.get("prompt") if not withheld else "",
+            "prefix": outcome.get("prefix") if not withheld else None,
+            "suffix": outcome.get("suffix") if not withheld else None,
+            "completion": outcome.get("completion") if not withheld else "",
             "model": outcome.get("modelName"),
             "end_user_id": user or None,
             "served_at": _timestamp(outcome.get("timestamp")),
             "latency_ms": outcome.get("time"),
-            "metadata": {**metadata, "text_withheld": True} if no_code else metadata,
+            "metadata": {**metadata, "text_withheld": True, **own} if withheld else metadata,
         }
         interaction = {key: value for key, value in interaction.items() if value is not None}
         (stored,) = interactions_ingest(
@@ -169,7 +188,9 @@ def editor_outcome_ingest(
         if stored.status == "rejected" or accepted is None:
             return EditorOutcome(interaction=stored)
         (feedback,) = feedback_ingest(
-            tenant, items=[{"client_id": stored.client_id, "outcome": "accepted" if accepted else "rejected"}]
+            tenant,
+            items=[{"client_id": stored.client_id, "outcome": "accepted" if accepted else "rejected"}],
+            served_by=served_by,
         )
     return EditorOutcome(interaction=stored, feedback=feedback)
 

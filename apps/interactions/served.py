@@ -14,6 +14,10 @@ from apps.interactions.models import Interaction
 from apps.interactions.rows import interactions_insert, json_text
 from apps.tenants.models import Tenant
 
+# What a served interaction's metadata records of the key that asked for it: its public prefix, so
+# that an editor key's feedback reaches only what it served (services.feedback).
+SERVED_BY_KEY = "api_key_prefix"
+
 
 @dataclass
 class ServedCompletion:

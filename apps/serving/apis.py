@@ -21,13 +21,14 @@ from rest_framework.response import Response
 
 from apps.adapters.selectors import adapter_list
 from apps.common.apis import ScopedApi, end_user_of_request
-from apps.common.exceptions import ApplicationError
+from apps.common.exceptions import ApplicationError, Forbidden
 from apps.common.parsing import StrictSerializer
 from apps.engines.vllm_client import Completion, CompletionChoice, CompletionChunk
 from apps.serving.completion_requests import CompletionRequest, suffix_shown
 from apps.serving.completions import completion_create
 from apps.serving.selectors import ReadAhead
 from apps.serving.services import Route
+from apps.tenants.permissions import acts_as_editor
 
 MAX_STOP = 64
 MAX_STOP_CHARS = 256
@@ -212,7 +213,25 @@ class ServingApi(ScopedApi):
     first go in the API key's round trip (``read_ahead``, asked by ApiKeyAuthentication)."""
 
     required_scope = "serve"
+    editor_allowed = True  # an editor key serves, without giving consent (end_user)
     ahead: ReadAhead | None = None
+
+    def end_user(self, request: Request, attrs: dict[str, Any]) -> tuple[str, bool | None]:
+        """The end user the request names and the consent it states (``end_user_of_request``).
+
+        An editor key (a config file on every developer's machine, shared by a team) cannot say
+        who the developer is with any proof, so it never gives consent: ``opted_in: true`` (or
+        ``X-Strop-Opt-In: true``) through it is a 403. Withdrawing (false) is always taken; a user
+        it is the first to see gets the key's ``default_opt_in``, else the tenant's."""
+        user, flag = end_user_of_request(request, attrs)
+        if flag is True and acts_as_editor(request.user, self.required_scope):
+            raise Forbidden(
+                "an editor key cannot give an end user's consent to learning (opted_in / X-Strop-Opt-In: true): "
+                "leave it out (a new developer gets the key's default_opt_in) and have an admin opt people in; "
+                "opting out (false) is allowed",
+                code="permission_denied",
+            )
+        return user, flag
 
     def read_ahead(self, request: Request) -> ReadAhead | None:
         """The adapter name and end user the raw JSON body names (the user header otherwise), as
@@ -296,7 +315,7 @@ class CompletionApi(ServingApi):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         data = CompletionIn(data=request.data)
         data.is_valid(raise_exception=True)
-        user, flag = end_user_of_request(request, data.validated_data)
+        user, flag = self.end_user(request, data.validated_data)
         answer = completion_create(
             self.tenant,
             fields=data.validated_data,

@@ -28,7 +28,7 @@ from apps.interactions.messages import turn_of
 from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served
 from apps.interactions.sessions import conversation_outcomes_apply
 from apps.serving.selectors import ReadAhead
-from apps.serving.services import Route, serving_request_route
+from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.vllm_calls import serving_failure_record, with_load_on_demand
 from apps.tenants.models import ApiKey, Tenant
 
@@ -61,6 +61,7 @@ class ChatRequest:
     include_usage: bool = False
     sampling: dict[str, Any] = field(default_factory=dict)  # passed to vLLM as they are
     max_tokens_requested: int | None = None  # set when the adapter's limit lowered it
+    extra_metadata: dict[str, Any] = field(default_factory=dict)  # recorded with each interaction
 
 
 def chat_request_build(adapter: Adapter, *, max_tokens: int | None, **options: Any) -> ChatRequest:
@@ -146,7 +147,12 @@ def _record(
     served_at: Any,
     started: float,
 ) -> None:
-    metadata: dict[str, Any] = {"temperature": request.temperature, "max_tokens": request.max_tokens, "chat": True}
+    metadata: dict[str, Any] = {
+        "temperature": request.temperature,
+        "max_tokens": request.max_tokens,
+        "chat": True,
+        **request.extra_metadata,
+    }
     if request.max_tokens_requested is not None:
         metadata["max_tokens_requested"] = request.max_tokens_requested
     interactions_record_served(
@@ -275,8 +281,17 @@ def chat_create(
     """Serve one chat request (``fields``: the validated body): route it, build what vLLM is asked
     (the turn of a session counted from its messages when the client named none), then serve or
     stream it."""
+    max_tokens = fields.get("max_completion_tokens") or fields.get("max_tokens")
     routed = serving_request_route(
-        tenant, model=fields.get("model") or None, user=user, flag=flag, api_key=api_key, actor=actor, ahead=ahead
+        tenant,
+        model=fields.get("model") or None,
+        user=user,
+        flag=flag,
+        api_key=api_key,
+        actor=actor,
+        ahead=ahead,
+        sequences=fields["n"],
+        max_tokens=max_tokens,
     )
     sampling = {
         k: fields[k]
@@ -289,7 +304,7 @@ def chat_create(
         turn = turn_of(fields["messages"])
     request = chat_request_build(
         routed.adapter,
-        max_tokens=fields.get("max_completion_tokens") or fields.get("max_tokens"),
+        max_tokens=max_tokens,
         messages=fields["messages"],
         tools=fields.get("tools"),
         tool_choice=fields.get("tool_choice"),
@@ -306,6 +321,7 @@ def chat_create(
         top_logprobs=fields.get("top_logprobs"),
         include_usage=fields.get("stream_options", {}).get("include_usage", False),
         sampling=sampling,
+        extra_metadata=served_by(api_key),
     )
     served = ChatServed(request=request, route=routed.route, adapter_name=routed.adapter.name, ids=[])
     if fields["stream"]:

@@ -8,7 +8,10 @@ Schemas a tenant sends (``tools``' parameters, ``response_format``'s JSON schema
 shared engine's prompt and its structured-output grammar, whose compile time grows with their
 size and nesting: they are bounded here, far above what real clients send (the openai client's
 and Continue's tools are a few hundred bytes each, a handful of levels deep), and a request past
-a bound is a 400 that names the field and the limit before anything reaches vLLM.
+a bound is a 400 that names the field and the limit before anything reaches vLLM. The keywords
+that cost a grammar more than its size (``pattern``, large ``enum``s and counts) are bounded by
+:mod:`apps.serving.schema_bounds`, in ``response_format`` and in the tools a ``tool_choice``
+forces (vLLM compiles those parameters into a grammar too).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.common.apis import end_user_of_request
 from apps.common.parsing import StrictSerializer
 from apps.engines.stops import VLLM_MAX_STOP
 from apps.interactions.messages import MessageError, messages_validate, tools_validate
@@ -36,6 +38,7 @@ from apps.serving.apis import (
     sse_response,
 )
 from apps.serving.chat import ChatAnswer, chat_create
+from apps.serving.schema_bounds import schema_cost_problem
 
 
 @extend_schema_field({"type": "array", "items": {"type": "object"}})
@@ -142,7 +145,28 @@ class ResponseFormatIn(StrictSerializer):
         size = _json_bytes(value)
         if size > MAX_SCHEMA_BYTES:
             raise serializers.ValidationError(f"{size} bytes as JSON, at most {MAX_SCHEMA_BYTES}")
+        problem = schema_cost_problem(value.get("schema"))
+        if problem is not None:
+            raise serializers.ValidationError(problem)
         return value
+
+
+def forced_tools_problem(tools: list[dict[str, Any]], tool_choice: Any) -> str | None:
+    """What makes the grammar of the tools ``tool_choice`` forces too expensive (vLLM compiles the
+    parameters of every tool for ``required``, of the named one for a named choice), or None."""
+    if tool_choice == "required":
+        forced = list(enumerate(tools))
+    elif isinstance(tool_choice, dict):
+        name = tool_choice["function"]["name"]
+        forced = [(i, tool) for i, tool in enumerate(tools) if tool.get("function", {}).get("name") == name]
+    else:
+        return None
+    for index, tool in forced:
+        parameters = tool.get("function", {}).get("parameters")
+        problem = schema_cost_problem(parameters, where=f"[{index}].function.parameters")
+        if problem is not None:
+            return problem
+    return None
 
 
 class ChatCompletionIn(StrictSerializer):
@@ -194,6 +218,9 @@ class ChatCompletionIn(StrictSerializer):
             raise serializers.ValidationError({"stop": f"chat takes at most {VLLM_MAX_STOP} stop sequences"})
         if attrs.get("tool_choice") not in (None, "none") and "tools" not in attrs:
             raise serializers.ValidationError({"tool_choice": "needs `tools`"})
+        problem = forced_tools_problem(attrs.get("tools") or [], attrs.get("tool_choice"))
+        if problem is not None:
+            raise serializers.ValidationError({"tools": f"{problem} (tool_choice forces this tool)"})
         if attrs.get("top_logprobs") and not attrs["logprobs"]:
             raise serializers.ValidationError({"top_logprobs": "needs `logprobs: true`"})
         if attrs.get("turn") is not None and not attrs["conversation_id"]:
@@ -256,7 +283,7 @@ class ChatCompletionApi(ServingApi):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         data = ChatCompletionIn(data=request.data)
         data.is_valid(raise_exception=True)
-        user, flag = end_user_of_request(request, data.validated_data)
+        user, flag = self.end_user(request, data.validated_data)
         served = chat_create(
             self.tenant,
             fields=data.validated_data,

@@ -39,7 +39,7 @@ from apps.engines.vllm_client import (
 from apps.interactions.served import ServedCompletion, interactions_record_served
 from apps.serving.completion_requests import CompletionRequest, completion_request_build, suffix_shown, vllm_kwargs
 from apps.serving.selectors import ReadAhead
-from apps.serving.services import Route, serving_request_route
+from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.show_gate import show_gate_decisions, show_gate_of, withheld_choice
 from apps.serving.vllm_calls import serving_failure_record, with_load_on_demand
 from apps.tenants.models import ApiKey, Tenant
@@ -251,7 +251,15 @@ def completion_create(
     """Serve one completion request (``fields``: the validated body): route it (adapter, the end
     user's consent now, the experiment arm), build what vLLM is asked, then serve or stream it."""
     routed = serving_request_route(
-        tenant, model=fields.get("model") or None, user=user, flag=flag, api_key=api_key, actor=actor, ahead=ahead
+        tenant,
+        model=fields.get("model") or None,
+        user=user,
+        flag=flag,
+        api_key=api_key,
+        actor=actor,
+        ahead=ahead,
+        sequences=max(fields["n"], fields.get("best_of") or 0),  # vLLM samples best_of, answers n
+        max_tokens=fields["max_tokens"],
     )
     sampling = {k: fields[k] for k in ("frequency_penalty", "presence_penalty", "logit_bias", "best_of") if k in fields}
     request = completion_request_build(
@@ -271,6 +279,7 @@ def completion_create(
         echo=fields["echo"],
         include_usage=fields.get("stream_options", {}).get("include_usage", False),
         sampling=sampling,
+        extra_metadata=served_by(api_key),
     )
     answer = CompletionAnswer(request=request, route=routed.route, adapter_name=routed.adapter.name, ids=[])
     if fields["stream"]:

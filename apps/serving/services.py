@@ -16,8 +16,16 @@ from apps.cohorts.services import end_user_consent_now
 from apps.experiments.assignment import assign_arm
 from apps.experiments.models import Experiment
 from apps.experiments.services import exposure_record
+from apps.interactions.served import SERVED_BY_KEY
 from apps.serving.selectors import ReadAhead, serving_lookup
 from apps.tenants.models import ApiKey, Tenant
+from apps.tenants.ratelimit import Work, rate_limit_check, serving_units
+
+
+def served_by(api_key: ApiKey | None) -> dict[str, str]:
+    """What a served interaction records of the key that asked for it: its public prefix, so that
+    an editor key's feedback reaches only what it served (apps.interactions.services.feedback)."""
+    return {SERVED_BY_KEY: api_key.prefix} if api_key is not None else {}
 
 
 @dataclass(frozen=True)
@@ -83,12 +91,25 @@ def serving_request_route(
     api_key: ApiKey | None,
     actor: str,
     ahead: ReadAhead | None = None,
+    sequences: int = 1,
+    max_tokens: int | None = None,
 ) -> Routed:
     """The adapter ``model`` names (404 for another tenant's; None: the default), the end user's
     consent now (``flag`` as the request states it, else what is stored, else the key's default),
     and the route. What is stored of them was read with the API key (``ahead``), or is read now in
-    one round trip (``serving_lookup``)."""
+    one round trip (``serving_lookup``).
+
+    Before anything is written (consent, exposure), the request is charged its work against the
+    tenant's rate limit: ``sequences`` (n, or best_of) x ``max_tokens`` as it will be served (at
+    most the adapter's limit; its limit when the client named none), one unit of which the API
+    key's check already took."""
     found = serving_lookup(tenant, name=model, external_id=user, ahead=ahead)
+    limit = found.adapter.max_completion_tokens
+    served_tokens = min(max_tokens, limit) if max_tokens is not None else limit
+    units = serving_units(sequences, served_tokens)
+    if units > 1:
+        work = Work(units=units, n=sequences, max_tokens=served_tokens)
+        rate_limit_check(tenant, cost=units - 1, work=work)
     consent = end_user_consent_now(
         tenant,
         external_id=user,

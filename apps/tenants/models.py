@@ -63,6 +63,9 @@ class ApiKey(models.Model):
         FEEDBACK = "feedback"
         SERVE = "serve"
         ADMIN = "admin"
+        # Editor plugins: completions, and feedback on what this key served; no reads, no consent
+        # given (apps.tenants.permissions.acts_as_editor; docs/editors.md).
+        EDITOR = "editor"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
     name = models.CharField(max_length=200)

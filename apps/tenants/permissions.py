@@ -19,8 +19,20 @@ def batch_size(request: Request) -> int:
     return max(1, len(items)) if isinstance(items, list) else 1
 
 
+EDITOR_SCOPE = "editor"
+
+
+def acts_as_editor(principal: Any, required: str) -> bool:
+    """Whether a key reaches a view needing ``required`` only through the ``editor`` scope: then
+    it serves completions without giving consent, and sends feedback only on what it served."""
+    scopes = getattr(principal, "scopes", frozenset())
+    return required not in scopes and EDITOR_SCOPE in scopes
+
+
 class HasScope(permissions.BasePermission):
-    """Allows a request when its key carries the view's ``required_scope``.
+    """Allows a request when its key carries the view's ``required_scope``, or the ``editor`` scope
+    on a view that declares ``editor_allowed`` (completions, feedback, editor outcomes: the view
+    then applies the editor's limits, see ``acts_as_editor``).
 
     Also charges the tenant's per-minute budget, so every authenticated API call is rate limited in
     one place: one unit before the body is read (a flood of requests is refused unparsed), then,
@@ -36,7 +48,8 @@ class HasScope(permissions.BasePermission):
         required = scope_of() if scope_of is not None else getattr(view, "required_scope", "")
         if not required:
             raise exceptions.PermissionDenied("this endpoint declares no scope")
-        if required != "any" and required not in principal.scopes:
+        editor_may = getattr(view, "editor_allowed", False) and EDITOR_SCOPE in principal.scopes
+        if required != "any" and required not in principal.scopes and not editor_may:
             raise exceptions.PermissionDenied(f"this API key lacks the '{required}' scope")
         rate_limit_check(principal.tenant)
         size_of = getattr(view, "rate_items", None)

@@ -1,8 +1,10 @@
 """Per-tenant budget of work: a fixed one-minute window counted in Redis.
 
-A request costs one unit; a batch call costs one unit per item (``cost``), so a 1,000-item batch
-weighs what 1,000 single calls weigh. The budget is the tenant's ``rate_limit_per_minute``
-units. A batch that costs more than the whole budget can never pass and is refused as such.
+A request costs one unit; a batch call costs one unit per ``STROP_RATE_LIMIT_ITEMS_PER_UNIT``
+items (``batch_units``), and a completion one unit per ``STROP_RATE_LIMIT_TOKENS_PER_UNIT`` tokens
+it may generate, ``n`` x ``max_tokens`` as served (``serving_units``): work, not calls, is what
+is counted. The budget is the tenant's ``rate_limit_per_minute`` units. A call that costs more
+than the whole budget can never pass and is refused as such.
 
 INCR on Redis is atomic, so every API process shares one count per tenant and window; INCRBY and
 EXPIRE go in one pipelined round trip on a client shared by the process. Without Redis configured
@@ -153,20 +155,58 @@ def batch_units(items: int) -> int:
     return max(1, -(-items // per_unit))
 
 
+def serving_units(n: int, max_tokens: int) -> int:
+    """What a completion of ``n`` choices of at most ``max_tokens`` tokens each costs: one unit per
+    STROP_RATE_LIMIT_TOKENS_PER_UNIT tokens it may generate, at least one."""
+    per_unit = max(1, settings.STROP_RATE_LIMIT_TOKENS_PER_UNIT)
+    return max(1, -(-(max(1, n) * max(1, max_tokens)) // per_unit))
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a call that costs more than one unit asks for, for the refusal's message: a batch of
+    ``items`` items, or a completion of ``n`` x ``max_tokens`` tokens (``items`` 0); ``units`` in all."""
+
+    units: int
+    items: int = 0
+    n: int = 0
+    max_tokens: int = 0
+
+    def describe(self) -> str:
+        if self.items:
+            per_unit = max(1, settings.STROP_RATE_LIMIT_ITEMS_PER_UNIT)
+            rule = "one per item" if per_unit == 1 else f"one per {per_unit} items"
+            return f"batch of {self.items} items costs {self.units} ({rule})"
+        per_unit = max(1, settings.STROP_RATE_LIMIT_TOKENS_PER_UNIT)
+        rule = "one per token" if per_unit == 1 else f"one per {per_unit} tokens"
+        return f"completion of n={self.n} x max_tokens={self.max_tokens} costs {self.units} ({rule})"
+
+    def smaller(self) -> str:
+        return "send smaller batches" if self.items else "ask for fewer choices (n) or fewer tokens (max_tokens)"
+
+
 def rate_limit_check(
-    tenant: Tenant, *, cost: int = 1, batch: tuple[int, int] | None = None, now: float | None = None
+    tenant: Tenant,
+    *,
+    cost: int = 1,
+    batch: tuple[int, int] | None = None,
+    work: Work | None = None,
+    now: float | None = None,
 ) -> None:
     """Charge ``cost`` units of the tenant's budget for this window, or raise RateLimited.
 
-    ``batch``: (items, units) of the batch being charged, for the refusal's message (a batch is
-    charged one unit before its body is read and ``units - 1`` after)."""
+    ``batch``: (items, units) of the batch being charged, or ``work``: what the call asks for, for
+    the refusal's message (such a call is charged one unit before its body is read and
+    ``units - 1`` after)."""
     limit = tenant.rate_limit_per_minute or settings.STROP_DEFAULT_RATE_LIMIT_PER_MINUTE
     now = time.time() if now is None else now
     window = int(now // WINDOW_S)
+    if batch is not None:
+        work = Work(units=batch[1], items=batch[0])
     if cost <= 0:
         return
-    if (batch[1] if batch else cost) > limit:
-        _refuse(tenant, limit, window, now, batch=batch or (cost, cost), never=True)
+    if (work.units if work else cost) > limit:
+        _refuse(tenant, limit, window, now, work=work or Work(units=cost, items=cost), never=True)
     with _blocks_lock:
         block = _current_block(tenant.pk, window, limit)
         if block is not None and block.left >= cost:
@@ -174,7 +214,7 @@ def rate_limit_check(
             _count_served(tenant.pk, window, cost)
             return
         if block is not None and block.seen >= limit:  # Redis's count only grows within a window
-            _refuse(tenant, limit, window, now, batch=batch)
+            _refuse(tenant, limit, window, now, work=work)
         seen = block.seen if block is not None else 0
         have = 0
         if block is not None:  # what the block still holds goes to this request; reserved meanwhile
@@ -183,7 +223,7 @@ def rate_limit_check(
     count = _count(f"strop:rl:{tenant.pk}:{window}", size)
     with _blocks_lock:
         if count is None:  # Redis could not count it: this process counts alone
-            _local_check(tenant, limit, window, now, cost=cost, batch=batch, returned=have)
+            _local_check(tenant, limit, window, now, cost=cost, work=work, returned=have)
             return
         granted = max(0, min(size, limit - (count - size)))
         served = have + granted >= cost
@@ -193,7 +233,7 @@ def rate_limit_check(
         if served:
             _count_served(tenant.pk, window, cost)
             return
-    _refuse(tenant, limit, window, now, batch=batch)
+    _refuse(tenant, limit, window, now, work=work)
 
 
 def _count_served(tenant_id: int, window: int, cost: int) -> int:
@@ -205,7 +245,7 @@ def _count_served(tenant_id: int, window: int, cost: int) -> int:
 
 
 def _local_check(
-    tenant: Tenant, limit: int, window: int, now: float, *, cost: int, batch: tuple[int, int] | None, returned: int
+    tenant: Tenant, limit: int, window: int, now: float, *, cost: int, work: Work | None, returned: int
 ) -> None:
     """Redis is down: serve ``cost`` only within this process's local share (lock held)."""
     block = _current_block(tenant.pk, window, limit)
@@ -215,7 +255,7 @@ def _local_check(
     units = units if seen_window == window else 0
     share = local_limit(limit)
     if units + cost > share:
-        _refuse(tenant, limit, window, now, batch=batch, local=share)
+        _refuse(tenant, limit, window, now, work=work, local=share)
     _served[tenant.pk] = (window, units + cost)
 
 
@@ -231,25 +271,22 @@ def _refuse(
     window: int,
     now: float,
     *,
-    batch: tuple[int, int] | None = None,
+    work: Work | None = None,
     never: bool = False,
     local: int | None = None,
 ) -> None:
     retry_after = max(1, int((window + 1) * WINDOW_S - now + 0.999))
     message = f"tenant {tenant.slug} is over its limit of {limit} requests per minute"
     details: dict[str, int] = {"limit_per_minute": limit}
-    if batch is not None:
-        items, units = batch
-        details["cost"] = units
-        per_unit = max(1, settings.STROP_RATE_LIMIT_ITEMS_PER_UNIT)
-        rule = "one per item" if per_unit == 1 else f"one per {per_unit} items"
+    if work is not None:
+        details["cost"] = work.units
         if never:
             message = (
-                f"a batch of {items} items costs {units} of tenant {tenant.slug}'s {limit} requests per minute "
-                f"({rule}), more than the whole limit: send smaller batches"
+                f"a {work.describe()} of tenant {tenant.slug}'s {limit} requests per minute, "
+                f"more than the whole limit: {work.smaller()}"
             )
         else:
-            message += f": this batch of {items} items costs {units} ({rule})"
+            message += f": this {work.describe()}"
     if local is not None:
         message += f" (counted by this API process alone while Redis is unreachable: at most {local})"
         details["local_limit_per_minute"] = local

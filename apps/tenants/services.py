@@ -12,6 +12,8 @@ from apps.tenants.keys import generate_key, hash_key
 from apps.tenants.models import ApiKey, AuditEvent, Membership, Tenant
 
 ALL_SCOPES = [choice.value for choice in ApiKey.Scope]
+# What a key made without naming its scopes gets: everything, less `editor` (a subset of the rest).
+DEFAULT_SCOPES = [scope for scope in ALL_SCOPES if scope != ApiKey.Scope.EDITOR]
 
 
 @dataclass(frozen=True)

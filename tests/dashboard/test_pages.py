@@ -122,6 +122,16 @@ def test_a_new_key_is_shown_once_and_never_cached(login, world):
     assert raw not in listing and f"strop_{key.prefix}_…" in listing
 
 
+def test_the_keys_page_offers_and_makes_an_editor_key(login, world):
+    client = login(world.users["admin"])
+    page = client.get(url_for("keys", world)).content.decode()
+    assert 'value="editor"' in page and "editor plugin" in page
+    response = client.post(url_for("keys", world), {"name": "continue", "scopes": ["editor"], "default_opt_in": "true"})
+    assert response.status_code == 201
+    key = ApiKey.objects.get(tenant=world.a, name="continue")
+    assert key.scopes == ["editor"] and key.default_opt_in is True
+
+
 def test_a_key_needs_a_name_and_a_scope(login, world):
     response = login(world.users["admin"]).post(url_for("keys", world), {"name": ""})
     assert response.status_code == 400 and set(response.context["form"].errors) == {"name", "scopes"}

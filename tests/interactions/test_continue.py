@@ -42,7 +42,7 @@ def readme_config(base_url: str, key: str) -> dict:
     section = EDITORS_GUIDE.read_text().split("## Editor plugins (Continue)", 1)[1]
     block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
     text = block.replace("http://127.0.0.1:8000", base_url).replace(
-        "strop_XXXXXXXXXXXX_key-with-serve-and-ingest-scopes", key
+        "strop_XXXXXXXXXXXX_editor-key", key
     )
     return yaml.safe_load(text)
 
@@ -124,11 +124,14 @@ def outcome_data(prompt: str, completion: str, *, accepted: bool, no_code: bool 
 
 
 @pytest.fixture
-def continue_config(live_server, serving_tenant, serving_adapter, make_client):
+def continue_config(live_server, serving_tenant, serving_adapter):
     serving_adapter.name = "tab"
     serving_adapter.save(update_fields=["name"])
-    client = make_client(serving_tenant, scopes=["serve", "ingest"])
-    return readme_config(live_server.url, client.raw_key)
+    from apps.tenants.services import api_key_create
+
+    # The editor key the guide asks for; the developer consents by the key's default.
+    issued = api_key_create(serving_tenant, name="continue", scopes=["editor"], default_opt_in=True)
+    return readme_config(live_server.url, issued.raw_key)
 
 
 def test_an_accepted_suggestion_lands_on_the_tokens_strop_served(continue_config):

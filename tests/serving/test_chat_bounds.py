@@ -12,6 +12,7 @@ import pytest
 
 from apps.interactions.models import Interaction, ServingFailure
 from apps.serving.chat_apis import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, MAX_TOOLS, MAX_TOOLS_BYTES
+from apps.serving.schema_bounds import MAX_SCHEMA_COUNT, MAX_SCHEMA_ENUM, MAX_SCHEMA_FORMATS, MAX_SCHEMA_LENGTH
 
 pytestmark = pytest.mark.django_db
 
@@ -134,3 +135,96 @@ def test_a_json_schema_response_format_within_the_bounds_is_served_by_vllm(serve
     )
     assert response.status_code == 200, response.content
     assert Interaction.objects.filter(pk=response.json()["id"]).exists()
+
+
+def _response_format(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}}
+
+
+def _object(**properties: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties}
+
+
+EXPENSIVE_KEYWORDS = [
+    pytest.param(
+        _object(code={"type": "string", "pattern": "^(a|b)*c{1,900}$"}), "properties.code.pattern", id="pattern"
+    ),
+    pytest.param(
+        {"type": "object", "patternProperties": {"^x-": {"type": "string"}}},
+        "schema.patternProperties",
+        id="pattern-props",
+    ),
+    pytest.param(
+        _object(pick={"enum": [f"v{i}" for i in range(MAX_SCHEMA_ENUM + 1)]}),
+        f"{MAX_SCHEMA_ENUM + 1} values, at most {MAX_SCHEMA_ENUM}",
+        id="enum",
+    ),
+    pytest.param(
+        _object(rows={"type": "array", "items": {"type": "integer"}, "minItems": 100000}),
+        f"minItems: 100000 is above the limit of {MAX_SCHEMA_COUNT}",
+        id="min-items",
+    ),
+    pytest.param(
+        {"type": "array", "items": {"type": "string"}, "maxItems": MAX_SCHEMA_COUNT + 1}, "maxItems", id="max-items"
+    ),
+    pytest.param(
+        _object(text={"type": "string", "minLength": MAX_SCHEMA_LENGTH + 1}),
+        f"minLength: {MAX_SCHEMA_LENGTH + 1} is above the limit of {MAX_SCHEMA_LENGTH}",
+        id="min-length",
+    ),
+    pytest.param(_object(text={"type": "string", "maxLength": 10**9}), "maxLength", id="max-length"),
+    pytest.param({"type": "object", "minProperties": 5000}, "minProperties", id="min-properties"),
+    pytest.param(
+        {"$defs": {"deep": {"anyOf": [{"type": "null"}, {"type": "string", "pattern": "x+"}]}}, "$ref": "#/$defs/deep"},
+        "schema.$defs.deep.anyOf[1].pattern",
+        id="pattern-in-defs",
+    ),
+    pytest.param(
+        _object(**{f"f{i}": {"type": "string", "format": "email"} for i in range(MAX_SCHEMA_FORMATS + 1)}),
+        f"more than {MAX_SCHEMA_FORMATS} `format` keywords",
+        id="formats",
+    ),
+]
+
+
+@pytest.mark.parametrize("schema, says", EXPENSIVE_KEYWORDS)
+def test_a_response_format_with_a_keyword_that_makes_its_grammar_expensive_is_a_400(
+    client, tripwire, schema: dict[str, Any], says: str
+):
+    body = {"messages": MESSAGES, "max_tokens": 4, **_response_format(schema)}
+    response = client.post("/v1/chat/completions", body, format="json")
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["code"] == "invalid" and error["message"].startswith("response_format: json_schema: "), error
+    assert "response_format" in error["details"] and says in error["message"], error
+    assert _nobody_connected(tripwire)
+    assert not Interaction.objects.exists() and not ServingFailure.objects.exists()
+
+
+def test_a_tool_the_tool_choice_forces_is_bounded_like_a_response_format(client, tripwire):
+    tools = [_tool("free", _object(id={"type": "string", "pattern": "[a-z]+"})), _tool("fine", _object())]
+    body = {"messages": MESSAGES, "max_tokens": 4, "tools": tools}
+    for tool_choice in ("required", {"type": "function", "function": {"name": "free"}}):
+        response = client.post("/v1/chat/completions", {**body, "tool_choice": tool_choice}, format="json")
+        assert response.status_code == 400, response.content
+        error = response.json()["error"]
+        assert error["message"].startswith("tools: [0].function.parameters.properties.id.pattern: not supported")
+        assert "tools" in error["details"]
+    assert _nobody_connected(tripwire)
+
+
+def test_keywords_are_read_as_schema_keywords_only():
+    """A property named `pattern`, an enum's values and a default are not keywords; bounds themselves pass."""
+    from apps.serving.schema_bounds import schema_cost_problem
+
+    fine = {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "maxLength": MAX_SCHEMA_LENGTH, "format": "date-time"},
+            "kind": {"enum": [{"pattern": "x"}] + [f"v{i}" for i in range(MAX_SCHEMA_ENUM - 1)]},
+            "rows": {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": MAX_SCHEMA_COUNT},
+        },
+        "default": {"pattern": "y", "minItems": 10**6},
+        "required": ["pattern"],
+    }
+    assert schema_cost_problem(fine) is None

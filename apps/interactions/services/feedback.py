@@ -18,6 +18,7 @@ from apps.common.lookups import ids_by_client_id, in_values, prepared_cursor, te
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.models import Feedback, Interaction
 from apps.interactions.rows import feedback_upsert_sql, json_text
+from apps.interactions.served import SERVED_BY_KEY
 from apps.interactions.services.batches import ItemResult, batch_check_size
 from apps.interactions.sessions import conversation_outcome_record
 from apps.interactions.training_check import training_check_soon
@@ -66,8 +67,12 @@ def _feedback_upsert(tenant: Tenant, rows: Iterable[_FeedbackRow], *, now: datet
                 cursor.executemany(sql, params)
 
 
-def feedback_ingest(tenant: Tenant, *, items: Sequence[Any]) -> list[ItemResult]:
-    """Record feedback; twice is counted once (last write wins), early feedback waits as pending."""
+def feedback_ingest(tenant: Tenant, *, items: Sequence[Any], served_by: str | None = None) -> list[ItemResult]:
+    """Record feedback; twice is counted once (last write wins), early feedback waits as pending.
+
+    ``served_by`` (an editor key's prefix): only feedback on interactions that key served (or its
+    editor outcomes made) is taken; any other id is not found, as if it did not exist, and nothing
+    waits as pending nor lands on a session."""
     batch_check_size(items)
     now = timezone.now()
     results: list[ItemResult | None] = [None] * len(items)
@@ -77,6 +82,8 @@ def feedback_ingest(tenant: Tenant, *, items: Sequence[Any]) -> list[ItemResult]
             valid.append((index, feedback_validate(raw)))
         except ItemError as exc:
             results[index] = ItemResult(index=index, status="rejected", error=exc.as_dict())
+    if served_by is not None:
+        valid = _served_by_only(tenant, valid, results, prefix=served_by)
     if valid:
         # One item is one upsert, atomic by itself: no BEGIN and COMMIT round trips for it.
         with transaction.atomic() if len(valid) > 1 else nullcontext():
@@ -161,6 +168,40 @@ def _feedback_store(
         _feedback_upsert(tenant, merged.values(), now=now)
         if any(row.interaction_id is not None for row in merged.values()):
             training_check_on_commit(tenant.pk)
+
+
+def _served_by_only(
+    tenant: Tenant, valid: list[tuple[int, FeedbackIn]], results: list[ItemResult | None], *, prefix: str
+) -> list[tuple[int, FeedbackIn]]:
+    """The items that name an interaction the key ``prefix`` served; the others rejected as not found."""
+    ids = {item.interaction_id for _, item in valid if item.interaction_id is not None}
+    client_ids = {item.client_id for _, item in valid if item.interaction_id is None and item.client_id is not None}
+    own = Interaction.objects.filter(tenant=tenant, **{f"metadata__{SERVED_BY_KEY}": prefix})
+    own_ids = set(own.filter(**in_values("id", ids)).values_list("id", flat=True)) if ids else set()
+    own_client_ids = (
+        set(own.filter(**in_values("client_id", client_ids)).values_list("client_id", flat=True))
+        if client_ids
+        else set()
+    )
+    kept: list[tuple[int, FeedbackIn]] = []
+    for index, item in valid:
+        if item.conversation_id is not None:
+            field, named = "conversation_id", item.conversation_id
+        elif item.interaction_id is not None:
+            field, named = "interaction_id", str(item.interaction_id)
+        else:
+            field, named = "client_id", item.client_id or ""
+        if item.interaction_id in own_ids or (item.interaction_id is None and item.client_id in own_client_ids):
+            kept.append((index, item))
+            continue
+        error = {
+            "code": "not_found",
+            "message": f"{field}: no interaction {named!r} served through this editor key "
+            "(an editor key sends feedback only on the completions it served)",
+            "field": field,
+        }
+        results[index] = ItemResult(index=index, status="rejected", client_id=item.client_id, error=error)
+    return kept
 
 
 def _completion_lengths(

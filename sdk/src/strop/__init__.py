@@ -8,6 +8,7 @@ from strop._batch_core import BatcherOptions, BatcherStats, FailedBatch, Rejecte
 from strop._batcher import FeedbackBatcher
 from strop._chat_types import ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk, ChatMessage
 from strop._client import Strop
+from strop._core import InsecureBaseURLWarning
 from strop._exceptions import (
     APIConnectionError,
     APIError,
@@ -86,6 +87,7 @@ __all__ = [
     "FeedbackState",
     "Health",
     "Interaction",
+    "InsecureBaseURLWarning",
     "InternalServerError",
     "ItemError",
     "ItemResult",

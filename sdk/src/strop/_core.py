@@ -10,12 +10,14 @@ which error to raise are decided in one place for both clients and for the feedb
 from __future__ import annotations
 
 import email.utils
+import ipaddress
 import json
 import math
 import os
 import random
 import time
 import uuid
+import warnings
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -23,7 +25,13 @@ from typing import Any, Callable, Generic, Optional, TypeVar, Union
 
 import httpx
 
-from strop._exceptions import APIResponseValidationError, StropError, error_from_response, error_from_transport
+from strop._exceptions import (
+    APIResponseValidationError,
+    StropError,
+    error_from_response,
+    error_from_transport,
+    mask_key,
+)
 from strop._version import __version__
 
 T = TypeVar("T")
@@ -43,10 +51,44 @@ RETRY_STATUSES_UNSENT_WORK = frozenset({429, 503})
 NOT_SENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
+# Headers whose values are credentials: shown masked, as the API key is.
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie"})
+
+
+class InsecureBaseURLWarning(UserWarning):
+    """The client was given an ``http://`` base URL whose host is not this machine: the API key
+    would cross the network unencrypted."""
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` is this machine: ``localhost``, 127.0.0.0/8 or ::1."""
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_if_cleartext(base_url: str) -> None:
+    """An ``http://`` base URL sends the API key in clear text over the network, unless the host
+    is this machine: say so (a warning, since a private network or a sidecar may be what is meant)."""
+    url = httpx.URL(base_url)
+    if url.scheme == "http" and not is_loopback_host(url.host):
+        warnings.warn(
+            f"strop: base_url {base_url!r} is plain http:// to a host other than this machine: the API key "
+            "and every prompt travel unencrypted. Use https:// (http:// is meant for 127.0.0.1 or localhost).",
+            InsecureBaseURLWarning,
+            stacklevel=4,
+        )
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     """``timeout`` is None when the caller gave none: requests then take the HTTP client's own
-    (``DEFAULT_TIMEOUT`` for the one the SDK makes). ``default_headers`` go on every request."""
+    (``DEFAULT_TIMEOUT`` for the one the SDK makes). ``default_headers`` go on every request.
+    Its repr shows the API key (and credential headers) masked: a config may be logged."""
 
     base_url: str
     api_key: str
@@ -72,12 +114,22 @@ class ClientConfig:
             raise ValueError("max_retries must be 0 or more")
         if timeout is not None and not isinstance(timeout, httpx.Timeout):
             timeout = httpx.Timeout(float(timeout), connect=min(float(timeout), 5.0))
+        warn_if_cleartext(base_url)
         return cls(
             base_url=base_url.rstrip("/"),
             api_key=api_key,
             timeout=timeout,
             max_retries=max_retries,
             default_headers=dict(default_headers or {}),
+        )
+
+    def __repr__(self) -> str:
+        headers = {
+            name: ("***" if name.lower() in _SECRET_HEADERS else value) for name, value in self.default_headers.items()
+        }
+        return (
+            f"ClientConfig(base_url={self.base_url!r}, api_key={mask_key(self.api_key)!r}, timeout={self.timeout!r}, "
+            f"max_retries={self.max_retries!r}, default_headers={headers!r})"
         )
 
     @property

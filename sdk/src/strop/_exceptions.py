@@ -40,6 +40,32 @@ __all__ = [
 ]
 
 
+# A Strop API key: ``strop_<prefix>_<secret>``. The prefix is public (the dashboard lists it); the
+# secret never appears in an error's text, whoever wrote that text (the server, a proxy, httpx).
+_KEY = re.compile(r"\b(strop_[0-9a-f]{12}_)[A-Za-z0-9_\-]+")
+_BEARER = re.compile(r"(?i)^\s*bearer\s+(\S+)\s*$")
+
+
+def mask_key(key: str) -> str:
+    """How a key is shown: its public prefix, never its secret (``strop_1a2b3c4d5e6f_***``)."""
+    match = _KEY.match(key)
+    return f"{match.group(1)}***" if match else "***"
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """``text`` without any Strop API key's secret, nor any of ``secrets`` (another key a proxy takes)."""
+    text = _KEY.sub(lambda match: f"{match.group(1)}***", text)
+    for secret in secrets:
+        if secret and len(secret) >= 8:
+            text = text.replace(secret, mask_key(secret))
+    return text
+
+
+def _bearer_of(request: httpx.Request | None) -> str | None:
+    match = _BEARER.match(request.headers.get("authorization", "")) if request is not None else None
+    return match.group(1) if match else None
+
+
 class StropError(Exception):
     """Base of every error this SDK raises, configuration errors included.
 
@@ -49,6 +75,7 @@ class StropError(Exception):
     """
 
     def __init__(self, message: str) -> None:
+        message = redact(message)
         super().__init__(message)
         self.message = message
         self.status_code: int | None = None
@@ -74,7 +101,10 @@ class StropError(Exception):
     def __str__(self) -> str:
         prefix = f"{self.status_code} " if self.status_code is not None else ""
         code = f"[{self.code}] " if self.code else ""
-        return f"{prefix}{code}{self.message}"
+        return redact(f"{prefix}{code}{self.message}", _bearer_of(self.request))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
 
 
 class APIError(StropError):
@@ -102,9 +132,9 @@ class APIError(StropError):
         body: Any = None,
         retry_after: float | None = None,
     ) -> None:
-        super().__init__(message)
         if request is None and response is not None:
             request = _request_of(response)
+        super().__init__(redact(message, _bearer_of(request)))
         self.request = request
         self.response = response
         self.status_code = response.status_code if response is not None else status_code

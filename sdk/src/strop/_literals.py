@@ -25,9 +25,9 @@ Outcome = Literal[
 """What the user did with a completion or an agent's turn (``feedback.send``, ``enqueue``,
 ``session_outcome``)."""
 
-Scope = Literal["ingest", "feedback", "serve", "admin"]
+Scope = Literal["ingest", "feedback", "serve", "admin", "editor"]
 """What an API key may do: log interactions, send feedback, serve completions, manage the
-tenant (``keys.create``)."""
+tenant, or be an editor plugin's key (completions and feedback on them only) (``keys.create``)."""
 
 Metric = Literal[
     "accept_rate",

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.common.exceptions import ApplicationError
 from apps.tenants.models import Tenant
-from apps.tenants.services import ALL_SCOPES, api_key_create
+from apps.tenants.services import ALL_SCOPES, DEFAULT_SCOPES, api_key_create
 
 
 class Command(BaseCommand):
@@ -15,7 +15,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("tenant", help="the tenant's slug")
         parser.add_argument("--name", default="operator key")
-        parser.add_argument("--scopes", default=",".join(ALL_SCOPES), help="comma-separated key scopes")
+        parser.add_argument(
+            "--scopes",
+            default=",".join(DEFAULT_SCOPES),
+            help="comma-separated key scopes, of " + ", ".join(ALL_SCOPES) + " (editor: an editor plugin's key, alone)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         tenant = Tenant.objects.filter(slug=options["tenant"]).first()

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.common.exceptions import ApplicationError
 from apps.tenants.models import Tenant
-from apps.tenants.services import ALL_SCOPES, api_key_create, tenant_create
+from apps.tenants.services import ALL_SCOPES, DEFAULT_SCOPES, api_key_create, tenant_create
 
 
 class Command(BaseCommand):
@@ -15,7 +15,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="the tenant's display name")
         parser.add_argument("--slug", help="URL-safe identifier (default: from the name)")
-        parser.add_argument("--scopes", default=",".join(ALL_SCOPES), help="comma-separated key scopes")
+        parser.add_argument(
+            "--scopes",
+            default=",".join(DEFAULT_SCOPES),
+            help="comma-separated key scopes, of " + ", ".join(ALL_SCOPES) + " (editor: an editor plugin's key, alone)",
+        )
         parser.add_argument("--rate-limit", type=int, default=0, help="requests per minute (0 = platform default)")
         parser.add_argument("--key-only", action="store_true", help="print only the key (for scripts)")
         parser.add_argument("--exists-ok", action="store_true", help="do nothing if the slug exists")
