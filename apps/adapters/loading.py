@@ -31,6 +31,8 @@ def adapter_version_load(*, version_id: int) -> str:
     version = AdapterVersion.objects.select_related("tenant").get(pk=version_id)
     if version.status == AdapterVersion.Status.FAILED:
         return "failed"
+    if version.status == AdapterVersion.Status.PURGED:
+        return "purged"  # its weights are gone from the store: nothing to load
     try:
         vllm_client().load_adapter(version.vllm_name, version.artifact_path)
     except AdapterRejected as exc:
