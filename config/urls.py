@@ -24,7 +24,7 @@ from apps.interactions.apis import (
     InteractionCollectionApi,
     InteractionDetailApi,
 )
-from apps.privacy.apis import EndUserDetailApi
+from apps.privacy.apis import AdapterVersionPurgeApi, EndUserDetailApi
 from apps.serving.apis import CompletionApi, ModelListApi
 from apps.serving.assignment_apis import AssignmentApi
 from apps.serving.chat_apis import ChatCompletionApi
@@ -61,6 +61,11 @@ urlpatterns = [
         "v1/adapters/<str:adapter_name>/versions/<str:number>/promote",
         AdapterVersionPromoteApi.as_view(),
         name="adapter-version-promote",
+    ),
+    path(
+        "v1/adapters/<str:adapter_name>/versions/<str:number>/purge",
+        AdapterVersionPurgeApi.as_view(),
+        name="adapter-version-purge",
     ),
     path("v1/adapters/<str:adapter_name>/training-policy", TrainingPolicyApi.as_view(), name="training-policy"),
     path("v1/adapters/<str:adapter_name>/eval-set", EvalSetApi.as_view(), name="eval-set"),

@@ -39,6 +39,7 @@ class AdapterVersionOut(serializers.ModelSerializer):
             "show_gate",
             "created_at",
             "loaded_at",
+            "purged_at",
         ]
 
 

@@ -36,6 +36,8 @@ def adapter_version_load(*, version_id: int) -> str:
     version = AdapterVersion.objects.select_related("tenant").get(pk=version_id)
     if version.status == AdapterVersion.Status.FAILED:
         return "failed"
+    if version.status == AdapterVersion.Status.PURGED:
+        return "purged"  # its weights are gone from the store: nothing to load
     try:
         _verify_local_copy(version)
     except StoreCorrupt as exc:

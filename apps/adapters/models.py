@@ -75,6 +75,9 @@ class AdapterVersion(models.Model):
         PRODUCTION = "production"
         RETIRED = "retired"
         FAILED = "failed"
+        # Its weights are deleted from the adapter store (every object version): it trained on an
+        # erased end user and was replaced. The row stays, for the lineage and the audit.
+        PURGED = "purged"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     adapter = models.ForeignKey(Adapter, on_delete=models.CASCADE, related_name="versions")
@@ -103,6 +106,9 @@ class AdapterVersion(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     loaded_at = models.DateTimeField(null=True, blank=True, help_text="when every replica confirmed it")
+    purged_at = models.DateTimeField(
+        null=True, blank=True, help_text="when its weights were deleted from the adapter store (status purged)"
+    )
 
     class Meta:
         constraints = [

@@ -248,6 +248,8 @@ def adapter_version_promote(tenant: Tenant, *, version: AdapterVersion, actor: s
         version = AdapterVersion.objects.select_for_update(no_key=True).get(pk=version.pk)
         if version.status == AdapterVersion.Status.FAILED:
             raise Conflict(f"version {version.vllm_name} failed and cannot serve: {version.status_message}")
+        if version.status == AdapterVersion.Status.PURGED:
+            raise Conflict(f"version {version.number}'s weights were purged; it cannot serve", code="version_purged")
         if version.loaded_at is None:
             raise Conflict(f"version {version.vllm_name} is not loaded in vLLM yet", code="not_loaded")
         previous = adapter.production_version

@@ -125,6 +125,21 @@ class LocalStore:
             verify_directory(directory, digest=digest)
         return directory
 
+    def purge(self, address: str) -> int:
+        """Delete the version's folder (a purge: weights trained on an erased end user); how many
+        files went. Idempotent: a folder already gone deletes nothing."""
+        directory = Path(address)
+        if not directory.resolve().is_relative_to(self.root.resolve()):
+            raise StoreError(f"{directory.name} is not in the adapter store")
+        if not directory.is_dir():
+            return 0
+        files = sum(1 for p in directory.rglob("*") if p.is_file())
+        # Renamed first, so no reader ever sees half a folder; then removed.
+        doomed = directory.with_name(f"{directory.name}.purge-{uuid.uuid4().hex[:8]}")
+        directory.rename(doomed)
+        shutil.rmtree(doomed)
+        return files
+
     def check(self) -> None:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -227,6 +242,32 @@ class S3Store:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return dest
+
+    def purge(self, address: str) -> int:
+        """Delete every object version (and delete marker) under the version's prefix: with bucket
+        versioning on, a plain delete would only hide the objects behind a marker. How many object
+        versions went. Idempotent; an object the store keeps (object lock) raises StoreError."""
+        prefix = self._key(self._name(address)) + "/"
+        deleted = 0
+        while True:  # each round lists afresh, so versions written meanwhile are not missed
+            listing = self._call("list the version's objects", self.client.list_object_versions, Prefix=prefix)
+            doomed = [
+                {"Key": item["Key"], "VersionId": item["VersionId"]}
+                for item in [*listing.get("Versions", []), *listing.get("DeleteMarkers", [])]
+            ][:1000]
+            if not doomed:
+                return deleted
+            answer = self._call(
+                "delete the version's objects", self.client.delete_objects, Delete={"Objects": doomed, "Quiet": True}
+            )
+            errors = answer.get("Errors", [])
+            if errors:
+                first = errors[0]
+                raise StoreError(
+                    f"the object store kept {len(errors)} object version(s) of {self._name(address)} "
+                    f"({first.get('Code', 'error')}: {first.get('Message', '')[:200]})"
+                )
+            deleted += len(doomed)
 
     def check(self) -> None:
         self._call("check the bucket", self.client.head_bucket)

@@ -39,6 +39,11 @@ tenant_patterns = [
         adapters.version_rollback,
         name="version-rollback",
     ),
+    path(
+        "adapters/<slug:adapter_name>/versions/<int:number>/purge/",
+        adapters.version_purge,
+        name="version-purge",
+    ),
     path("adapters/<slug:adapter_name>/experiments/", experiments.experiments, name="experiments"),
     path("adapters/<slug:adapter_name>/experiments/new/", experiments.experiment_new, name="experiment-new"),
     path("experiments/<int:experiment_id>/", experiments.experiment_detail, name="experiment"),

@@ -1,5 +1,5 @@
 """One end user's data: read all of it (key scope ``ingest``) or erase it (``admin``:
-destructive and irreversible)."""
+destructive and irreversible); and purge the weights of a version that learned from erased users."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.adapters.apis import AdapterVersionOut
+from apps.adapters.selectors import adapter_get_for_tenant, adapter_version_get_for_tenant
 from apps.cohorts.apis import ConsentChangeOut
 from apps.cohorts.selectors import end_user_get_for_tenant
 from apps.common.apis import ScopedApi
+from apps.privacy.purge import adapter_version_purge
 from apps.privacy.selectors import end_user_detail
 from apps.privacy.services import end_user_erase
 
@@ -89,12 +92,41 @@ class EndUserDetailApi(ScopedApi):
                             child=serializers.DictField(child=serializers.CharField()),
                             help_text="adapters whose versions learned from the user, and how to retrain them",
                         ),
+                        "remains": serializers.ListField(
+                            child=serializers.DictField(),
+                            help_text="what still holds something learned from the user, and until when: "
+                            "each version trained on them or descending from one (kind weights: adapter, "
+                            "version, state purgeable / in_use / purged, until), vLLM replicas' caches and "
+                            "the operator's backups",
+                        ),
                     },
                 ),
                 description="What was deleted, per table, the versions whose training used this user's events, "
-                "and the training runs that held them.",
+                "the training runs that held them, and what remains until when.",
             )
         }
     )
     def delete(self, request: Request, end_user_id: str) -> Response:
         return Response(end_user_erase(self.tenant, external_id=end_user_id, actor=self.actor).as_dict())
+
+
+class AdapterVersionPurgeApi(ScopedApi):
+    """Delete a version's weights from the adapter store, every stored object version of them; for
+    versions that learned from an erased end user (or descend from one), once replaced. Audited."""
+
+    required_scope = "admin"
+
+    @extend_schema(
+        request=None,
+        responses={200: AdapterVersionOut},
+        description="The version is then `purged` (its row stays for the lineage and the audit; it can never "
+        "serve again). Idempotent: a purged version answers 200 as it is. 409 `not_trained_on_erased_user` "
+        "for a version that learned from no erased end user; 409 `version_in_use` while it is production, in "
+        "a draft or running experiment, or the parent of an active training run; 503 when the adapter store "
+        "refuses (e.g. object lock keeps the objects).",
+    )
+    def post(self, request: Request, adapter_name: str, number: str) -> Response:
+        adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
+        version = adapter_version_get_for_tenant(self.tenant, adapter=adapter, number=number)
+        purged = adapter_version_purge(self.tenant, version=version, actor=self.actor)
+        return Response(AdapterVersionOut(purged).data)

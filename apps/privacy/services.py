@@ -13,6 +13,7 @@ from apps.common.exceptions import NotFound
 from apps.common.lookups import in_values
 from apps.experiments.models import ExperimentExposure
 from apps.interactions.models import ConversationOutcome, Feedback, Interaction, ServingFailure
+from apps.privacy.purge import erased_user_remains
 from apps.privacy.selectors import versions_touched_by
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
@@ -30,6 +31,8 @@ class EraseReport:
     # rerun without them), and how to retrain the lineages whose versions learned from them.
     training_runs: list[dict[str, Any]] = field(default_factory=list)
     retrain: list[dict[str, str]] = field(default_factory=list)
+    # What still holds something learned from the user, and until when (weights, caches, backups).
+    remains: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -38,6 +41,7 @@ class EraseReport:
             "versions_evaluated_on": self.versions_evaluated_on,
             "training_runs": self.training_runs,
             "retrain": self.retrain,
+            "remains": self.remains,
         }
 
 
@@ -48,7 +52,8 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     Interactions, their feedback, feedback still waiting for them, serving failures, experiment
     exposures and consent history go; the audit row records that an erase happened, with the
     counts, never the erased data. A model version trained on their events is not retrained:
-    the report names those versions so the tenant can retire them.
+    the report names those versions, and says what remains and until when (``remains``: their
+    weights until purged, once replaced, with ``adapter_version_purge``; caches; backups).
     """
     user = EndUser.objects.select_for_update().filter(tenant=tenant, external_id=external_id).first()
     interactions = Interaction.objects.filter(tenant=tenant, end_user_id=external_id)
@@ -59,6 +64,7 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     # Marked before the rows go (the marks outlive them); an active run's mark discards it.
     erased_runs = training_erasure_record(tenant, interactions=interactions, external_id=external_id)
     report.training_runs, report.retrain = erased_runs.runs, erased_runs.retrain
+    report.remains = erased_user_remains(tenant, trained_on=report.versions_trained_on)
     client_ids = [c for c in interactions.values_list("client_id", flat=True) if c]
     conversations = interactions.exclude(conversation_id="").values_list("conversation_id", flat=True)
     conversation_ids = list(conversations.distinct())

@@ -50,6 +50,7 @@ ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
     "version-promote": ("post", {}, "adapter.promote"),
     "run-start": ("post", {}, "training_run.start"),
     "lineage-retrain": ("post", {}, "training_run.retrain"),
+    "version-purge": ("post", {}, "adapter_version.purge"),
     "training-policy": (
         "post",
         {
@@ -117,6 +118,7 @@ CONFIRM = {
     "version-promote",
     "key-revoke",
     "version-rollback",
+    "version-purge",
     "experiment-new",
     "experiment-promote",
     "experiment-rollback",
@@ -141,10 +143,14 @@ def prepare(name: str, world: Any) -> None:
 
     if name == "version-rollback":  # production must be later than the version rolled back to
         adapter_version_promote(world.a, version=world.v2, actor="system")
-    elif name == "lineage-retrain":  # v2's run learned from an end user erased since
+    elif name in ("lineage-retrain", "version-purge"):  # v2's run learned from an end user erased since
         from apps.training.models import TrainingRunErasure
 
         TrainingRunErasure.objects.create(tenant=world.a, run=world.run, user_hash="0" * 64, trained_on=True)
+        if name == "version-purge":  # replaced: the experiment that tests it is stopped
+            from apps.experiments.services import experiment_stop
+
+            experiment_stop(world.a, experiment=world.experiment, actor="system")
     elif name in ("experiment-new", "experiment-start"):  # a gated candidate, no experiment running
         from apps.experiments.services import experiment_create, experiment_stop
 

@@ -70,6 +70,7 @@ OPERATIONS: dict[tuple[str, str], Method] = {
     ("get", "/v1/adapters"): sdk("adapters.list"),
     ("get", "/v1/adapters/{adapter_name}/versions"): sdk("adapters.versions.list", "tab"),
     ("post", "/v1/adapters/{adapter_name}/versions/{number}/promote"): sdk("adapters.versions.promote", "tab", 1),
+    ("post", "/v1/adapters/{adapter_name}/versions/{number}/purge"): sdk("adapters.versions.purge", "tab", 1),
     ("post", "/v1/adapters/{adapter_name}/rollback"): sdk("adapters.rollback", "tab", version=1),
     ("post", "/v1/adapters/{adapter_name}/retrain"): sdk("adapters.retrain", "tab"),
     ("get", "/v1/adapters/{adapter_name}/training-policy"): sdk("training_policy.get", "tab"),

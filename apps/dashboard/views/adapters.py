@@ -18,6 +18,7 @@ from apps.dashboard.selectors import adapter_lineage
 from apps.dashboard.views.common import tenant_render
 from apps.experiments.selectors import experiment_running_for
 from apps.experiments.services import adapter_rollback
+from apps.privacy.purge import adapter_version_purge, version_purge_states
 from apps.training.erasure import erased_users_per_version, retrain_parent, training_lineage_retrain
 from apps.training.selectors import training_policy_get
 from apps.training.services import training_policy_update, training_run_start
@@ -32,6 +33,7 @@ def versions(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> Htt
         "adapter": adapter,
         "nodes": adapter_lineage(ctx.tenant, adapter=adapter),
         "erased": erased_users_per_version(adapter),
+        "purge_states": version_purge_states(adapter),  # versions that learned from an erased user
         # Offered while the lineage the next run trains from holds a marked version (not after a retrain).
         "retrainable": bool(retrain_parent(adapter)[1]),
         "promotable": PROMOTABLE,
@@ -92,6 +94,25 @@ def version_rollback(request: HttpRequest, ctx: TenantContext, adapter_name: str
         "nav_adapter": adapter,
     }
     return tenant_render(request, ctx, "dashboard/versions/rollback.html", context, section="versions")
+
+
+@tenant_page(action=True)
+def version_purge(request: HttpRequest, ctx: TenantContext, adapter_name: str, number: int) -> HttpResponse:
+    """GET states what will be deleted; POST deletes every stored copy of the version's weights
+    through ``adapter_version_purge`` (versions that learned from an erased user, once replaced)."""
+    adapter = ctx.adapter(adapter_name)
+    version = adapter_version_get_for_tenant(ctx.tenant, adapter=adapter, number=number)
+    if request.method == "POST":
+        try:
+            adapter_version_purge(ctx.tenant, version=version, actor=ctx.actor)
+        except ApplicationError as exc:
+            messages.error(request, f"Nothing deleted: {exc.message}")
+        else:
+            messages.success(request, f"v{version.number}'s weights are purged from the adapter store.")
+        return redirect("dashboard:versions", tenant_slug=ctx.tenant.slug, adapter_name=adapter.name)
+    state = version_purge_states(adapter).get(version.pk)
+    context = {"adapter": adapter, "version": version, "state": state, "nav_adapter": adapter}
+    return tenant_render(request, ctx, "dashboard/versions/purge.html", context, section="versions")
 
 
 @tenant_page()

@@ -111,7 +111,10 @@ def end_user_erase_view(request: HttpRequest, ctx: TenantContext) -> HttpRespons
         text = f"Erased {external_id}: {counts}."
         if report.versions_trained_on:
             names = ", ".join(f"{v['adapter']} v{v['version']}" for v in report.versions_trained_on)
-            text += f" Versions that trained on their events: {names}; retrain them from the adapter's Versions page."
+            text += (
+                f" Versions that trained on their events: {names}; retrain them from the adapter's Versions page,"
+                " and purge their weights there once replaced."
+            )
         stopped = [r["run"] for r in report.training_runs if r["action"].startswith("discarded")]
         if stopped:
             text += f" Training runs discarded and started again without them: {', '.join(f'#{n}' for n in stopped)}."

@@ -23,6 +23,8 @@ def adapter_rollback(tenant: Tenant, *, adapter: Adapter, to_version: AdapterVer
         raise ValidationFailed("version: belongs to another adapter")
     if to_version.status == AdapterVersion.Status.FAILED:
         raise Conflict(f"version {to_version.number} failed and cannot serve", code="version_failed")
+    if to_version.status == AdapterVersion.Status.PURGED:
+        raise Conflict(f"version {to_version.number}'s weights were purged; it cannot serve", code="version_purged")
     if current is not None and to_version.number >= current.number:
         raise Conflict(
             f"version {to_version.number} is not earlier than production (version {current.number})",

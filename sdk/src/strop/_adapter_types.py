@@ -31,10 +31,11 @@ class Adapter:
 @dataclass
 class AdapterVersion:
     """One trained version of an adapter. ``status``: ``training``, ``candidate`` (passed the
-    gate), ``in_experiment``, ``production``, ``retired`` or ``failed`` (``status_message`` says
-    why). ``vllm_name`` is the model name vLLM serves it under (a completion's
-    ``strop.version``); ``parent`` the version it was trained from (None: the base model);
-    ``metrics`` the trainer's and the gate's figures; ``loaded_at`` when vLLM loaded it."""
+    gate), ``in_experiment``, ``production``, ``retired``, ``failed`` (``status_message`` says
+    why) or ``purged`` (its weights deleted: it learned from an erased end user; ``purged_at``).
+    ``vllm_name`` is the model name vLLM serves it under (a completion's ``strop.version``);
+    ``parent`` the version it was trained from (None: the base model); ``metrics`` the trainer's
+    and the gate's figures; ``loaded_at`` when vLLM loaded it."""
 
     number: int
     vllm_name: str | None
@@ -46,11 +47,12 @@ class AdapterVersion:
     show_gate: dict[str, Any] | None
     created_at: datetime | None
     loaded_at: datetime | None
+    purged_at: datetime | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_json(cls, data: Any) -> AdapterVersion:
-        return from_fields(cls, data, created_at=parse_datetime, loaded_at=parse_datetime)
+        return from_fields(cls, data, created_at=parse_datetime, loaded_at=parse_datetime, purged_at=parse_datetime)
 
 
 @dataclass

@@ -104,6 +104,12 @@ class AsyncAdapterVersions(AsyncAPIResource):
         ``ConflictError``); audited. The adapter, with its new ``production_version``."""
         return await self._client._run(api.adapter_version_promote(adapter, number))
 
+    async def purge(self, adapter: str, number: int) -> AdapterVersion:
+        """Delete the version's weights from the adapter store, every stored copy: for versions that
+        learned from an erased end user (or descend from one), once replaced (not production, in no
+        open experiment; else a ``ConflictError``); audited. The version, now ``purged``."""
+        return await self._client._run(api.adapter_version_purge(adapter, number))
+
 
 class AsyncAdapters(AsyncAPIResource):
     """The tenant's adapters (made by the operator: ``manage.py adapter_create``; the API has no

@@ -103,6 +103,12 @@ class AdapterVersions(APIResource):
         ``ConflictError``); audited. The adapter, with its new ``production_version``."""
         return self._client._run(api.adapter_version_promote(adapter, number))
 
+    def purge(self, adapter: str, number: int) -> AdapterVersion:
+        """Delete the version's weights from the adapter store, every stored copy: for versions that
+        learned from an erased end user (or descend from one), once replaced (not production, in no
+        open experiment; else a ``ConflictError``); audited. The version, now ``purged``."""
+        return self._client._run(api.adapter_version_purge(adapter, number))
+
 
 class Adapters(APIResource):
     """The tenant's adapters (made by the operator: ``manage.py adapter_create``; the API has no

@@ -123,6 +123,12 @@ def adapter_version_promote(adapter: str, number: int) -> Call[Adapter]:
     return Call("POST", path, parse=_one(Adapter.from_json))
 
 
+def adapter_version_purge(adapter: str, number: int) -> Call[AdapterVersion]:
+    # Idempotent on the server: a purged version answers 200 as it is.
+    path = adapter_path(adapter, f"/versions/{path_id(number, 'number')}/purge")
+    return Call("POST", path, parse=_one(AdapterVersion.from_json))
+
+
 # ---- training ----
 
 
