@@ -1,6 +1,6 @@
 """Ctrl-C stops every process `make demo` started, a Celery worker whose warm shutdown would wait
 included. The demo's own start and stop functions (platform/demo-processes.sh, which demo.sh
-sources) start the API and both workers on the embedded default, in a temporary folder; vLLM is
+sources) start the API and the three workers on the embedded default, in a temporary folder; vLLM is
 left out (minutes to start, and stopped the same way). A process that ignores SIGTERM stands for
 a worker waiting for its running task: only the SIGKILL after the grace period stops it."""
 
@@ -76,7 +76,7 @@ def test_ctrl_c_stops_every_process_the_demo_started(tmp_path: Path):
 
         def started() -> bool:
             assert driver.poll() is None, tail(tmp_path / "driver.log")
-            logs = [log_dir / f"{name}.log" for name in ("worker-default", "worker-gpu")]
+            logs = [log_dir / f"{name}.log" for name in ("worker-default", "worker-webhooks", "worker-gpu")]
             if not all(path.exists() and "ready." in path.read_text(errors="replace") for path in logs):
                 return False
             try:
@@ -87,7 +87,7 @@ def test_ctrl_c_stops_every_process_the_demo_started(tmp_path: Path):
         wait_until(started, timeout=300, what="the demo's API and workers to start")
         children = psutil.Process(driver.pid).children()
         pgids = {child.pid for child in children}
-        assert len(pgids) == 4, [c.cmdline() for c in children]  # api, two workers, the stubborn one
+        assert len(pgids) == 5, [c.cmdline() for c in children]  # api, three workers, the stubborn one
         assert all(os.getpgid(pid) == pid for pid in pgids)  # each leads a group of its own
         started_procs = _groups_alive(pgids)
         assert len(started_procs) > 4  # gunicorn's workers, the stubborn one's sleep, ...
