@@ -113,6 +113,8 @@ SECRETS: tuple[Secret, ...] = (
     Secret("STROP_METRICS_TOKEN", 32, never),
     # The adapter store: with a key id the secret goes with it; with neither, the host's own role.
     Secret("AWS_SECRET_ACCESS_KEY", 24, with_setting("STROP_ADAPTER_STORE", "AWS_ACCESS_KEY_ID")),
+    # The adapter store's purge key (the API alone holds it): with its id, its secret.
+    Secret("STROP_STORE_PURGE_SECRET", 24, with_setting("STROP_STORE_PURGE_KEY_ID")),
     # Postgres may authenticate otherwise (peer, client certificate, PGPASSWORD), so a URL without a
     # password is allowed; one with a password must hold a real one. The same for Redis.
     Secret("DATABASE_URL", 24, never, part="password"),

@@ -71,8 +71,9 @@ DEBUG = env_bool("DEBUG", False)
 # A deployment: DEBUG off and DATABASE_URL set. Every secret is checked at the end of this file
 # (config/secret_keys.py, check_deployment): with DEBUG off none may be weak, and a deployment must set
 # each one its table marks as required. The embedded default generates SECRET_KEY, API_KEY_PEPPER and
-# ERASURE_MARK_KEY once under VAR_DIR. SECRET_KEY signs sessions and CSRF tokens. API keys are HMAC-SHA256(API_KEY_PEPPER,
-# key): changing the pepper invalidates every issued key, so it is a secret of its own, rotated on its own.
+# ERASURE_MARK_KEY once under VAR_DIR. SECRET_KEY signs sessions and CSRF tokens. API keys are
+# HMAC-SHA256(API_KEY_PEPPER, key): changing the pepper invalidates every issued key, so it is a secret of
+# its own, rotated on its own.
 STROP_DEPLOYED = not DEBUG and bool(os.environ.get("DATABASE_URL"))
 _secrets = load_secrets(GENERATED, deployed=STROP_DEPLOYED, var_dir=VAR_DIR)
 SECRET_KEY = _secrets["SECRET_KEY"]
@@ -451,6 +452,11 @@ AWS_ENDPOINT_URL = os.environ.get("AWS_ENDPOINT_URL", "")
 AWS_ACCESS_KEY_ID = os.environ.get("AWS_ACCESS_KEY_ID", "")
 AWS_SECRET_ACCESS_KEY = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
 AWS_DEFAULT_REGION = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
+# The purge of versions that learned from an erased user deletes objects: with a key of its own, in the
+# API only, the keys that read (vLLM, the API) and write (the trainer) the store never need to delete.
+# Unset: the purge uses the AWS_* credentials above.
+STROP_STORE_PURGE_KEY_ID = os.environ.get("STROP_STORE_PURGE_KEY_ID", "")
+STROP_STORE_PURGE_SECRET = os.environ.get("STROP_STORE_PURGE_SECRET", "")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["apps.tenants.authentication.ApiKeyAuthentication"],

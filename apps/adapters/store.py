@@ -159,12 +159,24 @@ class S3Store:
         bucket, _, prefix = url.removeprefix("s3://").partition("/")
         self.bucket, self.prefix = bucket, prefix.strip("/")
         self._client = client
+        self._purge_client: tuple[str, Any] | None = None
 
     @property
     def client(self) -> Any:
         if self._client is None:
             self._client = s3_client()
         return self._client
+
+    @property
+    def purge_client(self) -> Any:
+        """The client that deletes: built with the purge key (``STROP_STORE_PURGE_KEY_ID``) where one
+        is set, so the keys that read and write the store never need to delete; else ``client``."""
+        key_id = settings.STROP_STORE_PURGE_KEY_ID
+        if not key_id:
+            return self.client
+        if self._purge_client is None or self._purge_client[0] != key_id:  # a changed key, a new client
+            self._purge_client = (key_id, s3_client(key_id=key_id, secret=settings.STROP_STORE_PURGE_SECRET))
+        return self._purge_client[1]
 
     def _key(self, name: str, *parts: str) -> str:
         return "/".join(p for p in (self.prefix, name, *parts) if p)
@@ -250,7 +262,7 @@ class S3Store:
         prefix = self._key(self._name(address)) + "/"
         deleted = 0
         while True:  # each round lists afresh, so versions written meanwhile are not missed
-            listing = self._call("list the version's objects", self.client.list_object_versions, Prefix=prefix)
+            listing = self._call("list the version's objects", self.purge_client.list_object_versions, Prefix=prefix)
             doomed = [
                 {"Key": item["Key"], "VersionId": item["VersionId"]}
                 for item in [*listing.get("Versions", []), *listing.get("DeleteMarkers", [])]
@@ -258,7 +270,9 @@ class S3Store:
             if not doomed:
                 return deleted
             answer = self._call(
-                "delete the version's objects", self.client.delete_objects, Delete={"Objects": doomed, "Quiet": True}
+                "delete the version's objects",
+                self.purge_client.delete_objects,
+                Delete={"Objects": doomed, "Quiet": True},
             )
             errors = answer.get("Errors", [])
             if errors:
@@ -273,16 +287,17 @@ class S3Store:
         self._call("check the bucket", self.client.head_bucket)
 
 
-def s3_client() -> Any:
-    """A boto3 S3 client from the standard AWS settings, with short timeouts and a few retries."""
+def s3_client(*, key_id: str = "", secret: str = "") -> Any:
+    """A boto3 S3 client from the standard AWS settings (or the key given), with short timeouts and a
+    few retries."""
     import boto3
     from botocore.config import Config
 
     return boto3.client(
         "s3",
         endpoint_url=settings.AWS_ENDPOINT_URL or None,
-        aws_access_key_id=settings.AWS_ACCESS_KEY_ID or None,
-        aws_secret_access_key=settings.AWS_SECRET_ACCESS_KEY or None,
+        aws_access_key_id=(key_id or settings.AWS_ACCESS_KEY_ID) or None,
+        aws_secret_access_key=(secret if key_id else settings.AWS_SECRET_ACCESS_KEY) or None,
         region_name=settings.AWS_DEFAULT_REGION,
         config=Config(connect_timeout=3, read_timeout=30, retries={"max_attempts": 3, "mode": "standard"}),
     )

@@ -289,14 +289,20 @@ def test_no_strop_container_or_vllm_replica_holds_the_object_stores_root_key(ser
         assert "${AWS_ACCESS_KEY_ID" not in text and "${AWS_SECRET_ACCESS_KEY" not in text, path.name
 
 
-def test_the_store_keys_policies_let_the_reader_get_and_the_writer_put_and_neither_delete(services):
+def test_the_store_keys_policies_let_the_reader_get_the_writer_put_and_only_the_purger_delete(services):
     script = "\n".join(services["store-users"]["command"])
     reader = re.search(r"printf '(.+)' .* > /tmp/reader.json", script)
     writer = re.search(r"printf '(.+)' .* > /tmp/writer.json", script)
-    assert reader and writer
+    purger = re.search(r"printf '(.+)' .* > /tmp/purger.json", script)
+    assert reader and writer and purger
     assert '"s3:GetObject"]' in reader.group(1) and "PutObject" not in reader.group(1)
     assert '"s3:GetObject", "s3:PutObject"]' in writer.group(1)
-    assert "Delete" not in script and "s3:*" not in script
+    assert "Delete" not in reader.group(1) + writer.group(1) and "s3:*" not in script
+    assert '"s3:DeleteObject", "s3:DeleteObjectVersion"]' in purger.group(1)
+    assert "GetObject" not in purger.group(1) and "PutObject" not in purger.group(1)
+    holders = {name for name, s in services.items() if "STROP_STORE_PURGE_SECRET" in (s.get("environment") or {})}
+    assert holders == {"api", "store-users"}, "the API alone purges"
+    assert services["api"]["environment"]["AWS_ACCESS_KEY_ID"].startswith("${STROP_STORE_READER_KEY_ID:?")
     assert services["store-users"]["depends_on"] == {"store-init": {"condition": "service_completed_successfully"}}
     for name in ("vllm", "api", "worker-gpu"):
         assert "store-users" in services[name]["depends_on"], name

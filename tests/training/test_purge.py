@@ -160,3 +160,30 @@ def test_every_object_version_of_an_s3_version_is_deleted_from_a_versioned_bucke
     assert kept.get("Versions")  # only the purged version's objects went
     [audit] = AuditEvent.objects.filter(tenant=tenant, action="adapter_version.purge")
     assert audit.data["objects_deleted"] == len(before["Versions"]) + len(before["DeleteMarkers"])
+
+
+def test_an_s3_purge_deletes_with_the_purge_key_where_one_is_set(
+    s3_store, settings, tenant, tiny_adapter, add_events, make_lora_adapter, client_a
+):
+    """The keys that read and write the store never delete: the purge has a key of its own."""
+    from apps.adapters.store import store_for
+
+    settings.STROP_STORE_PURGE_KEY_ID = "strop-store-purger"
+    settings.STROP_STORE_PURGE_SECRET = "a-purge-secret-of-its-own-Zq81"
+    add_events(5)
+    version = adapter_version_register(
+        tenant, adapter=tiny_adapter, source_dir=make_lora_adapter(27), enqueue_load=False
+    )
+    trained_on(tenant, tiny_adapter, version, users={"dev-0"})
+    end_user_erase(tenant, external_id="dev-0", actor="test")
+    store = store_for(version.artifact_path)
+
+    response = client_a.post(f"/v1/adapters/tab/versions/{version.number}/purge")
+
+    assert response.status_code == 200, response.content
+    assert store.purge_client.meta.region_name == store.client.meta.region_name
+    assert store.purge_client._request_signer._credentials.access_key == "strop-store-purger"
+    assert store.client._request_signer._credentials.access_key != "strop-store-purger"
+    assert not store.client.list_objects_v2(Bucket=store.bucket, Prefix=f"{store.prefix}/{version.vllm_name}/").get(
+        "Contents"
+    )
