@@ -177,3 +177,48 @@ def test_sections_named_in_prose_and_comments_exist():
         if path is None or not any(anchor.startswith(slug) for anchor in anchors(path)):
             missing.append(f'{where}: {guide}, "{section}"')
     assert missing == []
+
+
+def shell_commands(path: Path) -> list[str]:
+    """Each command of the guide's ``sh`` blocks, continuation lines joined."""
+    blocks = re.findall(r"```(?:sh|bash|shell)\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+    commands = []
+    for block in blocks:
+        pending = ""
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            pending = f"{pending}\n{line}" if pending else line
+            if pending.count("'") % 2 == 0 and pending.strip():  # a quoted body may span lines
+                commands.append(pending.strip())
+                pending = ""
+        if pending.strip():
+            commands.append(pending.strip())
+    return commands
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_guides_continue_the_readme_quickstart(path):
+    """The README's variables and tenant, so a guide's blocks paste after the quickstart's."""
+    text = path.read_text(encoding="utf-8")
+    assert not re.findall(r"\$\{?STROP\b", text)  # $STROP_BASE_URL and $STROP_API_KEY
+    if not re.search(r"^KEY=", text, flags=re.M):  # the README's quickstart sets it from tenant_create
+        assert not re.findall(r"\$\{?KEY\b", text)
+    assert "acme-corp" not in text
+    for command in shell_commands(path):
+        slug = re.search(r"manage\.py (?:api_key_create|adapter_create|tenant_[a-z_]+) (?:\"[^\"]*\"|(\S+))", command)
+        if slug and slug.group(1) and not slug.group(1).startswith("-"):
+            assert slug.group(1) == "acme", command
+        assert "curl …" not in command, f"not pasteable: {command}"
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_curl_answers_end_with_a_newline(path):
+    """A JSON answer has no newline of its own: printed to the terminal, the prompt runs on after
+    it. Each curl whose answer is shown asks for one (``-w '\\n'``); captured and streamed ones
+    (server-sent events end in blank lines) need none."""
+    for command in shell_commands(path):
+        for call in re.split(r"\s(?:&&|\|\||;)\s", command):
+            if not re.match(r"(?:\w+=)?curl\s", call.strip()) or "$(curl" in command or "| " in call:
+                continue
+            if '"stream": true' in call or "/metrics" in call:  # text/event-stream and Prometheus text end in newlines
+                continue
+            assert re.search(r"\s(?:-w|--write-out)\s+'\\n'", call), f"no -w '\\n': {call}"
