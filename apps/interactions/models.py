@@ -105,7 +105,7 @@ class Feedback(models.Model):
         EDITED = "edited"
         # The user took the first ``accepted_chars`` characters (an editor's word-by-word accept).
         PARTIAL = "partial"
-        # Agents: what the user did with an answer (see README, "Agents").
+        # Agents: what the user did with an answer (see docs/agents.md, "Agents").
         THUMBS_UP = "thumbs_up"
         THUMBS_DOWN = "thumbs_down"
         EDIT_PERSISTED = "edit_persisted"

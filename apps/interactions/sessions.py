@@ -1,6 +1,6 @@
 """Session outcomes of agents: how a conversation ended, spread over its turns as feedback.
 
-The rule (documented in the README, "Agents"): an outcome names the turn it follows, ``T``.
+The rule (documented in docs/agents.md, "Agents"): an outcome names the turn it follows, ``T``.
 Turn ``T`` gets the outcome at weight 1, each earlier turn ``t`` at ``discount ** (T - t)``
 (``discount`` 0: turn ``T`` alone), later turns nothing. The weight multiplies the outcome's
 reward in the adapter's policy. A spread row is a Feedback row marked with its session outcome:

@@ -29,7 +29,7 @@ class TrainingPolicy(models.Model):
     reward_partial = models.FloatField(
         default=0.25, help_text="a suggestion taken in part; its tokens get accepted / rejected credit (learning.md)"
     )
-    # Agents' signals (see README, "Agents").
+    # Agents' signals (see docs/agents.md, "Agents: chat completions, conversations and session outcomes").
     reward_thumbs_up = models.FloatField(default=1.0)
     reward_thumbs_down = models.FloatField(default=-1.0)
     reward_edit_persisted = models.FloatField(default=0.75)
