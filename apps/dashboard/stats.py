@@ -8,8 +8,9 @@ Definitions, stated once here and on the overview page:
   and requests without feedback are not shown;
 * **acceptance rate** = accepted / shown (= accepted / (accepted + rejected + edited));
 * suggestions per request and accepted per request divide by every request;
-* **mean reward per request** = the adapter's TrainingPolicy reward of each labelled request,
-  averaged over labelled requests (those without feedback yet have no reward to count).
+* **mean reward per request** = the adapter's TrainingPolicy reward of each labelled request
+  (``apps.interactions.rewards``), averaged over labelled requests: those without feedback yet are
+  worth 0 and are not in the denominator.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Case, Count, F, FloatField, Q, QuerySet, Sum, Value, When
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import Trunc, TruncMinute
 from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
+from apps.interactions.rewards import reward_expression
 from apps.tenants.models import AuditEvent
 from apps.training.models import ACTIVE_STATUSES, TrainingPolicy, TrainingRun
 from apps.training.selectors import feedback_belongs_to_adapter, interaction_belongs_to_adapter
@@ -95,11 +97,7 @@ def _rate_aggregates(policy: TrainingPolicy, *, within: Q | None = None, prefix:
     """Filtered aggregates over interactions LEFT JOIN their (at most one) feedback row."""
     within = within if within is not None else Q()
     suggested = ~Q(completion="")
-    reward = Case(
-        *(When(feedback__outcome=outcome, then=Value(policy.reward_for(outcome))) for outcome in Outcome.values),
-        default=None,
-        output_field=FloatField(),
-    ) * F("feedback__reward_weight")
+    reward = reward_expression(policy.reward_table())
     return {
         f"{prefix}requests": Count("id", filter=within),
         f"{prefix}suggestions": Count("id", filter=within & suggested),

@@ -4,21 +4,21 @@ Every exposed user is one row of their arm, also without a request yet. A reques
 interaction of the experiment or a serving failure of it; a suggestion is *shown* when its
 completion is not empty and the user's feedback says they saw it (accepted, rejected or
 edited); *accepted* counts accepted ones; the reward is the adapter's reward policy applied to
-the feedback (no feedback yet: 0, as silence); *slow* requests are those above the control
-arm's pooled p95 latency.
+the feedback (``apps.interactions.rewards``: no feedback yet is 0, as silence); *slow* requests
+are those above the control arm's pooled p95 latency.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from django.db import connection
-from django.db.models import Case, Count, F, FloatField, Q, QuerySet, Sum, Value, When
-from django.db.models.functions import Coalesce
+from django.db.models import Count, F, Q, QuerySet, Sum, Value
 
 from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentExposure
 from apps.experiments.stats import ArmData
 from apps.experiments.stats.metrics import USER_COLUMNS
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction, ServingFailure
+from apps.interactions.rewards import reward_expression
 from apps.training.selectors import training_policy_get
 
 # What counts as a good answer for the agents' metrics (positive_rate, positive_session_rate).
@@ -46,11 +46,7 @@ def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
     policy = training_policy_get(experiment.adapter)
     interactions = Interaction.objects.filter(experiment=experiment)
     threshold = _p95(interactions, experiment, CONTROL)
-    reward = Case(
-        *(When(feedback__outcome=o, then=Value(policy.reward_for(o))) for o in Feedback.Outcome.values),
-        default=Value(0.0),
-        output_field=FloatField(),
-    ) * Coalesce(F("feedback__reward_weight"), Value(1.0))
+    reward = reward_expression(policy.reward_table())
     per_user = interactions.values("experiment_arm", "end_user_id").annotate(
         requests=Count("id"),
         shown=Count("id", filter=~Q(completion="") & Q(feedback__outcome__in=SHOWN_OUTCOMES)),

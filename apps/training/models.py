@@ -5,6 +5,7 @@ from django.db.models import Q
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.interactions.models import Feedback
+from apps.interactions.rewards import reward_value
 from apps.tenants.models import Tenant
 
 
@@ -52,12 +53,13 @@ class TrainingPolicy(models.Model):
     gate_overrides = models.JSONField(default=dict, blank=True, help_text="GateConfig fields to override")
     updated_at = models.DateTimeField(auto_now=True)
 
-    def reward_for(self, outcome: str) -> float:
-        return float(getattr(self, REWARD_FIELDS[outcome]))
+    def reward_table(self) -> dict[str, float]:
+        """Each outcome's reward under this policy (``apps.interactions.rewards`` applies it)."""
+        return {outcome: float(getattr(self, field)) for outcome, field in REWARD_FIELDS.items()}
 
     def reward_of(self, feedback: Feedback) -> float:
         """The feedback row's reward: its outcome's, times its weight (a spread session outcome)."""
-        return self.reward_for(feedback.outcome) * feedback.reward_weight
+        return reward_value(self.reward_table(), outcome=feedback.outcome, weight=feedback.reward_weight)
 
 
 # The policy field that holds each outcome's reward.
