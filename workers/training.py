@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 from celery.signals import worker_init
 from django.conf import settings
+
+logger = logging.getLogger(__name__)
 
 # Celery's own limits back the run's wall-time limit (apps.training.pipeline stops a run past
 # TRAINING_MAX_RUN_S at its next step): the soft one raises in the task a stale-after later, the
@@ -22,7 +26,6 @@ RUN_HARD_LIMIT_S = settings.TRAINING_MAX_RUN_S + 2 * settings.TRAINING_STALE_AFT
 def training_run_execute(run_id: int, attempt: int) -> str:
     """Train one run (gpu queue). Idempotent: only the attempt's first delivery claims the run.
     A run that registered a candidate then starts its A/B test if the adapter's policy asks."""
-    from apps.experiments.services import experiment_auto_start
     from apps.training.pipeline import training_run_execute as execute
 
     outcome = execute(run_id, attempt=attempt)
@@ -68,3 +71,30 @@ def preload_trainer(sender: object = None, **_: object) -> None:
     if any(queue == "gpu" or queue.startswith("gpu-") for queue in queues):
         import gpu_trainer.gate  # noqa: F401
         import gpu_trainer.ppo  # noqa: F401
+
+
+def experiment_auto_start(run_id: int) -> None:
+    """After a run registered its candidate: the policy may ask for every candidate to meet users
+    in an A/B test at once (unless one already runs on the adapter). A refusal is written on the
+    run; the candidate stays, for a person to test. Training and experiments are siblings that do
+    not import each other; this worker is where the two meet."""
+    from apps.common.exceptions import ApplicationError
+    from apps.experiments.selectors import experiment_running_for
+    from apps.experiments.services import experiment_create, experiment_start
+    from apps.training.models import TrainingRun
+    from apps.training.selectors import training_policy_get
+    from apps.training.services import training_run_advance_log
+
+    run = TrainingRun.objects.select_related("tenant", "adapter", "output_version").get(pk=run_id)
+    version = run.output_version
+    if version is None or not training_policy_get(run.adapter).auto_experiment:
+        return
+    if experiment_running_for(run.adapter) is not None:
+        logger.info("run %s: candidate %s waits, an experiment is already running", run.pk, version.vllm_name)
+        return
+    actor = f"training-run:{run.pk}"
+    try:
+        experiment = experiment_create(run.tenant, adapter=run.adapter, candidate_version=version, actor=actor)
+        experiment_start(run.tenant, experiment=experiment, actor=actor)
+    except ApplicationError as exc:
+        training_run_advance_log(run, f"experiment not started: {exc.message}")

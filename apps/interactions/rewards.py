@@ -18,18 +18,36 @@ every outcome.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from django.db.models import Case, F, FloatField, Value, When
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Coalesce
 
+from apps.adapters.models import Adapter
 from apps.interactions.models import Feedback
 
 # Outcome -> reward, one entry for every ``Feedback.Outcome``.
 RewardTable = Mapping[str, float]
 
 UNLABELLED_REWARD = 0.0
+
+# The adapter's reward table. Its reward policy sits above this app (in training, beside the rest of
+# the training policy), so training registers the source when it loads (``apps.training.apps``);
+# the experiments' statistics read it here and need not import training.
+RewardTableSource = Callable[[Adapter], RewardTable]
+_source: list[RewardTableSource] = []
+
+
+def reward_table_source_register(source: RewardTableSource) -> None:
+    _source[:] = [source]
+
+
+def reward_table_for(adapter: Adapter) -> RewardTable:
+    """The adapter's reward table, as its reward policy says now."""
+    if not _source:
+        raise RuntimeError("no reward table source is registered (apps.training is not installed)")
+    return _source[0](adapter)
 
 
 def reward_table_check(table: RewardTable) -> None:

@@ -112,6 +112,11 @@ def training_policy_get(adapter: Adapter) -> TrainingPolicy:
     return policy if policy is not None else TrainingPolicy(tenant_id=adapter.tenant_id, adapter=adapter)
 
 
+def training_policy_reward_table(adapter: Adapter) -> dict[str, float]:
+    """What each feedback outcome is worth on ``adapter`` (``apps.interactions.rewards``)."""
+    return training_policy_get(adapter).reward_table()
+
+
 def training_run_list(tenant: Tenant, *, adapter: Adapter | None = None) -> QuerySet[TrainingRun]:
     qs = (
         TrainingRun.objects.filter(tenant=tenant)

@@ -7,9 +7,9 @@ import pytest
 
 from apps.adapters.models import AdapterVersion
 from apps.experiments.models import Experiment
-from apps.experiments.services import experiment_auto_start
 from apps.training.models import TrainingRun
 from apps.training.services import training_policy_update
+from workers.training import experiment_auto_start
 
 pytestmark = [pytest.mark.vllm, pytest.mark.django_db]
 

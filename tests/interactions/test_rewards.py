@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from apps.interactions.models import Feedback, Interaction
-from apps.interactions.rewards import reward_expression, reward_table_check, reward_value
+from apps.interactions.rewards import reward_expression, reward_table_check, reward_table_for, reward_value
 from apps.interactions.services import interactions_ingest
 from apps.training.models import TrainingPolicy
 
@@ -74,3 +74,15 @@ def test_a_policy_prices_every_outcome_and_its_feedback_reward_is_the_shared_rul
     reward_table_check(table)
     feedback = Feedback(tenant=tenant, outcome="edited", reward_weight=0.25)
     assert policy.reward_of(feedback) == pytest.approx(reward_value(table, outcome="edited", weight=0.25)) == 0.05
+
+
+def test_the_experiments_read_the_reward_table_the_training_policy_holds_now(tenant, tiny_starter_model):
+    """``reward_table_for`` (what the A/B statistics price feedback with) follows the policy's edits."""
+    from apps.adapters.services import adapter_create, base_model_register
+    from apps.training.services import training_policy_update
+
+    adapter = adapter_create(tenant, name="tab", base_model=base_model_register(name="base", path=tiny_starter_model))
+    assert reward_table_for(adapter) == TrainingPolicy().reward_table()
+    training_policy_update(tenant, adapter=adapter, actor="test", changes={"reward_rejected": -0.9})
+    assert reward_table_for(adapter)["rejected"] == -0.9
+    assert reward_table_for(adapter) == TrainingPolicy.objects.get(adapter=adapter).reward_table()

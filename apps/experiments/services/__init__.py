@@ -1,12 +1,11 @@
 """The experiments app's services, one module per sub-domain, named here for their callers:
-``lifecycle`` (create, start, stop, promote, roll back, the policy's automatic start),
+``lifecycle`` (create, start, stop, promote, roll back),
 ``exposures`` (who met which arm), ``snapshots`` (statistics and automatic decisions) and
 ``production`` (moving production back by hand)."""
 
 from apps.experiments.services.exposures import exposure_record
 from apps.experiments.services.lifecycle import (
     STARTABLE_CANDIDATE_STATUSES,
-    experiment_auto_start,
     experiment_create,
     experiment_promote,
     experiment_rollback,
@@ -23,7 +22,6 @@ from apps.experiments.services.snapshots import (
 __all__ = [
     "STARTABLE_CANDIDATE_STATUSES",
     "adapter_rollback",
-    "experiment_auto_start",
     "experiment_create",
     "experiment_promote",
     "experiment_rollback",

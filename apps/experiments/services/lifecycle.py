@@ -18,16 +18,13 @@ from django.utils import timezone
 from apps.adapters.loading import adapter_version_load_everywhere, serve_probe_verify
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.adapters.services import adapter_version_promote
-from apps.common.exceptions import ApplicationError, Conflict, ValidationFailed
+from apps.common.exceptions import Conflict, ValidationFailed
 from apps.experiments.models import ARMS, Experiment
-from apps.experiments.selectors import experiment_latest_snapshot, experiment_running_for
+from apps.experiments.selectors import experiment_latest_snapshot
 from apps.experiments.stats import PROMOTE, ROLLBACK, ExperimentConfig
 from apps.notifications.services import notification_send
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
-from apps.training.models import TrainingRun
-from apps.training.selectors import training_policy_get
-from apps.training.services import training_run_advance_log
 
 logger = logging.getLogger(__name__)
 
@@ -263,22 +260,3 @@ def experiment_rollback(tenant: Tenant, *, experiment: Experiment, actor: str, r
             },
         )
     return experiment
-
-
-def experiment_auto_start(run_id: int) -> None:
-    """After a run registered its candidate: the policy may ask for every candidate to meet users
-    in an A/B test at once (unless one already runs on the adapter). A refusal is written on the
-    run; the candidate stays, for a person to test."""
-    run = TrainingRun.objects.select_related("tenant", "adapter", "output_version").get(pk=run_id)
-    version = run.output_version
-    if version is None or not training_policy_get(run.adapter).auto_experiment:
-        return
-    if experiment_running_for(run.adapter) is not None:
-        logger.info("run %s: candidate %s waits, an experiment is already running", run.pk, version.vllm_name)
-        return
-    actor = f"training-run:{run.pk}"
-    try:
-        experiment = experiment_create(run.tenant, adapter=run.adapter, candidate_version=version, actor=actor)
-        experiment_start(run.tenant, experiment=experiment, actor=actor)
-    except ApplicationError as exc:
-        training_run_advance_log(run, f"experiment not started: {exc.message}")
