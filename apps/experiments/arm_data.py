@@ -18,8 +18,7 @@ from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentEx
 from apps.experiments.stats import ArmData
 from apps.experiments.stats.metrics import USER_COLUMNS
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction, ServingFailure
-from apps.interactions.rewards import reward_expression
-from apps.training.selectors import training_policy_get
+from apps.interactions.rewards import reward_expression, reward_table_for
 
 # What counts as a good answer for the agents' metrics (positive_rate, positive_session_rate).
 POSITIVE_OUTCOMES = (Feedback.Outcome.ACCEPTED, Feedback.Outcome.THUMBS_UP, Feedback.Outcome.EDIT_PERSISTED)
@@ -43,10 +42,9 @@ def _p95(latencies: QuerySet[Interaction], experiment: Experiment, arm: str) -> 
 
 def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
     """(control, candidate) per-user sums, in a handful of grouped queries whatever the traffic."""
-    policy = training_policy_get(experiment.adapter)
     interactions = Interaction.objects.filter(experiment=experiment)
     threshold = _p95(interactions, experiment, CONTROL)
-    reward = reward_expression(policy.reward_table())
+    reward = reward_expression(reward_table_for(experiment.adapter))
     per_user = interactions.values("experiment_arm", "end_user_id").annotate(
         requests=Count("id"),
         shown=Count("id", filter=~Q(completion="") & Q(feedback__outcome__in=SHOWN_OUTCOMES)),
