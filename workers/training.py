@@ -36,8 +36,12 @@ def training_run_execute(run_id: int, attempt: int) -> str:
 
 @shared_task(name="workers.training.training_schedule_tenant", acks_late=True, expires=60)
 def training_schedule_tenant(tenant_id: int) -> int:
+    """Asked for by feedback (``apps.interactions.training_check``), debounced: the debounce is
+    cleared before counting, so an event that commits from here on asks for a check of its own."""
+    from apps.common.debounce import debounce_clear
     from apps.training.services import training_schedule_tenant as schedule
 
+    debounce_clear("workers.training.training_schedule_tenant", tenant_id)
     return len(schedule(tenant_id))
 
 

@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Min, Value
 from django.db.models.functions import Concat
@@ -18,7 +17,6 @@ from apps.adapters.models import Adapter, AdapterVersion
 from apps.common.exceptions import ValidationFailed
 from apps.common.parsing import json_problem
 from apps.common.tasks import enqueue_on_commit
-from apps.interactions.training_check import schedule_check_key
 from apps.notifications.services import notification_send
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
@@ -214,11 +212,6 @@ def training_run_start(tenant: Tenant, *, adapter: Adapter, actor: str) -> Train
 
 
 def training_schedule_tenant(tenant_id: int) -> list[TrainingRun]:
-    # Cleared before counting: an event that commits from here on asks for a check of its own.
-    try:
-        cache.delete(schedule_check_key(tenant_id))
-    except Exception as exc:  # the key expires on its own; the check itself must still run
-        logger.warning("could not clear the scheduling debounce of tenant %s: %s", tenant_id, exc)
     adapters = Adapter.objects.filter(tenant_id=tenant_id).select_related("tenant")
     return [run for adapter in adapters if (run := training_schedule(adapter)) is not None]
 

@@ -153,12 +153,14 @@ def test_a_burst_of_single_feedback_requests_schedules_a_run_without_beat(tiny_a
 def test_a_scheduling_check_clears_the_debounce_so_later_events_ask_again(tiny_adapter):
     from django.core.cache import cache
 
-    from apps.interactions.training_check import schedule_check_key
-    from apps.training.services import training_schedule_tenant
+    from apps.common.debounce import debounce_key
+    from apps.interactions.training_check import SCHEDULE_TASK
+    from workers.training import training_schedule_tenant
 
-    cache.set(schedule_check_key(tiny_adapter.tenant_id), 1, timeout=60)
-    training_schedule_tenant(tiny_adapter.tenant_id)
-    assert cache.get(schedule_check_key(tiny_adapter.tenant_id)) is None
+    key = debounce_key(SCHEDULE_TASK, tiny_adapter.tenant_id)
+    cache.set(key, 1, timeout=60)
+    training_schedule_tenant(tiny_adapter.tenant_id)  # the task, run here as the worker runs it
+    assert cache.get(key) is None
 
 
 @pytest.mark.django_db
@@ -169,22 +171,23 @@ def test_while_its_own_check_cannot_have_started_a_process_does_not_ask_redis_ag
     the key the check clears is not set again by a skipped ask."""
     from django.core.cache import cache
 
-    from apps.interactions import training_check as services
+    from apps.common import debounce as services
+    from apps.interactions.training_check import SCHEDULE_TASK, training_check_soon
 
     clock = [1_000_000.0]
     monkeypatch.setattr(services, "time", SimpleNamespace(time=lambda: clock[0]))
-    monkeypatch.setitem(services._check_asked_until, tiny_adapter.tenant_id, 0.0)
-    key = services.schedule_check_key(tiny_adapter.tenant_id)
-    window = services.SCHEDULE_CHECK_DELAY_S * services.SCHEDULE_CHECK_TRUSTED_FRACTION
-    assert 0 < window <= services.SCHEDULE_CHECK_DELAY_S - 0.1
-    services.training_check_soon(tiny_adapter.tenant_id)
-    assert cache.get(key) == int((1_000_000.0 + services.SCHEDULE_CHECK_DELAY_S) * 1000)  # when it is due
+    monkeypatch.setitem(services._asked_until, (SCHEDULE_TASK, tiny_adapter.tenant_id), 0.0)
+    key = services.debounce_key(SCHEDULE_TASK, tiny_adapter.tenant_id)
+    window = services.DEBOUNCE_DELAY_S * services.DEBOUNCE_TRUSTED_FRACTION
+    assert 0 < window <= services.DEBOUNCE_DELAY_S - 0.1
+    training_check_soon(tiny_adapter.tenant_id)
+    assert cache.get(key) == int((1_000_000.0 + services.DEBOUNCE_DELAY_S) * 1000)  # when it is due
     cache.delete(key)  # as the check does when it starts, which it cannot have done yet
     clock[0] += window - 0.001
-    services.training_check_soon(tiny_adapter.tenant_id)
+    training_check_soon(tiny_adapter.tenant_id)
     assert cache.get(key) is None  # skipped: no round trip to Redis
     clock[0] += 0.001  # from here the check may have started
-    services.training_check_soon(tiny_adapter.tenant_id)
+    training_check_soon(tiny_adapter.tenant_id)
     assert cache.get(key) is not None
     cache.delete(key)
 
@@ -197,28 +200,29 @@ def test_a_process_that_finds_another_processs_check_pending_trusts_it_until_it_
     past) earns no trust, and one from a clock far ahead no more than this process's own ask."""
     from django.core.cache import cache
 
-    from apps.interactions import training_check as services
+    from apps.common import debounce as services
+    from apps.interactions.training_check import SCHEDULE_TASK, training_check_soon
 
     clock = [2_000_000.0]
     monkeypatch.setattr(services, "time", SimpleNamespace(time=lambda: clock[0]))
-    monkeypatch.setitem(services._check_asked_until, tiny_adapter.tenant_id, 0.0)
-    key = services.schedule_check_key(tiny_adapter.tenant_id)
+    monkeypatch.setitem(services._asked_until, (SCHEDULE_TASK, tiny_adapter.tenant_id), 0.0)
+    key = services.debounce_key(SCHEDULE_TASK, tiny_adapter.tenant_id)
     due = clock[0] + 0.3  # asked 0.2 s ago by another process
     cache.set(key, int(due * 1000), timeout=60)
-    services.training_check_soon(tiny_adapter.tenant_id)
+    training_check_soon(tiny_adapter.tenant_id)
     assert cache.get(key) == int(due * 1000)  # found pending: not replaced, nothing enqueued
     cache.delete(key)
     clock[0] = due - 0.1 - 0.001
-    services.training_check_soon(tiny_adapter.tenant_id)
+    training_check_soon(tiny_adapter.tenant_id)
     assert cache.get(key) is None  # skipped: the pending check will count it
     clock[0] = due - 0.1  # from here that check may have started
     cache.set(key, int((clock[0] - 5) * 1000), timeout=60)  # a key whose check never came
-    services.training_check_soon(tiny_adapter.tenant_id)
-    services.training_check_soon(tiny_adapter.tenant_id)
-    assert services._check_asked_until[tiny_adapter.tenant_id] < clock[0]  # every event asks again
+    training_check_soon(tiny_adapter.tenant_id)
+    training_check_soon(tiny_adapter.tenant_id)
+    assert services._asked_until[(SCHEDULE_TASK, tiny_adapter.tenant_id)] < clock[0]  # every event asks again
     cache.set(key, int((clock[0] + 3600) * 1000), timeout=60)  # set by a process whose clock runs an hour ahead
-    services.training_check_soon(tiny_adapter.tenant_id)
-    assert services._check_asked_until[tiny_adapter.tenant_id] <= clock[0] + services.SCHEDULE_CHECK_DELAY_S
+    training_check_soon(tiny_adapter.tenant_id)
+    assert services._asked_until[(SCHEDULE_TASK, tiny_adapter.tenant_id)] <= clock[0] + services.DEBOUNCE_DELAY_S
     cache.delete(key)
 
 
