@@ -1,6 +1,8 @@
 """Training samples: one served completion, the tokens exactly as served, and its reward.
 
-JSONL, one object per line (the Django exporter writes it)::
+One object per sample, as the Django exporter builds them in memory for the pipeline
+(``apps/training/dataset.py``) and as the command line reads them from a JSONL file, one per line
+(``python -m gpu_trainer train --data``)::
 
     {"prompt_token_ids": [int], "completion_token_ids": [int],
      "behaviour_logprobs": [float] | null, "reward": float, "id": "optional", "silent": false,

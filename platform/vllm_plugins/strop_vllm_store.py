@@ -24,7 +24,8 @@ together. What is trusted is the digest Strop keeps in its database for each ver
   retries (``apps/serving/vllm_calls.py``).
 
 A fetch downloads into a temporary folder, checks every file against the version's manifest
-(``strop-manifest.json``, written last by the trainer) and the manifest against Strop's digest,
+(``strop-manifest.json``, written last by Strop's adapter store when the gpu worker registers the
+version, ``apps/adapters/store.py``) and the manifest against Strop's digest,
 and renames the folder into the cache, so the cache never holds half a version or an unverified
 one. Strop's serve-probe then checks the weights vLLM serves.
 """
