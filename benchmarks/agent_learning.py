@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.learning import format_value, load_model, parse_overrides, relative_lift, resolve_model, train  # noqa: E402
+from benchmarks.policy import format_value, load_model, parse_overrides, relative_lift, resolve_model, train  # noqa: E402
 from benchmarks.sampling import Served, sample_suggestions  # noqa: E402
 from benchmarks.simdev import Context, Task, load_tasks  # noqa: E402
 from benchmarks.simdev.stats import Estimate, mean_interval, wilson  # noqa: E402

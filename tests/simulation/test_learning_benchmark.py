@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from benchmarks import learning
+from benchmarks import learning, policy
 from benchmarks.sampling import cut_completion
 from benchmarks.simdev import load_tasks
 
@@ -152,7 +152,7 @@ def test_expected_outcomes_match_what_sampling_finds(tiny_starter_model):
     from benchmarks.sampling import sample_suggestions
     from benchmarks.simdev import Task
 
-    model, tokenizer = learning.load_model(tiny_starter_model, None)
+    model, tokenizer = policy.load_model(tiny_starter_model, None)
     torch.set_num_threads(1)
     prompt = "class Foo:\n    def __init__(self"
     n = 2000
@@ -216,7 +216,7 @@ def test_a_partial_accept_and_an_edit_train_with_the_exporters_token_credit(tiny
                         finish_reason="stop")
         request = Request.decided(respond("line", text, task), index=0, task_id="t", interaction_id="", version="v",
                                   user="", text=text, finish_reason="stop", latency_s=0.0)
-        samples.append((request, learning.to_samples([served], [request], tokenizer)[0], ids))
+        samples.append((request, policy.to_samples([served], [request], tokenizer)[0], ids))
     (partial, first, ids_p), (edited, second, ids_e), (rejected, third, _) = samples
     assert partial.outcome == "partial" and partial.accepted_chars == len("total = compute(")
     assert first["reward"] == 0.25

@@ -1,0 +1,184 @@
+"""The learning benchmarks' policy: resolving and loading a model (with an adapter), serving tasks
+with it as vLLM samples them and letting the simulated developer decide, turning the events into
+the trainer's samples, training an adapter on them, and the show gate's view of the events.
+``benchmarks/learning.py`` (code completion) and ``benchmarks/agent_learning.py`` (agents) share it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks.expected import Expected, expected_outcomes
+from benchmarks.sampling import Served, sample_suggestions
+from benchmarks.simdev import REWARDS, Request, Task, respond
+from gpu_trainer.credit import kept_prefix, preferred_token_ids, token_rewards
+from gpu_trainer.show_gate import GATE_ACCEPTED, GateEvent, suggestion_score, withholds
+
+
+def resolve_model(name: str) -> Path:
+    """``smollm2`` (fetched and converted once), ``starter-tiny`` / ``starter-small``, or a path."""
+    if name == "smollm2":
+        from gpu_trainer.base_models import ensure_smollm2
+
+        return Path(ensure_smollm2())
+    if name.startswith("starter-"):
+        from gpu_trainer.starter import ensure_starter_model
+
+        return Path(ensure_starter_model(name.removeprefix("starter-")))
+    path = Path(name)
+    if not (path / "config.json").is_file():
+        raise SystemExit(f"error: --model {name}: not smollm2, starter-tiny, starter-small or a model directory")
+    return path
+
+
+def load_model(model_dir: Path, adapter_dir: Path | None):
+    import torch
+
+    from gpu_trainer.model_loading import load_base_model, load_tokenizer
+
+    model = load_base_model(model_dir, torch.device("cpu"), torch.float32)
+    tokenizer = load_tokenizer(model_dir)
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        from gpu_trainer.adapters import verify_adapter
+
+        verify_adapter(adapter_dir)
+        model = PeftModel.from_pretrained(model, str(adapter_dir))
+    model.eval()
+    return model, tokenizer
+
+
+def prompts_for(tasks: Sequence[Task], population: str, family: str) -> list[str]:
+    from gpu_trainer.fim import build_fim_prompt
+
+    return [build_fim_prompt(family, t.prefix, t.suffix_for(population)) for t in tasks]  # type: ignore[arg-type]
+
+
+def computes_expected(args: argparse.Namespace) -> bool:
+    """Expected outcomes are computed for the ``line`` developer at temperature 1 (what they assume)."""
+    return args.population == "line" and args.temperature == 1.0 and not args.no_expected
+
+
+def run_policy(model_dir: Path, adapter_dir: Path | None, tasks: Sequence[Task], args: argparse.Namespace,
+               *, seed: int, label: str, expected: bool = False
+               ) -> tuple[list[Served], list[Request], Expected | None]:
+    """Serve every task with one policy and let the developer decide each suggestion; with
+    ``expected``, also compute every task's expected outcome under the same policy."""
+    from gpu_trainer.fim import detect_family
+
+    model, tokenizer = load_model(model_dir, adapter_dir)
+    prompts = prompts_for(tasks, args.population, detect_family(model_dir))
+    served = sample_suggestions(
+        model, tokenizer, prompts,
+        max_new_tokens=args.max_tokens, temperature=args.temperature, seed=seed, pass_tokens=args.pass_tokens,
+        progress=label, stop=args.stop,
+    )
+    outcomes = None
+    if expected:
+        outcomes = expected_outcomes(model, tokenizer, prompts, tasks, line_stop="\n" in args.stop,
+                                     pass_tokens=args.pass_tokens)
+    del model
+    requests = [
+        Request.decided(respond(args.population, s.text, task), index=i, task_id=task.id, interaction_id="",
+                        version=label, user="", text=s.text, finish_reason=s.finish_reason, latency_s=0.0)
+        for i, (task, s) in enumerate(zip(tasks, served, strict=True))
+    ]
+    return served, requests, outcomes
+
+
+def to_samples(served: Sequence[Served], requests: Sequence[Request], tokenizer: Any) -> list[dict[str, Any]]:
+    """The trainer's sample format (as the exporter writes it), one per event; a partial accept or
+    an edit also carries its token-level credit, and an edit its kept text as tokens, as the
+    exporter gives them."""
+    samples = []
+    for s, r in zip(served, requests, strict=True):
+        sample = {
+            "id": f"{r.task_id}",
+            "prompt_token_ids": s.prompt_token_ids,
+            "completion_token_ids": s.completion_token_ids,
+            "behaviour_logprobs": s.logprobs,
+            "reward": REWARDS[r.outcome],
+            "silent": not s.text.strip(),  # nothing shown: what the first token did when it was all
+        }
+        kept = kept_prefix(r.outcome, r.text, accepted_chars=r.accepted_chars, kept_text=r.kept_text or "")
+        if kept is not None and s.completion_token_ids:
+            sample["token_rewards"] = token_rewards(s.completion_token_ids, kept, tokenizer=tokenizer,
+                                                    kept_reward=REWARDS["accepted"],
+                                                    rejected_reward=REWARDS["rejected"])
+        preferred = preferred_token_ids(r.outcome, r.text, kept_text=r.kept_text or "", tokenizer=tokenizer)
+        if preferred is not None:
+            sample["preferred_token_ids"] = preferred
+        samples.append(sample)
+    return samples
+
+
+def train(model_dir: Path, samples: list[dict[str, Any]], config, out_dir: Path, parent: Path | None,
+          label: str) -> Path:
+    from gpu_trainer.ppo import train_ppo
+
+    print(f"[{label}] training on {len(samples)} events ({config.baseline} baseline)", file=sys.stderr, flush=True)
+    result = train_ppo(config, samples, base_model_dir=model_dir, out_dir=out_dir, parent_adapter_dir=parent,
+                       progress=sys.stderr.isatty())
+    summary = result.summary
+    keys = ("stopped_early", "reward_mean", "final_approx_kl", "final_kl_to_base", "wall_seconds", "tokens_per_s")
+    shown = {k: summary[k] for k in keys if k in summary}
+    print(f"[{label}] trained: {json.dumps({'steps': result.steps, **shown}, default=str)}", file=sys.stderr,
+          flush=True)
+    return result.out_dir
+
+
+def relative_lift(new: float, old: float) -> float:
+    if math.isnan(new) or math.isnan(old):
+        return math.nan
+    if old == 0:
+        return 0.0 if new == 0 else math.inf
+    return new / old - 1.0
+
+
+def format_value(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return "nan" if math.isnan(value) else ("inf" if math.isinf(value) else f"{value:.4f}")
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--set`` pairs; ``autocast_bf16=auto`` turns it on where bf16 is native on this CPU."""
+    import torch
+
+    from gpu_trainer.__main__ import _parse_overrides
+    from gpu_trainer.precision import autocast_setting
+
+    overrides = _parse_overrides(list(pairs))
+    if overrides.get("autocast_bf16") == "auto":
+        overrides["autocast_bf16"] = autocast_setting("auto", torch.device("cpu"))
+    return overrides
+
+
+def load_tokenizer_of(model_dir: Path) -> Any:
+    from gpu_trainer.model_loading import load_tokenizer
+
+    return load_tokenizer(model_dir)
+
+
+def gate_events(served: Sequence[Served], requests: Sequence[Request], tasks: Sequence[Task]) -> list[GateEvent]:
+    """The show gate's view of collected events: each shown suggestion, scored by its own logprobs,
+    grouped by its file (what the fit checks itself across)."""
+    return [GateEvent(suggestion_score(s.logprobs), r.outcome in GATE_ACCEPTED, group=f"{t.package}/{t.path}")
+            for s, r, t in zip(served, requests, tasks, strict=True) if r.outcome != "not_shown"]
+
+
+def gated(requests: Sequence[Request], served: Sequence[Served], threshold: float, population: str,
+          tasks: Sequence[Task]) -> list[Request]:
+    """The same requests behind a show gate: a suggestion scoring below ``threshold`` reaches the
+    developer as nothing (``not_shown``), as serving withholds it (no exploration here)."""
+    return [replace(r, text="", outcome=respond(population, "", task).outcome, accepted_chars=None, kept_text=None)
+            if withholds(suggestion_score(s.logprobs), threshold) else r
+            for r, s, task in zip(requests, served, tasks, strict=True)]
