@@ -8,4 +8,4 @@ class EnginesConfig(AppConfig):
     def ready(self) -> None:
         from apps.common.observability.sources import scrape_source_register
 
-        scrape_source_register(None, "apps.engines.metrics.vllm_replicas_metrics")
+        scrape_source_register(None, "apps.engines.gauges.vllm_replicas_metrics")

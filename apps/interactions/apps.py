@@ -8,4 +8,4 @@ class InteractionsConfig(AppConfig):
     def ready(self) -> None:
         from apps.common.observability.sources import scrape_source_register
 
-        scrape_source_register("database", "apps.interactions.metrics.feedback_pending_metrics")
+        scrape_source_register("database", "apps.interactions.gauges.feedback_pending_metrics")

@@ -10,5 +10,5 @@ class TrainingConfig(AppConfig):
         from apps.interactions.rewards import reward_table_source_register
         from apps.training.selectors import training_policy_reward_table
 
-        scrape_source_register("database", "apps.training.metrics.training_runs_metrics")
+        scrape_source_register("database", "apps.training.gauges.training_runs_metrics")
         reward_table_source_register(training_policy_reward_table)

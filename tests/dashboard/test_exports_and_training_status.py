@@ -12,7 +12,7 @@ from apps.adapters.services import adapter_create, base_model_register
 from apps.cohorts.services import end_user_consent_set
 from apps.interactions.models import Interaction
 from apps.interactions.services import interactions_ingest
-from apps.training.readiness import training_readiness
+from apps.training.outlook import training_outlook
 from apps.training.services import training_policy_update
 from tests.dashboard.conftest import feed_experiment, log_events
 from tests.dashboard.routes import url_for
@@ -94,11 +94,11 @@ def test_the_training_status_puts_each_interaction_in_one_bucket_and_says_what_t
     end_user_consent_set(tenant, external_id="in-later-out", opted_in=False, source="api", actor="test")
     assert silent
 
-    readiness = training_readiness(adapter)
-    assert (readiness.interactions, readiness.new, readiness.no_feedback) == (7, 3, 1)
-    assert (readiness.no_consent, readiness.nothing_to_learn, readiness.already_trained) == (2, 1, 0)
-    assert readiness.events_short == 2 and readiness.due_at is not None
-    assert readiness.verdict.startswith("3 new events of the 5 that start a run; 2 more")
+    outlook = training_outlook(adapter)
+    assert (outlook.interactions, outlook.new, outlook.no_feedback) == (7, 3, 1)
+    assert (outlook.no_consent, outlook.nothing_to_learn, outlook.already_trained) == (2, 1, 0)
+    assert outlook.events_short == 2 and outlook.due_at is not None
+    assert outlook.verdict.startswith("3 new events of the 5 that start a run; 2 more")
 
     viewer = make_user("status-viewer", tenant, "viewer")
     page = login(viewer).get(f"/dashboard/t/{tenant.slug}/adapters/tab/training-status/").content.decode()
@@ -106,4 +106,4 @@ def test_the_training_status_puts_each_interaction_in_one_bucket_and_says_what_t
     assert "No consent" in page and "No feedback yet" in page and "Nothing to learn" in page
 
     training_policy_update(tenant, adapter=adapter, actor="test", changes={"enabled": False})
-    assert "Automatic training is off" in training_readiness(adapter).verdict
+    assert "Automatic training is off" in training_outlook(adapter).verdict

@@ -7,7 +7,7 @@ from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.selectors import CURVES, training_run_step_metrics
 from apps.dashboard.views.common import page_of, tenant_render
 from apps.training.models import TrainingRun
-from apps.training.readiness import training_readiness
+from apps.training.outlook import training_outlook
 from apps.training.selectors import training_run_get_for_tenant, training_run_list
 
 STAGES = ("export", "train", "gate", "load")
@@ -62,5 +62,5 @@ def run_status(request: HttpRequest, ctx: TenantContext, run_id: int) -> HttpRes
 def training_status(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> HttpResponse:
     """Why the adapter is, or is not, training: where its feedback went and what the next run waits for."""
     adapter = ctx.adapter(adapter_name)
-    context = {"readiness": training_readiness(adapter), "nav_adapter": adapter, "adapter": adapter}
+    context = {"outlook": training_outlook(adapter), "nav_adapter": adapter, "adapter": adapter}
     return tenant_render(request, ctx, "dashboard/training/status.html", context, section="runs")

@@ -31,7 +31,7 @@ from apps.training.selectors import (
 
 
 @dataclass(frozen=True)
-class TrainingReadiness:
+class TrainingOutlook:
     adapter: Adapter
     policy: TrainingPolicy
     parent: AdapterVersion | None
@@ -80,7 +80,7 @@ class TrainingReadiness:
         return "No new events to learn from: a run starts once opted-in users' feedback arrives."
 
 
-def training_readiness(adapter: Adapter) -> TrainingReadiness:
+def training_outlook(adapter: Adapter) -> TrainingOutlook:
     """The buckets of the adapter's interactions and the scheduler's view, in a handful of queries."""
     policy = training_policy_get(adapter)
     parent = adapter_lineage_head(adapter)
@@ -98,7 +98,7 @@ def training_readiness(adapter: Adapter) -> TrainingReadiness:
     unlearned = eligible.count()
     learnable = feedback_learnable(feedback.filter(consent)).count()
     active = TrainingRun.objects.filter(adapter=adapter, status__in=ACTIVE_STATUSES).order_by("-id").first()
-    return TrainingReadiness(
+    return TrainingOutlook(
         adapter=adapter,
         policy=policy,
         parent=parent,
