@@ -30,6 +30,7 @@ from tests.fixtures.workers import wait_until
 from tests.test_env_example import settings_read
 
 PROXY = ROOT / "platform" / "nginx-strop.conf"
+UNLOGGED = r"^/(dashboard/invite|dashboard/password/reset|v1/users)/"
 NGINX = shutil.which("nginx")
 needs_nginx = pytest.mark.skipif(NGINX is None, reason="nginx is not installed here (apt-get install nginx-light)")
 
@@ -94,9 +95,21 @@ def test_it_allows_every_body_the_api_allows_so_the_api_answers_413_in_its_own_s
     assert settings.STROP_MAX_BODY_BYTES <= allowed <= settings.STROP_MAX_BODY_BYTES + 1024 * 1024
 
 
+def test_paths_that_carry_a_token_or_an_end_users_id_stay_out_of_the_access_log():
+    """What "Erase means gone" asks of a proxy: invitation and reset links, and /v1/users/<id>."""
+    assert directive("access_log", f"location ~ {UNLOGGED}") == [["off"]]
+    pattern = re.compile(UNLOGGED)
+    for path in ("/dashboard/invite/abc123/", "/dashboard/password/reset/MQ/a1b2-c3d4/", "/v1/users/dev-42/opt-out"):
+        assert pattern.match(path), path
+    for path in ("/v1/completions", "/dashboard/", "/dashboard/team/"):
+        assert not pattern.match(path), path
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    assert "`/dashboard/invite/`, `/dashboard/password/reset/` and `/v1/users/`" in guide
+
+
 def test_server_sent_events_are_not_buffered_and_may_run_long():
     locations = {inside[-1] for name, _, inside in directives(PROXY.read_text()) if name == "proxy_pass"}
-    assert locations == {"location /", "location /v1/"}
+    assert locations == {"location /", "location /v1/", f"location ~ {UNLOGGED}"}
     assert directive("proxy_buffering", "location /v1/") == [["off"]]
     (timeout,) = directive("proxy_read_timeout", "location /v1/")
     assert int(timeout[0].rstrip("s")) >= 300
