@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import sys
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "platform" / "docker"
 COMPOSE = ROOT / "platform" / "compose.yaml"
 COMPOSE_GPU = DOCKER / "compose.gpu.yaml"
+COMPOSE_ONE_GPU = DOCKER / "compose.one-gpu.yaml"
+COMPOSE_OVERRIDES = (COMPOSE_GPU, COMPOSE_ONE_GPU)
 COMPOSE_ENV_EXAMPLE = ROOT / "platform" / "compose.env.example"
 PROCFILE = ROOT / "platform" / "Procfile"
 DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
@@ -23,6 +26,8 @@ DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
 # Services that are not Strop's processes: the backing stores, and the one-shot jobs before them.
 BACKING_SERVICES = {"postgres", "redis", "object-store"}
 ONE_SHOTS = {"base-model", "store-init", "store-users", "migrate"}
+# One-shot jobs that `up` never starts (a profile of their own): only `run` runs them.
+ON_DEMAND = {"store-backup", "store-restore"}
 
 
 def tool(name: str, package: str) -> str:
@@ -47,6 +52,38 @@ def procfile() -> dict[str, str]:
 def compose(path: Path = COMPOSE) -> dict:
     """A compose file as compose reads it (YAML merge keys resolved; ${...} left as written)."""
     return yaml.safe_load(path.read_text())
+
+
+# Compose's merge of several files (the Compose Specification's "merge" rules): mappings merge key by
+# key, sequences append, and a service's command, entrypoint and healthcheck test replace the earlier.
+def replaced_on_merge(path: tuple[str, ...]) -> bool:
+    return path[-1:] in {("command",), ("entrypoint",)} or path[-2:] == ("healthcheck", "test")
+
+
+def compose_merge(base: object, override: object, path: tuple[str, ...] = ()) -> object:
+    """What ``docker compose -f base -f override config`` holds, before interpolation, for the
+    attributes our files use (no ports or volumes in an override: those merge by keys of their own)."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = dict(base)
+        for key, value in override.items():
+            merged[key] = compose_merge(base[key], value, (*path, key)) if key in base else value
+        return merged
+    if isinstance(base, list) and isinstance(override, list) and not replaced_on_merge(path):
+        return base + override
+    return override
+
+
+def merged_services(*overrides: Path) -> dict[str, dict]:
+    """The services of compose.yaml with these override files applied, in order."""
+    merged: object = compose()
+    for path in overrides:
+        merged = compose_merge(merged, compose(path))
+    assert isinstance(merged, dict)
+    return merged["services"]
+
+
+def pyproject_version() -> str:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
 @dataclass

@@ -1,11 +1,12 @@
 """The images' build and run scripts, run here on the bare machine as the Dockerfiles run them:
 the static files (npm only at build time, WhiteNoise serving them after), the entry point, the
-health checks, the adapter store's bucket, and the CUDA lock."""
+health checks, the adapter store's bucket, the CUDA lock, and the release tags build-images.sh gives."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.layout import DOCKER, ROOT
+from tests.deploy.layout import COMPOSE, COMPOSE_GPU, DOCKER, ROOT, compose, pyproject_version
 from tests.fixtures.workers import wait_until
 from tests.test_deploy_settings import bare_env
 
@@ -241,3 +242,53 @@ def test_the_cuda_lock_pins_the_torch_of_requirements_lock_and_nothing_it_pins_a
     assert cuda["torch"] == lock["torch"] == "2.13.0"
     assert set(cuda) & set(lock) == {"torch"}
     assert {"triton", "nvidia-cudnn-cu13", "nvidia-nccl-cu13"} <= set(cuda)
+
+
+def build_images(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = bare_env(tmp_path, DRY_RUN="1")
+    return run(["bash", str(DOCKER / "build-images.sh"), *args], env)
+
+
+def this_commit() -> str:
+    git = ["git", "-C", str(ROOT)]
+    short = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+    dirty = subprocess.run([*git, "diff", "--quiet", "HEAD", "--"], check=False).returncode != 0
+    return short.stdout.strip() + ("-dirty" if dirty else "")
+
+
+@pytest.mark.parametrize("variant", ["cpu", "cuda"])
+def test_build_images_tags_both_images_with_the_release_and_the_commit_that_compose_runs(tmp_path, variant):
+    done = build_images(tmp_path, variant)
+    assert done.returncode == 0, done.stderr
+    commands = [shlex.split(line) for line in done.stdout.splitlines()]
+    version, commit = pyproject_version(), this_commit()
+    built = {}
+    for command in commands:
+        assert command[:2] == ["docker", "build"] and command[-1] == ".", command
+        dockerfile = command[command.index("-f") + 1]
+        tags = [command[i + 1] for i, word in enumerate(command) if word == "-t"]
+        built[dockerfile] = (command[command.index("--build-arg") + 1], tags)
+    assert built == {
+        "platform/docker/app.Dockerfile": (
+            f"TORCH_VARIANT={variant}",
+            [f"strop-app:{version}-{variant}", f"strop-app:{version}-{commit}-{variant}"],
+        ),
+        "platform/docker/vllm.Dockerfile": (
+            f"VLLM_VARIANT={variant}",
+            [f"strop-vllm:{version}-{variant}", f"strop-vllm:{version}-{commit}-{variant}"],
+        ),
+    }
+    # What compose runs when STROP_VERSION is unset, or set to the commit's tag (the override for cuda).
+    services = compose(COMPOSE if variant == "cpu" else COMPOSE_GPU)["services"]
+    for service, dockerfile in {"api": "app", "vllm": "vllm"}.items():
+        if service not in services:
+            continue
+        tags = built[f"platform/docker/{dockerfile}.Dockerfile"][1]
+        for value, tag in ((version, tags[0]), (f"{version}-{commit}", tags[1])):
+            assert services[service]["image"].replace(f"${{STROP_VERSION:-{version}}}", value) == tag
+
+
+def test_build_images_refuses_a_variant_it_does_not_know(tmp_path):
+    done = build_images(tmp_path, "rocm")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert "usage: platform/docker/build-images.sh [cpu|cuda]" in done.stderr

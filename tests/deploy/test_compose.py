@@ -1,4 +1,4 @@
-"""platform/compose.yaml (and its GPU override): valid under the official Compose Specification
+"""platform/compose.yaml (and its GPU overrides): valid under the official Compose Specification
 schema, its services the Procfile's processes beside the backing stores and one-shot jobs, every
 reference resolvable, every setting one that Strop or vLLM reads, a health check on every service
 that keeps running, secrets only from the env file, Redis behind a password, every container
@@ -20,12 +20,17 @@ from tests.deploy.layout import (
     COMPOSE,
     COMPOSE_ENV_EXAMPLE,
     COMPOSE_GPU,
+    COMPOSE_ONE_GPU,
+    COMPOSE_OVERRIDES,
     DOCKER,
+    ON_DEMAND,
     ONE_SHOTS,
     ROOT,
     compose,
     dockerfile_stages,
+    merged_services,
     procfile,
+    pyproject_version,
     tool,
 )
 from tests.test_env_example import LISTED, settings_read
@@ -66,6 +71,8 @@ CAPABILITIES = {
     "redis": {"CHOWN", "SETGID", "SETUID"},
 }
 REDIS_PASSWORD = "${REDIS_PASSWORD:?"
+# The on-demand copies of the adapter bucket, each with the one key its direction needs.
+STORE_COPIERS = {"READER": ("store-backup",), "WRITER": ("store-restore",)}
 BLANKED_STORE_KEYS = {f"STROP_STORE_{role}_{part}" for role in ("READER", "WRITER") for part in ("KEY_ID", "SECRET")}
 
 
@@ -121,7 +128,7 @@ def test_the_compose_files_are_valid_compose_specification_documents():
             "--builtin-schema",
             "vendor.compose-spec",
             str(COMPOSE),
-            str(COMPOSE_GPU),
+            *map(str, COMPOSE_OVERRIDES),
         ],
         capture_output=True,
         text=True,
@@ -132,7 +139,7 @@ def test_the_compose_files_are_valid_compose_specification_documents():
 
 
 def test_every_build_context_and_dockerfile_exists():
-    for path in (COMPOSE, COMPOSE_GPU):
+    for path in (COMPOSE, *COMPOSE_OVERRIDES):
         for name, service in compose(path)["services"].items():
             build = service.get("build")
             if build and "context" in build:
@@ -153,6 +160,58 @@ def test_the_gpu_override_builds_the_cuda_variants_of_services_that_exist(servic
     assert len({tuple(i) for i in ids}) == len(ids), "vLLM and the gpu worker get GPUs of their own"
 
 
+def test_the_one_gpu_override_shares_gpu_0_and_caps_vllm_so_the_trainer_fits(services):
+    """One override file for a one-GPU host: the two-GPU file's CUDA builds, both services on device 0,
+    and vLLM held to a share of the GPU's memory (its own default, 0.9, would leave the trainer ~10 %)."""
+    one, two = compose(COMPOSE_ONE_GPU)["services"], compose(COMPOSE_GPU)["services"]
+    assert set(one) == set(two) == {"vllm", "worker-gpu"}
+    for name in one:
+        devices = one[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert [(d["driver"], d["device_ids"], d["capabilities"]) for d in devices] == [("nvidia", ["0"], ["gpu"])]
+        assert {k: v for k, v in one[name].items() if k not in {"deploy", "command"}} == {
+            k: v for k, v in two[name].items() if k != "deploy"
+        }, f"{name}: the same CUDA build as compose.gpu.yaml"
+    merged = merged_services(COMPOSE_ONE_GPU)
+    command = merged["vllm"]["command"]
+    assert command[:2] == ["vllm", "--gpu-memory-utilization"], "the Procfile's vllm line, vLLM's argument appended"
+    share = re.fullmatch(r"\$\{VLLM_GPU_MEMORY_UTILIZATION:-(0\.\d+)\}", command[2])
+    assert share and 0.3 <= float(share.group(1)) <= 0.6, command
+    assert merged["worker-gpu"]["command"] == ["worker-gpu"]
+    script = [line for line in (ROOT / "platform" / "vllm.sh").read_text().splitlines() if not line.startswith("#")]
+    assert not [line for line in script if "--gpu-memory-utilization" in line], "vllm.sh sets no second value"
+    assert procfile()["vllm"].startswith("bash platform/vllm.sh ")
+    assert script[-1].endswith('"${args[@]}" "$@"'), "vllm.sh passes extra arguments on to vLLM"
+
+
+@pytest.mark.parametrize("override", COMPOSE_OVERRIDES, ids=lambda p: p.name)
+def test_a_gpu_override_merged_into_the_base_keeps_every_service_and_its_rules(services, override):
+    """Compose's merge of compose.yaml and the override (mappings merged, lists appended, a command
+    replaced): the same services, each still hardened, with its store key and the base's settings."""
+    merged = merged_services(override)
+    assert set(merged) == set(services)
+    for name in compose(override)["services"]:
+        service = merged[name]
+        assert service["security_opt"] == ["no-new-privileges:true"] and service["cap_drop"] == ["ALL"], name
+        assert service["build"]["context"] == ".." and service["image"].endswith("-cuda"), name
+        for kept in ("depends_on", "volumes", "healthcheck", "env_file"):
+            assert service.get(kept) == services[name].get(kept), (name, kept)
+        assert service["build"]["dockerfile"] == services[name]["build"]["dockerfile"], name
+        assert set(services[name]["environment"]) <= set(service["environment"]), name
+
+
+def test_images_are_tagged_by_release_with_pyprojects_version_as_the_default():
+    version = pyproject_version()
+    for path in (COMPOSE, *COMPOSE_OVERRIDES):
+        for name, service in compose(path)["services"].items():
+            if "build" not in service:
+                continue
+            args = service["build"]["args"]
+            variant = args.get("TORCH_VARIANT") or args.get("VLLM_VARIANT")
+            image = "strop-vllm" if "VLLM_VARIANT" in args else "strop-app"
+            assert service["image"] == f"{image}:${{STROP_VERSION:-{version}}}-{variant}", (path.name, name)
+    assert "STROP_VERSION" in env_example_names(), "compose.env.example says how to pin or roll back"
+
+
 def test_every_dependency_names_a_service(services):
     for name, service in services.items():
         depends = service.get("depends_on", {})
@@ -164,16 +223,17 @@ def test_every_dependency_names_a_service(services):
 
 def test_the_services_are_the_procfiles_processes_beside_the_stores_and_one_shot_jobs(services):
     processes = procfile()
-    assert set(services) == set(processes) | BACKING_SERVICES | ONE_SHOTS
+    assert set(services) == set(processes) | BACKING_SERVICES | ONE_SHOTS | ON_DEMAND
     for process in processes:
         assert services[process]["command"] == [process], f"{process} runs its Procfile line (entrypoint.sh)"
 
 
 def test_one_shot_jobs_run_once_and_everything_else_keeps_running_with_a_health_check(services):
     for name, service in services.items():
-        if name in ONE_SHOTS:
+        if name in ONE_SHOTS | ON_DEMAND:
             assert service["restart"] == "no"
             assert service["healthcheck"] == {"disable": True}, f"{name} serves nothing to check"
+            assert ("profiles" in service) == (name in ON_DEMAND), f"{name}: `up` starts it only if it is not on demand"
         else:
             assert service["restart"] == "unless-stopped"
             assert service["healthcheck"]["test"][0] in {"CMD", "CMD-SHELL"}, name
@@ -219,7 +279,7 @@ def test_our_services_set_only_what_strop_or_vllm_reads(services):
     # compose.env reaches every Strop container: the store's raw keys are blanked there (each gets its
     # own as AWS_*), although Strop reads only the purger's.
     known = strop_settings() | vllm_documented() | procfile_variables() | BLANKED_STORE_KEYS
-    for path in (COMPOSE, COMPOSE_GPU):
+    for path in (COMPOSE, *COMPOSE_OVERRIDES):
         for name, service in compose(path)["services"].items():
             if name in built_from_our_images(services):
                 unknown = set(service.get("environment", {})) - known
@@ -254,7 +314,7 @@ def test_the_env_file_example_holds_what_compose_requires_and_only_known_names()
     example = env_example_names()
     required = {name for name, needed in interpolated().items() if needed}
     assert required <= set(example), f"compose.env.example lacks {sorted(required - set(example))}"
-    known = strop_settings() | vllm_documented() | set(interpolated()) | set(interpolated(COMPOSE_GPU))
+    known = strop_settings() | vllm_documented() | {n for p in (COMPOSE, *COMPOSE_OVERRIDES) for n in interpolated(p)}
     assert set(example) <= known, f"nothing reads {sorted(set(example) - known)}"
 
 
@@ -287,7 +347,7 @@ def test_no_strop_container_or_vllm_replica_holds_the_object_stores_root_key(ser
         role = "WRITER" if name == "worker-gpu" else "READER"
         assert environment["AWS_ACCESS_KEY_ID"].startswith(f"${{STROP_STORE_{role}_KEY_ID:?"), name
         assert environment["AWS_SECRET_ACCESS_KEY"].startswith(f"${{STROP_STORE_{role}_SECRET:?"), name
-    for path in (COMPOSE, COMPOSE_GPU):  # no override hands a service another key
+    for path in (COMPOSE, *COMPOSE_OVERRIDES):  # no override hands a service another key
         text = path.read_text()
         assert "${AWS_ACCESS_KEY_ID" not in text and "${AWS_SECRET_ACCESS_KEY" not in text, path.name
 
@@ -307,7 +367,7 @@ def test_the_store_keys_policies_let_the_reader_get_the_writer_put_and_only_the_
         holders = {
             name for name, s in services.items() if (s.get("environment") or {}).get(f"STROP_STORE_{role}_SECRET")
         }
-        expected = {"store-users", "api"} if role == "PURGE" else {"store-users"}
+        expected = {"store-users", *STORE_COPIERS.get(role, ()), *(["api"] if role == "PURGE" else [])}
         assert holders == expected, role  # any other container that loads compose.env has it blanked
         for name, service in services.items():
             loads_compose_env = {"path": "compose.env", "required": True} in (service.get("env_file") or [])
@@ -320,8 +380,9 @@ def test_the_store_keys_policies_let_the_reader_get_the_writer_put_and_only_the_
 
 
 def test_every_container_drops_every_capability_and_cannot_gain_privileges(services):
-    for name, service in compose(COMPOSE_GPU)["services"].items():  # GPUs need no capability
-        assert not {"privileged", "cap_add", "cap_drop", "security_opt", "user"} & set(service), name
+    for path in COMPOSE_OVERRIDES:
+        for name, service in compose(path)["services"].items():  # GPUs need no capability
+            assert not {"privileged", "cap_add", "cap_drop", "security_opt", "user"} & set(service), name
     for name, service in services.items():
         assert service["security_opt"] == ["no-new-privileges:true"], name
         assert service["cap_drop"] == ["ALL"], name
@@ -353,3 +414,24 @@ def test_every_secret_the_env_file_example_sets_is_one_strop_refuses():
         value = secret.value(example)
         assert value and weakness(value, secret.min_length) is not None, secret.label
     assert weakness(example["REDIS_PASSWORD"], 24) is not None
+
+
+def store_copy_script(services: dict[str, dict], name: str) -> str:
+    return "\n".join(services[name]["command"])
+
+
+def test_the_store_backup_reads_the_bucket_with_the_reader_key_into_the_folder_it_is_given(services):
+    """Reachable from the host with no published port: a one-off container on the stack's network,
+    the object store's image (its mc), the reader key (list and get), copying into /backup, a host
+    folder mounted at run time; it deletes nothing, in the bucket or the folder."""
+    backup, restore = store_copy_script(services, "store-backup"), store_copy_script(services, "store-restore")
+    assert services["store-backup"]["image"] == services["object-store"]["image"]
+    alias = 'alias set store http://object-store:9000 "$$STROP_STORE_{0}_KEY_ID" "$$STROP_STORE_{0}_SECRET"'
+    assert alias.format("READER") in backup and alias.format("WRITER") in restore
+    assert re.search(r'mc --config-dir /tmp/mc mirror store/"\$\$bucket" /backup\n', backup)
+    assert re.search(r'mc --config-dir /tmp/mc mirror /backup store/"\$\$bucket"\n', restore)
+    for name, script in (("store-backup", backup), ("store-restore", restore)):
+        assert "--remove" not in script and " rm " not in script and "--overwrite" not in script, name
+        assert "MINIO_ROOT" not in script and "env_file" not in services[name], f"{name} holds no root key"
+        assert services[name]["depends_on"] == {"store-users": {"condition": "service_completed_successfully"}}
+        assert services[name]["profiles"] == ["store"] and "volumes" not in services[name]
