@@ -60,7 +60,7 @@ starter: venv
 	$(PY) -m gpu_trainer starter --size small
 
 lint: venv lint-imports
-	$(VENV)/bin/ruff check apps config workers benchmarks tests gpu_trainer sdk platform
+	$(VENV)/bin/ruff check apps config workers benchmarks tests gpu_trainer learning_shared sdk platform
 
 # The import contracts in pyproject.toml ([tool.importlinter]).
 lint-imports: venv

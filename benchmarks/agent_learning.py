@@ -10,7 +10,7 @@ The simulated user is satisfied only by answers in one format (``--format``):
 
 A satisfied user gives ``thumbs_up`` (reward +1.0 in the default policy), any other answer gets a
 dissatisfied follow-up (``follow_up_dissatisfied``, −0.5). The conversation is rendered with the
-model's chat template as Strop renders it (``gpu_trainer.chat``), answers are sampled as serving
+model's chat template as Strop renders it (``learning_shared.chat``), answers are sampled as serving
 samples them (temperature 1, at most ``--max-tokens`` tokens: the user judges the opening), and
 each becomes one training sample as the exporter writes it.
 
@@ -73,7 +73,7 @@ def outcome_of(answer: str, fmt: str) -> str:
 
 def run_policy(model_dir: Path, adapter: Path | None, tasks: Sequence[Task], args: argparse.Namespace, *,
                seed: int, label: str) -> tuple[list[Served], list[str]]:
-    from gpu_trainer.chat import chat_prompt_text
+    from learning_shared.chat import chat_prompt_text
 
     model, tokenizer = load_model(model_dir, adapter)
     prompts = [chat_prompt_text(tokenizer, model_dir, conversation(task)) for task in tasks]
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from gpu_trainer.config import PPOConfig
-    from gpu_trainer.errors import TrainerInputError
+    from learning_shared.errors import TrainerInputError
 
     torch.set_num_threads(max(1, args.threads))
     for name in ("train", "eval", "rounds", "max_tokens"):

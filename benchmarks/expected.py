@@ -58,7 +58,7 @@ def expected_outcomes(model, tokenizer, prompts: Sequence[str], tasks: Sequence[
     from gpu_trainer.logprobs import completion_logits
     from gpu_trainer.memory import release_freed_memory
     from gpu_trainer.model_loading import special_token_ids
-    from gpu_trainer.samples import Sample
+    from learning_shared.samples import Sample
 
     eos_id, pad_id = special_token_ids(tokenizer, model)
     ending = torch.tensor(ending_token_ids(tokenizer, line_stop=line_stop))

@@ -11,11 +11,11 @@ accepted more often, on code it never trained on?
    defaults (batch-mean baseline) and the seed's raw-reward variant (``baseline=none`` and no
    counterfactual silence: an action with reward 0, silence, gets no gradient, and a rejection
    only pushes down). A partial accept or an edit (``simdev.respond``) also carries the
-   exporter's token-level credit (``gpu_trainer.credit``). ``--rounds`` > 1 repeats
+   exporter's token-level credit (``learning_shared.credit``). ``--rounds`` > 1 repeats
    collect-then-train, each adapter collecting with its own policy on fresh tasks and continuing
    from its own previous adapter; the raw variant, the comparison, trains in the first round only.
    The show gate is refitted on each version's last window, checked across files
-   (``gpu_trainer.show_gate``).
+   (``learning_shared.show_gate``).
 3. Evaluate the base model and both adapters on ``--eval-tasks`` tasks of the evaluation packages
    (or ``--tasks FILE.jsonl``) with the same developer, the same sampling and the same seeds.
 
@@ -87,7 +87,7 @@ from benchmarks.simdev import (  # noqa: E402
     read_jsonl,
     summarise,
 )
-from gpu_trainer.show_gate import (  # noqa: E402
+from learning_shared.show_gate import (  # noqa: E402
     GateEvent,
     fit_show_threshold,
     recall_of,
@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="skip the expected (computed) outcomes of the line developer")
     parser.add_argument("--out", help="keep adapters and events here (default: a temporary folder)")
     parser.add_argument("--no-gate", action="store_true",
-                        help="no show gate: 'trained' is the adapter alone (gpu_trainer.show_gate)")
+                        help="no show gate: 'trained' is the adapter alone (learning_shared.show_gate)")
     parser.add_argument("--gate-recall", type=float, default=0.95,
                         help="the show gate's recall of accepted suggestions (the training policy's default 0.95)")
     parser.add_argument("--eval-each-round", action="store_true",
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from gpu_trainer.config import PPOConfig
-    from gpu_trainer.errors import TrainerInputError
+    from learning_shared.errors import TrainerInputError
 
     torch.set_num_threads(max(1, args.threads))
     for name in ("train_tasks", "eval_tasks", "rounds"):

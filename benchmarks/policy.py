@@ -18,8 +18,8 @@ from typing import Any
 from benchmarks.expected import Expected, expected_outcomes
 from benchmarks.sampling import Served, sample_suggestions
 from benchmarks.simdev import REWARDS, Request, Task, respond
-from gpu_trainer.credit import kept_prefix, preferred_token_ids, token_rewards
-from gpu_trainer.show_gate import GATE_ACCEPTED, GateEvent, suggestion_score, withholds
+from learning_shared.credit import kept_prefix, preferred_token_ids, token_rewards
+from learning_shared.show_gate import GATE_ACCEPTED, GateEvent, suggestion_score, withholds
 
 
 def resolve_model(name: str) -> Path:
@@ -57,7 +57,7 @@ def load_model(model_dir: Path, adapter_dir: Path | None):
 
 
 def prompts_for(tasks: Sequence[Task], population: str, family: str) -> list[str]:
-    from gpu_trainer.fim import build_fim_prompt
+    from learning_shared.fim import build_fim_prompt
 
     return [build_fim_prompt(family, t.prefix, t.suffix_for(population)) for t in tasks]  # type: ignore[arg-type]
 
@@ -72,7 +72,7 @@ def run_policy(model_dir: Path, adapter_dir: Path | None, tasks: Sequence[Task],
                ) -> tuple[list[Served], list[Request], Expected | None]:
     """Serve every task with one policy and let the developer decide each suggestion; with
     ``expected``, also compute every task's expected outcome under the same policy."""
-    from gpu_trainer.fim import detect_family
+    from learning_shared.fim import detect_family
 
     model, tokenizer = load_model(model_dir, adapter_dir)
     prompts = prompts_for(tasks, args.population, detect_family(model_dir))

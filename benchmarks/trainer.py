@@ -45,7 +45,7 @@ STDLIB_MODULES = ("argparse.py", "typing.py", "dataclasses.py", "pathlib.py", "i
 def synthetic_samples(tokenizer, n: int, *, max_prompt_tokens: int, seed: int) -> list:
     import sysconfig
 
-    from gpu_trainer.samples import Sample
+    from learning_shared.samples import Sample
 
     rng = random.Random(seed)
     stdlib = Path(sysconfig.get_paths()["stdlib"])

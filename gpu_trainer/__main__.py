@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpu_trainer.errors import TrainerInputError
+from learning_shared.errors import TrainerInputError
 
 
 def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                             parent_adapter_dir=args.parent, progress=not args.no_progress)
     else:
         from gpu_trainer.ppo import train_ppo
-        from gpu_trainer.samples import load_samples
+        from learning_shared.samples import load_samples
 
         result = train_ppo(config, load_samples(args.data), base_model_dir=args.base, out_dir=args.out,
                            parent_adapter_dir=args.parent, progress=not args.no_progress)
@@ -92,7 +92,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gpu_trainer.fim import FAMILIES
+    from learning_shared.fim import FAMILIES
 
     parser = argparse.ArgumentParser(prog="python -m gpu_trainer",
                                      description="Strop's trainer: starter model, critic-free PPO on LoRA, scoring.")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpu_trainer.errors import AdapterInvalidError, AdapterWriteError
+from learning_shared.errors import AdapterInvalidError, AdapterWriteError
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"

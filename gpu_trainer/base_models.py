@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from gpu_trainer.adapters import base_model_fingerprint
-from gpu_trainer.errors import TrainerInputError
-from gpu_trainer.fim import detect_family
 from gpu_trainer.model_cache import build_once, default_cache_root, pin_tokenizer_class
 from gpu_trainer.starter import ensure_starter_model, starter_recipe
+from learning_shared.errors import TrainerInputError
+from learning_shared.fim import detect_family
 
 BASE_RECORD = "strop_base.json"
 # Bump when the conversion code changes the bytes it writes for the same GGUF file.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpu_trainer.samples import Sample
+from learning_shared.samples import Sample
 
 
 @dataclass

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_trainer.errors import TrainerInputError
+from learning_shared.errors import TrainerInputError
 
 DEFAULT_LORA_TARGETS: tuple[str, ...] = (
     "q_proj",

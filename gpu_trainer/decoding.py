@@ -12,9 +12,9 @@ from typing import Any
 import torch
 
 from gpu_trainer.batching import plan_micro_batches
-from gpu_trainer.fim import PLAIN, stop_tokens
-from gpu_trainer.fim_metrics import mean_scores
 from gpu_trainer.memory import release_freed_memory
+from learning_shared.fim import PLAIN, stop_tokens
+from learning_shared.fim_metrics import mean_scores
 
 
 def stop_token_ids(tokenizer, family: str | None, eos_id: int) -> list[int]:

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_trainer.errors import TrainerInputError
+from learning_shared.errors import TrainerInputError
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 

@@ -18,13 +18,13 @@ import torch
 
 from gpu_trainer.config import GRPOConfig
 from gpu_trainer.decoding import cut_at_stop, stop_token_ids
-from gpu_trainer.errors import TrainerInputError
-from gpu_trainer.fim import build_fim_prompt, detect_family
-from gpu_trainer.fim_metrics import edit_similarity
 from gpu_trainer.model_loading import Policy, load_policy
 from gpu_trainer.policy_update import StepCallback, run_policy_update, summarize
 from gpu_trainer.ppo import TrainResult, save_adapter
-from gpu_trainer.samples import Sample
+from learning_shared.errors import TrainerInputError
+from learning_shared.fim import build_fim_prompt, detect_family
+from learning_shared.fim_metrics import edit_similarity
+from learning_shared.samples import Sample
 
 ScoreFn = Callable[[str, dict[str, Any]], float]
 

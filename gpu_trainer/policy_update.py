@@ -24,15 +24,15 @@ import torch
 
 from gpu_trainer.batching import PaddedBatch, completion_tokens, make_batch, plan_micro_batches, sequence_length
 from gpu_trainer.config import PPOConfig
-from gpu_trainer.errors import TrainingDivergedError
 from gpu_trainer.logprobs import completion_and_silence_logprobs, completion_logprobs
 from gpu_trainer.losses import clipped_policy_loss, kl_to_reference, masked_mean
 from gpu_trainer.memory import release_freed_memory
 from gpu_trainer.model_loading import Policy, adapter_is_identity
 from gpu_trainer.precision import forward_precision
 from gpu_trainer.preference import PairPass, pair_logprobs, plan_pair_passes, preference_loss, preference_rows
-from gpu_trainer.samples import Sample, silent_token_ids
 from gpu_trainer.silence import counterfactual_advantages, silence_loss
+from learning_shared.errors import TrainingDivergedError
+from learning_shared.samples import Sample, silent_token_ids
 
 StepCallback = Callable[[dict[str, Any]], None]
 

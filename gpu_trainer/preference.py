@@ -31,7 +31,7 @@ from gpu_trainer.config import PPOConfig
 from gpu_trainer.logprobs import completion_logprobs
 from gpu_trainer.model_loading import Policy
 from gpu_trainer.precision import forward_precision
-from gpu_trainer.samples import Sample
+from learning_shared.samples import Sample
 
 
 def preference_rows(samples: Sequence[Sample]) -> list[int]:

@@ -23,13 +23,13 @@ from gpu_trainer.adapters import verify_adapter
 from gpu_trainer.batching import make_batch, plan_micro_batches, sequence_length
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.decoding import fim_scores, greedy_completions
-from gpu_trainer.errors import TrainerInputError
-from gpu_trainer.fim import build_fim_prompt, detect_family
 from gpu_trainer.logprobs import completion_logprobs
 from gpu_trainer.memory import release_freed_memory
 from gpu_trainer.model_loading import load_base_model, load_tokenizer, special_token_ids
 from gpu_trainer.precision import resolve_device_dtype
-from gpu_trainer.samples import Sample, check_samples_against_vocab
+from learning_shared.errors import TrainerInputError
+from learning_shared.fim import build_fim_prompt, detect_family
+from learning_shared.samples import Sample, check_samples_against_vocab
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 
 from gpu_trainer.config import PPOConfig
-from gpu_trainer.samples import Sample
+from learning_shared.samples import Sample
 
 
 def silence_loss(new_silent: torch.Tensor, old_silent: torch.Tensor, advantages: torch.Tensor, *, clip: float,

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_trainer.fim import FIM_FORMATS
 from gpu_trainer.model_cache import build_once, default_cache_root, pin_tokenizer_class
+from learning_shared.fim import FIM_FORMATS
 
 # Bump when the build code changes in a way that changes the model for the same recipe.
 STARTER_CODE_VERSION = 1

@@ -18,7 +18,7 @@ import torch
 from gpu_trainer.batching import make_batch, plan_micro_batches, sequence_length
 from gpu_trainer.logprobs import chosen_token_logprobs, completion_logits
 from gpu_trainer.memory import release_freed_memory
-from gpu_trainer.samples import Sample
+from learning_shared.samples import Sample
 
 
 @contextmanager

@@ -118,10 +118,10 @@ args=(
 )
 [[ -n "$max_model_len" ]] && args+=(--max-model-len "$max_model_len")
 # A base model without a chat template (the starter model) gets ChatML, the one the dataset export
-# uses for it too (gpu_trainer/chat.py), so /v1/chat/completions works on every base.
+# uses for it too (learning_shared/chat.py), so /v1/chat/completions works on every base.
 if [[ ! -f "$MODEL/chat_template.jinja" && ! -f "$MODEL/chat_template.json" ]] \
     && ! grep -q '"chat_template"' "$MODEL/tokenizer_config.json" 2>/dev/null; then
-    args+=(--chat-template "$ROOT/gpu_trainer/chat_template.jinja")
+    args+=(--chat-template "$ROOT/learning_shared/chat_template.jinja")
 fi
 # Tool calls in chat (tool_choice auto, required or named) are read from the model's text by this
 # parser; hermes reads <tool_call>{"name", "arguments"}</tool_call>, the form that template writes.

@@ -28,8 +28,8 @@ def base_model_register(*, name: str, path: str | Path, family: str | None = Non
     weights either way, and a record that no longer matches them is refused.
     """
     from gpu_trainer.base_models import describe_base_model
-    from gpu_trainer.errors import TrainerInputError
-    from gpu_trainer.fim import FIM_FORMATS
+    from learning_shared.errors import TrainerInputError
+    from learning_shared.fim import FIM_FORMATS
 
     model_dir = Path(path).resolve()
     if family is not None and family not in FIM_FORMATS:
@@ -98,7 +98,7 @@ def adapter_version_register(
     them from files again. Loading into vLLM happens after commit.
     """
     from gpu_trainer.adapters import verify_adapter
-    from gpu_trainer.errors import AdapterInvalidError
+    from learning_shared.errors import AdapterInvalidError
 
     if adapter.tenant_id != tenant.pk or (parent is not None and parent.adapter_id != adapter.pk):
         raise ValueError("adapter or parent belongs elsewhere")

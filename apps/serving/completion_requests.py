@@ -73,7 +73,7 @@ def completion_request_build(
 
 def suffix_shown(base: BaseModel, request: CompletionRequest) -> bool:
     """Whether the model saw the suffix: only a base with FIM tokens can be shown one."""
-    from gpu_trainer.fim import fim_format
+    from learning_shared.fim import fim_format
 
     if not request.is_fim:
         return False
@@ -91,7 +91,7 @@ def fim_stop_token_ids(model_dir: str, family: str) -> tuple[int, ...]:
     They go to vLLM as ``stop_token_ids``: they are special tokens, stripped from the text, so
     stop *strings* would never match them.
     """
-    from gpu_trainer.fim import stop_tokens
+    from learning_shared.fim import stop_tokens
 
     path = Path(model_dir) / "tokenizer.json"
     if not path.is_file():
@@ -105,7 +105,7 @@ def fim_stop_token_ids(model_dir: str, family: str) -> tuple[int, ...]:
 
 
 def vllm_kwargs(route: Route, request: CompletionRequest) -> dict[str, Any]:
-    from gpu_trainer.fim import build_fim_prompt
+    from learning_shared.fim import build_fim_prompt
 
     extra: dict[str, Any] = dict(request.sampling)
     prompt = request.prompt

@@ -31,9 +31,9 @@ from apps.adapters.models import BaseModel
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
 from apps.training.selectors import training_events_eligible
-from gpu_trainer.credit import kept_prefix as kept_prefix_of
-from gpu_trainer.credit import persisted_token_rewards, preferred_token_ids, token_rewards
-from gpu_trainer.show_gate import GATE_ACCEPTED, GateEvent, suggestion_score
+from learning_shared.credit import kept_prefix as kept_prefix_of
+from learning_shared.credit import persisted_token_rewards, preferred_token_ids, token_rewards
+from learning_shared.show_gate import GATE_ACCEPTED, GateEvent, suggestion_score
 
 
 @dataclass
@@ -59,7 +59,7 @@ def gate_event(feedback: Feedback) -> GateEvent | None:
     ):
         return None
     weight = float(((interaction.metadata or {}).get("show_gate") or {}).get("weight", 1.0))
-    # Grouped by end user: the fit checks itself on users it was not fitted on (gpu_trainer.show_gate).
+    # Grouped by end user: the fit checks itself on users it was not fitted on (learning_shared.show_gate).
     return GateEvent(
         score=suggestion_score(logprobs),
         accepted=feedback.outcome in GATE_ACCEPTED,
@@ -154,8 +154,8 @@ def interaction_to_sample(
 
 
 def _sample(interaction: Interaction, *, base: BaseModel, reward: float) -> dict[str, Any]:
-    from gpu_trainer.chat import chat_prompt_ids
-    from gpu_trainer.fim import build_fim_prompt
+    from learning_shared.chat import chat_prompt_ids
+    from learning_shared.fim import build_fim_prompt
 
     vocab = _vocab_size(base.path)
     prompt_ids, completion_ids = interaction.prompt_token_ids, interaction.completion_token_ids

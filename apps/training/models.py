@@ -44,7 +44,7 @@ class TrainingPolicy(models.Model):
         default=True, help_text="learn a show threshold per version: completions the model is unsure of are withheld"
     )
     show_gate_recall = models.FloatField(
-        default=0.95, help_text="share of the window's accepted suggestions the threshold keeps (gpu_trainer.show_gate)"
+        default=0.95, help_text="share of the window's accepted suggestions the threshold keeps (the show gate)"
     )
     show_gate_explore = models.FloatField(
         default=0.05, help_text="chance that serving shows a withheld suggestion anyway, so the gate keeps learning"

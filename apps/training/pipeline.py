@@ -38,8 +38,8 @@ from apps.training.services import (
     training_schedule_tenant,
     wall_time_reason,
 )
-from gpu_trainer.errors import TrainerInputError, TrainingDivergedError
-from gpu_trainer.show_gate import fit_show_threshold, threshold_of
+from learning_shared.errors import TrainerInputError, TrainingDivergedError
+from learning_shared.show_gate import fit_show_threshold, threshold_of
 
 logger = logging.getLogger(__name__)
 
@@ -275,7 +275,7 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
 
 
 def _fit_show_gate(window: Window, policy: TrainingPolicy) -> dict[str, Any] | None:
-    """The candidate's show gate, fitted on the window's shown completions (gpu_trainer.show_gate);
+    """The candidate's show gate, fitted on the window's shown completions (learning_shared.show_gate);
     None when the policy turns it off or too few suggestions were accepted to place it."""
     if not policy.show_gate:
         return None

@@ -21,7 +21,7 @@ RUN bash platform/docker/install-vllm.sh "$VLLM_VARIANT"
 COPY platform/Procfile platform/vllm.sh platform/
 COPY platform/vllm_plugins/ platform/vllm_plugins/
 COPY platform/docker/entrypoint.sh platform/docker/healthcheck.py platform/docker/
-COPY gpu_trainer/chat_template.jinja gpu_trainer/
+COPY learning_shared/chat_template.jinja learning_shared/
 USER 10001:10001
 EXPOSE 8100
 # Loading the model takes a while (30-60 s for the starter model on a CPU; minutes for a large one).

@@ -32,7 +32,7 @@ from tests.test_env_example import settings_read
 PROXY = ROOT / "platform" / "nginx-strop.conf"
 UNLOGGED = r"^/(dashboard/invite|dashboard/password/reset|v1/users)/"
 NGINX = shutil.which("nginx")
-needs_nginx = pytest.mark.skipif(NGINX is None, reason="nginx is not installed here (make browser installs it: apt-get install nginx-light)")
+needs_nginx = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (make browser installs nginx-light)")
 
 
 def documented_settings() -> dict[str, str]:

@@ -11,9 +11,9 @@ from safetensors.torch import load_file, save_file
 
 from gpu_trainer.adapters import verify_adapter
 from gpu_trainer.config import PPOConfig
-from gpu_trainer.errors import AdapterInvalidError, TrainingDivergedError
 from gpu_trainer.model_loading import load_policy
 from gpu_trainer.ppo import save_adapter, train_ppo
+from learning_shared.errors import AdapterInvalidError, TrainingDivergedError
 from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids
 
 WEIGHTS = "adapter_model.safetensors"

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from gpu_trainer.config import GRPOConfig
-from gpu_trainer.fim_metrics import edit_similarity
 from gpu_trainer.grpo import group_advantages, train_grpo
+from learning_shared.fim_metrics import edit_similarity
 from tests.gpu_trainer.helpers import prompt_ids
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpu_trainer.fim import FAMILIES, FIM_FAMILIES, build_fim_prompt, detect_family, stop_tokens
+from learning_shared.fim import FAMILIES, FIM_FAMILIES, build_fim_prompt, detect_family, stop_tokens
 
 
 @pytest.mark.parametrize(
@@ -56,6 +56,6 @@ def test_detect_family_from_vocab_and_from_a_model_directory(tmp_path):
 
 
 def test_importing_fim_does_not_import_torch():
-    code = "import sys, gpu_trainer.fim, gpu_trainer.config, gpu_trainer.samples; print('torch' in sys.modules)"
+    code = "import sys, learning_shared.fim, gpu_trainer.config, learning_shared.samples; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -15,10 +15,10 @@ from safetensors.torch import load_file, save_file
 
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.decoding import comparable, greedy_completions
-from gpu_trainer.fim import build_fim_prompt
 from gpu_trainer.gate import GateConfig, GateVerdict, evaluate_candidate, off_policy_value
 from gpu_trainer.model_loading import load_tokenizer, special_token_ids
 from gpu_trainer.ppo import train_ppo
+from learning_shared.fim import build_fim_prompt
 from tests.fixtures.vllm import write_random_lora
 from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids, without_fim_tokens
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpu_trainer.config import PPOConfig
-from gpu_trainer.errors import TrainerInputError
 from gpu_trainer.ppo import train_ppo
-from gpu_trainer.samples import coerce_samples, load_samples
+from learning_shared.errors import TrainerInputError
+from learning_shared.samples import coerce_samples, load_samples
 
 GOOD = (
     '{"prompt_token_ids": [1, 5, 6], "completion_token_ids": [7, 8], '
@@ -97,7 +97,7 @@ def test_a_config_accepts_null_target_kl_and_an_int_learning_rate():
 
 
 def test_silent_samples_name_the_tokens_that_show_nothing():
-    from gpu_trainer.samples import silent_token_ids
+    from learning_shared.samples import silent_token_ids
 
     samples = coerce_samples([
         {"prompt_token_ids": [1], "completion_token_ids": [198], "reward": 0.0, "silent": True},

@@ -12,10 +12,10 @@ import torch
 from transformers import AutoTokenizer
 
 from gpu_trainer.config import PPOConfig
-from gpu_trainer.errors import TrainerInputError
 from gpu_trainer.ppo import train_ppo
 from gpu_trainer.preference import preference_loss, preference_rows
-from gpu_trainer.samples import Sample, check_samples_against_vocab
+from learning_shared.errors import TrainerInputError
+from learning_shared.samples import Sample, check_samples_against_vocab
 from tests.gpu_trainer.helpers import completion_logprobs, load, prompt_ids
 
 # As tests/gpu_trainer/test_ppo.py: strong enough for one update to show, silence off (not under test).

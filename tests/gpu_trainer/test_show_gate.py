@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_trainer.show_gate import (
+from learning_shared.show_gate import (
     MIN_ACCEPTED,
     GateEvent,
     fit_show_threshold,

@@ -9,7 +9,7 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gpu_trainer import starter
-from gpu_trainer.fim import build_fim_prompt, detect_family
+from learning_shared.fim import build_fim_prompt, detect_family
 
 
 def test_tiny_starter_is_cached(tiny_starter_model):

@@ -35,7 +35,7 @@ def client(live_server, serve_client, serving_adapter) -> openai.OpenAI:
 def _templated_ids(interaction: Interaction, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
     from transformers import AutoTokenizer
 
-    from gpu_trainer.chat import chat_prompt_ids
+    from learning_shared.chat import chat_prompt_ids
 
     path = interaction.adapter.base_model.path
     return chat_prompt_ids(AutoTokenizer.from_pretrained(path), path, messages, tools)

@@ -196,12 +196,12 @@ def test_each_round_is_evaluated_with_its_own_figures(tiny_starter_model, capsys
 
 def test_a_partial_accept_and_an_edit_train_with_the_exporters_token_credit(tiny_starter_model):
     """The benchmark's samples carry the credit the exporter gives the same feedback
-    (``gpu_trainer.credit.token_rewards``): the taken tokens +0.75, the first untaken −0.25; an
+    (``learning_shared.credit.token_rewards``): the taken tokens +0.75, the first untaken −0.25; an
     edit also its kept text as tokens (``preferred_token_ids``)."""
     from benchmarks.sampling import Served
     from benchmarks.simdev import Request, respond
-    from gpu_trainer.credit import token_rewards
     from gpu_trainer.model_loading import load_tokenizer
+    from learning_shared.credit import token_rewards
 
     tokenizer = load_tokenizer(tiny_starter_model)
     meant = "total = compute(items, rate)"

@@ -140,7 +140,7 @@ def test_an_erased_users_session_outcomes_go_with_their_turns(tenant, tiny_adapt
 def test_a_logged_conversation_exports_with_the_chat_template(tenant, tiny_adapter):
     from transformers import AutoTokenizer
 
-    from gpu_trainer.chat import chat_prompt_ids
+    from learning_shared.chat import chat_prompt_ids
 
     (interaction_id,) = turns(tenant, "s", [0]).values()
     interaction = Interaction.objects.get(pk=interaction_id)

@@ -13,9 +13,9 @@ from transformers import AutoTokenizer
 from apps.interactions.services import feedback_ingest, interactions_ingest
 from apps.training.dataset import dataset_export
 from apps.training.models import TrainingPolicy, TrainingRun
-from gpu_trainer.chat import chat_prompt_ids
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.ppo import train_ppo
+from learning_shared.chat import chat_prompt_ids
 from tests.gpu_trainer.helpers import load, next_token_probs
 
 pytestmark = pytest.mark.django_db

@@ -12,8 +12,8 @@ from apps.interactions.services import feedback_ingest, interactions_ingest
 from apps.training.dataset import dataset_export, interaction_to_sample
 from apps.training.models import TrainingRun
 from gpu_trainer.config import PPOConfig
-from gpu_trainer.credit import persisted_chars, persisted_token_rewards, token_char_spans
 from gpu_trainer.ppo import train_ppo
+from learning_shared.credit import persisted_chars, persisted_token_rewards, token_char_spans
 from tests.gpu_trainer.helpers import completion_logprobs, load
 
 pytestmark = pytest.mark.django_db
@@ -48,7 +48,7 @@ def persisted_only(persisted: range = ADD_TOKENS, reward: float = P) -> list[flo
     return [reward if k in persisted else 0.0 for k in range(N_TOKENS)]
 
 
-# ---- the credit function (gpu_trainer.credit), pure ----
+# ---- the credit function (learning_shared.credit), pure ----
 
 
 def test_only_runs_of_three_characters_or_more_persist():

@@ -23,6 +23,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='trainingpolicy',
             name='show_gate_recall',
-            field=models.FloatField(default=0.95, help_text="share of the window's accepted suggestions the threshold keeps (gpu_trainer.show_gate)"),
+            field=models.FloatField(default=0.95, help_text="share of the window's accepted suggestions the threshold keeps (learning_shared.show_gate)"),
         ),
     ]

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu_trainer.errors import TrainerInputError
+from learning_shared.errors import TrainerInputError
 
 
 @dataclass(frozen=True)
