@@ -90,7 +90,8 @@ class TenantSettingsForm(forms.Form):
 
 
 class JSONObjectField(forms.JSONField):
-    widget = forms.Textarea(attrs={"rows": 4, "spellcheck": "false"})
+    widget = forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "placeholder": '{"learning_rate": 0.0001}'})
+    default_error_messages = {"invalid": 'Not valid JSON: enter an object, e.g. {"learning_rate": 0.0001}.'}
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("required", False)
