@@ -29,7 +29,9 @@ def attach_service_error(form: forms.Form, exc: ValidationFailed) -> None:
     error_field_for = getattr(form, "error_field_for", None)
     field = error_field_for(name) if error_field_for else name.split(".", 1)[0]
     if sep and field in form.fields:
-        form.add_error(field, message.strip() if field == name or field.startswith("gate_") else exc.message)
+        # A field of the name's own shows the reason alone; a parent field, the whole message naming the key.
+        own = field == name or field != name.split(".", 1)[0]
+        form.add_error(field, message.strip() if own else exc.message)
     else:
         form.add_error(None, exc.message)
 

@@ -24,8 +24,10 @@ WIDTHS = {"desktop": 1280, "phone": 390}
 COLOURS = 64
 # A long list (50 interactions) is cut at this height: the docs show its top, the tour checks it all.
 MAX_HEIGHT = 2400
-# States of a page already shown (its pair is enough for the docs).
-SKIP = {"interactions-withheld"}
+# Steps of the flows (tests/dashboard/browser/test_flows.py) and states of a page already shown:
+# the docs show each page once.
+SKIP = {"interaction-withheld", "interactions-withheld", "webhooks-with-delivery", "webhook-rotated"}
+SKIP_PREFIX = "flow-"
 
 
 def shrink(source: Path, target: Path) -> int:
@@ -37,7 +39,8 @@ def shrink(source: Path, target: Path) -> int:
 
 
 def main() -> int:
-    pages = sorted({p.name.rsplit("-", 1)[0] for p in SOURCE.glob("*-desktop.png")} - SKIP)
+    names = {p.name.rsplit("-", 1)[0] for p in SOURCE.glob("*-desktop.png")}
+    pages = sorted(name for name in names - SKIP if not name.startswith(SKIP_PREFIX))
     if not pages:
         print(f"no screenshots under {SOURCE}: run the browser tour first", file=sys.stderr)
         return 1
