@@ -140,7 +140,18 @@ def test_every_relative_link_and_anchor_resolves(path):
 
 # A section named in prose or a comment: README, "Agents" / operations.md, "Backup and restore".
 NAMED_SECTION = re.compile(r"""\b(README|[\w-]+\.md)(?:'s)?,?\s+"([^"\n]+)"(?:\s+section)?""")
-SCANNED_SOURCES = ("apps", "config", "workers", "platform", "sdk", "gpu_trainer", "benchmarks", "tests", "docs")
+SCANNED_SOURCES = (
+    "apps",
+    "config",
+    "workers",
+    "platform",
+    "sdk",
+    "gpu_trainer",
+    "benchmarks",
+    "tests",
+    "docs",
+    "templates",
+)
 
 
 def _guide(name: str) -> Path | None:

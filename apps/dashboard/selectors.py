@@ -189,3 +189,24 @@ def actor_labels(actors: set[str]) -> dict[str, str]:
         return {}
     names = get_user_model().objects.filter(pk__in=ids).values_list("pk", "username")
     return {f"user:{pk}": username for pk, username in names}
+
+
+def tenant_has_traffic(tenant: Tenant) -> bool:
+    """Whether any interaction of the tenant has arrived: until one has, the overview guides to it."""
+    return Interaction.objects.filter(tenant=tenant).exists()
+
+
+# How many of an adapter's latest interactions say whether it serves agents (chat) or editors.
+RECENT_FOR_KIND = 200
+
+
+def adapter_serves_agents(adapter: Adapter) -> bool:
+    """Whether the adapter answers agents: one of its latest interactions is a chat (a conversation).
+    Bounded: the newest few by the (tenant, received_at) index, never a scan of its history."""
+    recent = (
+        Interaction.objects.filter(tenant_id=adapter.tenant_id, adapter=adapter)
+        .order_by("-received_at")
+        .annotate(chat=ExpressionWrapper(Q(messages__isnull=False), output_field=BooleanField()))
+        .values_list("chat", flat=True)[:RECENT_FOR_KIND]
+    )
+    return any(recent)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, reverse_lazy
 
+from apps.dashboard.forms import DashboardPasswordChangeForm
 from apps.dashboard.views import (
     adapters,
     cohorts,
@@ -95,6 +96,7 @@ urlpatterns = [
         "password/",
         auth_views.PasswordChangeView.as_view(
             template_name="dashboard/auth/password_change.html",
+            form_class=DashboardPasswordChangeForm,
             success_url=reverse_lazy("dashboard:password-change-done"),
         ),
         name="password-change",

@@ -73,7 +73,6 @@ ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
             "show_gate_recall": "0.95",
             "show_gate_explore": "0.05",
             "trainer_overrides": "{}",
-            "gate_overrides": "{}",
         },
         "training_policy.update",
     ),

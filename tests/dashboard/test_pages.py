@@ -84,8 +84,8 @@ def test_policy_errors_from_the_service_sit_beside_their_field(login, world):
     assert response.context["form"].errors == {"heldout_fraction": ["must be in [0, 0.9)"]}
     response = client.post(url, _policy_data(trainer_overrides='{"no_such_setting": 1}'))
     assert list(response.context["form"].errors) == ["trainer_overrides"]
-    response = client.post(url, _policy_data(gate_overrides="[1, 2]"))
-    assert list(response.context["form"].errors) == ["gate_overrides"]
+    response = client.post(url, _policy_data(gate_max_kl="9"))  # the eval gate's knobs are fields of their own
+    assert list(response.context["form"].errors) == ["gate_max_kl"]
     response = client.post(url, _policy_data(max_wait_s="-5"))
     assert list(response.context["form"].errors) == ["max_wait_s"]
     assert not TrainingPolicy.objects.filter(adapter=world.adapter).exists()

@@ -14,7 +14,7 @@ from apps.adapters.services import adapter_version_promote
 from apps.common.exceptions import ApplicationError, ValidationFailed
 from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.forms import TrainingPolicyForm, attach_service_error
-from apps.dashboard.selectors import adapter_lineage
+from apps.dashboard.selectors import adapter_lineage, adapter_serves_agents
 from apps.dashboard.views.common import tenant_render
 from apps.experiments.selectors import experiment_running_for
 from apps.experiments.services import adapter_rollback
@@ -120,7 +120,8 @@ def training_policy(request: HttpRequest, ctx: TenantContext, adapter_name: str)
     """Everyone reads the policy; admins and owners change it (through training_policy_update)."""
     adapter = ctx.adapter(adapter_name)
     policy = training_policy_get(adapter)
-    form = TrainingPolicyForm.for_policy(policy, data=request.POST if request.method == "POST" else None)
+    agent = adapter_serves_agents(adapter)
+    form = TrainingPolicyForm.for_policy(policy, data=request.POST if request.method == "POST" else None, agent=agent)
     if request.method == "POST":
         if not ctx.can_act:
             return tenant_render(request, ctx, "dashboard/forbidden.html", status=403)

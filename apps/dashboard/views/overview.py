@@ -5,6 +5,7 @@ from django.shortcuts import render
 
 from apps.adapters.models import Adapter
 from apps.dashboard.access import TenantContext, tenant_page
+from apps.dashboard.selectors import tenant_has_traffic
 from apps.dashboard.stats import (
     DEFAULT_RANGE,
     TIME_RANGES,
@@ -37,6 +38,9 @@ def overview(request: HttpRequest, ctx: TenantContext, adapter_name: str | None 
     adapter = ctx.adapter(adapter_name) if adapter_name else ctx.default_adapter
     if adapter is None:
         return tenant_render(request, ctx, "dashboard/overview/empty.html", section="overview")
+    if not tenant_has_traffic(ctx.tenant):
+        context = {"adapter": adapter, "nav_adapter": adapter, "base_url": request.build_absolute_uri("/").rstrip("/")}
+        return tenant_render(request, ctx, "dashboard/overview/first_run.html", context, section="overview")
     range_key = request.GET.get("range", DEFAULT_RANGE)
     range_key = range_key if range_key in TIME_RANGES else DEFAULT_RANGE
     context = _live_context(adapter)
@@ -52,6 +56,12 @@ def overview(request: HttpRequest, ctx: TenantContext, adapter_name: str | None 
 
 @tenant_page()
 def overview_live(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> HttpResponse:
-    """The live numbers alone, for htmx to swap in every few seconds."""
+    """The live numbers alone, for htmx to swap in every few seconds. Asked by the first-run page
+    (``?first_event=1``): its waiting line again, or, once an interaction has arrived, a reload
+    into the overview (htmx's ``HX-Refresh``)."""
     adapter = ctx.adapter(adapter_name)
+    if request.GET.get("first_event"):
+        if tenant_has_traffic(ctx.tenant):
+            return HttpResponse(status=204, headers={"HX-Refresh": "true"})
+        return render(request, "dashboard/overview/_first_event.html", {"ctx": ctx, "adapter": adapter})
     return render(request, "dashboard/overview/_live.html", {"ctx": ctx, **_live_context(adapter)})

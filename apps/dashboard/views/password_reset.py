@@ -18,6 +18,7 @@ from django.shortcuts import render
 from django.urls import reverse_lazy
 from django.utils.cache import add_never_cache_headers
 
+from apps.dashboard.forms import DashboardSetPasswordForm
 from apps.dashboard.login_throttle import password_reset_request_allowed
 from apps.tenants.reset_tokens import reset_link_tokens, self_service_tokens
 from apps.tenants.team import handed_over_link_refusal
@@ -42,6 +43,7 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
     template_name = _CONFIRM_TEMPLATE
     success_url = reverse_lazy("dashboard:password-reset-complete")
     token_generator = reset_link_tokens  # type: ignore[assignment]
+    form_class = DashboardSetPasswordForm
 
     def dispatch(self, *args: Any, **kwargs: Any) -> HttpResponse:
         user = self.get_user(kwargs.get("uidb64", ""))

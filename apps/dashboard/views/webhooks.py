@@ -4,7 +4,6 @@ often carries a token."""
 
 from __future__ import annotations
 
-from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -12,22 +11,10 @@ from django.shortcuts import redirect
 
 from apps.common.exceptions import ValidationFailed
 from apps.dashboard.access import TenantContext, tenant_page
-from apps.dashboard.forms import attach_service_error
+from apps.dashboard.forms import WebhookCreateForm, attach_service_error
 from apps.dashboard.views.common import tenant_render
-from apps.notifications.models import EVENTS
 from apps.notifications.selectors import webhook_delivery_list, webhook_get_for_tenant, webhook_list
 from apps.notifications.services import webhook_create, webhook_delete, webhook_secret_rotate
-
-
-class WebhookCreateForm(forms.Form):
-    url = forms.CharField(
-        max_length=500, label="Endpoint URL", help_text="https, on a public address; Strop POSTs JSON to it."
-    )
-    events = forms.MultipleChoiceField(
-        choices=list(EVENTS.items()),
-        widget=forms.CheckboxSelectMultiple,
-        initial=list(EVENTS),
-    )
 
 
 @tenant_page()

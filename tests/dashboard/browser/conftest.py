@@ -118,14 +118,32 @@ def check_accessibility(page: Page) -> None:
     assert not bad, f"{page.url}:\n{report}"
 
 
+# Boxes whose content must fit inside them: what sticks out of one is broken layout, not a scroll
+# area (a box that scrolls or clips, like a table's wrapper or a code block, is left alone).
+BOXES = ".card, .stat, .empty-state, .chart-card, .filters, .message, .field, .step, .snippet"
+OVERFLOWING_BOXES = """(selector) => [...document.querySelectorAll(selector)]
+  .filter((el) => el.getClientRects().length && getComputedStyle(el).overflowX === "visible")
+  .filter((el) => el.scrollWidth > el.clientWidth + 1)
+  .map((el) => `${el.tagName.toLowerCase()}.${[...el.classList].join(".")} ` +
+    `"${el.innerText.trim().slice(0, 40).replace(/\\s+/g, " ")}": ${el.scrollWidth - el.clientWidth}px`)"""
+
+
+def check_layout(page: Page, label: str) -> None:
+    """Nothing wider than the screen, and nothing sticking out of its card, stat, field or message."""
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"{page.url} is {overflow}px wider than a {label} screen"
+    sticking_out = page.evaluate(OVERFLOWING_BOXES, BOXES)
+    assert not sticking_out, f"{page.url} at {label} width, wider than their box:\n" + "\n".join(sticking_out)
+
+
 def tour_page(page: Page, name: str) -> None:
-    """Screenshot the current page at desktop and phone width, checking accessibility at each."""
+    """Screenshot the current page at desktop and phone width, checking its layout (nothing overflows
+    the screen or its box) and accessibility at each."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     for label, size in VIEWPORTS.items():
         page.set_viewport_size(size)
         expect(page.locator("body")).to_be_visible()
-        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 0, f"{page.url} is {overflow}px wider than a {label} screen"
+        check_layout(page, label)
         check_accessibility(page)
         path = SCREENSHOTS / f"{name}-{label}.png"
         page.screenshot(path=str(path), full_page=True)

@@ -49,14 +49,16 @@ def test_open_a_training_run_with_its_curves_and_gate(page, live_world):
 def test_policy_errors_sit_beside_their_field_and_nothing_is_saved(page, live_world):
     sign_in(page, live_world.users["admin"])
     page.goto(url_for("training-policy", live_world))
-    page.get_by_label("Heldout fraction").fill("0.95")
+    heldout = page.get_by_label("Feedback kept aside to check a new version")
+    page.get_by_text("Advanced: how a new version is checked and trained").click()  # where it is kept
+    heldout.fill("0.95")
     page.get_by_role("button", name="Save policy").click()
-    field = page.locator(".field", has=page.get_by_label("Heldout fraction"))
-    expect(field.locator(".field__error")).to_have_text("must be in [0, 0.9)")
-    expect(page.get_by_label("Heldout fraction")).to_have_attribute("aria-invalid", "true")
+    field = page.locator(".field", has=heldout)
+    expect(field.locator(".field__error")).to_have_text("must be in [0, 0.9)")  # Advanced is open again
+    expect(heldout).to_have_attribute("aria-invalid", "true")
     tour_page(page, "flow-policy-error")
     assert not AuditEvent.objects.filter(tenant=live_world.a, action="training_policy.update").exists()
-    page.get_by_label("Heldout fraction").fill("0.2")
+    heldout.fill("0.2")
     page.get_by_role("button", name="Save policy").click()
     expect(page.get_by_text("Training policy saved: heldout_fraction.")).to_be_visible()
 

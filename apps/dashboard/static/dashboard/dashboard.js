@@ -2,21 +2,32 @@
 (function () {
   "use strict";
 
-  // Copy a value (a new API key) to the clipboard; fall back to selecting it for Ctrl+C.
+  // Copy a value (a new API key, an input) or a snippet (a <pre>) to the clipboard; fall back to
+  // selecting it for Ctrl+C. The status line is the nearest one after the button's section.
   function copyFrom(button) {
     var input = document.getElementById(button.getAttribute("data-copy-target"));
-    var status = document.querySelector("[data-copy-status]");
+    var scope = button.closest("section, li") || document;
+    var status = scope.querySelector("[data-copy-status]") || document.querySelector("[data-copy-status]");
     if (!input) return;
-    function say(text) { if (status) status.textContent = text; }
+    var isField = "value" in input && input.tagName !== "PRE";
+    var text = isField ? input.value : input.textContent;
+    function say(message) { if (status) status.textContent = message; }
     function fallback() {
       input.focus();
-      input.select();
+      if (isField) {
+        input.select();
+      } else {
+        var range = document.createRange();
+        range.selectNodeContents(input);
+        window.getSelection().removeAllRanges();
+        window.getSelection().addRange(range);
+      }
       var ok = false;
       try { ok = document.execCommand("copy"); } catch (e) { ok = false; }
       say(ok ? "Copied." : "Selected: press Ctrl+C (⌘C) to copy.");
     }
     if (navigator.clipboard && window.isSecureContext) {
-      navigator.clipboard.writeText(input.value).then(function () { say("Copied."); }, fallback);
+      navigator.clipboard.writeText(text).then(function () { say("Copied."); }, fallback);
     } else {
       fallback();
     }
