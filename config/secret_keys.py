@@ -213,7 +213,7 @@ def check_deployment(settings: Settings, *, deployed: bool, debug: bool, root: P
         raise ImproperlyConfigured(
             "; ".join(problems) + ". With DEBUG off, Strop needs each secret set to a long random value of its "
             f"own (at least {MIN_LENGTH} characters for SECRET_KEY and API_KEY_PEPPER), for instance from "
-            f"`{HOW_TO_GENERATE}` (platform/env.example lists them; docs/operations.md, Security)."
+            f"`{HOW_TO_GENERATE}` (platform/env.example lists them; docs/security.md)."
         )
 
 

@@ -138,7 +138,7 @@ def test_every_relative_link_and_anchor_resolves(path):
     assert broken_links(path) == []
 
 
-# A section named in prose or a comment: README, "Agents" / operations.md, "Backup and restore".
+# A section named in prose or a comment: README, "Agents" / operate.md, "Backup and restore".
 NAMED_SECTION = re.compile(r"""\b(README|[\w-]+\.md)(?:'s)?,?\s+"([^"\n]+)"(?:\s+section)?""")
 SCANNED_SOURCES = (
     "apps",
@@ -147,6 +147,7 @@ SCANNED_SOURCES = (
     "platform",
     "sdk",
     "gpu_trainer",
+    "learning_shared",
     "benchmarks",
     "tests",
     "docs",

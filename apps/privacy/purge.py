@@ -136,7 +136,7 @@ def adapter_version_purge(tenant: Tenant, *, version: AdapterVersion, actor: str
 
 BACKUPS = (
     "until the operator's backups taken before the erase age out: Postgres dumps or archived WAL and "
-    "copies of the adapter store (docs/operations.md, Security: erase)"
+    "copies of the adapter store (docs/security.md: erase)"
 )
 REPLICA_CACHES = (
     "until each vLLM replica's adapter cache drops the purged versions (STROP_VLLM_ADAPTER_CACHE; a purge "

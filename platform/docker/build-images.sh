@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Both images, tagged by release (docs/operations.md, "Images by release and rolling back"):
+# Both images, tagged by release (docs/deploy.md, "Images by release and rolling back"):
 #   platform/docker/build-images.sh [cpu|cuda]          (default cpu)
 # tags strop-app and strop-vllm VERSION-VARIANT (what compose runs: STROP_VERSION, default pyproject.toml's
 # version) and VERSION-COMMIT-VARIANT (this exact commit, git's short hash; "-dirty" when tracked files

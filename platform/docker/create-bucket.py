@@ -3,7 +3,7 @@
 Reads the settings as every Strop process does (``STROP_ADAPTER_STORE=s3://bucket/prefix`` and the
 standard ``AWS_*`` ones) and uses the store's own client (``apps.adapters.store``). Versions are
 written once and never changed, so versioning costs nothing in normal use; it keeps an object that
-is overwritten or deleted by mistake recoverable (docs/operations.md, "Backup and restore"). The
+is overwritten or deleted by mistake recoverable (docs/operate.md, "Backup and restore"). The
 object store may still be starting: it is asked again every two seconds for a minute. Idempotent.
 
 With ``MINIO_ROOT_USER`` and ``MINIO_ROOT_PASSWORD`` set (compose's ``store-init`` reads them from

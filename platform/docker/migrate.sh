@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-shot, before any new API or worker starts (docs/operations.md, "Upgrading"): the database
+# One-shot, before any new API or worker starts (docs/deploy.md, "Upgrading"): the database
 # migrations, then the base model vLLM serves registered under the name it serves it as, as
 # platform/up.sh does. Idempotent: a second run changes nothing.
 set -euo pipefail

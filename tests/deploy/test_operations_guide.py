@@ -1,7 +1,8 @@
-"""docs/operations.md's compose commands against the files they use: every service a `strop-compose`
-command names is a service of the compose file, every `manage.py` command it runs exists and takes
-the options given, every compose, example and script file it names is there; and its check for
-versions whose objects are missing, run as written against an S3-compatible store, names exactly those."""
+"""The operator's guides' compose commands (docs/deploy.md, operate.md, security.md) against the
+files they use: every service a `strop-compose` command names is a service of the compose file,
+every `manage.py` command it runs exists and takes the options given, every compose, example and
+script file it names is there; and its check for versions whose objects are missing, run as written
+against an S3-compatible store, names exactly those."""
 
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ from django.core.management import get_commands, load_command_class
 from apps.adapters.services import adapter_create, adapter_version_register, base_model_register
 from tests.deploy.layout import ROOT, compose
 
-GUIDE = ROOT / "docs" / "operations.md"
+GUIDES = tuple(ROOT / "docs" / name for name in ("deploy.md", "operate.md", "security.md"))
+
+
+def guide_text() -> str:
+    return "\n".join(path.read_text() for path in GUIDES)
 # `docker compose` options that take a value, per verb (the ones the guide uses and their kin).
 VALUED = {
     "run": {"-u", "--user", "-v", "--volume", "-e", "--env", "--entrypoint", "-w", "--workdir", "--name"},
@@ -31,7 +36,7 @@ def compose_commands() -> list[list[str]]:
     """Each `strop-compose VERB ...` of the guide, in code blocks and inline code, as words up to the
     end of its line, its comment, a pipe, a redirection or the closing backtick."""
     found = []
-    for line in GUIDE.read_text().splitlines():
+    for line in guide_text().splitlines():
         for match in re.finditer(r"strop-compose (\w[^`|<>#&]*)", line):
             text = match.group(1).rstrip(")").strip()
             if text.count("'") % 2:  # a quoted script that goes on below: `shell -c '`
@@ -87,7 +92,7 @@ def test_every_manage_py_command_the_guide_runs_in_a_container_takes_the_options
 
 
 def test_every_file_the_guide_names_under_platform_is_there():
-    named = set(re.findall(r"platform/[\w./-]*[\w]", GUIDE.read_text()))
+    named = set(re.findall(r"platform/[\w./-]*[\w]", guide_text()))
     ours = {"platform/docker/compose.one-gpu.yaml", "platform/nginx-strop.conf", "platform/docker/build-images.sh"}
     assert ours <= named
     filled_in = {"platform/compose.env", "platform/store-root.env"}  # made by the operator from the examples
@@ -97,7 +102,7 @@ def test_every_file_the_guide_names_under_platform_is_there():
 
 def missing_objects_check() -> str:
     """The Python of the guide's check for versions without their objects, as pasted."""
-    text = GUIDE.read_text()
+    text = guide_text()
     block = re.search(r"manage\.py shell -c '\n(.*?)\n\s*'\n", text, re.DOTALL)
     assert block, "the check is in the guide"
     return textwrap.dedent(block.group(1))

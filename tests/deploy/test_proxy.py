@@ -103,7 +103,7 @@ def test_paths_that_carry_a_token_or_an_end_users_id_stay_out_of_the_access_log(
         assert pattern.match(path), path
     for path in ("/v1/completions", "/dashboard/", "/dashboard/team/"):
         assert not pattern.match(path), path
-    guide = (ROOT / "docs" / "operations.md").read_text()
+    guide = (ROOT / "docs" / "security.md").read_text()
     assert "`/dashboard/invite/`, `/dashboard/password/reset/` and `/v1/users/`" in guide
 
 
