@@ -27,9 +27,16 @@ took() { printf '%dm%02ds' $((SECONDS / 60)) $((SECONDS % 60)); }
 # after STOP_GRACE_S) and this script waits for it. Either way it is a clean stop: exit 0, so make prints
 # no "Error 130".
 HONCHO=""
+VLLM_ENV=""
 interrupted=""
+stop_vllm_env() {  # however this script ends, vLLM's environment is not left building alone
+    if [[ -n "$VLLM_ENV" ]]; then
+        kill -TERM -- "-$VLLM_ENV" 2>/dev/null || true
+    fi
+}
 on_interrupt() {
     interrupted=1
+    stop_vllm_env
     if [[ -z "$HONCHO" ]]; then
         echo
         say "stopped (Ctrl-C) before anything was started"
@@ -37,21 +44,24 @@ on_interrupt() {
     fi
 }
 trap on_interrupt INT
+trap stop_vllm_env EXIT
 
 say "make up: its steps are also in $UP_LOG"
-if [[ -f .venv/.installed && .venv/.installed -nt requirements.lock ]]; then
-    say "Python environment .venv: ready"
-else
-    say "Python environment .venv: creating it (torch's CPU build and requirements.lock: about 2 minutes and 2 GB)"
-fi
-make -s --no-print-directory venv assets
-
+# vLLM's environment is built beside the app's (they share nothing but pip's cache), in a session of
+# its own: Ctrl-C reaches it through on_interrupt, which stops it.
 if [[ -f .venv-vllm/.strop-vllm-ready ]]; then
     say "vLLM's environment .venv-vllm: checking it"
 else
-    say "vLLM's environment .venv-vllm: creating it (vLLM's CPU build, or the CUDA one on a GPU: about 2 minutes and 3.5 GB)"
+    say "vLLM's environment .venv-vllm: creating it, meanwhile (vLLM's CPU build, or the CUDA one on a GPU: about 3 minutes and 3.5 GB; its lines: var/log/vllm-env.log)"
 fi
-bash platform/vllm-env.sh
+setsid bash platform/vllm-env.sh > var/log/vllm-env.log 2>&1 &
+VLLM_ENV=$!
+if [[ -f .venv/.installed && .venv/.installed -nt requirements.lock ]]; then
+    say "Python environment .venv: ready"
+else
+    say "Python environment .venv: creating it (torch's CPU build and requirements.lock: about 3 minutes and 2 GB)"
+fi
+make -s --no-print-directory venv assets
 
 if [[ -n "${VLLM_MODEL:-}" ]]; then
     say "base model: $VLLM_MODEL (VLLM_MODEL)"
@@ -72,6 +82,13 @@ say "database: migrating ${DATABASE_URL:+DATABASE_URL}${DATABASE_URL:-SQLite at 
 $PY manage.py migrate -v 0
 say "registering the base model as '$VLLM_SERVED_MODEL_NAME' (adapters name it with --base $VLLM_SERVED_MODEL_NAME)"
 $PY manage.py base_model_register "$VLLM_SERVED_MODEL_NAME" "$VLLM_MODEL" | sed -n '1s/^/    /p'
+
+if ! wait "$VLLM_ENV"; then
+    say "vLLM's environment could not be made: var/log/vllm-env.log says why"
+    exit 1
+fi
+VLLM_ENV=""
+say "vLLM's environment .venv-vllm: ready"
 
 # Every process starts now and no old one still writes counters: start the metrics from zero.
 rm -f "${PROMETHEUS_MULTIPROC_DIR:-${STROP_VAR_DIR:-var}/prometheus}"/*.db
