@@ -52,8 +52,9 @@ test-hosts: venv services
 demo: venv assets
 	@DEMO_STARTED=$(MAKE_STARTED) bash platform/demo.sh
 
-# Every process (vLLM, API, workers, beat) in one terminal.
-up: venv assets
+# Every process (vLLM on SmolLM2, API, workers, beat) in one terminal; it builds .venv and the assets itself,
+# saying so (its steps are also in var/log/up.log).
+up:
 	@bash platform/up.sh
 
 starter: venv

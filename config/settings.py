@@ -11,6 +11,7 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from csp.constants import NONE, SELF, UNSAFE_INLINE
@@ -488,11 +489,31 @@ SPECTACULAR_SETTINGS = {
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "json")
 if LOG_FORMAT not in {"json", "plain"}:
     raise ValueError(f"LOG_FORMAT must be 'json' or 'plain', not {LOG_FORMAT!r}")
+# A person reading the console (`make up` sets it): routine lines (beat sending its periodic tasks, a
+# worker receiving one and its success) stay off the console; LOG_FILE, when set, still gets them.
+LOG_QUIET = env_bool("LOG_QUIET", False)
+# Also every line, as JSON, appended to this file (every process may share it: one write per line).
+LOG_FILE = os.environ.get("LOG_FILE", "")
+LOG_HANDLERS: dict[str, dict[str, Any]] = {
+    "console": {
+        "class": "logging.StreamHandler",
+        "formatter": LOG_FORMAT,
+        "filters": ["context", "routine"] if LOG_QUIET else ["context"],
+    },
+}
+if LOG_FILE:
+    LOG_HANDLERS["file"] = {
+        "class": "logging.FileHandler",
+        "filename": LOG_FILE,
+        "formatter": "json",
+        "filters": ["context"],
+    }
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {
         "context": {"()": "apps.common.observability.logs.ContextFilter"},
+        "routine": {"()": "apps.common.observability.logs.RoutineFilter"},
         # Paths redacted by route (no reset or invitation token, no end-user id): access-log rule.
         "redact_request_path": {"()": "apps.common.observability.redaction.RedactRequestPath"},
     },
@@ -500,11 +521,13 @@ LOGGING = {
         "json": {"()": "apps.common.observability.logs.JsonFormatter"},
         "plain": {"()": "apps.common.observability.logs.PlainFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "handlers": LOG_HANDLERS,
+    "root": {"handlers": list(LOG_HANDLERS), "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.request": {"level": "ERROR", "filters": ["redact_request_path"]},
         "httpx": {"level": "WARNING"},
+        # django-axes' "AXES: BEGIN ..." line, which every process (every manage.py command) would print.
+        "axes.apps": {"level": "WARNING"},
     },
 }
 

@@ -81,3 +81,16 @@ class PlainFormatter(logging.Formatter):
         shown = " ".join(p for p in parts if p)
         record.context = f" [{shown}]" if shown else ""
         return super().formatMessage(record)
+
+
+# Celery's lines about the periodic tasks every idle deployment runs: beat sending one, a worker
+# receiving it, its success. Warnings and errors from the same loggers (a task that failed) stay.
+ROUTINE_LOGGERS = frozenset({"celery.beat", "celery.worker.strategy", "celery.app.trace"})
+
+
+class RoutineFilter(logging.Filter):
+    """Leaves routine lines (``ROUTINE_LOGGERS`` below WARNING) out of a handler meant for a person
+    (``LOG_QUIET``); a handler without it, such as ``LOG_FILE``'s, still writes them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or record.name not in ROUTINE_LOGGERS
