@@ -48,7 +48,7 @@ class PPOConfig:
     every version, on by default): the counterfactual then teaches silence only to an agent's
     turns (samples with their own ``silence_reward``), and a completion's update goes entirely
     to being right. Tuned on the training packages: without the counterfactual, accepted per
-    request rose +0.0090 ± 0.0035 (with it +0.0063 ± 0.0070; docs/results-log.md)."""
+    request rose +0.0090 ± 0.0035 (with it +0.0063 ± 0.0070; benchmarks/results-log.md)."""
     silence_reward: float = 0.0
     """The reward of staying silent: the tenant's reward for ``not_shown`` (a sample's own
     ``silence_reward``, an agent's turn, takes precedence)."""

@@ -40,7 +40,7 @@ MIN_ACCEPTED = 10
 # What the gate keeps: a suggestion the user accepted whole. One taken in part or edited counts as
 # shown and not accepted, as in the accept rate: counted as taken, the many suggestions whose first
 # word or two were right (a third of SmolLM2's shown ones on the training packages) pulled the
-# threshold down until it withheld almost nothing (docs/results-log.md).
+# threshold down until it withheld almost nothing (benchmarks/results-log.md).
 GATE_ACCEPTED = ("accepted",)
 CHECK_SHARE = 0.3  # of the window's groups, kept out of the fit to check it on
 RECALL_STEP = 0.005

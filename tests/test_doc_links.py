@@ -19,6 +19,7 @@ DOCS = sorted(
         REPO_ROOT / "sdk" / "README.md",
         REPO_ROOT / "platform" / "README.md",
         REPO_ROOT / "gpu_trainer" / "README.md",
+        REPO_ROOT / "benchmarks" / "results-log.md",
     ]
 )
 FENCE = re.compile(r"^\s*(```|~~~)")
