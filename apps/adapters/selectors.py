@@ -51,7 +51,7 @@ def model_not_found(tenant: Tenant, *, name: str | None, param: str | None = "mo
         f"this tenant's models: {', '.join(models)}" if models else "this tenant has no models yet; create an adapter"
     )
     if not name:
-        message = f"this tenant has no default model; name one in `model` ({usable})"
+        message = f"this tenant has no default adapter; name one of its models in `model` ({usable})"
     elif BaseModel.objects.filter(name=name).exists():
         message = (
             f"model {name!r} is a base model, not one of this tenant's models; name an adapter, which serves "
