@@ -56,6 +56,9 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "unknown_field": ErrorCode(
         400, "a field or query parameter the endpoint does not take (often a typo)", "remove or rename it"
     ),
+    "length_mismatch": ErrorCode(
+        400, "completion_logprobs and completion_token_ids differ in length", "send one logprob per token"
+    ),
     "malformed_json": ErrorCode(400, "the body is empty or not valid JSON", "send one JSON document"),
     "invalid_utf8": ErrorCode(400, "the body (JSON or CSV) is not valid UTF-8", "encode it as UTF-8"),
     "non_finite_number": ErrorCode(400, "the JSON holds NaN or Infinity", "send finite numbers"),
