@@ -123,18 +123,15 @@ def _validation_error(detail: Any, request: Any) -> dict[str, Any]:
     param = ".".join(path) or None
     drf_code = str(getattr(leaf, "code", "invalid"))
     text = str(leaf)
-    where = param or "the body"
     limit = _LIMIT.search(text)
     sent = _sent_value(request, path) if drf_code in ("min_value", "max_value") else None
     if drf_code == "required":
-        message = f"{where} is required"
+        text = "is required"
     elif drf_code in ("min_value", "max_value") and limit and isinstance(sent, (int, float)):
-        bound = "at least" if drf_code == "min_value" else "at most"
-        message = f"{where} must be {bound} {limit.group(1)} (got {sent})"
+        text = f"must be {'at least' if drf_code == 'min_value' else 'at most'} {limit.group(1)} (got {sent})"
     elif drf_code == "null":
-        message = f"{where} must not be null"
-    else:
-        message = f"{param}: {text}" if param else text
+        text = "must not be null"
+    message = f"{param}: {text}" if param else text
     code = drf_code if drf_code in _VALIDATION_CODES else "invalid"
     return error_object(code, message, status=400, param=param, details=detail)
 

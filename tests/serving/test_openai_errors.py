@@ -39,7 +39,7 @@ def test_max_tokens_below_one_names_the_field_in_plain_words(client):
         client.completions.create(model="tab", prompt=PROMPT, max_tokens=-1)
     error = caught.value
     assert (error.type, error.param, error.code) == ("invalid_request_error", "max_tokens", "invalid")
-    assert error.body["message"] == "max_tokens must be at least 1 (got -1)"
+    assert error.body["message"] == "max_tokens: must be at least 1 (got -1)"
 
 
 @pytest.mark.parametrize("path", ["/completions", "/interactions"])
