@@ -63,6 +63,8 @@ def test_a_500_answers_only_a_generic_message_and_the_request_id(client_a, caplo
     error = response.json()["error"]
     assert error == {
         "code": "server_error",
+        "type": "server_error",
+        "param": None,
         "message": "the server failed; the operator's log holds the details under request id req-500-check",
         "details": {"request_id": "req-500-check"},
     }
@@ -117,6 +119,8 @@ def test_a_replicas_url_and_an_adapters_path_stay_in_the_operators_log(caplog):
         raise_for(answer, replica, what="completion")
     assert unavailable.value.as_dict() == {
         "code": "vllm_unavailable",
+        "type": "server_error",
+        "param": None,
         "message": "vLLM completion at <url>: engine dead at <path>",
         "details": {},
     }

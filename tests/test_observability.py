@@ -52,7 +52,7 @@ def test_metrics_refuse_a_remote_caller_when_no_token_is_set(client, settings):
     settings.STROP_METRICS_TOKEN = ""
     response = client.get("/metrics", REMOTE_ADDR="203.0.113.7")
     assert response.status_code == 403
-    assert response.json()["error"]["code"] == "forbidden"
+    assert response.json()["error"]["code"] == "permission_denied"
     assert "STROP_METRICS_TOKEN" in response.json()["error"]["message"]
     assert b"strop_" not in response.content
 

@@ -43,13 +43,30 @@ def adapter_row_sql(*, named: bool, tenant: str = "%s") -> str:
     )
 
 
-def adapter_of_row(found: list | None, *, name: str | None) -> Adapter:
+def model_not_found(tenant: Tenant, *, name: str | None, param: str | None = "model") -> NotFound:
+    """The 404 for a ``model`` that names none of the tenant's adapters (or for no default one),
+    listing the names it can use: its own adapters only."""
+    models = list(Adapter.objects.filter(tenant=tenant).order_by("name").values_list("name", flat=True)[:100])
+    usable = (
+        f"this tenant's models: {', '.join(models)}" if models else "this tenant has no models yet; create an adapter"
+    )
+    if not name:
+        message = f"this tenant has no default adapter; name one of its models in `model` ({usable})"
+    elif BaseModel.objects.filter(name=name).exists():
+        message = (
+            f"model {name!r} is a base model, not one of this tenant's models; name an adapter, which serves "
+            f"its base model until a trained version is promoted ({usable})"
+        )
+    else:
+        message = f"model {name!r} not found ({usable})"
+    return NotFound(message, code="model_not_found", param=param, details={"model": name or None, "models": models})
+
+
+def adapter_of_row(found: list | None, *, tenant: Tenant, name: str | None, param: str | None = "model") -> Adapter:
     """The adapter of a row read with ``adapter_row_sql`` (its first three instances), its base
-    model and production version attached. 404 when there is no row."""
+    model and production version attached. 404 (model_not_found) when there is no row."""
     if found is None:
-        if name:
-            raise NotFound(f"model {name!r} not found", code="model_not_found")
-        raise NotFound("this tenant has no default adapter; name one in `model`", code="model_not_found")
+        raise model_not_found(tenant, name=name, param=param)
     adapter, adapter.base_model, adapter.production_version = found[:3]
     return adapter
 
@@ -59,7 +76,7 @@ def adapter_get_for_tenant(tenant: Tenant, *, name: str | None) -> Adapter:
     # One plain query (the ORM's compile of these joins costs more than answering them); serving
     # reads the same row with the end user and the experiment (apps.serving.selectors).
     found = joined_row(adapter_row_sql(named=bool(name)), [tenant.pk, name] if name else [tenant.pk], ADAPTER_ROW)
-    return adapter_of_row(found, name=name)
+    return adapter_of_row(found, tenant=tenant, name=name, param=None)
 
 
 def adapter_version_list(tenant: Tenant, *, adapter: Adapter) -> QuerySet[AdapterVersion]:

@@ -1,4 +1,5 @@
-"""DRF's exception handler: every error leaves as ``{"error": {"code", "message", "details"}}``."""
+"""DRF's exception handler: every error leaves as OpenAI's error object with Strop's details,
+``{"error": {"message", "type", "param", "code", "details"}}`` (see :mod:`apps.common.exceptions`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from apps.common.exceptions import ApplicationError, RateLimited, ServiceUnavailable
+from apps.common.exceptions import ERROR_CODES, ApplicationError, RateLimited, ServiceUnavailable, error_object
 
 logger = logging.getLogger(__name__)
 
@@ -65,20 +66,74 @@ def public_text(text: str, *, max_length: int = 500, first_line: bool = True) ->
     return text if len(text) <= max_length else text[: max_length - 1] + "…"
 
 
-def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "details": details if details is not None else {}}}
+def error_body(code: str, message: str, details: Any = None, *, param: str | None = None) -> dict[str, Any]:
+    """The answer's body for an error raised outside DRF (middleware, Django's handlers); ``code``
+    is one of ERROR_CODES, whose status gives the ``type``."""
+    return {"error": error_object(code, message, status=ERROR_CODES[code].status, param=param, details=details)}
 
 
-def _drf_message(detail: Any) -> str:
-    """A one-line message naming the first offending field of a DRF error detail."""
+# DRF's codes for the kinds of mistake that ours name otherwise.
+_DRF_CODES = {"parse_error": "malformed_json", "throttled": "rate_limited"}
+# A validation error's code: the kind of mistake; every other DRF code (min_value, blank, null...)
+# is a wrong value.
+_VALIDATION_CODES = frozenset({"required", "unknown_field"})
+_LIMIT = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\.?$")
+
+
+def _first_error(detail: Any, path: tuple[str, ...] = ()) -> tuple[tuple[str, ...], Any]:
+    """The path and leaf (an ErrorDetail) of the first error in a DRF validation detail. A list of
+    objects is per item (``{}`` for a valid one), so its index is part of the path; a list of
+    strings is the errors of one field."""
     if isinstance(detail, dict):
-        for field, value in detail.items():
-            inner = _drf_message(value)
-            return inner if field == "non_field_errors" else f"{field}: {inner}"
-        return "invalid input"
+        for key, value in detail.items():
+            if value:
+                return _first_error(value, path if key == "non_field_errors" else (*path, str(key)))
+        return path, "invalid input"
     if isinstance(detail, list):
-        return _drf_message(detail[0]) if detail else "invalid input"
-    return str(detail)
+        for index, value in enumerate(detail):
+            if isinstance(value, (dict, list)):
+                if value:
+                    return _first_error(value, (*path, str(index)))
+            else:
+                return path, value
+        return path, "invalid input"
+    return path, detail
+
+
+def _sent_value(request: Any, path: tuple[str, ...]) -> Any:
+    """The value the request sent at ``path`` of its JSON body, or None."""
+    try:
+        value = request.data if request is not None else None
+    except Exception:  # noqa: BLE001 - the body could not be parsed: there is no value to quote
+        return None
+    for key in path:
+        if isinstance(value, dict):
+            value = value.get(key)
+        elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+            value = value[int(key)]
+        else:
+            return None
+    return value
+
+
+def _validation_error(detail: Any, request: Any) -> dict[str, Any]:
+    """The error object of a DRF validation error: the first offending field's path as ``param``
+    (``messages.0.content``), its kind as ``code``, and a message in plain words."""
+    path, leaf = _first_error(detail)
+    param = ".".join(path) or None
+    drf_code = str(getattr(leaf, "code", "invalid"))
+    text = str(leaf)
+    limit = _LIMIT.search(text)
+    sent = _sent_value(request, path) if drf_code in ("min_value", "max_value") else None
+    if drf_code == "required":
+        text = "is required"
+    elif drf_code in ("min_value", "max_value") and limit and isinstance(sent, (int, float)):
+        text = f"must be {'at least' if drf_code == 'min_value' else 'at most'} {limit.group(1)} (got {sent})"
+    elif drf_code == "null":
+        text = "must not be null"
+    message = f"{param}: {text}" if param else text
+    code = drf_code if drf_code in _VALIDATION_CODES else "invalid"
+    return error_object(code, message, status=400, param=param, details=detail)
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -101,11 +156,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         if getattr(exc, "wait", None):
             headers["Retry-After"] = str(int(exc.wait))  # type: ignore[attr-defined]
         if isinstance(exc, drf_exceptions.ValidationError):
-            body = error_body("invalid", _drf_message(exc.detail), exc.detail)
+            body = {"error": _validation_error(exc.detail, context.get("request"))}
         else:
             detail = exc.detail
-            code = detail.code if hasattr(detail, "code") else exc.default_code
-            body = error_body(str(code), str(detail))
+            code = str(detail.code if hasattr(detail, "code") else exc.default_code)
+            code = _DRF_CODES.get(code, code)
+            body = {"error": error_object(code, str(detail), status=exc.status_code, param=None, details=None)}
         set_rollback()
         return Response(body, status=exc.status_code, headers=headers)
     logger.exception("unhandled error in %s", context.get("view"))

@@ -119,7 +119,10 @@ class StrictSerializer(serializers.Serializer):
         if isinstance(data, dict):
             unknown = set(data) - set(self.fields)
             if unknown:
-                raise serializers.ValidationError({sorted(unknown)[0]: "is not a supported field"})
+                known = ", ".join(sorted(self.fields))
+                raise serializers.ValidationError(
+                    {sorted(unknown)[0]: f"is not a known field (known: {known})"}, code="unknown_field"
+                )
         return super().to_internal_value(data)
 
 

@@ -17,10 +17,21 @@ ERROR_SCHEMA: dict[str, Any] = {
     "properties": {
         "error": {
             "type": "object",
-            "required": ["code", "message", "details"],
+            "required": ["message", "type", "param", "code", "details"],
             "properties": {
-                "code": {"type": "string", "description": "machine-readable, e.g. invalid, not_found"},
                 "message": {"type": "string", "description": "what is wrong, naming the field"},
+                "type": {
+                    "type": "string",
+                    "description": "the status's family, as OpenAI names it: invalid_request_error, "
+                    "authentication_error, permission_error, not_found_error, conflict_error, rate_limit_error, "
+                    "server_error",
+                },
+                "param": {
+                    "type": "string",
+                    "nullable": True,
+                    "description": "the request field at fault (max_tokens, messages.0.content); null when none is",
+                },
+                "code": {"type": "string", "description": "the kind of mistake: invalid, required, model_not_found..."},
                 "details": {"description": "the offending field and values, when there are any"},
             },
         }

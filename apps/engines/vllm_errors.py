@@ -7,7 +7,7 @@ with Retry-After, anything else as 502.
 
 Replicas are the operator's: a tenant never reads their URLs, hosts or adapter paths. ``message``
 (what the API, the event stream and the dashboard show) has them replaced by placeholders, and
-``as_dict`` leaves them out of the details; the full text (``operator_message``) and the replica
+``public_details`` leaves them out of the details; the full text (``operator_message``) and the replica
 go to the operator's log when the error is made, on a line that carries the request id.
 """
 
@@ -61,8 +61,8 @@ class VLLMError(ApplicationError):
         self.vllm_type = vllm_type
         _operator_log(self, message, replica)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "details": _public_details(self.details)}
+    def public_details(self) -> dict[str, Any]:
+        return _public_details(self.details)
 
 
 class VLLMBadRequest(VLLMError):
@@ -105,8 +105,8 @@ class VLLMUnavailable(ServiceUnavailable):
         self.replica = replica
         _operator_log(self, message, replica)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "details": _public_details(self.details)}
+    def public_details(self) -> dict[str, Any]:
+        return _public_details(self.details)
 
 
 def error_parts(response: httpx.Response) -> tuple[str, str | None]:

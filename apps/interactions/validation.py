@@ -168,9 +168,7 @@ def _number(item: dict[str, Any], name: str, *, minimum: float = 0.0, maximum: f
     if type(value) not in (int, float) or not math.isfinite(value):
         raise ItemError(name, "must be a finite number")
     if not minimum <= value <= maximum:
-        raise ItemError(
-            name, f"must be from {_plain(minimum)} to {_plain(maximum)}{unit}, not {_plain(value)}", "out_of_range"
-        )
+        raise ItemError(name, f"must be from {_plain(minimum)} to {_plain(maximum)}{unit}, not {_plain(value)}")
     return float(value)
 
 
@@ -196,7 +194,6 @@ def _datetime(item: dict[str, Any], name: str) -> datetime | None:
             name,
             f"{value!r} is not a plausible time: it must be from {EARLIEST_TIMESTAMP:%Y-%m-%dT%H:%M:%SZ} to a day "
             f"from now ({latest:%Y-%m-%dT%H:%M:%SZ})",
-            "out_of_range",
         )
     return parsed
 
@@ -338,13 +335,11 @@ def accepted_chars_range_error(value: int, completion_length: int) -> ItemError:
             "accepted_chars",
             f"the completion has {completion_length} character{'s' if completion_length != 1 else ''}: "
             "there is no part of it to accept; send 'accepted' or 'rejected'",
-            "out_of_range",
         )
     return ItemError(
         "accepted_chars",
         f"must be from 1 to {completion_length - 1} (the completion has {completion_length} characters; "
         f"all of them is 'accepted'), not {value}",
-        "out_of_range",
     )
 
 
@@ -363,7 +358,7 @@ def _accepted_chars(item: dict[str, Any], outcome: str) -> int | None:
     if type(value) is not int:
         raise ItemError("accepted_chars", "must be a whole number of characters, from 1 to the completion's length - 1")
     if not 1 <= value <= MAX_ACCEPTED_CHARS:
-        raise ItemError("accepted_chars", f"must be from 1 to the completion's length - 1, not {value}", "out_of_range")
+        raise ItemError("accepted_chars", f"must be from 1 to the completion's length - 1, not {value}")
     return value
 
 

@@ -17,6 +17,7 @@ forces (vLLM compiles those parameters into a grammar too).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from django.http import StreamingHttpResponse
@@ -40,6 +41,19 @@ from apps.serving.apis import (
 from apps.serving.chat import ChatAnswer, chat_create
 from apps.serving.schema_bounds import schema_cost_problem
 
+_STEP = re.compile(r"\[([0-9]+)\]|\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def nested_error(exc: MessageError) -> serializers.ValidationError:
+    """A message or tool error as DRF nests a field's errors, so the error's ``param`` is its path
+    (``messages[0].content`` is ``messages.0.content``) and its code the kind of mistake."""
+    field = exc.field.split("[", 1)[1] if "[" in exc.field else ""
+    steps = [index or name for index, name in _STEP.findall("[" + field)] if field else []
+    detail: Any = [serializers.ErrorDetail(exc.message, code=exc.code)]
+    for step in reversed(steps):
+        detail = {step: detail}
+    return serializers.ValidationError(detail)
+
 
 @extend_schema_field({"type": "array", "items": {"type": "object"}})
 class MessagesField(serializers.Field):
@@ -49,7 +63,7 @@ class MessagesField(serializers.Field):
         try:
             return messages_validate(data, "messages")
         except MessageError as exc:
-            raise serializers.ValidationError(f"{exc.field}: {exc.message}") from None
+            raise nested_error(exc) from None
 
     def to_representation(self, value: Any) -> Any:
         return value
@@ -113,7 +127,7 @@ class ToolsField(serializers.Field):
         try:
             return tools_validate(data, "tools")
         except MessageError as exc:
-            raise serializers.ValidationError(f"{exc.field}: {exc.message}") from None
+            raise nested_error(exc) from None
 
     def to_representation(self, value: Any) -> Any:
         return value

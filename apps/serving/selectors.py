@@ -100,7 +100,7 @@ def serving_lookup(
         found = ahead.rows
     else:
         found = joined_rows(_reads("%s", [tenant.pk], name=name, external_id=external_id))
-    adapter = adapter_of_row(found[0], name=name)
+    adapter = adapter_of_row(found[0], tenant=tenant, name=name)
     experiment = None
     if found[1] is not None:
         experiment, experiment.control_version, experiment.candidate_version = found[1]

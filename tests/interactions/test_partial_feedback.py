@@ -36,11 +36,11 @@ def test_a_partial_accept_within_the_completion_is_recorded_and_read_back(client
 @pytest.mark.parametrize(
     ("accepted_chars", "code", "words"),
     [
-        (len(COMPLETION), "out_of_range", "must be from 1 to 11 (the completion has 12 characters"),
-        (len(COMPLETION) + 5, "out_of_range", "must be from 1 to 11"),
-        (0, "out_of_range", "must be from 1 to the completion's length - 1, not 0"),
-        (-3, "out_of_range", "not -3"),
-        (2**40, "out_of_range", "must be from 1"),
+        (len(COMPLETION), "invalid", "must be from 1 to 11 (the completion has 12 characters"),
+        (len(COMPLETION) + 5, "invalid", "must be from 1 to 11"),
+        (0, "invalid", "must be from 1 to the completion's length - 1, not 0"),
+        (-3, "invalid", "not -3"),
+        (2**40, "invalid", "must be from 1"),
         (None, "required", "is required when outcome is 'partial'"),
         ("8", "invalid", "must be a whole number"),
         (8.0, "invalid", "must be a whole number"),

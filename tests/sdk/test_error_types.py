@@ -166,3 +166,18 @@ def test_errors_that_are_not_from_the_api_still_answer_the_api_attributes():
     error = StropError("no API key")
     assert (error.status_code, error.status, error.request_id, error.param, error.field) == (None,) * 5
     assert error.details == {} and str(error) == "no API key"
+
+
+def test_the_error_objects_type_param_and_code_are_attributes():
+    body = b'{"error": {"message": "max_tokens must be at least 1 (got -1)", "type": "invalid_request_error",'
+    body += b' "param": "max_tokens", "code": "invalid", "details": {}}}'
+    error = error_from_response(answer(400, body))
+    assert (error.type, error.param, error.code) == ("invalid_request_error", "max_tokens", "invalid")
+    # The API's param is taken as it is: null means no field is at fault, whatever the message says.
+    unfielded = b'{"error": {"message": "body: not UTF-8", "type": "x", "param": null, "code": "x"}}'
+    assert error_from_response(answer(400, unfielded)).param is None
+
+
+def test_a_422_is_an_unprocessable_entity_error():
+    error = error_from_response(answer(422, b'{"error": {"code": "adapter_rejected", "message": "m"}}'))
+    assert type(error) is strop.UnprocessableEntityError and error.code == "adapter_rejected"

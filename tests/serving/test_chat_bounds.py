@@ -195,7 +195,8 @@ def test_a_response_format_with_a_keyword_that_makes_its_grammar_expensive_is_a_
     response = client.post("/v1/chat/completions", body, format="json")
     assert response.status_code == 400, response.content
     error = response.json()["error"]
-    assert error["code"] == "invalid" and error["message"].startswith("response_format: json_schema: "), error
+    assert error["code"] == "invalid" and error["param"] == "response_format.json_schema", error
+    assert error["message"].startswith("response_format.json_schema: "), error
     assert "response_format" in error["details"] and says in error["message"], error
     assert _nobody_connected(tripwire)
     assert not Interaction.objects.exists() and not ServingFailure.objects.exists()

@@ -83,7 +83,8 @@ def test_errors_are_the_clients_typed_exceptions(client):
     assert missing.value.body["code"] == "model_not_found"
     with pytest.raises(openai.BadRequestError) as bad:
         client.completions.create(model="autocomplete", prompt=PROMPT, n=100)
-    assert bad.value.body["message"].startswith("n:")
+    assert (bad.value.type, bad.value.param, bad.value.code) == ("invalid_request_error", "n", "invalid")
+    assert bad.value.body["message"] == "n: must be at most 8 (got 100)"
     with pytest.raises(openai.NotFoundError) as no_route:
         client.embeddings.create(model="autocomplete", input="x")  # Strop serves no embeddings
     assert no_route.value.body["code"] == "not_found"

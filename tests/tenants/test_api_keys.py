@@ -58,7 +58,7 @@ def test_missing_or_wrong_key_is_401_with_the_error_shape(db, header):
         client.credentials(HTTP_AUTHORIZATION=header)
     response = client.get("/v1/tenant")
     assert response.status_code == 401
-    assert set(response.json()["error"]) == {"code", "message", "details"}
+    assert set(response.json()["error"]) == {"message", "type", "param", "code", "details"}
 
 
 def test_right_prefix_with_wrong_secret_is_refused(client_a):

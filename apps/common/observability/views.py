@@ -58,7 +58,7 @@ def _refusal(request: HttpRequest) -> JsonResponse | None:
         return response
     return JsonResponse(
         error_body(
-            "forbidden",
+            "permission_denied",
             "metrics are served to loopback callers only; set STROP_METRICS_TOKEN to scrape from elsewhere",
         ),
         status=403,

@@ -26,6 +26,7 @@ from strop._exceptions import (
     ServiceUnavailableError,
     StreamError,
     StropError,
+    UnprocessableEntityError,
 )
 from strop._experiment_types import Assignment, Experiment, Snapshot
 from strop._literals import Metric, Outcome, Scope
@@ -110,6 +111,7 @@ __all__ = [
     "Tenant",
     "TrainingPolicy",
     "TrainingRun",
+    "UnprocessableEntityError",
     "Usage",
     "__version__",
 ]

@@ -1,6 +1,7 @@
-"""Typed errors. Every API error answer is ``{"error": {"code", "message", "details"}}``; the class
-says what happened, the attributes carry the rest, so callers branch on types and fields, never on
-message text.
+"""Typed errors. Every API error answer is OpenAI's error object with Strop's details,
+``{"error": {"message", "type", "param", "code", "details"}}``; the class says what happened (one
+per status, as openai-python's), the attributes carry the rest, so callers branch on types, codes
+and fields, never on message text.
 
 ::
 
@@ -37,6 +38,7 @@ __all__ = [
     "ServiceUnavailableError",
     "StreamError",
     "StropError",
+    "UnprocessableEntityError",
 ]
 
 
@@ -81,6 +83,7 @@ class StropError(Exception):
         self.status_code: int | None = None
         self.request_id: str | None = None
         self.code: str | None = None
+        self.type: str | None = None
         self.param: str | None = None
         self.details: Any = {}
         self.body: Any = None
@@ -113,10 +116,12 @@ class APIError(StropError):
 
     ``status_code`` is the HTTP status (None when no answer arrived); ``request_id`` the answer's
     ``X-Request-ID`` (quote it when you report a problem; None without an answer); ``code`` the
-    API's error code (``"invalid"``, ``"not_found"``, ``"rate_limited"``...); ``param`` the request
-    field the error names, when the API says so; ``details`` the API's details object; ``body`` the
-    answer (parsed JSON, or text when it was not JSON); ``retry_after`` the seconds of the server's
-    ``Retry-After``; ``request`` and ``response`` the ``httpx`` objects, where there were some.
+    API's error code, the kind of mistake (``"invalid"``, ``"model_not_found"``, ``"rate_limited"``...);
+    ``type`` the status's family (``"invalid_request_error"``, ``"not_found_error"``...); ``param``
+    the request field the error names (``"max_tokens"``, ``"messages.0.content"``), None when none;
+    ``details`` the API's details object; ``body`` the answer (parsed JSON, or text when it was not
+    JSON); ``retry_after`` the seconds of the server's ``Retry-After``; ``request`` and ``response``
+    the ``httpx`` objects, where there were some.
     """
 
     def __init__(
@@ -127,6 +132,7 @@ class APIError(StropError):
         response: httpx.Response | None = None,
         status_code: int | None = None,
         code: str | None = None,
+        type: str | None = None,
         param: str | None = None,
         details: Any = None,
         body: Any = None,
@@ -141,6 +147,7 @@ class APIError(StropError):
         if response is not None:
             self.request_id = response.headers.get("x-request-id")
         self.code = code
+        self.type = type
         self.param = param
         self.details = details if details is not None else {}
         self.body = body
@@ -174,6 +181,10 @@ class ConflictError(APIStatusError):
 
 class PayloadTooLargeError(APIStatusError):
     """413: the batch has too many items or the body is too large."""
+
+
+class UnprocessableEntityError(APIStatusError):
+    """422: the request was understood but cannot be carried out (vLLM refused an adapter's weights)."""
 
 
 class RateLimitError(APIStatusError):
@@ -213,6 +224,7 @@ _BY_STATUS: dict[int, type[APIStatusError]] = {
     404: NotFoundError,
     409: ConflictError,
     413: PayloadTooLargeError,
+    422: UnprocessableEntityError,
     429: RateLimitError,
     503: ServiceUnavailableError,
 }
@@ -235,10 +247,13 @@ def status_error_class(status: int) -> type[APIStatusError]:
 _FIELD_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:[.\[][A-Za-z0-9_\]]*)*): ")
 
 
-def _param_of(code: str | None, message: str, details: Any) -> str | None:
-    """The request field an error names: ``details.field`` when the API gives it, else the first
-    key of a per-field validation detail (``{"outcome": ["..."]}``), else the field the message
-    starts with."""
+def _param_of(error: dict[str, Any], code: str | None, message: str, details: Any) -> str | None:
+    """The request field an error names: its ``param`` (the API sends it, None when no field is at
+    fault); from a server without it, ``details.field``, else the first key of a per-field
+    validation detail (``{"outcome": ["..."]}``), else the field the message starts with."""
+    if "param" in error:
+        param = error["param"]
+        return str(param) if param is not None else None
     if isinstance(details, dict) and details:
         field = details.get("field")
         if isinstance(field, str):
@@ -267,9 +282,10 @@ def error_from_body(
         code = str(code) if code is not None else None
         details = error.get("details")
         message = str(error.get("message") or code or f"HTTP {status}")
-        param = _param_of(code, message, details)
+        param = _param_of(error, code, message, details)
+        kind = str(error["type"]) if error.get("type") is not None else None
     else:
-        code, details, param = None, None, None
+        code, kind, details, param = None, None, None, None
         text = body if isinstance(body, str) else (json.dumps(body) if body is not None else "")
         message = text.strip()[:500] or f"HTTP {status}"
     return cls(
@@ -277,6 +293,7 @@ def error_from_body(
         response=response,
         status_code=status,
         code=code,
+        type=kind,
         param=param,
         details=details,
         body=body,
