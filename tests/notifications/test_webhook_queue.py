@@ -25,7 +25,7 @@ from apps.notifications.services.deliveries import claim_lease_s
 from tests.fixtures.workers import CPU_QUEUES
 
 ROOT = Path(__file__).resolve().parents[2]
-QUEUE_FLAG = re.compile(r"celery -A config worker -Q (\S+)")
+QUEUE_FLAG = re.compile(r"celery -A config (?:-q )?worker -Q (\S+)")
 
 
 def _queues() -> set[str]:
