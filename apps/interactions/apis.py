@@ -17,12 +17,13 @@ from rest_framework.response import Response
 from apps.cohorts.selectors import consent_default
 from apps.common.apis import ScopedApi, batch_items, batch_response, end_user_of_request, paginated, paginated_schema
 from apps.common.exceptions import NotFound, ValidationFailed
+from apps.common.item_checks import MAX_ID_LEN, ItemError
 from apps.common.parsing import query_text, reject_unknown_query
 from apps.interactions.editor import editor_outcome_ingest
 from apps.interactions.models import Feedback, Interaction
 from apps.interactions.selectors import interaction_get_for_tenant, interaction_list
 from apps.interactions.services import ItemResult, feedback_ingest, interactions_ingest
-from apps.interactions.validation import MAX_ID_LEN, MAX_TURN, ItemError
+from apps.interactions.validation import MAX_TURN
 from apps.tenants.permissions import acts_as_editor, batch_size
 
 # ---- Shapes for the OpenAPI schema. Validation itself is in validation.py (fast, hand-written). ----
