@@ -47,8 +47,8 @@ class PPOConfig:
     """A show gate does the staying silent for completions (``show_gate``: the loop fits one for
     every version, on by default): the counterfactual then teaches silence only to an agent's
     turns (samples with their own ``silence_reward``), and a completion's update goes entirely
-    to being right. Tuned on the training packages: without the counterfactual, accepted per
-    request rose +0.0090 ± 0.0035 (with it +0.0063 ± 0.0070; benchmarks/results-log.md)."""
+    to being right. Tuned on the training packages: accepted per request rose more without the
+    counterfactual than with it (the figures: benchmarks/results-log.md, ``silence_gated``)."""
     silence_reward: float = 0.0
     """The reward of staying silent: the tenant's reward for ``not_shown`` (a sample's own
     ``silence_reward``, an agent's turn, takes precedence)."""

@@ -26,11 +26,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.cohorts.services import end_users_observe
+from apps.common.item_checks import ItemError
 from apps.common.parsing import end_user_id_problem
 from apps.interactions.models import Interaction
 from apps.interactions.served import SERVED_BY_KEY
 from apps.interactions.services import ItemResult, feedback_ingest, interactions_ingest
-from apps.interactions.validation import ItemError
 
 # The outcome fields Strop maps onto an interaction; everything else is kept in its metadata.
 _MAPPED = {

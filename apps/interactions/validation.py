@@ -1,44 +1,38 @@
 """Fast validation of ingest items.
 
 Batches of up to ``STROP_MAX_BATCH_ITEMS`` items are validated here by hand instead of by a DRF
-serializer per item, which would cost more than the database insert itself. Every error names
-the field. The serializers in ``apis.py`` describe the same shapes for the OpenAPI schema.
+serializer per item, which would cost more than the database insert itself, with the field checks
+of ``apps.common.item_checks``. Every error names the field. The serializers in ``apis.py`` describe
+the same shapes for the OpenAPI schema (a test compares the two).
 """
 
 from __future__ import annotations
 
-import math
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from apps.common.parsing import end_user_id_problem, is_uuid, json_problem
+from apps.common.item_checks import (
+    ItemError,
+    item_bool,
+    item_datetime,
+    item_end_user_id,
+    item_id,
+    item_logprobs,
+    item_metadata,
+    item_number,
+    item_text,
+    item_token_ids,
+    reject_unknown_fields,
+)
+from apps.common.parsing import is_uuid
 from apps.interactions.messages import MessageError, messages_validate, tools_validate, turn_of
 from apps.interactions.models import Feedback
 
-MAX_ID_LEN = 200
-MAX_TOKEN_ID = 2**31 - 1
-_MAX_LOGPROB = 1e-4  # logprobs are <= 0; allow float noise
-# Numbers outside these ranges are a client's bug, not data: refused with a 400 rather than stored
-# (where they would skew latency percentiles, importance weights or training windows).
-MIN_LOGPROB = -10_000.0  # below any real token's log-probability; vLLM writes -9999.0 for -inf
 MAX_LATENCY_MS = 3_600_000.0  # one hour for one completion
 MAX_TURN = 100_000
 MAX_ACCEPTED_CHARS = 2**31 - 1  # what the column holds; the completion's own length is checked on ingest
-EARLIEST_TIMESTAMP = datetime(2000, 1, 1, tzinfo=UTC)
-MAX_CLOCK_SKEW = timedelta(days=1)  # a client's clock may run ahead of ours, not by more
-
-
-class ItemError(Exception):
-    def __init__(self, field_name: str, message: str, code: str = "invalid") -> None:
-        super().__init__(f"{field_name}: {message}")
-        self.field = field_name
-        self.message = f"{field_name}: {message}"
-        self.code = code
-
-    def as_dict(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message, "field": self.field}
 
 
 @dataclass
@@ -75,146 +69,6 @@ class FeedbackIn:
     conversation_id: str | None = None  # a session outcome: spread over the session's turns
     turn: int = 0
     discount: float = 0.0
-
-
-def _text(item: dict[str, Any], name: str, *, required: bool = False, max_len: int | None = None) -> str | None:
-    value = item.get(name)
-    if value is None:
-        if required:
-            raise ItemError(name, "is required", "required")
-        return None
-    if not isinstance(value, str):
-        raise ItemError(name, f"must be a string, not {type(value).__name__}")
-    if max_len is not None and len(value) > max_len:
-        raise ItemError(name, f"is longer than {max_len} characters")
-    if "\x00" in value:
-        raise ItemError(name, "contains a NUL character, which cannot be stored")
-    return value
-
-
-def _id(item: dict[str, Any], name: str, *, required: bool = False) -> str | None:
-    value = _text(item, name, required=required, max_len=MAX_ID_LEN)
-    if value is not None and not value.strip():
-        raise ItemError(name, "must not be blank")
-    return value
-
-
-def _end_user_id(item: dict[str, Any], name: str = "end_user_id") -> str:
-    """The end user: absent or "" is nobody; anything else must be an id the API can address."""
-    value = item.get(name)
-    if value is None or value == "":
-        return ""
-    problem = end_user_id_problem(value)
-    if problem is not None:
-        raise ItemError(name, problem)
-    return value
-
-
-def _optional_bool(item: dict[str, Any], name: str) -> bool | None:
-    value = item.get(name)
-    if value is not None and not isinstance(value, bool):
-        raise ItemError(name, f"must be true or false, not {type(value).__name__}")
-    return value
-
-
-def _token_ids(item: dict[str, Any], name: str) -> list[int] | None:
-    value = item.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise ItemError(name, "must be a list of token ids")
-    if not value or (all(type(t) is int for t in value) and min(value) >= 0 and max(value) <= MAX_TOKEN_ID):
-        return value  # the common case, checked without a Python-level loop body
-    for index, token in enumerate(value):
-        if type(token) is not int or token < 0 or token > MAX_TOKEN_ID:
-            raise ItemError(name, f"item {index} must be a token id (an integer from 0 to {MAX_TOKEN_ID})")
-    return value
-
-
-def _logprobs(item: dict[str, Any], name: str) -> list[float] | None:
-    value = item.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise ItemError(name, "must be a list of numbers")
-    if not value or (
-        all(type(x) is float for x in value)
-        and math.isfinite(sum(value))
-        and max(value) <= _MAX_LOGPROB
-        and min(value) >= MIN_LOGPROB
-    ):
-        return value  # the common case; the JSON parser already refused NaN and Infinity
-    out: list[float] = []
-    for index, number in enumerate(value):
-        if type(number) not in (int, float) or not math.isfinite(number):
-            raise ItemError(name, f"item {index} must be a finite number")
-        if number > _MAX_LOGPROB:
-            raise ItemError(name, f"item {index} is {number}; a log-probability is at most 0")
-        if number < MIN_LOGPROB:
-            lowest = _plain(MIN_LOGPROB)
-            raise ItemError(name, f"item {index} is {number}; a log-probability must be from {lowest} to 0")
-        out.append(float(number))
-    return out
-
-
-def _plain(number: float) -> str:
-    return str(int(number)) if float(number).is_integer() and abs(number) < 1e15 else repr(number)
-
-
-def _number(item: dict[str, Any], name: str, *, minimum: float = 0.0, maximum: float, unit: str = "") -> float | None:
-    value = item.get(name)
-    if value is None:
-        return None
-    if type(value) not in (int, float) or not math.isfinite(value):
-        raise ItemError(name, "must be a finite number")
-    if not minimum <= value <= maximum:
-        raise ItemError(name, f"must be from {_plain(minimum)} to {_plain(maximum)}{unit}, not {_plain(value)}")
-    return float(value)
-
-
-def _datetime(item: dict[str, Any], name: str) -> datetime | None:
-    value = item.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ItemError(name, "must be an ISO 8601 date-time string such as 2026-11-21T10:00:00Z")
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ItemError(name, f"{value!r} is not an ISO 8601 date-time") from None
-    if parsed.tzinfo is None:
-        raise ItemError(name, "must include a timezone (for example a trailing Z for UTC)")
-    try:  # 0001-01-01T00:00+01:00 parses, but is before year 1 in UTC
-        parsed = parsed.astimezone(UTC)
-    except OverflowError:
-        raise ItemError(name, f"{value!r} is outside the years 1 to 9999 once converted to UTC") from None
-    latest = datetime.now(UTC) + MAX_CLOCK_SKEW
-    if not EARLIEST_TIMESTAMP <= parsed <= latest:
-        raise ItemError(
-            name,
-            f"{value!r} is not a plausible time: it must be from {EARLIEST_TIMESTAMP:%Y-%m-%dT%H:%M:%SZ} to a day "
-            f"from now ({latest:%Y-%m-%dT%H:%M:%SZ})",
-        )
-    return parsed
-
-
-def _metadata(item: dict[str, Any], name: str = "metadata") -> dict[str, Any]:
-    value = item.get(name)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ItemError(name, "must be a JSON object")
-    problem = json_problem(value, name)
-    if problem is not None:
-        raise ItemError(*problem)
-    return value
-
-
-def _reject_unknown(item: dict[str, Any], allowed: frozenset[str]) -> None:
-    unknown = item.keys() - allowed
-    if unknown:
-        name = sorted(unknown)[0]
-        raise ItemError(name, f"is not a known field (known: {', '.join(sorted(allowed))})", "unknown_field")
 
 
 INTERACTION_FIELDS = frozenset(
@@ -264,11 +118,11 @@ def _conversation(item: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, li
 def interaction_validate(item: Any) -> InteractionIn:
     if not isinstance(item, dict):
         raise ItemError("item", "must be a JSON object")
-    _reject_unknown(item, INTERACTION_FIELDS)
-    client_id = _id(item, "client_id", required=True)
-    prompt = _text(item, "prompt")
-    prefix = _text(item, "prefix")
-    suffix = _text(item, "suffix")
+    reject_unknown_fields(item, INTERACTION_FIELDS)
+    client_id = item_id(item, "client_id", required=True)
+    prompt = item_text(item, "prompt")
+    prefix = item_text(item, "prefix")
+    suffix = item_text(item, "suffix")
     messages, tools = _conversation(item)
     if messages is not None and (prompt is not None or prefix is not None):
         raise ItemError("messages", "send either 'messages' (a conversation) or 'prompt' / 'prefix', not both")
@@ -278,16 +132,16 @@ def interaction_validate(item: Any) -> InteractionIn:
             "send 'prompt', 'prefix' (and 'suffix') for fill-in-the-middle, or 'messages' for a conversation",
             "required",
         )
-    conversation_id = _id(item, "conversation_id") or ""
+    conversation_id = item_id(item, "conversation_id") or ""
     turn = _turn(item)
     if turn is not None and not conversation_id:
         raise ItemError("turn", "needs 'conversation_id' (the session the turn belongs to)")
     if turn is None and conversation_id and messages is not None:
         turn = turn_of(messages)
-    completion = _text(item, "completion", required=True)
-    prompt_ids = _token_ids(item, "prompt_token_ids")
-    completion_ids = _token_ids(item, "completion_token_ids")
-    logprobs = _logprobs(item, "completion_logprobs")
+    completion = item_text(item, "completion", required=True)
+    prompt_ids = item_token_ids(item, "prompt_token_ids")
+    completion_ids = item_token_ids(item, "completion_token_ids")
+    logprobs = item_logprobs(item, "completion_logprobs")
     if logprobs is not None:
         if completion_ids is None:
             raise ItemError("completion_logprobs", "needs completion_token_ids of the same length")
@@ -306,12 +160,12 @@ def interaction_validate(item: Any) -> InteractionIn:
         prompt_token_ids=prompt_ids,
         completion_token_ids=completion_ids,
         completion_logprobs=logprobs,
-        model_name=_text(item, "model", max_len=200) or "",
-        end_user_id=_end_user_id(item),
-        end_user_opted_in=_optional_bool(item, "opted_in"),
-        served_at=_datetime(item, "served_at"),
-        latency_ms=_number(item, "latency_ms", maximum=MAX_LATENCY_MS, unit=" milliseconds"),
-        metadata=_metadata(item),
+        model_name=item_text(item, "model", max_len=200) or "",
+        end_user_id=item_end_user_id(item),
+        end_user_opted_in=item_bool(item, "opted_in"),
+        served_at=item_datetime(item, "served_at"),
+        latency_ms=item_number(item, "latency_ms", maximum=MAX_LATENCY_MS, unit=" milliseconds"),
+        metadata=item_metadata(item),
         messages=messages,
         tools=tools,
         conversation_id=conversation_id,
@@ -365,10 +219,10 @@ def _accepted_chars(item: dict[str, Any], outcome: str) -> int | None:
 def feedback_validate(item: Any) -> FeedbackIn:
     if not isinstance(item, dict):
         raise ItemError("item", "must be a JSON object")
-    _reject_unknown(item, FEEDBACK_FIELDS)
-    raw_id = _text(item, "interaction_id", max_len=64)
-    client_id = _id(item, "client_id")
-    conversation_id = _id(item, "conversation_id")
+    reject_unknown_fields(item, FEEDBACK_FIELDS)
+    raw_id = item_text(item, "interaction_id", max_len=64)
+    client_id = item_id(item, "client_id")
+    conversation_id = item_id(item, "conversation_id")
     if (raw_id is not None) + (client_id is not None) + (conversation_id is not None) != 1:
         raise ItemError(
             "interaction_id",
@@ -381,10 +235,10 @@ def feedback_validate(item: Any) -> FeedbackIn:
         if not is_uuid(raw_id):
             raise ItemError("interaction_id", f"{raw_id!r} is not a Strop interaction id (a UUID)")
         interaction_id = uuid.UUID(raw_id)
-    outcome = _text(item, "outcome", required=True)
+    outcome = item_text(item, "outcome", required=True)
     if outcome not in OUTCOMES:
         raise ItemError("outcome", f"{outcome!r} is not one of {', '.join(sorted(OUTCOMES))}")
-    kept_text = _text(item, "kept_text")
+    kept_text = item_text(item, "kept_text")
     if outcome == Feedback.Outcome.EDITED and kept_text is None:
         raise ItemError("kept_text", "is required when outcome is 'edited'", "required")
     accepted_chars = _accepted_chars(item, outcome)
@@ -402,7 +256,7 @@ def feedback_validate(item: Any) -> FeedbackIn:
                 "turn", "is required with 'conversation_id': the turn the session outcome follows", "required"
             )
         spread = " (0: the named turn only; 1: every earlier turn in full)"
-        discount = _number(item, "discount", maximum=1.0, unit=spread) or 0.0
+        discount = item_number(item, "discount", maximum=1.0, unit=spread) or 0.0
     else:
         for name in ("turn", "discount"):
             if item.get(name) is not None:
@@ -412,8 +266,8 @@ def feedback_validate(item: Any) -> FeedbackIn:
         client_id=client_id,
         outcome=outcome,  # type: ignore[arg-type]
         kept_text=kept_text or "",
-        occurred_at=_datetime(item, "occurred_at"),
-        metadata=_metadata(item),
+        occurred_at=item_datetime(item, "occurred_at"),
+        metadata=item_metadata(item),
         accepted_chars=accepted_chars,
         conversation_id=conversation_id,
         turn=turn,

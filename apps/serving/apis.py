@@ -1,211 +1,31 @@
 """OpenAI-compatible completions and model listing, served by the tenant's adapters on vLLM.
 
 The official ``openai`` client and editor plugins (Continue) are the references: every field of
-OpenAI's completion request is taken, and what vLLM cannot do is a clear 400.
+OpenAI's completion request is taken, and what vLLM cannot do is a clear 400. The views only: the
+request's fields are in ``schemas.py``, the answer's shape and its server-sent events in ``answers.py``.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Generator, Iterator
 from typing import Any
 
 import orjson
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import StreamingHttpResponse
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.adapters.selectors import adapter_list
 from apps.common.apis import ScopedApi, end_user_of_request
-from apps.common.exceptions import ApplicationError, Forbidden
-from apps.common.parsing import StrictSerializer
-from apps.engines.vllm_client import Completion, CompletionChoice, CompletionChunk
-from apps.serving.completion_requests import CompletionRequest, suffix_shown
+from apps.common.exceptions import Forbidden
+from apps.serving.answers import CompletionAnswer, sse_response
 from apps.serving.completions import completion_create
+from apps.serving.schemas import CompletionIn
 from apps.serving.selectors import ReadAhead
-from apps.serving.services import Route
 from apps.tenants.permissions import acts_as_editor
-
-MAX_STOP = 64
-MAX_STOP_CHARS = 256
-MAX_LOGIT_BIAS = 300
-VLLM_MAX_LOGPROBS = 20
-INT64 = 2**63 - 1
-
-
-@extend_schema_field(
-    {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "maxItems": MAX_STOP}]}
-)
-class StopField(serializers.Field):
-    """``stop``: a string or a list of strings; any number up to MAX_STOP (vLLM's four are not the client's limit)."""
-
-    def to_internal_value(self, data: Any) -> list[str]:
-        values = [data] if isinstance(data, str) else data
-        if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
-            raise serializers.ValidationError("must be a non-empty string or a list of them")
-        if len(values) > MAX_STOP:
-            raise serializers.ValidationError(f"at most {MAX_STOP} stop sequences")
-        if any(len(v) > MAX_STOP_CHARS for v in values):
-            raise serializers.ValidationError(f"a stop sequence is at most {MAX_STOP_CHARS} characters")
-        return values
-
-    def to_representation(self, value: Any) -> Any:
-        return value
-
-
-@extend_schema_field({"type": "object", "additionalProperties": {"type": "number"}})
-class LogitBiasField(serializers.Field):
-    """``logit_bias``: token id (as a string, as JSON objects need) → bias in [-100, 100]."""
-
-    def to_internal_value(self, data: Any) -> dict[str, float]:
-        if not isinstance(data, dict):
-            raise serializers.ValidationError("must be an object of token id to bias")
-        if len(data) > MAX_LOGIT_BIAS:
-            raise serializers.ValidationError(f"at most {MAX_LOGIT_BIAS} entries")
-        out: dict[str, float] = {}
-        for key, value in data.items():
-            if not (key.isascii() and key.isdigit() and len(key) <= 10):
-                raise serializers.ValidationError(f"key {key[:40]!r} is not a token id")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
-                raise serializers.ValidationError(f"the bias of token {key} must be a number from -100 to 100")
-            out[key] = float(value)
-        return out
-
-    def to_representation(self, value: Any) -> Any:
-        return value
-
-
-class StreamOptionsIn(StrictSerializer):
-    include_usage = serializers.BooleanField(required=False, default=False)
-
-
-class CompletionIn(StrictSerializer):
-    model = serializers.CharField(
-        required=False, allow_blank=True, help_text="your adapter's name; default adapter if empty"
-    )
-    prompt = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        trim_whitespace=False,
-        help_text="the prompt; a FIM prompt in another model's convention (<fim_prefix>…) is recognised and "
-        "rebuilt for the base model",
-    )
-    prefix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
-    suffix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, default="")
-    max_tokens = serializers.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=2**31 - 1,
-        default=16,
-        help_text="served at most the adapter's max_completion_tokens (requests for more are capped, not refused)",
-    )
-    temperature = serializers.FloatField(required=False, min_value=0.0, max_value=2.0, default=1.0)
-    top_p = serializers.FloatField(required=False, min_value=0.0001, max_value=1.0, default=1.0)
-    stop = StopField(required=False, default=list)
-    n = serializers.IntegerField(required=False, min_value=1, max_value=8, default=1)
-    best_of = serializers.IntegerField(required=False, min_value=1, max_value=8)
-    seed = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=-INT64, max_value=INT64)
-    user = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
-    stream = serializers.BooleanField(required=False, default=False)
-    stream_options = StreamOptionsIn(required=False)
-    logprobs = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=VLLM_MAX_LOGPROBS)
-    echo = serializers.BooleanField(required=False, default=False)
-    frequency_penalty = serializers.FloatField(required=False, min_value=-2.0, max_value=2.0)
-    presence_penalty = serializers.FloatField(required=False, min_value=-2.0, max_value=2.0)
-    logit_bias = LogitBiasField(required=False)
-    opted_in = serializers.BooleanField(required=False, help_text="the end user's consent to learning, now")
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if ("prompt" in attrs) == ("prefix" in attrs):
-            raise serializers.ValidationError({"prompt": "send either `prompt`, or `prefix` (+ `suffix`) for FIM"})
-        if attrs.get("best_of") is not None and attrs["best_of"] < attrs["n"]:
-            raise serializers.ValidationError({"best_of": "must be at least n"})
-        if attrs["echo"] and attrs.get("logprobs") is not None:
-            raise serializers.ValidationError(
-                {"echo": "echo with logprobs is not supported: Strop returns the logprobs of the completion only"}
-            )
-        return attrs
-
-
-def _logprobs_body(choice: CompletionChoice) -> dict[str, Any]:
-    return {
-        "tokens": choice.tokens,
-        "token_logprobs": choice.logprobs,
-        "top_logprobs": choice.top_logprobs,
-        "text_offset": choice.text_offset,
-    }
-
-
-class _Answer:
-    """Shapes vLLM's answer (or stream chunks) as OpenAI's completion objects, Strop's fields added."""
-
-    def __init__(self, request: CompletionRequest, route: Route, ids: list[str], model: str) -> None:
-        self.request, self.route, self.ids, self.model = request, route, ids, model
-        self.created = int(time.time())
-        self.echoed: set[int] = set()
-        self.strop: dict[str, Any] = {"version": route.vllm_model, "max_tokens": request.max_tokens}
-        if request.max_tokens_requested is not None:
-            self.strop["max_tokens_requested"] = request.max_tokens_requested
-        if request.is_fim:
-            self.strop["fim"] = {
-                "convention": request.fim_convention or "prefix/suffix",
-                "suffix_shown_to_model": suffix_shown(route.adapter.base_model, request),
-            }
-
-    def choice(self, choice: CompletionChoice) -> dict[str, Any]:
-        text = choice.text
-        if self.request.echo and choice.index not in self.echoed:
-            self.echoed.add(choice.index)
-            text = (self.request.prompt or self.request.prefix) + text
-        return {
-            "index": choice.index,
-            "text": text,
-            "logprobs": _logprobs_body(choice) if self.request.logprobs is not None else None,
-            "finish_reason": choice.finish_reason,
-            "interaction_id": self.ids[choice.index],
-        }
-
-    def body(self, completion: Completion | CompletionChunk) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "id": self.ids[0],
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [self.choice(c) for c in completion.choices],
-            "strop": self.strop,
-        }
-        if completion.usage is not None:
-            usage = completion.usage
-            body["usage"] = {
-                "prompt_tokens": usage.prompt_tokens,
-                "completion_tokens": usage.completion_tokens,
-                "total_tokens": usage.total_tokens,
-            }
-        return body
-
-
-def sse_response(bodies: Generator[dict[str, Any], None, None]) -> StreamingHttpResponse:
-    """Server-sent events, one ``data: <JSON>`` per body; if vLLM fails mid-stream (the bodies
-    raise), ``data: {"error": …}``, which the openai client raises as APIError; then ``[DONE]``."""
-
-    def events() -> Iterator[bytes]:
-        try:
-            for body in bodies:
-                yield b"data: " + orjson.dumps(body) + b"\n\n"
-        except ApplicationError as exc:
-            yield b"data: " + orjson.dumps({"error": exc.as_dict()}) + b"\n\n"
-        finally:
-            bodies.close()  # a client that left: the upstream closes now, and what was served is recorded
-        yield b"data: [DONE]\n\n"
-
-    response = StreamingHttpResponse(events(), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
 
 
 class ServingApi(ScopedApi):
@@ -325,7 +145,7 @@ class CompletionApi(ServingApi):
             actor=self.actor,
             ahead=self.ahead,
         )
-        shape = _Answer(answer.request, answer.route, [str(i) for i in answer.ids], answer.adapter_name)
+        shape = CompletionAnswer(answer.request, answer.route, [str(i) for i in answer.ids], answer.adapter_name)
         if answer.chunks is not None:
             return sse_response(shape.body(chunk) for chunk in answer.chunks)
         return Response(shape.body(answer.completion))

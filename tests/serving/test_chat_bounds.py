@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from apps.interactions.models import Interaction, ServingFailure
-from apps.serving.chat_apis import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, MAX_TOOLS, MAX_TOOLS_BYTES
+from apps.serving.chat_schemas import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, MAX_TOOLS, MAX_TOOLS_BYTES
 from apps.serving.schema_bounds import MAX_SCHEMA_COUNT, MAX_SCHEMA_ENUM, MAX_SCHEMA_FORMATS, MAX_SCHEMA_LENGTH
 
 pytestmark = pytest.mark.django_db
@@ -108,7 +108,7 @@ def test_schemas_the_size_real_clients_send_pass_the_bounds():
     """Continue's and the openai client's shapes, and the bounds themselves, are not refused."""
     from rest_framework import serializers
 
-    from apps.serving.chat_apis import ResponseFormatIn, tools_bounded
+    from apps.serving.chat_schemas import ResponseFormatIn, tools_bounded
 
     tools_bounded([_tool(f"t{i}", _nested_schema(4)) for i in range(MAX_TOOLS)])
     # parameters object + (properties, inner) per level: 1 + 2 * levels JSON levels

@@ -14,6 +14,7 @@ from django.db import connection, transaction
 from django.db.models.functions import Length
 from django.utils import timezone
 
+from apps.common.item_checks import ItemError
 from apps.common.lookups import ids_by_client_id, in_values, prepared_cursor, tenant_rows
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.models import Feedback, Interaction
@@ -22,7 +23,7 @@ from apps.interactions.served import SERVED_BY_KEY
 from apps.interactions.services.batches import ItemResult, batch_check_size
 from apps.interactions.sessions import conversation_outcome_record
 from apps.interactions.training_check import training_check_soon
-from apps.interactions.validation import FeedbackIn, ItemError, accepted_chars_range_error, feedback_validate
+from apps.interactions.validation import FeedbackIn, accepted_chars_range_error, feedback_validate
 from apps.tenants.models import Tenant
 
 

@@ -13,6 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from apps.cohorts.services import end_users_observe
+from apps.common.item_checks import ItemError
 from apps.common.lookups import ids_by_client_id
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.arms import arms_of_logged
@@ -22,7 +23,7 @@ from apps.interactions.services.batches import ItemResult, batch_check_size
 from apps.interactions.services.feedback import training_check_on_commit
 from apps.interactions.services.pending import feedback_attach_pending
 from apps.interactions.sessions import conversation_outcomes_apply
-from apps.interactions.validation import InteractionIn, ItemError, interaction_validate
+from apps.interactions.validation import InteractionIn, interaction_validate
 from apps.tenants.models import Tenant
 
 
