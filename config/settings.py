@@ -11,61 +11,16 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
-from urllib.parse import unquote, urlparse
 
-from csp.constants import NONE, SELF, UNSAFE_INLINE
-from kombu import Exchange, Queue
-
+from config.celery_config import broker_transport_options, gpu_pools, task_queues
+from config.env import database_from_url, env_bool, env_int
+from config.http_settings import CONTENT_SECURITY_POLICY, REST_FRAMEWORK, SPECTACULAR_SETTINGS  # noqa: F401 (settings)
+from config.log_config import log_format, logging_config
 from config.secret_keys import GENERATED, check_deployment, load_secrets
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STROP_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
-
-
-def env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
-
-
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return default if value in (None, "") else int(value)
-
-
-def database_from_url(url: str) -> dict[str, object]:
-    """Turn ``postgres://user:pass@host:port/name`` or ``sqlite:///path`` into Django's dict."""
-    parsed = urlparse(url)
-    if parsed.scheme == "sqlite":
-        # The API and the workers are separate processes: WAL lets readers run beside the one
-        # writer, and IMMEDIATE transactions wait for the lock instead of failing mid-way.
-        return {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": parsed.path or ":memory:",
-            "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE"},
-        }
-    if parsed.scheme in {"postgres", "postgresql"}:
-        return {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": unquote(parsed.path.lstrip("/")),
-            "USER": unquote(parsed.username or ""),
-            "PASSWORD": unquote(parsed.password or ""),
-            "HOST": parsed.hostname or "",
-            "PORT": str(parsed.port or ""),
-            "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 60),
-            # A health check is one more round trip at the start of every request; a dropped
-            # connection fails one request instead and is replaced.
-            "CONN_HEALTH_CHECKS": env_bool("DATABASE_CONN_HEALTH_CHECKS", False),
-            # The hot paths' plain statements (apps.common.lookups.prepared_cursor) are prepared
-            # on their connection at their second use, so Postgres stops planning them on every
-            # request. 0 turns it off: behind a PgBouncer in transaction mode older than 1.21 a
-            # prepared statement does not follow the client to the next server connection.
-            "OPTIONS": {"prepare_threshold": 1 if env_bool("DATABASE_PREPARED_STATEMENTS", True) else None},
-        }
-    raise ValueError(f"DATABASE_URL scheme {parsed.scheme!r} is not supported (postgres or sqlite)")
 
 
 DEBUG = env_bool("DEBUG", False)
@@ -107,26 +62,6 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True
 # Origins (scheme://host) whose form posts are trusted, e.g. the public https URL behind a proxy.
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
-# The dashboard's content security policy (django-csp): its own scripts and styles only, from
-# /static/ (htmx and axe-core under /static/vendor/). Bars and chart widths are style attributes
-# computed per row; nothing else inline. Swagger UI (/api/docs/) starts itself with an inline script.
-# The API's JSON answers carry none (apps/dashboard/csp.py).
-CONTENT_SECURITY_POLICY = {
-    "EXCLUDE_URL_PREFIXES": ["/api/docs/"],
-    "DIRECTIVES": {
-        "default-src": [SELF],
-        "script-src": [SELF],
-        "style-src": [SELF],
-        "style-src-attr": [UNSAFE_INLINE],
-        "img-src": [SELF, "data:"],
-        "connect-src": [SELF],
-        "object-src": [NONE],
-        "base-uri": [SELF],
-        "form-action": [SELF],
-        "frame-ancestors": [NONE],
-        **({"report-uri": [os.environ["CSP_REPORT_URI"]]} if os.environ.get("CSP_REPORT_URI") else {}),
-    },
-}
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -215,23 +150,9 @@ else:
 
 # Celery: Redis when configured, otherwise a filesystem broker under var/ (embedded default).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
-if CELERY_BROKER_URL == "filesystem://":
-    _celery_dir = VAR_DIR / "celery"
-    for _folder in ("queue", "processed", "control"):
-        (_celery_dir / _folder).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_celery_dir / "queue"),
-        "data_folder_out": str(_celery_dir / "queue"),
-        "processed_folder": str(_celery_dir / "processed"),
-        "control_folder": str(_celery_dir / "control"),
-        "store_processed": False,
-    }
-elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
-    # A request that enqueues must not wait long on a broker that is down or hung: a socket
-    # operation gives up after half a second, and a publish is tried twice (the second time on
-    # a fresh connection, which a restarted Redis needs), so a dead broker costs about a second
-    # and the message is logged as lost (apps/common/tasks.py; the sweepers send it again).
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 0.5, "socket_timeout": 0.5}
+_transport_options = broker_transport_options(CELERY_BROKER_URL, VAR_DIR / "celery")
+if _transport_options is not None:
+    CELERY_BROKER_TRANSPORT_OPTIONS = _transport_options
 CELERY_BROKER_CONNECTION_TIMEOUT = 1
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 CELERY_RESULT_BACKEND = None
@@ -240,24 +161,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
-# Queues by workload: default (ingest follow-ups, stats), serving (vLLM loads), gpu (training, eval).
-# Each queue its own exchange and key: bare Queue(name)s all bind to the default exchange and key,
-# and then every message lands in every queue.
-# Training pools: "pool-a:acme,globex;pool-b:initech" sends the runs of those tenants (by slug) to the
-# queue gpu-pool-a or gpu-pool-b, which only that pool's gpu workers take; every other tenant's runs go
-# to "gpu". Any number of gpu workers may take one queue (one per accelerator or host).
-STROP_GPU_POOLS: dict[str, str] = {}
-for _pool_spec in filter(None, (p.strip() for p in os.environ.get("STROP_GPU_POOLS", "").split(";"))):
-    _pool, _, _slugs = _pool_spec.partition(":")
-    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,40}", _pool.strip()) or not _slugs.strip():
-        raise ValueError(f"STROP_GPU_POOLS: {_pool_spec!r} is not pool-name:tenant-slug[,tenant-slug...]")
-    for _slug in filter(None, (s.strip() for s in _slugs.split(","))):
-        STROP_GPU_POOLS[_slug] = f"gpu-{_pool.strip()}"
-_gpu_queues = sorted({"gpu", *STROP_GPU_POOLS.values()})
-# Webhook deliveries have a queue (and worker) of their own: a slow receiver holds only those.
-CELERY_TASK_QUEUES = [
-    Queue(name, Exchange(name), routing_key=name) for name in ("default", "serving", "webhooks", *_gpu_queues)
-]
+# Queues by workload, training pools (STROP_GPU_POOLS: a tenant's runs go to its pool's queue) and
+# webhook deliveries on a queue of their own: config/celery_config.py.
+STROP_GPU_POOLS: dict[str, str] = gpu_pools(os.environ.get("STROP_GPU_POOLS", ""))
+CELERY_TASK_QUEUES = task_queues(STROP_GPU_POOLS)
 CELERY_TASK_ROUTES = {
     "workers.serving.*": {"queue": "serving"},
     "workers.training.training_run_execute": {"queue": "gpu"},
@@ -459,77 +366,13 @@ AWS_DEFAULT_REGION = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
 STROP_STORE_PURGE_KEY_ID = os.environ.get("STROP_STORE_PURGE_KEY_ID", "")
 STROP_STORE_PURGE_SECRET = os.environ.get("STROP_STORE_PURGE_SECRET", "")
 
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["apps.tenants.authentication.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["apps.tenants.permissions.HasScope"],
-    "DEFAULT_PARSER_CLASSES": ["apps.common.parsers.StrictJSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["apps.common.renderers.FastJSONRenderer"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "apps.common.exception_handler.exception_handler",
-    "UNAUTHENTICATED_USER": None,
-}
 
-SPECTACULAR_SETTINGS = {
-    "TITLE": "Strop API",
-    "DESCRIPTION": "Ingest completions and accept/reject feedback; serve per-tenant LoRA adapters.",
-    "VERSION": "0.1.0",
-    "SERVE_INCLUDE_SCHEMA": False,
-    "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    # An experiment's primary metric and its guardrails choose from the same metrics: one enum.
-    "ENUM_NAME_OVERRIDES": {"ExperimentMetricEnum": "apps.experiments.stats.metrics.METRICS"},
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "apps.common.schema.add_error_responses",
-    ],
-}
 
-# Operators: one JSON object per line (json, the default) or text for a terminal (plain); every
-# line carries the request id, which follows a request into the Celery tasks it enqueues.
-LOG_FORMAT = os.environ.get("LOG_FORMAT", "json")
-if LOG_FORMAT not in {"json", "plain"}:
-    raise ValueError(f"LOG_FORMAT must be 'json' or 'plain', not {LOG_FORMAT!r}")
-# A person reading the console (`make up` sets it): routine lines (beat sending its periodic tasks, a
-# worker receiving one and its success) stay off the console; LOG_FILE, when set, still gets them.
-LOG_QUIET = env_bool("LOG_QUIET", False)
-# Also every line, as JSON, appended to this file (every process may share it: one write per line).
-LOG_FILE = os.environ.get("LOG_FILE", "")
-LOG_HANDLERS: dict[str, dict[str, Any]] = {
-    "console": {
-        "class": "logging.StreamHandler",
-        "formatter": LOG_FORMAT,
-        "filters": ["context", "routine"] if LOG_QUIET else ["context"],
-    },
-}
-if LOG_FILE:
-    LOG_HANDLERS["file"] = {
-        "class": "logging.FileHandler",
-        "filename": LOG_FILE,
-        "formatter": "json",
-        "filters": ["context"],
-    }
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "filters": {
-        "context": {"()": "apps.common.observability.logs.ContextFilter"},
-        "routine": {"()": "apps.common.observability.logs.RoutineFilter"},
-        # Paths redacted by route (no reset or invitation token, no end-user id): access-log rule.
-        "redact_request_path": {"()": "apps.common.observability.redaction.RedactRequestPath"},
-    },
-    "formatters": {
-        "json": {"()": "apps.common.observability.logs.JsonFormatter"},
-        "plain": {"()": "apps.common.observability.logs.PlainFormatter"},
-    },
-    "handlers": LOG_HANDLERS,
-    "root": {"handlers": list(LOG_HANDLERS), "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {
-        "django.request": {"level": "ERROR", "filters": ["redact_request_path"]},
-        "httpx": {"level": "WARNING"},
-        # django-axes' "AXES: BEGIN ..." line, which every process (every manage.py command) would print.
-        "axes.apps": {"level": "WARNING"},
-    },
-}
+# Logs: LOG_FORMAT, LOG_QUIET, LOG_FILE and LOG_LEVEL (config/log_config.py says what each does).
+LOG_FORMAT, LOG_QUIET, LOG_FILE = log_format(), env_bool("LOG_QUIET", False), os.environ.get("LOG_FILE", "")
+LOGGING = logging_config(
+    log_format=LOG_FORMAT, quiet=LOG_QUIET, log_file=LOG_FILE, level=os.environ.get("LOG_LEVEL", "INFO")
+)
 
 # Prometheus: every process (gunicorn workers, Celery) counts into its own files in this folder and
 # GET /metrics adds them all up. Exported before anything loads prometheus_client, which reads it at

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from apps.common.lookups import joined_rows, prepared_cursor
 from apps.tenants.models import ApiKey, Tenant
-from config.settings import database_from_url
+from config.env import database_from_url
 
 pytestmark = pytest.mark.django_db
 
