@@ -29,6 +29,7 @@ from django.db import transaction
 
 from apps.adapters.models import BaseModel
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
+from apps.interactions.rewards import reward_value
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
 from apps.training.selectors import training_events_eligible
 from learning_shared.credit import kept_prefix as kept_prefix_of
@@ -200,6 +201,7 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
     window = Window()
     # An agent that answers nothing leaves its user to ask again: its silence is a dissatisfied follow-up.
     agent_silence_reward = policy.reward_follow_up_dissatisfied
+    rewards = policy.reward_table()  # once per window, not once per event
     with transaction.atomic():
         events = list(
             training_events_eligible(run.adapter, parent=run.parent_version)
@@ -208,7 +210,7 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
         )
         rows = []
         for feedback in events:
-            reward = policy.reward_of(feedback)
+            reward = reward_value(rewards, outcome=feedback.outcome, weight=feedback.reward_weight)
             held_out = rng.random() < policy.heldout_fraction
             sample = interaction_to_sample(
                 feedback.interaction, base=base, reward=reward, silence_reward=agent_silence_reward
