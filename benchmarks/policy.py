@@ -18,7 +18,8 @@ from typing import Any
 from benchmarks.expected import Expected, expected_outcomes
 from benchmarks.sampling import Served, sample_suggestions
 from benchmarks.simdev import REWARDS, Request, Task, respond
-from learning_shared.credit import kept_prefix, preferred_token_ids, token_rewards
+from learning_shared.credit import event_credit
+from learning_shared.samples import Sample
 from learning_shared.show_gate import GATE_ACCEPTED, GateEvent, suggestion_score, withholds
 
 
@@ -94,33 +95,36 @@ def run_policy(model_dir: Path, adapter_dir: Path | None, tasks: Sequence[Task],
     return served, requests, outcomes
 
 
-def to_samples(served: Sequence[Served], requests: Sequence[Request], tokenizer: Any) -> list[dict[str, Any]]:
-    """The trainer's sample format (as the exporter writes it), one per event; a partial accept or
-    an edit also carries its token-level credit, and an edit its kept text as tokens, as the
-    exporter gives them."""
+def to_samples(served: Sequence[Served], requests: Sequence[Request], tokenizer: Any) -> list[Sample]:
+    """The trainer's samples, one per event, built as the exporter builds them: a partial accept or
+    an edit also carries its token-level credit, and an edit its kept text as tokens."""
     samples = []
     for s, r in zip(served, requests, strict=True):
-        sample = {
-            "id": f"{r.task_id}",
-            "prompt_token_ids": s.prompt_token_ids,
-            "completion_token_ids": s.completion_token_ids,
-            "behaviour_logprobs": s.logprobs,
-            "reward": REWARDS[r.outcome],
-            "silent": not s.text.strip(),  # nothing shown: what the first token did when it was all
-        }
-        kept = kept_prefix(r.outcome, r.text, accepted_chars=r.accepted_chars, kept_text=r.kept_text or "")
-        if kept is not None and s.completion_token_ids:
-            sample["token_rewards"] = token_rewards(s.completion_token_ids, kept, tokenizer=tokenizer,
-                                                    kept_reward=REWARDS["accepted"],
-                                                    rejected_reward=REWARDS["rejected"])
-        preferred = preferred_token_ids(r.outcome, r.text, kept_text=r.kept_text or "", tokenizer=tokenizer)
-        if preferred is not None:
-            sample["preferred_token_ids"] = preferred
-        samples.append(sample)
+        credit = event_credit(
+            r.outcome,
+            r.text,
+            s.completion_token_ids,
+            accepted_chars=r.accepted_chars,
+            kept_text=r.kept_text,
+            tokenizer=tokenizer,
+            kept_reward=REWARDS["accepted"],
+            rejected_reward=REWARDS["rejected"],
+            persisted_reward=0.0,  # the simulated developers never report an agent's persisted edit
+        )
+        samples.append(Sample.build(
+            id=f"{r.task_id}",
+            prompt_token_ids=s.prompt_token_ids,
+            completion_token_ids=s.completion_token_ids,
+            behaviour_logprobs=s.logprobs,
+            reward=REWARDS[r.outcome],
+            silent=not s.text.strip(),  # nothing shown: what the first token did when it was all
+            token_rewards=credit.token_rewards,
+            preferred_token_ids=credit.preferred_token_ids,
+        ))
     return samples
 
 
-def train(model_dir: Path, samples: list[dict[str, Any]], config, out_dir: Path, parent: Path | None,
+def train(model_dir: Path, samples: list[Sample], config, out_dir: Path, parent: Path | None,
           label: str) -> Path:
     from gpu_trainer.ppo import train_ppo
 

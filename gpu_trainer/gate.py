@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from gpu_trainer.precision import resolve_device_dtype
 from gpu_trainer.teacher_forced import active_adapter, off_policy_value, teacher_forced
 from learning_shared.errors import AdapterInvalidError, TrainerInputError
 from learning_shared.fim import build_fim_prompt, detect_family
-from learning_shared.samples import Sample, check_samples_against_vocab, coerce_samples
+from learning_shared.samples import Sample, check_samples_against_vocab, require_samples
 
 # What callers import from here: the gate's API in one place.
 __all__ = ["GateConfig", "GateVerdict", "evaluate_candidate", "off_policy_value", "PASSED", "FAILED", "SKIPPED"]
@@ -56,7 +57,7 @@ def evaluate_candidate(
     base_model_dir: str | Path,
     parent_adapter_dir: str | Path | None,
     candidate_adapter_dir: str | Path,
-    heldout: list[Sample] | list[dict[str, Any]],
+    heldout: Sequence[Sample],
     fim_eval: list[dict[str, Any]] | None = None,
     config: GateConfig | None = None,
     max_rank: int | None = None,
@@ -68,7 +69,7 @@ def evaluate_candidate(
     """Run the gate on ``candidate_adapter_dir`` against its parent (None: the base model).
 
     ``heldout`` are logged interactions the candidate was not trained on (the trainer's sample
-    format). KL is measured on their completions; without held-out samples, on the next-token
+    format, typed). KL is measured on their completions; without held-out samples, on the next-token
     distribution after each of ``kl_prompts`` (prompt token ids), else after each FIM prompt,
     else it is skipped. ``fim_eval`` holds ``{"prefix", "suffix", "middle"}`` cases.
 
@@ -78,7 +79,7 @@ def evaluate_candidate(
     started = time.perf_counter()
     config = config or GateConfig()
     config.validate()
-    samples = coerce_samples(heldout)
+    samples = require_samples(heldout)
     fim_cases = _check_fim_cases(fim_eval or [])[: config.max_fim_samples]
     verdict = GateVerdict(heldout_count=len(samples))
     if parent_adapter_dir is not None:
@@ -118,8 +119,8 @@ def evaluate_candidate(
             prompts = [tokenizer.encode(p, add_special_tokens=False) for p in fim_prompts]
             verdict.kl_source = "fim"
         # An empty completion is scored as [eos]: its one position is the next-token distribution.
-        kl_samples = [Sample.from_dict({"prompt_token_ids": p, "completion_token_ids": [], "reward": 0.0}, i)
-                      for i, p in enumerate(prompts)]
+        kl_samples = [Sample.build(prompt_token_ids=p, completion_token_ids=(), behaviour_logprobs=None, reward=0.0,
+                                   where=f"kl prompt {i}") for i, p in enumerate(prompts)]
         if kl_samples:
             check_samples_against_vocab(kl_samples, vocab_size)
     stats = teacher_forced(model, kl_samples, CANDIDATE, parent, eos_id=eos_id, pad_id=pad_id,

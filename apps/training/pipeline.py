@@ -224,7 +224,7 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
         fim_eval=eval_set.cases if eval_set else None,
         config=GateConfig.from_dict({"seed": run.pk, **gate_overrides}),
         max_rank=settings.VLLM_MAX_LORA_RANK,
-        kl_prompts=[sample["prompt_token_ids"] for sample in window.train[:32]],
+        kl_prompts=[list(sample.prompt_token_ids) for sample in window.train[:32]],
         candidate_show_threshold=threshold_of(show_gate),
         parent_show_threshold=threshold_of(parent.show_gate if parent else None),
         silence_reward=policy.reward_not_shown,
