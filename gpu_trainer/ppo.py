@@ -23,8 +23,9 @@ import torch
 from gpu_trainer.adapters import ADAPTER_CONFIG, METRICS, TRAIN_CONFIG, write_adapter_dir
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.losses import compute_advantages, token_advantages
+from gpu_trainer.minibatches import summarize
 from gpu_trainer.model_loading import Policy, load_policy
-from gpu_trainer.policy_update import StepCallback, run_policy_update, summarize
+from gpu_trainer.policy_update import StepCallback, run_policy_update
 from learning_shared.errors import TrainerInputError, TrainingDivergedError
 from learning_shared.samples import Sample, check_samples_against_vocab, require_samples
 
