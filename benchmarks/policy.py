@@ -26,11 +26,11 @@ from learning_shared.show_gate import GATE_ACCEPTED, GateEvent, suggestion_score
 def resolve_model(name: str) -> Path:
     """``smollm2`` (fetched and converted once), ``starter-tiny`` / ``starter-small``, or a path."""
     if name == "smollm2":
-        from gpu_trainer.base_models import ensure_smollm2
+        from model_supply.base_models import ensure_smollm2
 
         return Path(ensure_smollm2())
     if name.startswith("starter-"):
-        from gpu_trainer.starter import ensure_starter_model
+        from model_supply.starter import ensure_starter_model
 
         return Path(ensure_starter_model(name.removeprefix("starter-")))
     path = Path(name)

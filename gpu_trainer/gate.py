@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from gpu_trainer.adapters import base_model_fingerprint, check_parent_matches_base, verify_adapter
+from gpu_trainer.adapters import check_parent_matches_base, verify_adapter
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.decoding import fim_scores, greedy_completions
 from gpu_trainer.gate_config import FAILED, PASSED, SKIPPED, GateConfig, GateVerdict
@@ -43,6 +43,7 @@ from gpu_trainer.precision import resolve_device_dtype
 from gpu_trainer.teacher_forced import active_adapter, off_policy_value, teacher_forced
 from learning_shared.errors import AdapterInvalidError, TrainerInputError
 from learning_shared.fim import build_fim_prompt, detect_family
+from learning_shared.fingerprint import base_model_fingerprint
 from learning_shared.samples import Sample, check_samples_against_vocab, require_samples
 
 # What callers import from here: the gate's API in one place.

