@@ -61,7 +61,7 @@ starter: venv
 	$(PY) -m model_supply starter --size small
 
 lint: venv lint-imports
-	$(VENV)/bin/ruff check apps config workers benchmarks tests gpu_trainer learning_shared model_supply sdk platform
+	$(VENV)/bin/ruff check apps config workers benchmarks tests gpu_trainer learning_shared model_supply demo sdk platform
 
 # The import contracts in pyproject.toml ([tool.importlinter]).
 lint-imports: venv

@@ -91,7 +91,7 @@ call POST /v1/completions '{"prefix": "def fibonacci(n):\n    ", "suffix": "\n",
 
 echo "==> the learning loop"
 echo "    dashboard: $BASE/dashboard/  user demo-admin  password $DASH_PASSWORD"
-$PY platform/demo_loop.py --base "$BASE" --tenant "demo:$KEY:line" --tenant "blocks:$KEY_BLOCKS:block" \
+$PY demo/loop.py --base "$BASE" --tenant "demo:$KEY:line" --tenant "blocks:$KEY_BLOCKS:block" \
   --events "${DEMO_EVENTS:-128}" --budget-min "$($PY -c "import sys, time; print(round(float(sys.argv[1]) - (time.time() - int(sys.argv[2])) / 60, 1))" "${DEMO_BUDGET:-20}" "$STARTED")" --rounds "${DEMO_ROUNDS:-2}" \
   --trainer "$TRAINER" --report var/demo --dashboard "$BASE/dashboard/ (user demo-admin, password $DASH_PASSWORD)" \
   $([ "${DEMO_EXIT:-0}" = "1" ] || echo "--leave-last $BASE/dashboard/")

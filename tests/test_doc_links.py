@@ -151,6 +151,7 @@ SCANNED_SOURCES = (
     "gpu_trainer",
     "learning_shared",
     "model_supply",
+    "demo",
     "benchmarks",
     "tests",
     "docs",

@@ -25,9 +25,11 @@ from typing import Any
 
 from strop import APIStatusError, Strop, TrainingRun
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from demo_report import Row, write_report  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 from simdev import Context, SessionResult, Summary, Task, load_tasks, run_session  # noqa: E402
+
+from demo.report import Row, write_report  # noqa: E402
 
 ADAPTER = "tab"
 DEVELOPERS = 8  # opted-in developers whose feedback trains the adapter
