@@ -1,6 +1,6 @@
 """The learning benchmarks' policy: resolving and loading a model (with an adapter), serving tasks
 with it as vLLM samples them and letting the simulated developer decide, turning the events into
-the trainer's samples, training an adapter on them, and the show gate's view of the events.
+the trainer's samples, training an adapter on them, and the show filter's view of the events.
 ``benchmarks/learning.py`` (code completion) and ``benchmarks/agent_learning.py`` (agents) share it.
 """
 
@@ -20,7 +20,7 @@ from benchmarks.sampling import Served, sample_suggestions
 from benchmarks.simdev import REWARDS, Request, Task, respond
 from learning_shared.credit import event_credit
 from learning_shared.samples import Sample
-from learning_shared.show_gate import GATE_ACCEPTED, GateEvent, suggestion_score, withholds
+from learning_shared.show_filter import SHOW_ACCEPTED, ShowEvent, suggestion_score, withholds
 
 
 def resolve_model(name: str) -> Path:
@@ -172,16 +172,16 @@ def load_tokenizer_of(model_dir: Path) -> Any:
     return load_tokenizer(model_dir)
 
 
-def gate_events(served: Sequence[Served], requests: Sequence[Request], tasks: Sequence[Task]) -> list[GateEvent]:
-    """The show gate's view of collected events: each shown suggestion, scored by its own logprobs,
+def show_events(served: Sequence[Served], requests: Sequence[Request], tasks: Sequence[Task]) -> list[ShowEvent]:
+    """The show filter's view of collected events: each shown suggestion, scored by its own logprobs,
     grouped by its file (what the fit checks itself across)."""
-    return [GateEvent(suggestion_score(s.logprobs), r.outcome in GATE_ACCEPTED, group=f"{t.package}/{t.path}")
+    return [ShowEvent(suggestion_score(s.logprobs), r.outcome in SHOW_ACCEPTED, group=f"{t.package}/{t.path}")
             for s, r, t in zip(served, requests, tasks, strict=True) if r.outcome != "not_shown"]
 
 
 def gated(requests: Sequence[Request], served: Sequence[Served], threshold: float, population: str,
           tasks: Sequence[Task]) -> list[Request]:
-    """The same requests behind a show gate: a suggestion scoring below ``threshold`` reaches the
+    """The same requests behind a show filter: a suggestion scoring below ``threshold`` reaches the
     developer as nothing (``not_shown``), as serving withholds it (no exploration here)."""
     return [replace(r, text="", outcome=respond(population, "", task).outcome, accepted_chars=None, kept_text=None)
             if withholds(suggestion_score(s.logprobs), threshold) else r

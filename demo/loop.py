@@ -127,7 +127,7 @@ FINISHED = ("candidate", "rejected", "failed")
 
 def ask_for_run(tenant: Tenant) -> None:
     """Each round trains on its own feedback, and asks for its run when that feedback did not start
-    one: the threshold counts labelled events that train, and the suggestions a version's show gate
+    one: the threshold counts labelled events that train, and the suggestions a version's show filter
     withholds are not among them, so a round's requests can fall short of it. A run still going from
     before the round finishes first (the round's run would wait behind it anyway)."""
     deadline = time.monotonic() + RUN_TIMEOUT_S

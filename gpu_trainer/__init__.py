@@ -1,7 +1,7 @@
 """Strop's trainer: critic-free PPO on LoRA adapters and the eval gate; it only trains.
 
 Pure PyTorch + transformers + peft; nothing here imports Django. What serving shares with the
-trainer (FIM and chat formats, token credit, the show gate, samples, errors) is the torch-free
+trainer (FIM and chat formats, token credit, the show filter, samples, errors) is the torch-free
 ``learning_shared`` package beside this one; where a base model comes from (SmolLM2, a GGUF, the
 starter model) is ``model_supply``'s.
 

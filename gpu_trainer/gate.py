@@ -11,7 +11,7 @@ Four checks, every one recorded on the verdict with its numbers:
    sampling with sequence weights w = min(π(completion) / β(completion), cap), where β is the
    serving (behaviour) probability when it was logged, else the parent's (on-policy assumption).
    The candidate passes if V_candidate ≥ V_parent − margin. Each is valued as it will be served:
-   a logged suggestion that a version's show gate withholds (its log-probability under that
+   a logged suggestion that a version's show filter withholds (its log-probability under that
    version below the gate's threshold) earns that version silence's reward instead.
 4. **FIM** (when the tenant has a set): greedy decode of each middle with candidate and parent
    (prefix alone for a ``plain`` model); the candidate's edit similarity may be at most a
@@ -207,7 +207,7 @@ def _reward_check(verdict: GateVerdict, samples: list[Sample], stats: dict[str, 
                            for s, known in zip(samples, logged, strict=True)], dtype=torch.float64)
     behaviour = torch.where(torch.tensor(logged), served, stats["logp_parent"])
     verdict.behaviour_known = sum(logged)
-    # What serving's show gate judges: a completion (not an agent's turn, which carries its own
+    # What serving's show filter judges: a completion (not an agent's turn, which carries its own
     # silence reward) that showed text. Withheld counts as silence; the few shown anyway to keep
     # the gate learning (explore, 5 % by default) are left out of this estimate.
     suggested = torch.tensor([bool(s.completion_token_ids) and not s.silent and s.silence_reward is None

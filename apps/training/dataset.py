@@ -36,20 +36,20 @@ from learning_shared.chat import chat_prompt_ids
 from learning_shared.credit import CREDITED_OUTCOMES, EventCredit, event_credit
 from learning_shared.fim import build_fim_prompt
 from learning_shared.samples import Sample
-from learning_shared.show_gate import GATE_ACCEPTED, GateEvent, suggestion_score
+from learning_shared.show_filter import SHOW_ACCEPTED, ShowEvent, suggestion_score
 
 
 @dataclass
 class Window:
     train: list[Sample] = field(default_factory=list)
     heldout: list[Sample] = field(default_factory=list)
-    # Every shown completion Strop served in the window's training part, scored: what the show gate
+    # Every shown completion Strop served in the window's training part, scored: what the show filter
     # is fitted on (never the held-out part, on which the eval gate judges the version with it).
-    gate_events: list[GateEvent] = field(default_factory=list)
+    show_events: list[ShowEvent] = field(default_factory=list)
 
 
-def gate_event(feedback: Feedback) -> GateEvent | None:
-    """The show gate's view of one event: a completion Strop served (its own logprobs) that the
+def show_event(feedback: Feedback) -> ShowEvent | None:
+    """The show filter's view of one event: a completion Strop served (its own logprobs) that the
     user saw, or None."""
     interaction = feedback.interaction
     logprobs = interaction.completion_logprobs
@@ -62,10 +62,10 @@ def gate_event(feedback: Feedback) -> GateEvent | None:
     ):
         return None
     weight = float(((interaction.metadata or {}).get("show_gate") or {}).get("weight", 1.0))
-    # Grouped by end user: the fit checks itself on users it was not fitted on (learning_shared.show_gate).
-    return GateEvent(
+    # Grouped by end user: the fit checks itself on users it was not fitted on (learning_shared.show_filter).
+    return ShowEvent(
         score=suggestion_score(logprobs),
-        accepted=feedback.outcome in GATE_ACCEPTED,
+        accepted=feedback.outcome in SHOW_ACCEPTED,
         weight=weight,
         group=interaction.end_user_id or "",
     )
@@ -204,9 +204,9 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
             credit = feedback_credit(feedback, completion_token_ids=tokens[1], base=base, policy=policy)
             sample = _sample(interaction, tokens, reward=reward, silence_reward=agent_silence_reward, credit=credit)
             (window.heldout if held_out else window.train).append(sample)
-            scored = None if held_out else gate_event(feedback)
+            scored = None if held_out else show_event(feedback)
             if scored is not None:
-                window.gate_events.append(scored)
+                window.show_events.append(scored)
             rows.append(TrainingRunEvent(run=run, feedback=feedback, held_out=held_out, reward=reward))
         TrainingRunEvent.objects.bulk_create(rows)
     return window

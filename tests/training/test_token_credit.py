@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 
 from apps.interactions.models import Feedback, Interaction
 from apps.interactions.services import feedback_ingest, interactions_ingest
-from apps.training.dataset import dataset_export, gate_event
+from apps.training.dataset import dataset_export, show_event
 from apps.training.models import TrainingRun
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.ppo import train_ppo
@@ -165,7 +165,7 @@ def test_the_show_gate_counts_only_a_whole_accept_as_accepted(tiny_adapter, serv
         serve(name)
         label(tenant, name, outcome, **fields)
     Interaction.objects.update(source=Interaction.Source.SERVED)
-    events = {f.interaction.client_id: gate_event(f) for f in Feedback.objects.select_related("interaction")}
+    events = {f.interaction.client_id: show_event(f) for f in Feedback.objects.select_related("interaction")}
     assert (events["p"].accepted, events["e"].accepted) == (False, False)
 
 

@@ -123,9 +123,9 @@ def test_another_tenants_events_never_enter_a_window(tiny_adapter, add_events, m
 
 
 def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapter, add_events):
-    """What the show gate is fitted on: served completions the user saw, scored by their own logprobs,
+    """What the show filter is fitted on: served completions the user saw, scored by their own logprobs,
     an explored one weighed as serving recorded it; not what was not shown, logged or withheld."""
-    from apps.training.pipeline import _fit_show_gate
+    from apps.training.pipeline import _fit_show_filter
 
     ids = add_events(24)  # outcomes cycle accepted, rejected, not_shown, edited
     for k, interaction_id in enumerate(ids):
@@ -138,23 +138,23 @@ def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapt
     policy.heldout_fraction = 0.0
     first = make_run(tiny_adapter)
     window = dataset_export(first, policy=policy)
-    by_score = sorted((round(e.score, 4), e.accepted, e.weight) for e in window.gate_events)
+    by_score = sorted((round(e.score, 4), e.accepted, e.weight) for e in window.show_events)
     assert by_score == sorted([(-0.2, True, 20.0)] + [(-0.2, True, 1.0)] * 5 + [(-0.3, False, 1.0)] * 6
                               + [(-0.5, False, 1.0)] * 6)
-    assert _fit_show_gate(window, policy) is None  # 6 accepted: too few to place a threshold
+    assert _fit_show_filter(window, policy) is None  # 6 accepted: too few to place a threshold
     # Grouped by end user: the fit checks itself on users it was not fitted on.
-    assert {e.group for e in window.gate_events} == {f"dev-{k}" for k in range(5)}
+    assert {e.group for e in window.show_events} == {f"dev-{k}" for k in range(5)}
     TrainingRun.objects.filter(pk=first.pk).update(status="rejected")
     add_events(40)
     Interaction.objects.filter(source="logged").update(source="served")
     second = make_run(tiny_adapter)
     window = dataset_export(second, policy=policy)
-    fitted = _fit_show_gate(window, policy)
+    fitted = _fit_show_filter(window, policy)
     assert fitted["threshold"] == pytest.approx(-1.5) and fitted["explore"] == 0.05 and fitted["recall"] == 0.95
     assert fitted["fit_recall"] >= 0.95 and fitted["window_recall"] >= 0.95 and "check_recall" in fitted
     policy.show_gate = False
-    assert _fit_show_gate(window, policy) is None
+    assert _fit_show_filter(window, policy) is None
     TrainingRun.objects.filter(pk=second.pk).update(status="rejected")
     policy.heldout_fraction = 1.0  # what the eval gate judges the version on is never what its gate was fitted on
     held = dataset_export(make_run(tiny_adapter), policy=policy)
-    assert held.heldout and not held.gate_events
+    assert held.heldout and not held.show_events
