@@ -35,14 +35,19 @@ def main() -> None:
     samples = []
     for i in range(16):
         completion = [rng.randrange(5, 2000) for _ in range(rng.randrange(0, 4))]
-        samples.append(Sample.from_dict({
-            "id": str(i),
-            "prompt_token_ids": [rng.randrange(5, 2000) for _ in range(12)],
-            "completion_token_ids": completion,
-            "behaviour_logprobs": [-1.5] * len(completion) if completion else None,
-            "reward": rng.choice([0.75, -0.25, 0.0]),
-            "token_rewards": [0.75] * len(completion) if completion and i % 5 == 0 else None,
-        }, i))
+        samples.append(
+            Sample.from_dict(
+                {
+                    "id": str(i),
+                    "prompt_token_ids": [rng.randrange(5, 2000) for _ in range(12)],
+                    "completion_token_ids": completion,
+                    "behaviour_logprobs": [-1.5] * len(completion) if completion else None,
+                    "reward": rng.choice([0.75, -0.25, 0.0]),
+                    "token_rewards": [0.75] * len(completion) if completion and i % 5 == 0 else None,
+                },
+                i,
+            )
+        )
     config = PPOConfig(seed=7, epochs=2, num_minibatches=2, target_kl=None)
     with tempfile.TemporaryDirectory() as out:
         result = train_ppo(config, samples, base_model_dir=base, out_dir=Path(out) / "adapter", progress=False)

@@ -72,8 +72,16 @@ class RunningFigures:
             setattr(self, name, getattr(self, name) + value)
 
 
-def step_metrics(figures: RunningFigures, minibatch: Minibatch, *, grad_norm: float, elapsed: float,
-                  config: PPOConfig, kl_measured: bool, silence: bool) -> dict[str, Any]:
+def step_metrics(
+    figures: RunningFigures,
+    minibatch: Minibatch,
+    *,
+    grad_norm: float,
+    elapsed: float,
+    config: PPOConfig,
+    kl_measured: bool,
+    silence: bool,
+) -> dict[str, Any]:
     """The logged figures of one optimizer step (after its step, epoch and minibatch)."""
     mismatch_sum = sum(p.mismatch_sum for p in minibatch.passes)
     mismatch_tokens = sum(p.mismatch_tokens for p in minibatch.passes)
