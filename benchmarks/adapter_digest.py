@@ -27,7 +27,7 @@ def main() -> None:
     try:
         from model_supply.starter import ensure_starter_model
     except ImportError:  # before model supply left the trainer's package
-        from model_supply.starter import ensure_starter_model
+        from gpu_trainer.starter import ensure_starter_model  # type: ignore[no-redef]
 
     torch.set_num_threads(1)
     base = ensure_starter_model("tiny")
