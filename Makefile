@@ -58,10 +58,10 @@ up:
 	@bash platform/up.sh
 
 starter: venv
-	$(PY) -m gpu_trainer starter --size small
+	$(PY) -m model_supply starter --size small
 
 lint: venv lint-imports
-	$(VENV)/bin/ruff check apps config workers benchmarks tests gpu_trainer learning_shared sdk platform
+	$(VENV)/bin/ruff check apps config workers benchmarks tests gpu_trainer learning_shared model_supply demo sdk platform
 
 # The import contracts in pyproject.toml ([tool.importlinter]).
 lint-imports: venv
@@ -72,7 +72,7 @@ vllm-env:
 
 # One vLLM server on VLLM_MODEL (default: the small starter model), LoRA on, loopback only.
 vllm: venv vllm-env
-	bash platform/vllm.sh "$${VLLM_MODEL:-$$($(PY) -m gpu_trainer starter --size small)}"
+	bash platform/vllm.sh "$${VLLM_MODEL:-$$($(PY) -m model_supply starter --size small)}"
 
 bench-ingest: venv services
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/ingest.py

@@ -12,7 +12,7 @@ A satisfied user gives ``thumbs_up`` (reward +1.0 in the default policy), any ot
 dissatisfied follow-up (``follow_up_dissatisfied``, −0.5). The conversation is rendered with the
 model's chat template as Strop renders it (``learning_shared.chat``), answers are sampled as serving
 samples them (temperature 1, at most ``--max-tokens`` tokens: the user judges the opening), and
-each becomes one training sample as the exporter writes it.
+each becomes one training sample as the exporter builds it.
 
 1. Collect ``--train`` answers of the policy (the base model first) and their rewards.
 2. Train an adapter with ``gpu_trainer.ppo.train_ppo`` (the trainer's defaults, ``--set`` to
@@ -38,7 +38,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -48,6 +47,7 @@ from benchmarks.policy import format_value, load_model, parse_overrides, relativ
 from benchmarks.sampling import Served, sample_suggestions  # noqa: E402
 from benchmarks.simdev import Context, Task, load_tasks  # noqa: E402
 from benchmarks.simdev.stats import Estimate, mean_interval, wilson  # noqa: E402
+from learning_shared.samples import Sample  # noqa: E402
 
 # The default training policy's rewards of the two signals this user gives (TrainingPolicy).
 REWARDS = {"thumbs_up": 1.0, "follow_up_dissatisfied": -0.5}
@@ -83,19 +83,19 @@ def run_policy(model_dir: Path, adapter: Path | None, tasks: Sequence[Task], arg
     return served, [outcome_of(s.text, args.format) for s in served]
 
 
-def to_samples(served: Sequence[Served], outcomes: Sequence[str]) -> list[dict[str, Any]]:
-    """The trainer's sample format, as the exporter writes a served chat turn."""
+def to_samples(served: Sequence[Served], outcomes: Sequence[str]) -> list[Sample]:
+    """The trainer's samples, as the exporter builds a served chat turn's."""
     return [
-        {
-            "id": str(i),
-            "prompt_token_ids": s.prompt_token_ids,
-            "completion_token_ids": s.completion_token_ids,
-            "behaviour_logprobs": s.logprobs,
-            "reward": REWARDS[o],
-            "silent": not s.text.strip(),
+        Sample.build(
+            id=str(i),
+            prompt_token_ids=s.prompt_token_ids,
+            completion_token_ids=s.completion_token_ids,
+            behaviour_logprobs=s.logprobs,
+            reward=REWARDS[o],
+            silent=not s.text.strip(),
             # An empty answer leaves the user to ask again, as the exporter says of an agent's turn.
-            "silence_reward": REWARDS["follow_up_dissatisfied"],
-        }
+            silence_reward=REWARDS["follow_up_dissatisfied"],
+        )
         for i, (s, o) in enumerate(zip(served, outcomes, strict=True))
     ]
 

@@ -67,11 +67,11 @@ def main() -> None:
     parser.add_argument("--trainer", default="{}", help="JSON of PPOConfig overrides for the tenant's policy")
     args = parser.parse_args()
 
-    from gpu_trainer.starter import ensure_starter_model
+    from model_supply.starter import ensure_starter_model
     from tests.fixtures.workers import Workers
 
     if args.model == "smollm2":
-        from gpu_trainer.base_models import ensure_smollm2
+        from model_supply.base_models import ensure_smollm2
 
         model_dir = Path(ensure_smollm2())
     else:

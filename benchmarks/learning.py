@@ -14,8 +14,8 @@ accepted more often, on code it never trained on?
    exporter's token-level credit (``learning_shared.credit``). ``--rounds`` > 1 repeats
    collect-then-train, each adapter collecting with its own policy on fresh tasks and continuing
    from its own previous adapter; the raw variant, the comparison, trains in the first round only.
-   The show gate is refitted on each version's last window, checked across files
-   (``learning_shared.show_gate``).
+   The show filter is refitted on each version's last window, checked across files
+   (``learning_shared.show_filter``).
 3. Evaluate the base model and both adapters on ``--eval-tasks`` tasks of the evaluation packages
    (or ``--tasks FILE.jsonl``) with the same developer, the same sampling and the same seeds.
 
@@ -33,7 +33,7 @@ mean rewards; ``expected_*`` the computed ones).
         [--skip-raw] [--out DIR] [--threads 1] [--prefix-chars 500] [--no-expected]
 
 ``--eval-each-round`` evaluates after every round (``round1_…`` figures), not only the last;
-each show gate's recall of what developers took is reported on its window, on the window's
+each show filter's recall of what developers took is reported on its window, on the window's
 held-out files and on the evaluation tasks (``gate_window_recall``, ``gate_check_recall``,
 ``gate_eval_recall``). ``--adapter DIR`` evaluates an existing adapter against the base model (no training).
 ``--stop`` adds a stop string to every request, as a client may send one (serving applies it as
@@ -66,13 +66,13 @@ from benchmarks.expected import Expected, paired_difference  # noqa: E402
 from benchmarks.policy import (  # noqa: E402
     computes_expected,
     format_value,
-    gate_events,
     gated,
     load_tokenizer_of,
     parse_overrides,
     relative_lift,
     resolve_model,
     run_policy,
+    show_events,
     to_samples,
     train,
 )
@@ -87,8 +87,8 @@ from benchmarks.simdev import (  # noqa: E402
     read_jsonl,
     summarise,
 )
-from learning_shared.show_gate import (  # noqa: E402
-    GateEvent,
+from learning_shared.show_filter import (  # noqa: E402
+    ShowEvent,
     fit_show_threshold,
     recall_of,
 )
@@ -184,9 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="skip the expected (computed) outcomes of the line developer")
     parser.add_argument("--out", help="keep adapters and events here (default: a temporary folder)")
     parser.add_argument("--no-gate", action="store_true",
-                        help="no show gate: 'trained' is the adapter alone (learning_shared.show_gate)")
+                        help="no show filter: 'trained' is the adapter alone (learning_shared.show_filter)")
     parser.add_argument("--gate-recall", type=float, default=0.95,
-                        help="the show gate's recall of accepted suggestions (the training policy's default 0.95)")
+                        help="the show filter's recall of accepted suggestions (the training policy's default 0.95)")
     parser.add_argument("--eval-each-round", action="store_true",
                         help="evaluate after every round, not only the last (figures for 1, 2, ... rounds)")
     return parser
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             emit(0, evaluation.run({"adapter": adapter}, {}))
         else:
             # The seed's variant: raw reward (no baseline) and no counterfactual silence. The trainer's
-            # defaults leave silence to the show gate where there is one, as the loop's runs do.
+            # defaults leave silence to the show filter where there is one, as the loop's runs do.
             defaults = config if args.no_gate or "silence_gated" in overrides else config.replace(silence_gated=True)
             variants = {"trained": defaults, "raw": config.replace(baseline="none", silence_counterfactual=False)}
             if args.skip_raw:
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                 except (TrainerInputError, TypeError) as exc:
                     raise SystemExit(f"error: --variant {spec}: {exc}") from None
             current: dict[str, Path | None] = {name: None for name in variants}
-            window: dict[str, list[GateEvent]] = {}  # each policy's last collected events, for its gate
+            window: dict[str, list[ShowEvent]] = {}  # each policy's last collected events, for its gate
             for round_no in range(1, args.rounds + 1):
                 tasks = train_tasks[(round_no - 1) * args.train_tasks: round_no * args.train_tasks]
                 collect_seed = args.seed * 1_000_003 + 7919 * round_no
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name, variant in active.items():
                     served, requests, _ = shared or run_policy(model_dir, current[name], tasks, args, seed=collect_seed,
                                                             label=f"round {round_no}: collect ({name})")
-                    window[name] = gate_events(served, requests, tasks)
+                    window[name] = show_events(served, requests, tasks)
                     if shared is not None:
                         window["base"] = window[name]
                     samples = to_samples(served, requests, tokenizer)
@@ -326,9 +326,9 @@ class Evaluation:
             self.base = result
         return result
 
-    def run(self, policies: dict[str, Path | None], windows: dict[str, list[GateEvent]]
+    def run(self, policies: dict[str, Path | None], windows: dict[str, list[ShowEvent]]
             ) -> tuple[dict[str, Summary], dict[str, Expected], dict[str, dict[str, Any]]]:
-        """Each policy's figures; ``trained`` and ``base`` behind their show gates, fitted on their
+        """Each policy's figures; ``trained`` and ``base`` behind their show filters, fitted on their
         ``windows``, when there are any: the version (adapter + gate), then the parts."""
         summaries: dict[str, Summary] = {}
         expected: dict[str, Expected] = {}
@@ -341,16 +341,16 @@ class Evaluation:
                 expected[name] = outcomes
             fitted = fit_show_threshold(windows[name], recall=self.args.gate_recall) if name in windows else None
             if name in windows:
-                print(f"show gate for {name} (recall {self.args.gate_recall}, fitted on its last "
+                print(f"show filter for {name} (recall {self.args.gate_recall}, fitted on its last "
                       f"{len(windows[name])} shown events): {json.dumps(fitted)}", flush=True)
             if fitted is not None:
                 threshold = float(fitted["threshold"])
                 gated_summaries[name] = summarise(gated(requests, served, threshold, self.args.population, self.tasks))
                 # Its recall of what developers took, on code it has not seen, beside its window's.
-                eval_recall = recall_of(gate_events(served, requests, self.tasks), threshold)
+                eval_recall = recall_of(show_events(served, requests, self.tasks), threshold)
                 gates[name] = {**fitted, "eval_recall": round(eval_recall, 4)}
         if "trained" in gated_summaries:
-            # What the loop produces is a version: the adapter and its show gate. The parts are reported too.
+            # What the loop produces is a version: the adapter and its show filter. The parts are reported too.
             summaries = {"base": summaries["base"], "trained": gated_summaries["trained"],
                          "adapter_only": summaries["trained"],
                          **({"gate_only": gated_summaries["base"]} if "base" in gated_summaries else {}),
@@ -364,7 +364,7 @@ def report(summaries: dict[str, Summary], expected: dict[str, Expected], gates: 
     for name, summary in summaries.items():
         print(describe(name, summary))
     for name, fitted in gates.items():
-        print(f"show gate of {'the version' if name == 'trained' else 'the base model'}: recall of what developers "
+        print(f"show filter of {'the version' if name == 'trained' else 'the base model'}: recall of what developers "
               f"took {fitted['window_recall']} on its window, {fitted['check_recall']} on the window's held-out "
               f"files, {fitted['eval_recall']} on the evaluation tasks (fitted at {fitted['fit_recall']})")
     if expected:
@@ -381,7 +381,7 @@ def report(summaries: dict[str, Summary], expected: dict[str, Expected], gates: 
 
 
 def gate_figures(gates: dict[str, dict[str, Any]]) -> dict[str, float]:
-    """The show gates' recalls: the version's (``gate_…``) and the base model's (``gate_only_…``)."""
+    """The show filters' recalls: the version's (``gate_…``) and the base model's (``gate_only_…``)."""
     out: dict[str, float] = {}
     for name, fitted in gates.items():
         prefix = "gate" if name == "trained" else "gate_only"

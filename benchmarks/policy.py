@@ -1,6 +1,6 @@
 """The learning benchmarks' policy: resolving and loading a model (with an adapter), serving tasks
 with it as vLLM samples them and letting the simulated developer decide, turning the events into
-the trainer's samples, training an adapter on them, and the show gate's view of the events.
+the trainer's samples, training an adapter on them, and the show filter's view of the events.
 ``benchmarks/learning.py`` (code completion) and ``benchmarks/agent_learning.py`` (agents) share it.
 """
 
@@ -18,18 +18,19 @@ from typing import Any
 from benchmarks.expected import Expected, expected_outcomes
 from benchmarks.sampling import Served, sample_suggestions
 from benchmarks.simdev import REWARDS, Request, Task, respond
-from learning_shared.credit import kept_prefix, preferred_token_ids, token_rewards
-from learning_shared.show_gate import GATE_ACCEPTED, GateEvent, suggestion_score, withholds
+from learning_shared.credit import event_credit
+from learning_shared.samples import Sample
+from learning_shared.show_filter import SHOW_ACCEPTED, ShowEvent, suggestion_score, withholds
 
 
 def resolve_model(name: str) -> Path:
     """``smollm2`` (fetched and converted once), ``starter-tiny`` / ``starter-small``, or a path."""
     if name == "smollm2":
-        from gpu_trainer.base_models import ensure_smollm2
+        from model_supply.base_models import ensure_smollm2
 
         return Path(ensure_smollm2())
     if name.startswith("starter-"):
-        from gpu_trainer.starter import ensure_starter_model
+        from model_supply.starter import ensure_starter_model
 
         return Path(ensure_starter_model(name.removeprefix("starter-")))
     path = Path(name)
@@ -94,33 +95,36 @@ def run_policy(model_dir: Path, adapter_dir: Path | None, tasks: Sequence[Task],
     return served, requests, outcomes
 
 
-def to_samples(served: Sequence[Served], requests: Sequence[Request], tokenizer: Any) -> list[dict[str, Any]]:
-    """The trainer's sample format (as the exporter writes it), one per event; a partial accept or
-    an edit also carries its token-level credit, and an edit its kept text as tokens, as the
-    exporter gives them."""
+def to_samples(served: Sequence[Served], requests: Sequence[Request], tokenizer: Any) -> list[Sample]:
+    """The trainer's samples, one per event, built as the exporter builds them: a partial accept or
+    an edit also carries its token-level credit, and an edit its kept text as tokens."""
     samples = []
     for s, r in zip(served, requests, strict=True):
-        sample = {
-            "id": f"{r.task_id}",
-            "prompt_token_ids": s.prompt_token_ids,
-            "completion_token_ids": s.completion_token_ids,
-            "behaviour_logprobs": s.logprobs,
-            "reward": REWARDS[r.outcome],
-            "silent": not s.text.strip(),  # nothing shown: what the first token did when it was all
-        }
-        kept = kept_prefix(r.outcome, r.text, accepted_chars=r.accepted_chars, kept_text=r.kept_text or "")
-        if kept is not None and s.completion_token_ids:
-            sample["token_rewards"] = token_rewards(s.completion_token_ids, kept, tokenizer=tokenizer,
-                                                    kept_reward=REWARDS["accepted"],
-                                                    rejected_reward=REWARDS["rejected"])
-        preferred = preferred_token_ids(r.outcome, r.text, kept_text=r.kept_text or "", tokenizer=tokenizer)
-        if preferred is not None:
-            sample["preferred_token_ids"] = preferred
-        samples.append(sample)
+        credit = event_credit(
+            r.outcome,
+            r.text,
+            s.completion_token_ids,
+            accepted_chars=r.accepted_chars,
+            kept_text=r.kept_text,
+            tokenizer=tokenizer,
+            kept_reward=REWARDS["accepted"],
+            rejected_reward=REWARDS["rejected"],
+            persisted_reward=0.0,  # the simulated developers never report an agent's persisted edit
+        )
+        samples.append(Sample.build(
+            id=f"{r.task_id}",
+            prompt_token_ids=s.prompt_token_ids,
+            completion_token_ids=s.completion_token_ids,
+            behaviour_logprobs=s.logprobs,
+            reward=REWARDS[r.outcome],
+            silent=not s.text.strip(),  # nothing shown: what the first token did when it was all
+            token_rewards=credit.token_rewards,
+            preferred_token_ids=credit.preferred_token_ids,
+        ))
     return samples
 
 
-def train(model_dir: Path, samples: list[dict[str, Any]], config, out_dir: Path, parent: Path | None,
+def train(model_dir: Path, samples: list[Sample], config, out_dir: Path, parent: Path | None,
           label: str) -> Path:
     from gpu_trainer.ppo import train_ppo
 
@@ -168,16 +172,16 @@ def load_tokenizer_of(model_dir: Path) -> Any:
     return load_tokenizer(model_dir)
 
 
-def gate_events(served: Sequence[Served], requests: Sequence[Request], tasks: Sequence[Task]) -> list[GateEvent]:
-    """The show gate's view of collected events: each shown suggestion, scored by its own logprobs,
+def show_events(served: Sequence[Served], requests: Sequence[Request], tasks: Sequence[Task]) -> list[ShowEvent]:
+    """The show filter's view of collected events: each shown suggestion, scored by its own logprobs,
     grouped by its file (what the fit checks itself across)."""
-    return [GateEvent(suggestion_score(s.logprobs), r.outcome in GATE_ACCEPTED, group=f"{t.package}/{t.path}")
+    return [ShowEvent(suggestion_score(s.logprobs), r.outcome in SHOW_ACCEPTED, group=f"{t.package}/{t.path}")
             for s, r, t in zip(served, requests, tasks, strict=True) if r.outcome != "not_shown"]
 
 
 def gated(requests: Sequence[Request], served: Sequence[Served], threshold: float, population: str,
           tasks: Sequence[Task]) -> list[Request]:
-    """The same requests behind a show gate: a suggestion scoring below ``threshold`` reaches the
+    """The same requests behind a show filter: a suggestion scoring below ``threshold`` reaches the
     developer as nothing (``not_shown``), as serving withholds it (no exploration here)."""
     return [replace(r, text="", outcome=respond(population, "", task).outcome, accepted_chars=None, kept_text=None)
             if withholds(suggestion_score(s.logprobs), threshold) else r

@@ -193,7 +193,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=200, help="prompts sent both ways back to back")
     args = parser.parse_args()
 
-    from gpu_trainer.starter import ensure_starter_model
+    from model_supply.starter import ensure_starter_model
     from tests.fixtures.vllm import write_random_lora
 
     model_dir = Path(args.model) if args.model else ensure_starter_model("small", progress=True)

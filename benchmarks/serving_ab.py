@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
     args = parser.parse_args()
 
-    from gpu_trainer.starter import ensure_starter_model
+    from model_supply.starter import ensure_starter_model
     from tests.fixtures.vllm import write_random_lora
 
     model_dir = ensure_starter_model("small", progress=True)

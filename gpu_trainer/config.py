@@ -44,7 +44,7 @@ class PPOConfig:
     sampled (a few percent of requests), so without this it learns only from those few; with
     it, from every event."""
     silence_gated: bool = False
-    """A show gate does the staying silent for completions (``show_gate``: the loop fits one for
+    """A show filter does the staying silent for completions (``show_gate``: the loop fits one for
     every version, on by default): the counterfactual then teaches silence only to an agent's
     turns (samples with their own ``silence_reward``), and a completion's update goes entirely
     to being right. Tuned on the training packages: accepted per request rose more without the

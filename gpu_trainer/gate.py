@@ -11,7 +11,7 @@ Four checks, every one recorded on the verdict with its numbers:
    sampling with sequence weights w = min(π(completion) / β(completion), cap), where β is the
    serving (behaviour) probability when it was logged, else the parent's (on-policy assumption).
    The candidate passes if V_candidate ≥ V_parent − margin. Each is valued as it will be served:
-   a logged suggestion that a version's show gate withholds (its log-probability under that
+   a logged suggestion that a version's show filter withholds (its log-probability under that
    version below the gate's threshold) earns that version silence's reward instead.
 4. **FIM** (when the tenant has a set): greedy decode of each middle with candidate and parent
    (prefix alone for a ``plain`` model); the candidate's edit similarity may be at most a
@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from gpu_trainer.adapters import base_model_fingerprint, check_parent_matches_base, verify_adapter
+from gpu_trainer.adapters import check_parent_matches_base, verify_adapter
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.decoding import fim_scores, greedy_completions
 from gpu_trainer.gate_config import FAILED, PASSED, SKIPPED, GateConfig, GateVerdict
@@ -42,7 +43,8 @@ from gpu_trainer.precision import resolve_device_dtype
 from gpu_trainer.teacher_forced import active_adapter, off_policy_value, teacher_forced
 from learning_shared.errors import AdapterInvalidError, TrainerInputError
 from learning_shared.fim import build_fim_prompt, detect_family
-from learning_shared.samples import Sample, check_samples_against_vocab, coerce_samples
+from learning_shared.fingerprint import base_model_fingerprint
+from learning_shared.samples import Sample, check_samples_against_vocab, require_samples
 
 # What callers import from here: the gate's API in one place.
 __all__ = ["GateConfig", "GateVerdict", "evaluate_candidate", "off_policy_value", "PASSED", "FAILED", "SKIPPED"]
@@ -56,7 +58,7 @@ def evaluate_candidate(
     base_model_dir: str | Path,
     parent_adapter_dir: str | Path | None,
     candidate_adapter_dir: str | Path,
-    heldout: list[Sample] | list[dict[str, Any]],
+    heldout: Sequence[Sample],
     fim_eval: list[dict[str, Any]] | None = None,
     config: GateConfig | None = None,
     max_rank: int | None = None,
@@ -68,7 +70,7 @@ def evaluate_candidate(
     """Run the gate on ``candidate_adapter_dir`` against its parent (None: the base model).
 
     ``heldout`` are logged interactions the candidate was not trained on (the trainer's sample
-    format). KL is measured on their completions; without held-out samples, on the next-token
+    format, typed). KL is measured on their completions; without held-out samples, on the next-token
     distribution after each of ``kl_prompts`` (prompt token ids), else after each FIM prompt,
     else it is skipped. ``fim_eval`` holds ``{"prefix", "suffix", "middle"}`` cases.
 
@@ -78,7 +80,7 @@ def evaluate_candidate(
     started = time.perf_counter()
     config = config or GateConfig()
     config.validate()
-    samples = coerce_samples(heldout)
+    samples = require_samples(heldout)
     fim_cases = _check_fim_cases(fim_eval or [])[: config.max_fim_samples]
     verdict = GateVerdict(heldout_count=len(samples))
     if parent_adapter_dir is not None:
@@ -118,8 +120,8 @@ def evaluate_candidate(
             prompts = [tokenizer.encode(p, add_special_tokens=False) for p in fim_prompts]
             verdict.kl_source = "fim"
         # An empty completion is scored as [eos]: its one position is the next-token distribution.
-        kl_samples = [Sample.from_dict({"prompt_token_ids": p, "completion_token_ids": [], "reward": 0.0}, i)
-                      for i, p in enumerate(prompts)]
+        kl_samples = [Sample.build(prompt_token_ids=p, completion_token_ids=(), behaviour_logprobs=None, reward=0.0,
+                                   where=f"kl prompt {i}") for i, p in enumerate(prompts)]
         if kl_samples:
             check_samples_against_vocab(kl_samples, vocab_size)
     stats = teacher_forced(model, kl_samples, CANDIDATE, parent, eos_id=eos_id, pad_id=pad_id,
@@ -205,7 +207,7 @@ def _reward_check(verdict: GateVerdict, samples: list[Sample], stats: dict[str, 
                            for s, known in zip(samples, logged, strict=True)], dtype=torch.float64)
     behaviour = torch.where(torch.tensor(logged), served, stats["logp_parent"])
     verdict.behaviour_known = sum(logged)
-    # What serving's show gate judges: a completion (not an agent's turn, which carries its own
+    # What serving's show filter judges: a completion (not an agent's turn, which carries its own
     # silence reward) that showed text. Withheld counts as silence; the few shown anyway to keep
     # the gate learning (explore, 5 % by default) are left out of this estimate.
     suggested = torch.tensor([bool(s.completion_token_ids) and not s.silent and s.silence_reward is None

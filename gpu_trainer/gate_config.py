@@ -110,9 +110,9 @@ class GateVerdict:
     """The same estimate for the parent (its logged mean reward when the data is on-policy)."""
     reward_check: str = SKIPPED
     withheld_candidate: int = 0
-    """Held-out suggestions the candidate's show gate withholds: silence's reward in its estimate."""
+    """Held-out suggestions the candidate's show filter withholds: silence's reward in its estimate."""
     withheld_parent: int = 0
-    """The same for the parent's show gate (production's, as served today)."""
+    """The same for the parent's show filter (production's, as served today)."""
     heldout_count: int = 0
     behaviour_known: int = 0
     """Held-out samples whose serving log-probs were logged (the rest assume the parent served them)."""

@@ -18,8 +18,9 @@ import torch
 
 from gpu_trainer.config import GRPOConfig
 from gpu_trainer.decoding import cut_at_stop, stop_token_ids
+from gpu_trainer.minibatches import summarize
 from gpu_trainer.model_loading import Policy, load_policy
-from gpu_trainer.policy_update import StepCallback, run_policy_update, summarize
+from gpu_trainer.policy_update import StepCallback, run_policy_update
 from gpu_trainer.ppo import TrainResult, save_adapter
 from learning_shared.errors import TrainerInputError
 from learning_shared.fim import build_fim_prompt, detect_family

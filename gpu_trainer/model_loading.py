@@ -16,10 +16,11 @@ from typing import Any
 import torch
 import torch.utils.deterministic
 
-from gpu_trainer.adapters import base_model_fingerprint, check_parent_matches_base, verify_adapter
+from gpu_trainer.adapters import check_parent_matches_base, verify_adapter
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.precision import resolve_device_dtype
 from learning_shared.errors import AdapterInvalidError, TrainerInputError
+from learning_shared.fingerprint import base_model_fingerprint
 
 
 def seed_everything(seed: int, *, deterministic: bool) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,11 @@ import torch
 from gpu_trainer.adapters import ADAPTER_CONFIG, METRICS, TRAIN_CONFIG, write_adapter_dir
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.losses import compute_advantages, token_advantages
+from gpu_trainer.minibatches import summarize
 from gpu_trainer.model_loading import Policy, load_policy
-from gpu_trainer.policy_update import StepCallback, run_policy_update, summarize
+from gpu_trainer.policy_update import StepCallback, run_policy_update
 from learning_shared.errors import TrainerInputError, TrainingDivergedError
-from learning_shared.samples import Sample, check_samples_against_vocab, coerce_samples
+from learning_shared.samples import Sample, check_samples_against_vocab, require_samples
 
 
 @dataclass
@@ -79,7 +81,7 @@ def _versions() -> dict[str, str]:
     return {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
 
 
-def train_ppo(config: PPOConfig, samples: list[Sample] | list[dict[str, Any]], *, base_model_dir: str | Path,
+def train_ppo(config: PPOConfig, samples: Sequence[Sample], *, base_model_dir: str | Path,
               out_dir: str | Path, parent_adapter_dir: str | Path | None = None, progress: bool = True,
               on_step: StepCallback | None = None) -> TrainResult:
     """Train one PPO update of a LoRA adapter on ``samples`` and write it to the new ``out_dir``.
@@ -91,7 +93,7 @@ def train_ppo(config: PPOConfig, samples: list[Sample] | list[dict[str, Any]], *
     """
     started = time.perf_counter()
     config.validate()
-    samples = coerce_samples(samples)
+    samples = require_samples(samples)
     if Path(out_dir).exists():
         raise FileExistsError(f"output directory {out_dir} already exists; adapters are never overwritten")
     if not samples:

@@ -51,6 +51,9 @@ def score_dataset(records: list[dict[str, Any]], *, base_model_dir: str | Path, 
                   max_tokens_per_pass: int = 1024) -> dict[str, Any]:
     """Mean completion log-prob (training samples) and exact match / edit similarity (FIM cases).
 
+    ``records`` are read from a file (``load_records``): the one place here where samples cross a
+    file boundary, so they are parsed with ``Sample.from_dict``.
+
     Every forward pass holds at most ``max_tokens_per_pass`` tokens (a FIM pass counts each
     prompt plus ``max_new_tokens``).
     """

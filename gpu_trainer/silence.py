@@ -39,7 +39,7 @@ def counterfactual_advantages(
         return None
     silent = [config.silence_reward if s.silence_reward is None else s.silence_reward for s in samples]
     advantages = torch.tensor(silent, dtype=torch.float32) - rewards
-    if config.silence_gated:  # the show gate keeps completions silent: only agents' turns learn it here
+    if config.silence_gated:  # the show filter keeps completions silent: only agents' turns learn it here
         taught = torch.tensor([s.silence_reward is not None for s in samples])
         advantages = torch.where(taught, advantages, torch.zeros_like(advantages))
     return advantages

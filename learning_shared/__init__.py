@@ -7,7 +7,7 @@ peft, Django or the trainer (a contract in pyproject.toml checks it):
 - ``learning_shared.fim_metrics``: exact match and edit similarity
 - ``learning_shared.chat`` and ``chat_template.jinja``: the chat prompt both serving and training build
 - ``learning_shared.credit``: token-level credit of a partial accept, an edit, a persisted edit
-- ``learning_shared.show_gate``: the show threshold, fitted by the trainer and applied by serving
+- ``learning_shared.show_filter``: the show threshold, fitted by the trainer and applied by serving
 - ``learning_shared.samples``: ``Sample``, the unit the exporter hands the trainer, and ``load_samples``
 - ``learning_shared.errors``: ``TrainerInputError``, ``AdapterInvalidError`` and the trainer's other errors
 """

@@ -11,6 +11,7 @@ to a replacement character of its own, so it counts as kept only when the whole 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
 
@@ -126,3 +127,55 @@ def persisted_token_rewards(
     if not any(kept):
         return None
     return [persisted_reward if k else 0.0 for k in kept]
+
+
+# The outcomes that say which tokens the user kept; the others earn one reward for the whole completion.
+CREDITED_OUTCOMES = frozenset({"partial", "edited", "edit_persisted"})
+
+
+@dataclass(frozen=True)
+class EventCredit:
+    """What one event says token by token: ``token_rewards`` (one per served token) and, for an
+    edit, ``preferred_token_ids`` (the kept text as tokens); either None where it says nothing."""
+
+    token_rewards: list[float] | None = None
+    preferred_token_ids: list[int] | None = None
+
+
+def event_credit(
+    outcome: str,
+    completion: str,
+    completion_token_ids: list[int],
+    *,
+    accepted_chars: int | None,
+    kept_text: str | None,
+    tokenizer: Any,
+    kept_reward: float,
+    rejected_reward: float,
+    persisted_reward: float,
+) -> EventCredit:
+    """The token-level credit of one event, in one call: a partial accept's or an edit's kept
+    prefix (``token_rewards``), an ``edit_persisted``'s persisted characters
+    (``persisted_token_rewards``, when it sent ``kept_text``), an edit's preferred continuation
+    (``preferred_token_ids``). Rewards come already scaled by the event's weight."""
+    rewards = None
+    if completion_token_ids and outcome in CREDITED_OUTCOMES:
+        if outcome == "edit_persisted":
+            if kept_text:
+                rewards = persisted_token_rewards(
+                    completion_token_ids, kept_text, tokenizer=tokenizer, persisted_reward=persisted_reward
+                )
+        else:
+            kept = kept_prefix(outcome, completion, accepted_chars=accepted_chars, kept_text=kept_text or "")
+            if kept is not None:
+                rewards = token_rewards(
+                    completion_token_ids,
+                    kept,
+                    tokenizer=tokenizer,
+                    kept_reward=kept_reward,
+                    rejected_reward=rejected_reward,
+                )
+    preferred = None
+    if outcome == "edited" and kept_text:
+        preferred = preferred_token_ids(outcome, completion, kept_text=kept_text, tokenizer=tokenizer)
+    return EventCredit(token_rewards=rewards, preferred_token_ids=preferred)

@@ -1,8 +1,10 @@
 """Training samples: one served completion, the tokens exactly as served, and its reward.
 
-One object per sample, as the Django exporter builds them in memory for the pipeline
-(``apps/training/dataset.py``) and as the command line reads them from a JSONL file, one per line
-(``python -m gpu_trainer train --data``)::
+One typed object per sample. The exporter (``apps/training/dataset.py``) builds them in memory
+with ``Sample.build`` and hands the list to the trainer, which takes it as it is: nothing is
+written to a file or parsed again on that path. Only where samples cross a file boundary, the
+command line's ``python -m gpu_trainer train --data``, are they read from JSONL, one JSON object a
+line (``load_samples``, ``Sample.from_dict``)::
 
     {"prompt_token_ids": [int], "completion_token_ids": [int],
      "behaviour_logprobs": [float] | null, "reward": float, "id": "optional", "silent": false,
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,8 +59,64 @@ class Sample:
     preferred_token_ids: tuple[int, ...] | None = None
 
     @classmethod
+    def build(
+        cls,
+        *,
+        prompt_token_ids: Sequence[int],
+        completion_token_ids: Sequence[int],
+        reward: float,
+        behaviour_logprobs: Sequence[float] | None = None,
+        id: str | None = None,
+        silent: bool = False,
+        silence_reward: float | None = None,
+        token_rewards: Sequence[float] | None = None,
+        preferred_token_ids: Sequence[int] | None = None,
+        where: str = "sample",
+    ) -> Sample:
+        """One sample from typed values (the exporter's way in): checks what the types cannot say
+        (a prompt, finite numbers, one logprob and one reward per completion token) and normalises
+        silence (no behaviour logprob for the EOS the trainer adds; ``silent`` set). ``where``
+        names the sample in errors."""
+        if not prompt_token_ids:
+            raise TrainerInputError(f"{where}: prompt_token_ids is empty")
+        if not math.isfinite(reward):
+            raise TrainerInputError(f"{where}: reward must be a finite number, got {reward!r}")
+        behaviour = behaviour_logprobs
+        if behaviour is not None:
+            bad = next((i for i, x in enumerate(behaviour) if not math.isfinite(x) or x > 1e-4), None)
+            if bad is not None:
+                raise TrainerInputError(
+                    f"{where}: behaviour_logprobs[{bad}] = {behaviour[bad]!r} is not a finite log-probability"
+                )
+            if completion_token_ids and len(behaviour) != len(completion_token_ids):
+                raise TrainerInputError(
+                    f"{where}: behaviour_logprobs has {len(behaviour)} entries but "
+                    f"completion_token_ids has {len(completion_token_ids)}"
+                )
+            # Silence: the EOS logprob may or may not have been logged; it is unknown either way.
+            if not completion_token_ids:
+                behaviour = None
+        if silence_reward is not None and not math.isfinite(silence_reward):
+            raise TrainerInputError(f"{where}: silence_reward must be a finite number or null, got {silence_reward!r}")
+        credit = _token_rewards(token_rewards, completion_token_ids, where)
+        if preferred_token_ids is not None and not preferred_token_ids:
+            raise TrainerInputError(f"{where}: preferred_token_ids is empty (null when there is no kept text)")
+        return cls(
+            prompt_token_ids=tuple(prompt_token_ids),
+            completion_token_ids=tuple(completion_token_ids),
+            behaviour_logprobs=tuple(float(x) for x in behaviour) if behaviour is not None else None,
+            reward=float(reward),
+            id=str(id) if id is not None else None,
+            silent=silent or not completion_token_ids,
+            silence_reward=float(silence_reward) if silence_reward is not None else None,
+            token_rewards=credit,
+            preferred_token_ids=tuple(preferred_token_ids) if preferred_token_ids is not None else None,
+        )
+
+    @classmethod
     def from_dict(cls, data: Any, index: int) -> Sample:
-        """Parse and check the types of one JSON object; ``index`` names it in errors."""
+        """Parse one JSON object read from a file (``load_samples``): its JSON types are checked
+        here, its values by ``build``; ``index`` names it in errors."""
         where = f"sample {index}"
         if not isinstance(data, dict):
             raise TrainerInputError(f"{where}: expected a JSON object, got {type(data).__name__}")
@@ -66,57 +125,37 @@ class Sample:
                 raise TrainerInputError(f"{where}: missing field {key!r}")
         prompt = _int_list(data["prompt_token_ids"], f"{where}: prompt_token_ids")
         completion = _int_list(data["completion_token_ids"], f"{where}: completion_token_ids")
-        if not prompt:
-            raise TrainerInputError(f"{where}: prompt_token_ids is empty")
         reward = data["reward"]
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+        if not _is_number(reward):
             raise TrainerInputError(f"{where}: reward must be a finite number, got {reward!r}")
         behaviour = data.get("behaviour_logprobs")
-        if behaviour is not None:
-            if not isinstance(behaviour, list) or any(
-                isinstance(x, bool) or not isinstance(x, (int, float)) for x in behaviour
-            ):
-                raise TrainerInputError(f"{where}: behaviour_logprobs must be a list of numbers or null")
-            bad = next((i for i, x in enumerate(behaviour) if not math.isfinite(x) or x > 1e-4), None)
-            if bad is not None:
-                raise TrainerInputError(
-                    f"{where}: behaviour_logprobs[{bad}] = {behaviour[bad]!r} is not a finite log-probability"
-                )
-            if completion and len(behaviour) != len(completion):
-                raise TrainerInputError(
-                    f"{where}: behaviour_logprobs has {len(behaviour)} entries but "
-                    f"completion_token_ids has {len(completion)}"
-                )
-            # Silence: the EOS logprob may or may not have been logged; it is unknown either way.
-            if not completion:
-                behaviour = None
-        sample_id = data.get("id")
+        if behaviour is not None and (not isinstance(behaviour, list) or not all(_is_number(x) for x in behaviour)):
+            raise TrainerInputError(f"{where}: behaviour_logprobs must be a list of numbers or null")
         silent = data.get("silent", False)
         if not isinstance(silent, bool):
             raise TrainerInputError(f"{where}: silent must be true or false, got {silent!r}")
         silence_reward = data.get("silence_reward")
-        if silence_reward is not None and (
-            isinstance(silence_reward, bool)
-            or not isinstance(silence_reward, (int, float))
-            or not math.isfinite(silence_reward)
-        ):
+        if silence_reward is not None and not _is_number(silence_reward):
             raise TrainerInputError(f"{where}: silence_reward must be a finite number or null, got {silence_reward!r}")
-        token_rewards = _token_rewards(data.get("token_rewards"), completion, where)
+        token_rewards = data.get("token_rewards")
+        if token_rewards is not None and (
+            not isinstance(token_rewards, list) or not all(_is_number(x) for x in token_rewards)
+        ):
+            raise TrainerInputError(f"{where}: token_rewards must be a list of numbers or null")
         preferred = data.get("preferred_token_ids")
         if preferred is not None:
             preferred = _int_list(preferred, f"{where}: preferred_token_ids")
-            if not preferred:
-                raise TrainerInputError(f"{where}: preferred_token_ids is empty (null when there is no kept text)")
-        return cls(
-            prompt_token_ids=tuple(prompt),
-            completion_token_ids=tuple(completion),
-            behaviour_logprobs=tuple(float(x) for x in behaviour) if behaviour is not None else None,
-            reward=float(reward),
-            id=str(sample_id) if sample_id is not None else None,
-            silent=silent or not completion,
-            silence_reward=float(silence_reward) if silence_reward is not None else None,
+        return cls.build(
+            prompt_token_ids=prompt,
+            completion_token_ids=completion,
+            behaviour_logprobs=behaviour,
+            reward=reward,
+            id=data.get("id"),
+            silent=silent,
+            silence_reward=silence_reward,
             token_rewards=token_rewards,
-            preferred_token_ids=tuple(preferred) if preferred is not None else None,
+            preferred_token_ids=preferred,
+            where=where,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,12 +172,10 @@ class Sample:
         }
 
 
-def _token_rewards(value: Any, completion: list[int], where: str) -> tuple[float, ...] | None:
+def _token_rewards(value: Sequence[float] | None, completion: Sequence[int], where: str) -> tuple[float, ...] | None:
     """One finite number per completion token, or None (absent, null, or empty for silence)."""
     if value is None:
         return None
-    if not isinstance(value, list) or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in value):
-        raise TrainerInputError(f"{where}: token_rewards must be a list of numbers or null")
     if len(value) != len(completion):
         raise TrainerInputError(
             f"{where}: token_rewards has {len(value)} entries but completion_token_ids has {len(completion)}"
@@ -147,6 +184,10 @@ def _token_rewards(value: Any, completion: list[int], where: str) -> tuple[float
     if bad is not None:
         raise TrainerInputError(f"{where}: token_rewards[{bad}] = {value[bad]!r} is not a finite number")
     return tuple(float(x) for x in value) if value else None
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float))
 
 
 def _int_list(value: Any, where: str) -> list[int]:
@@ -170,9 +211,16 @@ def load_samples(path: str | Path) -> list[Sample]:
     return samples
 
 
-def coerce_samples(samples: list[Sample] | list[dict[str, Any]]) -> list[Sample]:
-    """Accept Sample objects or plain dicts (as the exporter may pass them in memory)."""
-    return [s if isinstance(s, Sample) else Sample.from_dict(s, i) for i, s in enumerate(samples)]
+def require_samples(samples: Sequence[Sample]) -> list[Sample]:
+    """The trainer's entry points take typed samples: a plain dict here is a caller that skipped
+    ``Sample.build`` (in memory) or ``load_samples`` (from a file), named at once, not parsed."""
+    stray = next((i for i, s in enumerate(samples) if not isinstance(s, Sample)), None)
+    if stray is not None:
+        raise TypeError(
+            f"sample {stray} is a {type(samples[stray]).__name__}, not a Sample: build samples with "
+            "Sample.build, or read them from a file with load_samples"
+        )
+    return list(samples)
 
 
 def silent_token_ids(samples: list[Sample], eos_id: int) -> list[int]:
@@ -192,6 +240,5 @@ def check_samples_against_vocab(samples: list[Sample], vocab_size: int) -> None:
             bad = next((i for i, t in enumerate(ids) if not 0 <= t < vocab_size), None)
             if bad is not None:
                 raise TrainerInputError(
-                    f"sample {index}: {field_name}[{bad}] = {ids[bad]} is outside the vocabulary "
-                    f"[0, {vocab_size})"
+                    f"sample {index}: {field_name}[{bad}] = {ids[bad]} is outside the vocabulary [0, {vocab_size})"
                 )

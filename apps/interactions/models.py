@@ -166,7 +166,7 @@ class Feedback(models.Model):
 
 # The outcomes that say the user saw the suggestion (accept rate of shown = accepted / these). A partial
 # accept was seen; it is not a full accept, so it counts as shown and not as accepted in the accept
-# rate (as an edited one), while the show gate treats it as accepted (apps.training.dataset.gate_event).
+# rate (as an edited one), while the show gate treats it as accepted (apps.training.dataset.show_event).
 SHOWN_OUTCOMES = (
     Feedback.Outcome.ACCEPTED,
     Feedback.Outcome.REJECTED,

@@ -10,7 +10,7 @@ stop string cut the text). A request vLLM fails is recorded as a :class:`Serving
 as a half interaction.
 
 A version with a show gate (``AdapterVersion.show_gate``, fitted on feedback by the training
-pipeline: ``learning_shared.show_gate``) withholds a suggestion whose log-probability is below its
+pipeline: ``learning_shared.show_filter``) withholds a suggestion whose log-probability is below its
 threshold: the client gets an empty completion, and the interaction records the decision (and
 what was withheld) in ``metadata.show_gate``. A stream through such a version is answered once the
 whole suggestion is known, in one chunk per choice: the gate needs every token's log-probability.

@@ -1,5 +1,5 @@
 """The show gate at serving time: a version's threshold on the model's own confidence decides,
-per choice, whether the suggestion is shown or withheld (``learning_shared.show_gate`` fits it)."""
+per choice, whether the suggestion is shown or withheld (``learning_shared.show_filter`` fits it)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from apps.engines.vllm_client import Completion, CompletionChoice
 from apps.serving.services import Route
-from learning_shared.show_gate import suggestion_score, threshold_of, withholds
+from learning_shared.show_filter import suggestion_score, threshold_of, withholds
 
 
 def show_gate_of(route: Route) -> dict[str, Any] | None:

@@ -32,22 +32,24 @@ from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
 from apps.interactions.rewards import reward_value
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
 from apps.training.selectors import training_events_eligible
-from learning_shared.credit import kept_prefix as kept_prefix_of
-from learning_shared.credit import persisted_token_rewards, preferred_token_ids, token_rewards
-from learning_shared.show_gate import GATE_ACCEPTED, GateEvent, suggestion_score
+from learning_shared.chat import chat_prompt_ids
+from learning_shared.credit import CREDITED_OUTCOMES, EventCredit, event_credit
+from learning_shared.fim import build_fim_prompt
+from learning_shared.samples import Sample
+from learning_shared.show_filter import SHOW_ACCEPTED, ShowEvent, suggestion_score
 
 
 @dataclass
 class Window:
-    train: list[dict[str, Any]] = field(default_factory=list)
-    heldout: list[dict[str, Any]] = field(default_factory=list)
-    # Every shown completion Strop served in the window's training part, scored: what the show gate
+    train: list[Sample] = field(default_factory=list)
+    heldout: list[Sample] = field(default_factory=list)
+    # Every shown completion Strop served in the window's training part, scored: what the show filter
     # is fitted on (never the held-out part, on which the eval gate judges the version with it).
-    gate_events: list[GateEvent] = field(default_factory=list)
+    show_events: list[ShowEvent] = field(default_factory=list)
 
 
-def gate_event(feedback: Feedback) -> GateEvent | None:
-    """The show gate's view of one event: a completion Strop served (its own logprobs) that the
+def show_event(feedback: Feedback) -> ShowEvent | None:
+    """The show filter's view of one event: a completion Strop served (its own logprobs) that the
     user saw, or None."""
     interaction = feedback.interaction
     logprobs = interaction.completion_logprobs
@@ -60,10 +62,10 @@ def gate_event(feedback: Feedback) -> GateEvent | None:
     ):
         return None
     weight = float(((interaction.metadata or {}).get("show_gate") or {}).get("weight", 1.0))
-    # Grouped by end user: the fit checks itself on users it was not fitted on (learning_shared.show_gate).
-    return GateEvent(
+    # Grouped by end user: the fit checks itself on users it was not fitted on (learning_shared.show_filter).
+    return ShowEvent(
         score=suggestion_score(logprobs),
-        accepted=feedback.outcome in GATE_ACCEPTED,
+        accepted=feedback.outcome in SHOW_ACCEPTED,
         weight=weight,
         group=interaction.end_user_id or "",
     )
@@ -90,88 +92,79 @@ def _silent(interaction: Interaction) -> bool:
     return not interaction.completion.strip() and not (interaction.metadata or {}).get("tool_calls")
 
 
-def kept_prefix(feedback: Feedback) -> str | None:
-    """The leading text of the completion the user kept: a partial accept's first
-    ``accepted_chars`` characters, an edit's longest common prefix with ``kept_text``; None for
-    the other outcomes (their one reward is the whole completion's)."""
-    return kept_prefix_of(
+def feedback_credit(
+    feedback: Feedback, *, completion_token_ids: list[int], base: BaseModel, policy: TrainingPolicy
+) -> EventCredit:
+    """What the event says token by token (``learning_shared.credit.event_credit``): a partial
+    accept's or an edit's kept prefix, an ``edit_persisted``'s persisted text (``token_rewards``,
+    scaled like its scalar reward by the row's weight) and an edit's kept text as tokens
+    (``preferred_token_ids``). The tokenizer is loaded only for the outcomes that carry credit."""
+    if feedback.outcome not in CREDITED_OUTCOMES:
+        return EventCredit()
+    weight = feedback.reward_weight
+    return event_credit(
         feedback.outcome,
         feedback.interaction.completion,
+        completion_token_ids,
         accepted_chars=feedback.accepted_chars,
         kept_text=feedback.kept_text,
-    )
-
-
-def feedback_token_rewards(
-    feedback: Feedback, *, completion_token_ids: list[int], base: BaseModel, policy: TrainingPolicy
-) -> list[float] | None:
-    """The token-level credit of a partial accept or an edit (``token_rewards``), or of an
-    ``edit_persisted`` with ``kept_text`` (``persisted_token_rewards``), scaled like its scalar
-    reward by the row's weight; None where the one reward is the whole completion's: the other
-    outcomes, and an ``edit_persisted`` without ``kept_text`` or whose ``kept_text`` holds none of
-    the answer's tokens."""
-    if not completion_token_ids:
-        return None
-    weight = feedback.reward_weight
-    if feedback.outcome == Feedback.Outcome.EDIT_PERSISTED:
-        if not feedback.kept_text:
-            return None
-        return persisted_token_rewards(
-            completion_token_ids,
-            feedback.kept_text,
-            tokenizer=_tokenizer(base.path),
-            persisted_reward=policy.reward_edit_persisted * weight,
-        )
-    kept = kept_prefix(feedback)
-    if kept is None:
-        return None
-    return token_rewards(
-        completion_token_ids,
-        kept,
         tokenizer=_tokenizer(base.path),
         kept_reward=policy.reward_accepted * weight,
         rejected_reward=policy.reward_rejected * weight,
-    )
-
-
-def feedback_preferred_ids(feedback: Feedback, *, base: BaseModel) -> list[int] | None:
-    """An edit's ``kept_text`` as the base model's tokens: what the user preferred to the completion
-    (``preferred_token_ids``, for the trainer's pairwise loss); None for every other event."""
-    if feedback.outcome != Feedback.Outcome.EDITED or not feedback.kept_text:
-        return None
-    return preferred_token_ids(
-        feedback.outcome, feedback.interaction.completion, kept_text=feedback.kept_text, tokenizer=_tokenizer(base.path)
+        persisted_reward=policy.reward_edit_persisted * weight,
     )
 
 
 def interaction_to_sample(
-    interaction: Interaction, *, base: BaseModel, reward: float, silence_reward: float | None = None
-) -> dict[str, Any]:
-    """One trainer sample; ``silence_reward`` goes with an agent's turn (what an empty answer earns)."""
-    sample = _sample(interaction, base=base, reward=reward)
-    if interaction.messages is not None and silence_reward is not None:
-        sample["silence_reward"] = silence_reward
-    return sample
+    interaction: Interaction,
+    *,
+    base: BaseModel,
+    reward: float,
+    silence_reward: float | None = None,
+    credit: EventCredit | None = None,
+) -> Sample:
+    """One trainer sample; ``silence_reward`` goes with an agent's turn (what an empty answer
+    earns), ``credit`` with an event that says which tokens were kept."""
+    return _sample(
+        interaction,
+        _tokens(interaction, base=base),
+        reward=reward,
+        silence_reward=silence_reward,
+        credit=credit or EventCredit(),
+    )
 
 
-def _sample(interaction: Interaction, *, base: BaseModel, reward: float) -> dict[str, Any]:
-    from learning_shared.chat import chat_prompt_ids
-    from learning_shared.fim import build_fim_prompt
+Tokens = tuple[list[int], list[int], list[float] | None]
 
+
+def _sample(
+    interaction: Interaction, tokens: Tokens, *, reward: float, silence_reward: float | None, credit: EventCredit
+) -> Sample:
+    prompt_ids, completion_ids, logprobs = tokens
+    return Sample.build(
+        id=str(interaction.pk),
+        prompt_token_ids=prompt_ids,
+        completion_token_ids=completion_ids,
+        behaviour_logprobs=logprobs,
+        reward=reward,
+        silent=_silent(interaction),
+        silence_reward=silence_reward if interaction.messages is not None else None,
+        token_rewards=credit.token_rewards,
+        preferred_token_ids=credit.preferred_token_ids,
+        where=f"interaction {interaction.pk}",
+    )
+
+
+def _tokens(interaction: Interaction, *, base: BaseModel) -> Tokens:
+    """The prompt's and the completion's token ids and the completion's behaviour logprobs: as
+    served where the ids fit the base model, else tokenized from the text (no logprobs then)."""
     vocab = _vocab_size(base.path)
     prompt_ids, completion_ids = interaction.prompt_token_ids, interaction.completion_token_ids
     logprobs = interaction.completion_logprobs
     if _ids_fit(prompt_ids, vocab) and _ids_fit(completion_ids, vocab):
         if logprobs is not None and len(logprobs) != len(completion_ids or []):
             logprobs = None
-        return {
-            "id": str(interaction.pk),
-            "prompt_token_ids": prompt_ids,
-            "completion_token_ids": completion_ids,
-            "behaviour_logprobs": logprobs,
-            "reward": reward,
-            "silent": _silent(interaction),
-        }
+        return prompt_ids, completion_ids, logprobs
     tokenizer = _tokenizer(base.path)
     if interaction.messages is not None:  # a conversation, rendered with the base's chat template as vLLM does
         prompt_ids = chat_prompt_ids(tokenizer, base.path, interaction.messages, interaction.tools)
@@ -179,15 +172,9 @@ def _sample(interaction: Interaction, *, base: BaseModel, reward: float) -> dict
         prompt = interaction.prompt or build_fim_prompt(base.family, interaction.prefix, interaction.suffix)
         prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
     # Ids from another tokenizer (a model served elsewhere) are useless here: tokenize the text.
-    completion_ids = completion_ids if _ids_fit(completion_ids, vocab) else None
-    return {
-        "id": str(interaction.pk),
-        "prompt_token_ids": prompt_ids,
-        "completion_token_ids": completion_ids or tokenizer.encode(interaction.completion, add_special_tokens=False),
-        "behaviour_logprobs": logprobs if completion_ids is not None and logprobs is not None else None,
-        "reward": reward,
-        "silent": _silent(interaction),
-    }
+    if not _ids_fit(completion_ids, vocab):
+        return prompt_ids, tokenizer.encode(interaction.completion, add_special_tokens=False), None
+    return prompt_ids, completion_ids, logprobs
 
 
 def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int | None = None) -> Window:
@@ -212,21 +199,14 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
         for feedback in events:
             reward = reward_value(rewards, outcome=feedback.outcome, weight=feedback.reward_weight)
             held_out = rng.random() < policy.heldout_fraction
-            sample = interaction_to_sample(
-                feedback.interaction, base=base, reward=reward, silence_reward=agent_silence_reward
-            )
-            credit = feedback_token_rewards(
-                feedback, completion_token_ids=sample["completion_token_ids"], base=base, policy=policy
-            )
-            if credit is not None:
-                sample["token_rewards"] = credit
-            preferred = feedback_preferred_ids(feedback, base=base)
-            if preferred is not None:
-                sample["preferred_token_ids"] = preferred
+            interaction = feedback.interaction
+            tokens = _tokens(interaction, base=base)
+            credit = feedback_credit(feedback, completion_token_ids=tokens[1], base=base, policy=policy)
+            sample = _sample(interaction, tokens, reward=reward, silence_reward=agent_silence_reward, credit=credit)
             (window.heldout if held_out else window.train).append(sample)
-            scored = None if held_out else gate_event(feedback)
+            scored = None if held_out else show_event(feedback)
             if scored is not None:
-                window.gate_events.append(scored)
+                window.show_events.append(scored)
             rows.append(TrainingRunEvent(run=run, feedback=feedback, held_out=held_out, reward=reward))
         TrainingRunEvent.objects.bulk_create(rows)
     return window

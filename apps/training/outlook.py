@@ -3,7 +3,7 @@
 Every interaction attributed to the adapter (the training rule: ``feedback_belongs_to_adapter``)
 falls in exactly one bucket, checked in this order: no feedback yet; feedback whose end user did
 not consent (then, or now: ``apps.cohorts.selectors.consented_events``); nothing to learn from
-(no prompt, or a suggestion the show gate withheld); already learned by the current lineage;
+(no prompt, or a suggestion the show filter withheld); already learned by the current lineage;
 already seen by a run from the current parent (it trains again with the next successful run,
 but does not start one); new: counted against the policy's ``min_new_events``.
 """

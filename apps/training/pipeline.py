@@ -39,7 +39,7 @@ from apps.training.services import (
     wall_time_reason,
 )
 from learning_shared.errors import TrainerInputError, TrainingDivergedError
-from learning_shared.show_gate import fit_show_threshold, threshold_of
+from learning_shared.show_filter import fit_show_threshold, threshold_of
 
 logger = logging.getLogger(__name__)
 
@@ -213,9 +213,9 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
 
     started = time.perf_counter()
     eval_set = EvalSet.objects.filter(adapter=run.adapter).first()
-    # The candidate is judged as it will be served: with the show gate fitted on its window's
+    # The candidate is judged as it will be served: with the show filter fitted on its window's
     # training part, against production with production's own gate.
-    show_gate = _fit_show_gate(window, policy)
+    show_gate = _fit_show_filter(window, policy)
     verdict = evaluate_candidate(
         base_model_dir=base.path,
         parent_adapter_dir=parent_dir,
@@ -224,7 +224,7 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
         fim_eval=eval_set.cases if eval_set else None,
         config=GateConfig.from_dict({"seed": run.pk, **gate_overrides}),
         max_rank=settings.VLLM_MAX_LORA_RANK,
-        kl_prompts=[sample["prompt_token_ids"] for sample in window.train[:32]],
+        kl_prompts=[list(sample.prompt_token_ids) for sample in window.train[:32]],
         candidate_show_threshold=threshold_of(show_gate),
         parent_show_threshold=threshold_of(parent.show_gate if parent else None),
         silence_reward=policy.reward_not_shown,
@@ -274,12 +274,12 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     return "candidate"  # the worker then starts its A/B test if the policy asks (experiment_auto_start)
 
 
-def _fit_show_gate(window: Window, policy: TrainingPolicy) -> dict[str, Any] | None:
-    """The candidate's show gate, fitted on the window's shown completions (learning_shared.show_gate);
+def _fit_show_filter(window: Window, policy: TrainingPolicy) -> dict[str, Any] | None:
+    """The candidate's show filter, fitted on the window's shown completions (learning_shared.show_filter);
     None when the policy turns it off or too few suggestions were accepted to place it."""
     if not policy.show_gate:
         return None
-    fitted = fit_show_threshold(window.gate_events, recall=policy.show_gate_recall)
+    fitted = fit_show_threshold(window.show_events, recall=policy.show_gate_recall)
     if fitted is None:
         return None
     return {**fitted, "recall": policy.show_gate_recall, "explore": policy.show_gate_explore}

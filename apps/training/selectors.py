@@ -87,7 +87,7 @@ def feedback_learnable(feedback: QuerySet[Feedback]) -> QuerySet[Feedback]:
             interaction__prompt_token_ids__isnull=True,
             interaction__messages__isnull=True,
         )
-        # A suggestion the show gate withheld was never seen: its reward says nothing of it. (Not an
+        # A suggestion the show filter withheld was never seen: its reward says nothing of it. (Not an
         # exclude of the key: it is NULL where the key is missing, and excluding NULL drops the row.)
         .filter(
             Q(interaction__metadata__show_gate__isnull=True) | Q(interaction__metadata__show_gate__withheld=False)

@@ -1,6 +1,6 @@
 """Simulated developers on real code: tasks, acceptance rules, and sessions through the SDK.
 
-Used by the demo (``platform/demo_loop.py``) and the benchmarks. Scripts in ``benchmarks/``
+Used by the demo (``demo/loop.py``) and the benchmarks. Scripts in ``benchmarks/``
 import it as ``simdev``; the tests as ``benchmarks.simdev``.
 """
 

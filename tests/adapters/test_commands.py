@@ -21,7 +21,7 @@ def test_operator_registers_a_base_model_and_an_adapter(tenant, tiny_starter_mod
 
 
 def test_registering_a_base_model_prints_and_records_its_source_and_fingerprint(db, tiny_starter_model):
-    from gpu_trainer.adapters import base_model_fingerprint
+    from learning_shared.fingerprint import base_model_fingerprint
 
     out = io.StringIO()
     call_command("base_model_register", "starter", str(tiny_starter_model), stdout=out)

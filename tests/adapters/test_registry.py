@@ -18,8 +18,8 @@ from apps.adapters.services import (
 )
 from apps.common.exceptions import Conflict, NotFound, ValidationFailed
 from apps.tenants.models import AuditEvent
-from gpu_trainer.adapters import base_model_fingerprint
-from gpu_trainer.base_models import BASE_RECORD, make_base_record, write_base_record
+from learning_shared.fingerprint import base_model_fingerprint
+from model_supply.base_models import BASE_RECORD, make_base_record, write_base_record
 from tests.gpu_trainer.helpers import without_fim_tokens
 
 pytestmark = pytest.mark.django_db

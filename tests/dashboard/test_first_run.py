@@ -116,6 +116,6 @@ def test_the_eval_gate_is_set_field_by_field_and_a_bad_value_opens_advanced(logi
 
 
 def _agent_fields() -> set[str]:
-    from apps.dashboard.forms import AGENT_REWARD_FIELDS
+    from apps.dashboard.policy_form import AGENT_REWARD_FIELDS
 
     return set(AGENT_REWARD_FIELDS)

@@ -19,7 +19,7 @@ def _vllm_to_kill(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     start overlaps the other tests instead of adding to them (that test runs last, by file name)."""
     launched: list = []
     if any(item.nodeid.startswith(VLLM_KILL_TEST) for item in request.session.items):
-        from gpu_trainer.starter import ensure_starter_model
+        from model_supply.starter import ensure_starter_model
 
         model_dir = Path(ensure_starter_model("tiny"))
         launched.append(launch_vllm_server(model_dir, tmp_path_factory.mktemp("vllm-to-kill") / "vllm.log"))

@@ -7,6 +7,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from learning_shared.samples import Sample
+
 FIM_PROMPT_TEXT = "<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>"
 
 
@@ -57,3 +59,9 @@ def completion_logprobs(model, prompt_ids: list[int], completion_ids: list[int])
         logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
     chosen = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(completion_ids).unsqueeze(-1))
     return chosen.squeeze(-1).tolist()
+
+
+def typed(samples: list[dict]) -> list[Sample]:
+    """The tests write samples as dicts for brevity; the trainer takes them typed, as the
+    exporter builds them (``Sample.build``)."""
+    return [Sample.build(**sample) for sample in samples]

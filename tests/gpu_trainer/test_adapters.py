@@ -14,7 +14,7 @@ from gpu_trainer.config import PPOConfig
 from gpu_trainer.model_loading import load_policy
 from gpu_trainer.ppo import save_adapter, train_ppo
 from learning_shared.errors import AdapterInvalidError, TrainingDivergedError
-from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids
+from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids, typed
 
 WEIGHTS = "adapter_model.safetensors"
 
@@ -36,7 +36,11 @@ def adapter(tiny_starter_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("adapters") / "v1"
     config = PPOConfig(learning_rate=5e-3, epochs=2, num_minibatches=2, target_kl=None)
     return train_ppo(
-        config, _samples(prompt_ids(tiny_starter_model)), base_model_dir=tiny_starter_model, out_dir=out, progress=False
+        config,
+        typed(_samples(prompt_ids(tiny_starter_model))),
+        base_model_dir=tiny_starter_model,
+        out_dir=out,
+        progress=False,
     ).out_dir
 
 
@@ -77,7 +81,7 @@ def test_nan_adapter_is_refused_as_a_parent(tiny_starter_model, adapter, tmp_pat
     with pytest.raises(AdapterInvalidError, match="non-finite"):
         train_ppo(
             PPOConfig(),
-            _samples(prompt_ids(tiny_starter_model)),
+            typed(_samples(prompt_ids(tiny_starter_model))),
             base_model_dir=tiny_starter_model,
             out_dir=tmp_path / "child",
             parent_adapter_dir=poisoned,
@@ -106,7 +110,7 @@ def test_parent_adapter_of_another_base_model_is_refused(tiny_starter_model, ada
     with pytest.raises(AdapterInvalidError, match="was trained on base model"):
         train_ppo(
             PPOConfig(),
-            _samples(prompt_ids(tiny_starter_model)),
+            typed(_samples(prompt_ids(tiny_starter_model))),
             base_model_dir=other_base,
             out_dir=tmp_path / "child",
             parent_adapter_dir=adapter,
@@ -118,7 +122,7 @@ def test_parent_adapter_of_another_base_model_is_refused(tiny_starter_model, ada
 def test_parent_adapter_continues_and_is_recorded(tiny_starter_model, adapter, tmp_path):
     result = train_ppo(
         PPOConfig(epochs=1, num_minibatches=1),
-        _samples(prompt_ids(tiny_starter_model)),
+        typed(_samples(prompt_ids(tiny_starter_model))),
         base_model_dir=tiny_starter_model,
         out_dir=tmp_path / "v2",
         parent_adapter_dir=adapter,

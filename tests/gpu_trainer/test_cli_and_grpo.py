@@ -23,9 +23,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpu_trainer", *args], cwd=REPO, capture_output=True, text=True)
 
 
-def test_help_works_without_a_model():
+def test_help_works_without_a_model_and_lists_only_training_commands():
     out = _cli("--help")
-    assert out.returncode == 0 and "starter" in out.stdout and "train" in out.stdout and "score" in out.stdout
+    assert out.returncode == 0 and "train" in out.stdout and "score" in out.stdout
+    assert "starter" not in out.stdout.split("positional arguments")[1]  # base models are model_supply's
 
 
 def test_cli_trains_an_adapter_then_scores_it(tiny_starter_model, tmp_path):

@@ -20,7 +20,7 @@ from gpu_trainer.model_loading import load_tokenizer, special_token_ids
 from gpu_trainer.ppo import train_ppo
 from learning_shared.fim import build_fim_prompt
 from tests.fixtures.vllm import write_random_lora
-from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids, without_fim_tokens
+from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids, typed, without_fim_tokens
 
 ACCEPTED, REJECTED = 0.75, -0.25
 WEIGHTS = "adapter_model.safetensors"
@@ -63,7 +63,7 @@ def trained(tiny_starter_model, setting, tmp_path_factory) -> Path:
     """A candidate trained from the base model toward the accepted completions."""
     config = PPOConfig(learning_rate=5e-3, epochs=4, num_minibatches=2, target_kl=None)
     out = tmp_path_factory.mktemp("gate") / "trained"
-    return train_ppo(config, _interactions(setting, count=16, seed=0), base_model_dir=tiny_starter_model,
+    return train_ppo(config, typed(_interactions(setting, count=16, seed=0)), base_model_dir=tiny_starter_model,
                      out_dir=out, progress=False).out_dir
 
 
@@ -94,7 +94,7 @@ def _json(verdict: GateVerdict) -> dict:
 def test_candidate_identical_to_parent_passes_with_zero_kl_and_equal_rewards(tiny_starter_model, trained, heldout,
                                                                             tmp_path):
     verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=trained,
-                                 candidate_adapter_dir=_copy(trained, tmp_path / "same"), heldout=heldout)
+                                 candidate_adapter_dir=_copy(trained, tmp_path / "same"), heldout=typed(heldout))
     assert verdict.passed and verdict.reasons == [], verdict
     assert verdict.finite and verdict.kl_check == "passed" and verdict.reward_check == "passed"
     assert verdict.kl_to_parent == pytest.approx(0.0, abs=1e-6)
@@ -107,7 +107,7 @@ def test_candidate_identical_to_parent_passes_with_zero_kl_and_equal_rewards(tin
 def test_candidate_trained_toward_accepted_completions_estimates_a_higher_reward(tiny_starter_model, trained,
                                                                                  heldout):
     verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
-                                 candidate_adapter_dir=trained, heldout=heldout)
+                                 candidate_adapter_dir=trained, heldout=typed(heldout))
     mean_reward = sum(s["reward"] for s in heldout) / len(heldout)
     # The base model served these completions, so its estimate is the logged mean reward.
     assert verdict.reward_parent == pytest.approx(mean_reward, abs=1e-4)
@@ -123,7 +123,8 @@ def test_each_version_is_valued_as_its_show_gate_serves_it(tiny_starter_model, t
 
     def judge(candidate: float | None, parent: float | None) -> GateVerdict:
         return evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=trained,
-                                  candidate_adapter_dir=same, heldout=heldout, candidate_show_threshold=candidate,
+                                  candidate_adapter_dir=same, heldout=typed(heldout),
+                                      candidate_show_threshold=candidate,
                                   parent_show_threshold=parent, silence_reward=0.1)
 
     plain = judge(None, None)
@@ -143,7 +144,7 @@ def test_each_version_is_valued_as_its_show_gate_serves_it(tiny_starter_model, t
     ungated = [{**heldout[0], "silent": True}, {**heldout[1], "silence_reward": -0.5},
                {**heldout[2], "completion_token_ids": [], "behaviour_logprobs": None}]
     verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=trained,
-                                 candidate_adapter_dir=same, heldout=ungated + heldout[3:],
+                                 candidate_adapter_dir=same, heldout=typed(ungated + heldout[3:]),
                                  candidate_show_threshold=1.0, silence_reward=0.1)
     assert verdict.withheld_candidate == len(heldout) - 3
 
@@ -151,7 +152,7 @@ def test_each_version_is_valued_as_its_show_gate_serves_it(tiny_starter_model, t
 def test_wildly_perturbed_adapter_fails_the_kl_bound(tiny_starter_model, heldout, tmp_path):
     wild = write_random_lora(tiny_starter_model, tmp_path / "wild", seed=3, b_std=3.0)
     verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
-                                 candidate_adapter_dir=wild, heldout=heldout)
+                                 candidate_adapter_dir=wild, heldout=typed(heldout))
     assert not verdict.passed and verdict.finite and verdict.kl_check == "failed"
     assert verdict.kl_to_parent > 0.5
     assert f"KL to parent {verdict.kl_to_parent:.2f} exceeds bound 0.50" in verdict.reasons
@@ -164,7 +165,7 @@ def test_nan_adapter_fails_finite_without_raising(tiny_starter_model, trained, h
     tensors[name][0, 0] = float("nan")
     save_file(tensors, str(broken / WEIGHTS))
     verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
-                                 candidate_adapter_dir=broken, heldout=heldout, fim_eval=FIM_CASES)
+                                 candidate_adapter_dir=broken, heldout=typed(heldout), fim_eval=FIM_CASES)
     assert not verdict.passed and not verdict.finite
     assert "non-finite" in verdict.reasons[0]
     assert (verdict.kl_check, verdict.reward_check, verdict.fim_check) == ("skipped",) * 3
@@ -173,7 +174,8 @@ def test_nan_adapter_fails_finite_without_raising(tiny_starter_model, trained, h
 
 def test_too_few_heldout_samples_skip_the_reward_check_and_can_still_pass(tiny_starter_model, trained, heldout):
     verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
-                                 candidate_adapter_dir=trained, heldout=heldout[:3], config=GateConfig(min_heldout=8))
+                                 candidate_adapter_dir=trained, heldout=typed(heldout[:3]),
+                                     config=GateConfig(min_heldout=8))
     assert verdict.reward_check == "skipped" and verdict.heldout_count == 3
     assert verdict.reward_candidate is not None  # measured, just not decisive
     assert verdict.passed and verdict.kl_check == "passed", verdict
@@ -239,7 +241,7 @@ def test_comparable_cuts_a_plain_completion_to_the_reference_lines_only():
 def test_same_inputs_give_the_same_verdict(tiny_starter_model, trained, heldout):
     runs = [
         evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None, candidate_adapter_dir=trained,
-                           heldout=heldout, config=GateConfig(seed=5)).as_dict()
+                           heldout=typed(heldout), config=GateConfig(seed=5)).as_dict()
         for _ in range(2)
     ]
     for run in runs:

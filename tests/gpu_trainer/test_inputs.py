@@ -7,7 +7,8 @@ import pytest
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.ppo import train_ppo
 from learning_shared.errors import TrainerInputError
-from learning_shared.samples import coerce_samples, load_samples
+from learning_shared.samples import Sample, load_samples
+from tests.gpu_trainer.helpers import typed
 
 GOOD = (
     '{"prompt_token_ids": [1, 5, 6], "completion_token_ids": [7, 8], '
@@ -70,7 +71,8 @@ def test_token_ids_outside_the_vocabulary_are_refused(tiny_starter_model, tmp_pa
         {"prompt_token_ids": [1, 2], "completion_token_ids": [5, 10**6], "behaviour_logprobs": None, "reward": 0.0},
     ]
     with pytest.raises(TrainerInputError, match=r"sample 1: completion_token_ids\[1\] = 1000000 is outside"):
-        train_ppo(PPOConfig(), samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False)
+        train_ppo(PPOConfig(), typed(samples), base_model_dir=tiny_starter_model, out_dir=tmp_path / "out",
+                  progress=False)
     assert not (tmp_path / "out").exists()
 
 
@@ -99,7 +101,7 @@ def test_a_config_accepts_null_target_kl_and_an_int_learning_rate():
 def test_silent_samples_name_the_tokens_that_show_nothing():
     from learning_shared.samples import silent_token_ids
 
-    samples = coerce_samples([
+    samples = typed([
         {"prompt_token_ids": [1], "completion_token_ids": [198], "reward": 0.0, "silent": True},
         {"prompt_token_ids": [1], "completion_token_ids": [216, 198], "reward": 0.0, "silent": True},  # two tokens
         {"prompt_token_ids": [1], "completion_token_ids": [], "reward": 0.0},  # EOS first: silent
@@ -108,4 +110,21 @@ def test_silent_samples_name_the_tokens_that_show_nothing():
     assert [s.silent for s in samples] == [True, True, True, False]
     assert silent_token_ids(samples, eos_id=0) == [0, 198]
     with pytest.raises(TrainerInputError, match="silent must be true or false"):
-        coerce_samples([{"prompt_token_ids": [1], "completion_token_ids": [2], "reward": 0.0, "silent": "yes"}])
+        Sample.from_dict({"prompt_token_ids": [1], "completion_token_ids": [2], "reward": 0.0, "silent": "yes"}, 0)
+
+
+def test_the_trainer_takes_typed_samples_and_names_a_dict_at_once(tiny_starter_model, tmp_path):
+    """The exporter builds ``Sample`` objects; a dict is a caller that skipped that step, not
+    something the trainer parses again."""
+    sample = {"prompt_token_ids": [1, 2], "completion_token_ids": [5], "reward": 1.0}
+    with pytest.raises(TypeError, match="sample 0 is a dict, not a Sample"):
+        train_ppo(PPOConfig(), [sample], base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_typed_sample_checks_what_its_types_cannot_say():
+    with pytest.raises(TrainerInputError, match="interaction 7: token_rewards has 1 entries"):
+        Sample.build(prompt_token_ids=[1], completion_token_ids=[2, 3], reward=0.0, token_rewards=[1.0],
+                     where="interaction 7")
+    with pytest.raises(TrainerInputError, match="prompt_token_ids is empty"):
+        Sample.build(prompt_token_ids=[], completion_token_ids=[2], reward=0.0)

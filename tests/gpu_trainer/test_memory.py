@@ -15,6 +15,7 @@ from gpu_trainer.config import PPOConfig
 from gpu_trainer.logprobs import chosen_token_logprobs, entropy_from_logits
 from gpu_trainer.losses import masked_mean
 from gpu_trainer.ppo import train_ppo
+from tests.gpu_trainer.helpers import typed
 
 WEIGHTS = "adapter_model.safetensors"
 
@@ -96,7 +97,7 @@ def test_one_pass_and_many_passes_train_the_same_adapter(tiny_starter_model, tmp
     for name, budget in (("one", 100_000), ("many", 64)):
         result = train_ppo(
             config.replace(max_tokens_per_pass=budget),
-            samples,
+            typed(samples),
             base_model_dir=tiny_starter_model,
             out_dir=tmp_path / name,
             progress=False,
@@ -138,7 +139,7 @@ def test_every_forward_pass_stays_within_the_budget(tiny_starter_model, tmp_path
     budget = 96
     first = train_ppo(
         PPOConfig(max_tokens_per_pass=budget, target_kl=None, learning_rate=1e-3),
-        samples,
+        typed(samples),
         base_model_dir=tiny_starter_model,
         out_dir=tmp_path / "first",
         progress=False,
@@ -147,7 +148,7 @@ def test_every_forward_pass_stays_within_the_budget(tiny_starter_model, tmp_path
     # A non-zero KL coefficient with a parent adapter needs the reference pass too.
     train_ppo(
         PPOConfig(max_tokens_per_pass=budget, target_kl=None, kl_coef=0.1, preference_coef=1.0),
-        samples,
+        typed(samples),
         base_model_dir=tiny_starter_model,
         out_dir=tmp_path / "second",
         parent_adapter_dir=first.out_dir,
@@ -169,7 +170,7 @@ def test_gate_passes_stay_within_the_budget(tiny_starter_model, tmp_path, forwar
         base_model_dir=tiny_starter_model,
         parent_adapter_dir=None,
         candidate_adapter_dir=candidate,
-        heldout=_varied_samples(12, seed=6),
+        heldout=typed(_varied_samples(12, seed=6)),
         fim_eval=cases,
         config=GateConfig(max_tokens_per_pass=budget, max_new_tokens=8),
     )
@@ -206,7 +207,8 @@ def test_a_minibatch_past_target_kl_stops_before_the_backward_that_proves_it(tin
         counts.update(backward=0, update_forwards=0)
         monkeypatch.setattr(torch.Tensor, "backward", backward)
         monkeypatch.setattr(PreTrainedModel, "__call__", call)
-        result = train_ppo(config.replace(max_tokens_per_pass=budget), samples, base_model_dir=tiny_starter_model,
+        result = train_ppo(config.replace(max_tokens_per_pass=budget), typed(samples),
+                           base_model_dir=tiny_starter_model,
                            out_dir=tmp_path / name, progress=False)
         monkeypatch.undo()
         rows = [json.loads(line) for line in (result.out_dir / "metrics.jsonl").read_text().splitlines()]

@@ -12,7 +12,7 @@ import torch
 
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.ppo import train_ppo
-from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids
+from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids, typed
 
 # Strong enough that three updates show a clear effect on a model this small; the PPO clip
 # (0.2) bounds how far each single update may move a token's probability.
@@ -27,7 +27,7 @@ def _train_rounds(base: Path, samples: list[dict], config: PPOConfig, out_root: 
     parent = None
     for round_index in range(ROUNDS):
         out = out_root / f"round-{round_index}"
-        train_ppo(config, samples, base_model_dir=base, out_dir=out, parent_adapter_dir=parent, progress=False)
+        train_ppo(config, typed(samples), base_model_dir=base, out_dir=out, parent_adapter_dir=parent, progress=False)
         parent = out
     return parent
 
@@ -128,7 +128,8 @@ def test_baseline_none_gives_silence_no_learning_signal(tiny_starter_model, sett
         for name, data in (("here", _silence_samples(setting)), ("elsewhere", _silence_in_other_contexts(setting))):
             out = tmp_path / f"{baseline}-{name}"
             train_ppo(
-                config.replace(baseline=baseline), data, base_model_dir=tiny_starter_model, out_dir=out, progress=False
+                config.replace(baseline=baseline), typed(data), base_model_dir=tiny_starter_model, out_dir=out,
+                    progress=False
             )
             trained[baseline, name] = out
     moved_none = _max_weight_difference(trained["none", "here"], trained["none", "elsewhere"])
@@ -158,10 +159,12 @@ def _sha256(path: Path) -> str:
 def test_same_seed_gives_the_same_adapter_bytes(tiny_starter_model, setting, tmp_path):
     samples = _silence_samples(setting)
     config = PPOConfig(seed=7, learning_rate=1e-3, epochs=2, num_minibatches=2)
-    first = train_ppo(config, samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "a", progress=False)
-    second = train_ppo(config, samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "b", progress=False)
+    first = train_ppo(config, typed(samples), base_model_dir=tiny_starter_model, out_dir=tmp_path / "a", progress=False)
+    second = train_ppo(config, typed(samples), base_model_dir=tiny_starter_model, out_dir=tmp_path / "b",
+                       progress=False)
     other_seed = train_ppo(
-        config.replace(seed=8), samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "c", progress=False
+        config.replace(seed=8), typed(samples), base_model_dir=tiny_starter_model, out_dir=tmp_path / "c",
+            progress=False
     )
     weights = "adapter_model.safetensors"
     assert _sha256(first.out_dir / weights) == _sha256(second.out_dir / weights)
@@ -171,7 +174,8 @@ def test_same_seed_gives_the_same_adapter_bytes(tiny_starter_model, setting, tmp
 def test_output_records_config_base_and_per_step_metrics(tiny_starter_model, setting, tmp_path):
     config = PPOConfig(epochs=2, num_minibatches=2, target_kl=None)
     result = train_ppo(
-        config, _silence_samples(setting), base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False
+        config, typed(_silence_samples(setting)), base_model_dir=tiny_starter_model, out_dir=tmp_path / "out",
+            progress=False
     )
     assert sorted(p.name for p in result.out_dir.iterdir()) == [
         "adapter_config.json",
@@ -209,7 +213,7 @@ def test_existing_output_directory_is_refused(tiny_starter_model, setting, tmp_p
     with pytest.raises(FileExistsError):
         train_ppo(
             PPOConfig(),
-            _silence_samples(setting),
+            typed(_silence_samples(setting)),
             base_model_dir=tiny_starter_model,
             out_dir=tmp_path / "out",
             progress=False,
@@ -219,7 +223,8 @@ def test_existing_output_directory_is_refused(tiny_starter_model, setting, tmp_p
 def test_target_kl_stops_the_update_early(tiny_starter_model, setting, tmp_path):
     config = FAST.replace(target_kl=1e-4, epochs=8)
     result = train_ppo(
-        config, _silence_samples(setting), base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False
+        config, typed(_silence_samples(setting)), base_model_dir=tiny_starter_model, out_dir=tmp_path / "out",
+            progress=False
     )
     assert result.stopped_early and result.steps < 16
 
@@ -242,8 +247,9 @@ def test_bf16_autocast_learns_the_rewarded_token_and_is_deterministic(tiny_start
     adapter = _train_rounds(tiny_starter_model, samples, config, tmp_path / "rounds")
     after = next_token_probs(load(tiny_starter_model, adapter), setting["prompt"])[x].item()
     assert after > 3 * setting["base_probs"][x].item()
-    first = train_ppo(config, samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "a", progress=False)
-    second = train_ppo(config, samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "b", progress=False)
+    first = train_ppo(config, typed(samples), base_model_dir=tiny_starter_model, out_dir=tmp_path / "a", progress=False)
+    second = train_ppo(config, typed(samples), base_model_dir=tiny_starter_model, out_dir=tmp_path / "b",
+                       progress=False)
     weights = "adapter_model.safetensors"
     assert _sha256(first.out_dir / weights) == _sha256(second.out_dir / weights)
     assert first.summary["steps"] == second.summary["steps"] > 0
@@ -270,7 +276,8 @@ def test_silence_counterfactual_teaches_silence_that_was_never_sampled(tiny_star
     (reward 0 beats −1) P(EOS first) rises."""
     eos = 0
     before = setting["base_probs"][eos].item()
-    plain = train_ppo(FAST, _all_shown(setting, -1.0), base_model_dir=tiny_starter_model, out_dir=tmp_path / "plain",
+    plain = train_ppo(FAST, typed(_all_shown(setting, -1.0)), base_model_dir=tiny_starter_model,
+                      out_dir=tmp_path / "plain",
                       progress=False)
     unchanged = next_token_probs(load(tiny_starter_model, plain.out_dir), setting["prompt"])[eos].item()
     assert abs(unchanged - before) < 1e-6, (before, unchanged)
@@ -285,7 +292,8 @@ def test_silence_counterfactual_keeps_each_update_within_its_trust_region(tiny_s
     eos = 0
     before = setting["base_probs"][eos].item()
     config = FAST.replace(silence_counterfactual=True, silence_clip=0.05, epochs=8)
-    result = train_ppo(config, _all_shown(setting, -1.0), base_model_dir=tiny_starter_model, out_dir=tmp_path / "one",
+    result = train_ppo(config, typed(_all_shown(setting, -1.0)), base_model_dir=tiny_starter_model,
+                       out_dir=tmp_path / "one",
                        progress=False)
     after = next_token_probs(load(tiny_starter_model, result.out_dir), setting["prompt"])[eos].item()
     assert before + 0.02 < after < before + 0.05 + 0.02, (before, after)
@@ -311,7 +319,8 @@ def test_silence_counterfactual_raises_the_token_a_stop_string_cuts_at_once(tiny
          "reward": 0.0, "silent": True}
     ]
     config = FAST.replace(silence_counterfactual=True, silence_clip=0.2)
-    result = train_ppo(config, samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False)
+    result = train_ppo(config, typed(samples), base_model_dir=tiny_starter_model, out_dir=tmp_path / "out",
+                       progress=False)
     probs = next_token_probs(load(tiny_starter_model, result.out_dir), setting["prompt"])
     before = setting["base_probs"][cut].item() + setting["base_probs"][0].item()
     assert probs[cut].item() + probs[0].item() > 3 * before, (before, probs[cut].item(), probs[0].item())
@@ -337,7 +346,8 @@ def test_with_a_show_gate_the_counterfactual_teaches_silence_only_to_agent_turns
     eos = 0
     before = setting["base_probs"][eos].item()
     config = FAST.replace(silence_counterfactual=True, silence_clip=0.2, silence_gated=True)
-    gated = train_ppo(config, _all_shown(setting, -1.0), base_model_dir=tiny_starter_model, out_dir=tmp_path / "gated",
+    gated = train_ppo(config, typed(_all_shown(setting, -1.0)), base_model_dir=tiny_starter_model,
+                      out_dir=tmp_path / "gated",
                       progress=False)
     unchanged = next_token_probs(load(tiny_starter_model, gated.out_dir), setting["prompt"])[eos].item()
     assert abs(unchanged - before) < 1e-6, (before, unchanged)

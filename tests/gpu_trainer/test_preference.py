@@ -16,7 +16,7 @@ from gpu_trainer.ppo import train_ppo
 from gpu_trainer.preference import preference_loss, preference_rows
 from learning_shared.errors import TrainerInputError
 from learning_shared.samples import Sample, check_samples_against_vocab
-from tests.gpu_trainer.helpers import completion_logprobs, load, prompt_ids
+from tests.gpu_trainer.helpers import completion_logprobs, load, prompt_ids, typed
 
 # As tests/gpu_trainer/test_ppo.py: strong enough for one update to show, silence off (not under test).
 FAST = PPOConfig(learning_rate=5e-3, epochs=4, num_minibatches=2, target_kl=None, silence_counterfactual=False)
@@ -103,7 +103,7 @@ def test_an_edit_trains_toward_the_kept_text_it_never_served(pair, tiny_starter_
     model never served " *". Margins: across seeds 0-2 the kept text gained 6.1-6.6 nats on the
     shown one, and " *" itself rose by 1.18-1.24."""
     config = FAST.replace(preference_coef=1.0)
-    result = train_ppo(config, _samples(pair), base_model_dir=tiny_starter_model, out_dir=tmp_path / "pref",
+    result = train_ppo(config, typed(_samples(pair)), base_model_dir=tiny_starter_model, out_dir=tmp_path / "pref",
                        progress=False)
     model = load(tiny_starter_model, result.out_dir)
     gain = _margin(model, pair["prompt"], pair["shown"], pair["kept"]) - pair["margin"]
@@ -117,7 +117,8 @@ def test_an_edit_trains_toward_the_kept_text_it_never_served(pair, tiny_starter_
     assert rows[0]["preference_margin"] == pytest.approx(0.0, abs=1e-4)  # the first step starts from the old policy
     assert rows[-1]["preference_margin"] > 1.0
 
-    off = train_ppo(FAST, _samples(pair), base_model_dir=tiny_starter_model, out_dir=tmp_path / "off", progress=False)
+    off = train_ppo(FAST, typed(_samples(pair)), base_model_dir=tiny_starter_model, out_dir=tmp_path / "off",
+                    progress=False)
     still = _margin(load(tiny_starter_model, off.out_dir), pair["prompt"], pair["shown"], pair["kept"])
     assert abs(still - pair["margin"]) < 1e-3, (pair["margin"], still)
 
@@ -130,8 +131,8 @@ def test_with_the_pairwise_loss_off_a_kept_text_changes_nothing(pair, tiny_start
     for s in plain:
         del s["preferred_token_ids"]
     with_kept = [{**s, "preferred_token_ids": pair["kept"]} for s in plain]
-    a = train_ppo(FAST, plain, base_model_dir=tiny_starter_model, out_dir=tmp_path / "plain", progress=False)
-    b = train_ppo(FAST, with_kept, base_model_dir=tiny_starter_model, out_dir=tmp_path / "kept", progress=False)
+    a = train_ppo(FAST, typed(plain), base_model_dir=tiny_starter_model, out_dir=tmp_path / "plain", progress=False)
+    b = train_ppo(FAST, typed(with_kept), base_model_dir=tiny_starter_model, out_dir=tmp_path / "kept", progress=False)
     assert _sha256(a.out_dir) == _sha256(b.out_dir)
     assert all(row["preference_loss"] is None for row in _metrics(b.out_dir))
 

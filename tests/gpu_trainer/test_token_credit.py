@@ -15,7 +15,7 @@ from gpu_trainer.losses import clipped_policy_loss, compute_advantages, token_ad
 from gpu_trainer.ppo import train_ppo
 from learning_shared.errors import TrainerInputError
 from learning_shared.samples import Sample
-from tests.gpu_trainer.helpers import completion_logprobs, load, prompt_ids
+from tests.gpu_trainer.helpers import completion_logprobs, load, prompt_ids, typed
 
 # As tests/gpu_trainer/test_ppo.py: strong enough for one update to show, silence off (not under test).
 FAST = PPOConfig(learning_rate=5e-3, epochs=4, num_minibatches=2, target_kl=None, silence_counterfactual=False)
@@ -123,8 +123,10 @@ def test_token_rewards_equal_to_the_samples_reward_train_the_same_adapter_as_non
         for i, s in enumerate(plain)
     ]
     config = FAST.replace(normalize_advantages=True, epochs=2)
-    a = train_ppo(config, plain, base_model_dir=tiny_starter_model, out_dir=tmp_path / "plain", progress=False)
-    b = train_ppo(config, credited, base_model_dir=tiny_starter_model, out_dir=tmp_path / "credited", progress=False)
+    a = train_ppo(config, typed(plain), base_model_dir=tiny_starter_model, out_dir=tmp_path / "plain", progress=False)
+    b = train_ppo(
+        config, typed(credited), base_model_dir=tiny_starter_model, out_dir=tmp_path / "credited", progress=False
+    )
     assert _sha256(a.out_dir) == _sha256(b.out_dir)
     assert (a.summary["token_credit_samples"], b.summary["token_credit_samples"]) == (0, 4)
 
@@ -136,7 +138,9 @@ def test_partial_accept_raises_the_kept_tokens_and_lowers_the_first_untaken_one(
     token, the kept tokens rise and the refused one falls. Margins: across seeds 0-2 the kept
     tokens rose by 0.8-1.6 nats each and " +" fell by 0.58-0.85."""
     samples = [_sample(served, reward=PARTIAL, token_rewards=[ACCEPTED, ACCEPTED, REJECTED, 0.0])] * 8
-    result = train_ppo(FAST, samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False)
+    result = train_ppo(
+        FAST, typed(samples), base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False
+    )
     after = completion_logprobs(load(tiny_starter_model, result.out_dir), served["prompt"], served["completion"])
     before = served["base"]
     assert after[0] > before[0] + 0.3 and after[1] > before[1] + 0.3, (before, after)
@@ -145,7 +149,7 @@ def test_partial_accept_raises_the_kept_tokens_and_lowers_the_first_untaken_one(
 
     scalar_only = [{k: v for k, v in s.items() if k != "token_rewards"} for s in samples]
     unmoved = train_ppo(
-        FAST, scalar_only, base_model_dir=tiny_starter_model, out_dir=tmp_path / "scalar", progress=False
+        FAST, typed(scalar_only), base_model_dir=tiny_starter_model, out_dir=tmp_path / "scalar", progress=False
     )
     still = completion_logprobs(load(tiny_starter_model, unmoved.out_dir), served["prompt"], served["completion"])
     assert max(abs(x - y) for x, y in zip(still, before, strict=True)) < 1e-4, (before, still)

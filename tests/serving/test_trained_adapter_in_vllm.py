@@ -11,7 +11,7 @@ import torch
 from apps.engines.vllm_client import VLLMClient
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.ppo import train_ppo
-from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids
+from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids, typed
 
 pytestmark = pytest.mark.vllm
 
@@ -37,7 +37,7 @@ def test_a_trained_adapter_loads_in_vllm_and_vllm_serves_what_it_learned(vllm_se
     parent = None
     for round_index in range(3):
         out = tmp_path / f"round-{round_index}"
-        train_ppo(config, samples, base_model_dir=base, out_dir=out, parent_adapter_dir=parent, progress=False)
+        train_ppo(config, typed(samples), base_model_dir=base, out_dir=out, parent_adapter_dir=parent, progress=False)
         parent = out
     trained_probs = next_token_probs(load(base, parent), prompt)
     assert trained_probs[target] > 1.5 * base_probs[target]  # it learned; test_ppo.py measures how much

@@ -219,13 +219,13 @@ def test_a_partial_accept_and_an_edit_train_with_the_exporters_token_credit(tiny
         samples.append((request, policy.to_samples([served], [request], tokenizer)[0], ids))
     (partial, first, ids_p), (edited, second, ids_e), (rejected, third, _) = samples
     assert partial.outcome == "partial" and partial.accepted_chars == len("total = compute(")
-    assert first["reward"] == 0.25
-    assert first["token_rewards"] == token_rewards(ids_p, "total = compute(", tokenizer=tokenizer, kept_reward=0.75,
-                                                   rejected_reward=-0.25)
-    assert first["token_rewards"].count(-0.25) == 1 and first["token_rewards"][0] == 0.75
+    assert first.reward == 0.25
+    assert list(first.token_rewards) == token_rewards(ids_p, "total = compute(", tokenizer=tokenizer, kept_reward=0.75,
+                                                      rejected_reward=-0.25)
+    assert first.token_rewards.count(-0.25) == 1 and first.token_rewards[0] == 0.75
     assert edited.outcome == "edited" and edited.kept_text == meant
-    assert second["token_rewards"][0] == 0.75 and -0.25 in second["token_rewards"]
-    assert rejected.outcome == "rejected" and "token_rewards" not in third and third["reward"] == -0.25
+    assert second.token_rewards[0] == 0.75 and -0.25 in second.token_rewards
+    assert rejected.outcome == "rejected" and third.token_rewards is None and third.reward == -0.25
     # An edit's kept text is its preferred continuation, as the exporter gives it; nothing else has one.
-    assert second["preferred_token_ids"] == tokenizer.encode(meant, add_special_tokens=False)
-    assert "preferred_token_ids" not in first and "preferred_token_ids" not in third
+    assert list(second.preferred_token_ids) == tokenizer.encode(meant, add_special_tokens=False)
+    assert first.preferred_token_ids is None and third.preferred_token_ids is None

@@ -27,7 +27,7 @@ def export(adapter) -> dict[str, float]:
     policy.heldout_fraction = 0.0
     policy.save()
     run = TrainingRun.objects.create(tenant=adapter.tenant, adapter=adapter, status="exporting")
-    return {s["id"]: s["reward"] for s in dataset_export(run, policy=policy).train}
+    return {s.id: s.reward for s in dataset_export(run, policy=policy).train}
 
 
 def turns(tenant, session: str, numbers, *, user: str = "dev-1") -> dict[int, str]:
@@ -147,10 +147,10 @@ def test_a_logged_conversation_exports_with_the_chat_template(tenant, tiny_adapt
     sample = interaction_to_sample(interaction, base=tiny_adapter.base_model, reward=1.0)
     path = tiny_adapter.base_model.path
     tokenizer = AutoTokenizer.from_pretrained(path)
-    assert sample["prompt_token_ids"] == chat_prompt_ids(tokenizer, path, interaction.messages)
-    text = tokenizer.decode(sample["prompt_token_ids"])
+    assert list(sample.prompt_token_ids) == chat_prompt_ids(tokenizer, path, interaction.messages)
+    text = tokenizer.decode(list(sample.prompt_token_ids))
     assert text.endswith("<|im_start|>assistant\n") and "step 0" in text
-    assert sample["completion_token_ids"] == tokenizer.encode("answer 0", add_special_tokens=False)
+    assert list(sample.completion_token_ids) == tokenizer.encode("answer 0", add_special_tokens=False)
 
 
 def test_an_agents_turn_exports_the_reward_of_an_empty_answer(tenant, tiny_adapter, add_events):
@@ -162,5 +162,5 @@ def test_an_agents_turn_exports_the_reward_of_an_empty_answer(tenant, tiny_adapt
     policy.save()
     run = TrainingRun.objects.create(tenant=tenant, adapter=tiny_adapter, status="exporting")
     samples = dataset_export(run, policy=policy).train
-    by_kind = {("chat" if Interaction.objects.get(pk=s["id"]).messages else "completion"): s for s in samples}
-    assert by_kind["chat"]["silence_reward"] == -0.7 and "silence_reward" not in by_kind["completion"]
+    by_kind = {("chat" if Interaction.objects.get(pk=s.id).messages else "completion"): s for s in samples}
+    assert by_kind["chat"].silence_reward == -0.7 and by_kind["completion"].silence_reward is None

@@ -58,9 +58,9 @@ def test_a_user_satisfied_only_by_one_answer_format_teaches_that_format(tenant, 
     policy.heldout_fraction = 0.0
     policy.save()
     samples = dataset_export(TrainingRun.objects.create(tenant=tenant, adapter=tiny_adapter), policy=policy).train
-    assert sorted({s["reward"] for s in samples}) == [-0.5, 1.0]  # the policy's agent rewards
+    assert sorted({s.reward for s in samples}) == [-0.5, 1.0]  # the policy's agent rewards
     templated = {tuple(chat_prompt_ids(tokenizer, base, conversation(task))) for task in train_tasks}
-    assert {tuple(s["prompt_token_ids"]) for s in samples} == templated  # the conversations, as vLLM renders them
+    assert {s.prompt_token_ids for s in samples} == templated  # the conversations, as vLLM renders them
     parent = None
     for round_index in range(3):
         out = tmp_path / f"round-{round_index}"

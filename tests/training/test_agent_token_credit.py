@@ -125,7 +125,7 @@ def export(tiny_adapter, policy) -> dict[str, dict]:
     run = TrainingRun.objects.create(tenant=tiny_adapter.tenant, adapter=tiny_adapter, status="exporting")
     window = dataset_export(run, policy=policy)
     assert not window.heldout
-    return {Interaction.objects.get(pk=s["id"]).client_id: s for s in window.train}
+    return {Interaction.objects.get(pk=s.id).client_id: s for s in window.train}
 
 
 def test_the_api_takes_and_stores_kept_text_with_edit_persisted(tenant, tiny_adapter, client_a):
@@ -142,8 +142,8 @@ def test_an_edit_that_persisted_credits_the_answers_persisted_code_token_by_toke
     label(tenant, "t", "edit_persisted", kept_text=f"import math\n\n{ADD}")  # the user's file kept add only
     sample = export(tiny_adapter, policy)["t"]
     # add's tokens and the newline before it, which is in the file too
-    assert sample["token_rewards"] == persisted_only(range(ADD_TOKENS.start - 1, ADD_TOKENS.stop))
-    assert sample["reward"] == policy.reward_edit_persisted == P  # the scalar stays the policy's
+    assert list(sample.token_rewards) == persisted_only(range(ADD_TOKENS.start - 1, ADD_TOKENS.stop))
+    assert sample.reward == policy.reward_edit_persisted == P  # the scalar stays the policy's
 
 
 def test_the_persisted_tokens_earn_the_tenants_reward_for_edit_persisted(tenant, tiny_adapter, policy):
@@ -152,7 +152,7 @@ def test_the_persisted_tokens_earn_the_tenants_reward_for_edit_persisted(tenant,
     answer(tenant, "t")
     label(tenant, "t", "edit_persisted", kept_text=ADD)
     sample = export(tiny_adapter, policy)["t"]
-    assert sample["token_rewards"] == persisted_only(reward=2.0) and sample["reward"] == 2.0
+    assert list(sample.token_rewards) == persisted_only(reward=2.0) and sample.reward == 2.0
 
 
 def test_an_edit_that_persisted_without_kept_text_keeps_its_one_reward(tenant, tiny_adapter, policy):
@@ -165,21 +165,21 @@ def test_an_edit_that_persisted_without_kept_text_keeps_its_one_reward(tenant, t
         reward=P,
         silence_reward=policy.reward_follow_up_dissatisfied,
     )
-    assert sample == unchanged and "token_rewards" not in sample
+    assert sample == unchanged and sample.token_rewards is None
 
 
 def test_kept_text_that_shares_nothing_with_the_answer_keeps_its_one_reward(tenant, tiny_adapter, policy):
     answer(tenant, "t")
     label(tenant, "t", "edit_persisted", kept_text="import os\n")
     sample = export(tiny_adapter, policy)["t"]
-    assert "token_rewards" not in sample and sample["reward"] == P
+    assert sample.token_rewards is None and sample.reward == P
 
 
 def test_kept_text_goes_with_edit_persisted_only(tenant, tiny_adapter, policy):
     """Another agent signal that carries a kept_text is still one reward for the whole answer."""
     answer(tenant, "t")
     label(tenant, "t", "thumbs_up", kept_text=ADD)
-    assert "token_rewards" not in export(tiny_adapter, policy)["t"]
+    assert export(tiny_adapter, policy)["t"].token_rewards is None
 
 
 # ---- through the trainer ----
@@ -200,8 +200,8 @@ def test_an_edit_that_persisted_trains_toward_the_persisted_code(tenant, tiny_ad
     label(tenant, "other", "follow_up_dissatisfied")
     samples = export(tiny_adapter, policy)
     persisted = samples["kept"]
-    assert persisted["token_rewards"] == persisted_only() and "token_rewards" not in samples["other"]
-    prompt, ids = persisted["prompt_token_ids"], persisted["completion_token_ids"]
+    assert list(persisted.token_rewards) == persisted_only() and samples["other"].token_rewards is None
+    prompt, ids = list(persisted.prompt_token_ids), list(persisted.completion_token_ids)
     base_dir = tiny_adapter.base_model.path
     before = completion_logprobs(load(base_dir), prompt, ids)
     # The learning rate of tests/gpu_trainer/test_token_credit.py; two samples, so one minibatch.

@@ -1,4 +1,4 @@
-"""Two rounds of the demo's loop (platform/demo_loop.py, what `make demo` runs) on the tiny starter
+"""Two rounds of the demo's loop (demo/loop.py, what `make demo` runs) on the tiny starter
 model: every round of every tenant starts a training run and waits for its own, even when the round's
 feedback alone does not reach the policy's threshold (a version's show gate withholds suggestions,
 and those do not train). Real API under gunicorn, Celery workers, Postgres, Redis and vLLM."""
@@ -34,7 +34,7 @@ def test_each_round_of_the_demo_trains_on_its_own_feedback(served, celery_worker
     api = api_servers.start(database_url=_database_url(), **{name: celery_workers.env[name] for name in shared})
 
     done = subprocess.run(
-        [sys.executable, "platform/demo_loop.py", "--base", api.url, *specs, "--events", "24", "--rounds", "2",
+        [sys.executable, "demo/loop.py", "--base", api.url, *specs, "--events", "24", "--rounds", "2",
          "--experiment-requests", "16", "--budget-min", "60", "--context-chars", "120",
          "--report", str(tmp_path / "report"), "--trainer", json.dumps({"epochs": 1, "num_minibatches": 2})],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=1500,

@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 
 from apps.interactions.models import Feedback, Interaction
 from apps.interactions.services import feedback_ingest, interactions_ingest
-from apps.training.dataset import dataset_export, gate_event
+from apps.training.dataset import dataset_export, show_event
 from apps.training.models import TrainingRun
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.ppo import train_ppo
@@ -53,7 +53,7 @@ def export(tiny_adapter, policy) -> dict[str, dict]:
     run = TrainingRun.objects.create(tenant=tiny_adapter.tenant, adapter=tiny_adapter, status="exporting")
     window = dataset_export(run, policy=policy)
     assert not window.heldout
-    return {Feedback.objects.get(interaction_id=s["id"]).interaction.client_id: s for s in window.train}
+    return {Feedback.objects.get(interaction_id=s.id).interaction.client_id: s for s in window.train}
 
 
 def label(tenant, client_id: str, outcome: str, **fields) -> None:
@@ -78,8 +78,8 @@ def test_a_partial_accept_credits_the_tokens_inside_the_accepted_characters(
     serve("p")
     label(tenant, "p", "partial", accepted_chars=accepted_chars)
     sample = export(tiny_adapter, policy)["p"]
-    assert sample["token_rewards"] == token_rewards
-    assert sample["reward"] == policy.reward_partial == 0.25  # the scalar stays the policy's for the outcome
+    assert list(sample.token_rewards) == token_rewards
+    assert sample.reward == policy.reward_partial == 0.25  # the scalar stays the policy's for the outcome
 
 
 @pytest.mark.parametrize(
@@ -100,8 +100,8 @@ def test_an_edit_credits_the_tokens_of_its_common_prefix_with_the_kept_text(
     serve("e")
     label(tenant, "e", "edited", kept_text=kept_text)
     sample = export(tiny_adapter, policy)["e"]
-    assert sample["token_rewards"] == token_rewards
-    assert sample["reward"] == policy.reward_edited
+    assert list(sample.token_rewards) == token_rewards
+    assert sample.reward == policy.reward_edited
 
 
 @pytest.mark.parametrize(
@@ -122,9 +122,9 @@ def test_an_edit_carries_its_kept_text_as_the_preferred_continuation(
     label(tenant, "e", "edited", kept_text=kept_text)
     label(tenant, "p", "partial", accepted_chars=3)
     samples = export(tiny_adapter, policy)
-    expected = None if preferred is None else tokenizer.encode(preferred, add_special_tokens=False)
-    assert samples["e"].get("preferred_token_ids") == expected
-    assert "preferred_token_ids" not in samples["p"]
+    expected = None if preferred is None else tuple(tokenizer.encode(preferred, add_special_tokens=False))
+    assert samples["e"].preferred_token_ids == expected
+    assert samples["p"].preferred_token_ids is None
 
 
 def test_token_credit_follows_the_policys_rewards_and_other_outcomes_carry_none(tiny_adapter, policy, serve, tenant):
@@ -134,9 +134,9 @@ def test_token_credit_follows_the_policys_rewards_and_other_outcomes_carry_none(
         serve(name)
         label(tenant, name, outcome, **({"accepted_chars": 8} if outcome == "partial" else {}))
     samples = export(tiny_adapter, policy)
-    assert samples["p"]["token_rewards"] == [1.0, 1.0, -2.0, 0.0] and samples["p"]["reward"] == 0.5
-    assert {name: "token_rewards" in samples[name] for name in "arn"} == {"a": False, "r": False, "n": False}
-    assert [samples[name]["reward"] for name in "arn"] == [1.0, -2.0, 0.0]
+    assert list(samples["p"].token_rewards) == [1.0, 1.0, -2.0, 0.0] and samples["p"].reward == 0.5
+    assert {name: samples[name].token_rewards is not None for name in "arn"} == {"a": False, "r": False, "n": False}
+    assert [samples[name].reward for name in "arn"] == [1.0, -2.0, 0.0]
 
 
 def test_a_token_holding_part_of_a_character_is_kept_only_with_the_whole_character(
@@ -149,14 +149,14 @@ def test_a_token_holding_part_of_a_character_is_kept_only_with_the_whole_charact
     first_of_emoji = next(k for k, text in enumerate(prefixes) if len(text) > 2)
     assert prefixes[first_of_emoji - 1] == "é€" and prefixes[first_of_emoji].startswith("é€\ufffd")
     label(tenant, "u", "partial", accepted_chars=2)
-    rewards = export(tiny_adapter, policy)["u"]["token_rewards"]
+    rewards = list(export(tiny_adapter, policy)["u"].token_rewards)
     assert rewards == [A] * first_of_emoji + [R] + [0.0] * (len(ids) - first_of_emoji - 1)
 
 
 def test_a_pending_partial_accept_that_covers_the_whole_completion_keeps_all_of_it(tiny_adapter, policy, serve, tenant):
     label(tenant, "late", "partial", accepted_chars=40)  # its completion is not known yet: kept pending
     serve("late")
-    assert export(tiny_adapter, policy)["late"]["token_rewards"] == [A, A, A, A]
+    assert list(export(tiny_adapter, policy)["late"].token_rewards) == [A, A, A, A]
 
 
 def test_the_show_gate_counts_only_a_whole_accept_as_accepted(tiny_adapter, serve, tenant):
@@ -165,7 +165,7 @@ def test_the_show_gate_counts_only_a_whole_accept_as_accepted(tiny_adapter, serv
         serve(name)
         label(tenant, name, outcome, **fields)
     Interaction.objects.update(source=Interaction.Source.SERVED)
-    events = {f.interaction.client_id: gate_event(f) for f in Feedback.objects.select_related("interaction")}
+    events = {f.interaction.client_id: show_event(f) for f in Feedback.objects.select_related("interaction")}
     assert (events["p"].accepted, events["e"].accepted) == (False, False)
 
 
@@ -186,7 +186,7 @@ def test_edits_train_toward_the_kept_text_through_the_exporter(
         serve(f"e-{n}", logprobs=before)  # served by the base model: its own log-probs
         label(tenant, f"e-{n}", "edited", kept_text="return a - b")
     samples = list(export(tiny_adapter, policy).values())
-    assert all(s["token_rewards"] == [A, A, R, 0.0] for s in samples) and len(samples) == 8
+    assert all(list(s.token_rewards) == [A, A, R, 0.0] for s in samples) and len(samples) == 8
     config = PPOConfig(learning_rate=5e-3, epochs=4, num_minibatches=2, target_kl=None, silence_counterfactual=False)
     result = train_ppo(config, samples, base_model_dir=tiny_starter_model, out_dir=tmp_path / "out", progress=False)
     after = completion_logprobs(load(tiny_starter_model, result.out_dir), prompt, ids)

@@ -41,7 +41,7 @@ def test_rewards_follow_the_tenants_policy(tiny_adapter, add_events):
     policy.reward_rejected = -1.0
     policy.save()
     window = dataset_export(make_run(tiny_adapter), policy=policy)
-    by_outcome = {Feedback.objects.get(interaction_id=s["id"]).outcome: s["reward"] for s in window.train}
+    by_outcome = {Feedback.objects.get(interaction_id=s.id).outcome: s.reward for s in window.train}
     assert by_outcome == {"accepted": 0.75, "rejected": -1.0, "not_shown": 0.0, "edited": 0.25}
 
 
@@ -49,8 +49,8 @@ def test_served_token_ids_and_logprobs_are_used_as_served(tiny_adapter, add_even
     (interaction_id,) = add_events(1)
     interaction = Interaction.objects.get(pk=interaction_id)
     sample = interaction_to_sample(interaction, base=tiny_adapter.base_model, reward=1.0)
-    assert sample["completion_token_ids"] == interaction.completion_token_ids
-    assert sample["behaviour_logprobs"] == interaction.completion_logprobs
+    assert list(sample.completion_token_ids) == interaction.completion_token_ids
+    assert list(sample.behaviour_logprobs) == interaction.completion_logprobs
 
 
 def test_a_served_completion_cut_to_no_text_is_exported_as_silent(tiny_adapter, add_events):
@@ -59,10 +59,10 @@ def test_a_served_completion_cut_to_no_text_is_exported_as_silent(tiny_adapter, 
     (interaction_id,) = add_events(1)
     interaction = Interaction.objects.get(pk=interaction_id)
     assert interaction.completion.strip()
-    assert interaction_to_sample(interaction, base=tiny_adapter.base_model, reward=1.0)["silent"] is False
+    assert interaction_to_sample(interaction, base=tiny_adapter.base_model, reward=1.0).silent is False
     interaction.completion, interaction.completion_token_ids, interaction.completion_logprobs = "", [198], [-2.0]
     sample = interaction_to_sample(interaction, base=tiny_adapter.base_model, reward=0.0)
-    assert sample["silent"] is True and sample["completion_token_ids"] == [198]
+    assert sample.silent is True and list(sample.completion_token_ids) == [198]
 
 
 def test_logged_text_without_ids_is_tokenized_with_the_fim_prompt(tiny_adapter, tiny_starter_model):
@@ -78,9 +78,9 @@ def test_logged_text_without_ids_is_tokenized_with_the_fim_prompt(tiny_adapter, 
         completion_logprobs=[-0.1],
     )
     sample = interaction_to_sample(interaction, base=tiny_adapter.base_model, reward=0.5)
-    assert sample["prompt_token_ids"][0] == tokenizer.convert_tokens_to_ids("<|fim_prefix|>")
-    assert tokenizer.decode(sample["completion_token_ids"]) == "return 1"
-    assert sample["behaviour_logprobs"] is None  # ids from another vocabulary: their logprobs mean nothing here
+    assert list(sample.prompt_token_ids)[0] == tokenizer.convert_tokens_to_ids("<|fim_prefix|>")
+    assert tokenizer.decode(list(sample.completion_token_ids)) == "return 1"
+    assert sample.behaviour_logprobs is None  # ids from another vocabulary: their logprobs mean nothing here
 
 
 def test_a_lineage_never_trains_on_an_event_twice_and_skips_none(tiny_adapter, add_events):
@@ -100,8 +100,8 @@ def test_a_lineage_never_trains_on_an_event_twice_and_skips_none(tiny_adapter, a
     TrainingRun.objects.filter(pk=run1.pk).update(status="candidate", output_version=version)
     later_events = add_events(5)  # arrived while run 1 trained
     eligible = {str(f.interaction_id) for f in training_events_eligible(tiny_adapter, parent=version)}
-    trained1 = {s["id"] for s in window1.train}
-    held1 = {s["id"] for s in window1.heldout}
+    trained1 = {s.id for s in window1.train}
+    held1 = {s.id for s in window1.heldout}
     assert eligible == set(later_events) | held1  # held-out events are not consumed
     assert not eligible & trained1
     assert set(first_events) <= trained1 | held1
@@ -123,9 +123,9 @@ def test_another_tenants_events_never_enter_a_window(tiny_adapter, add_events, m
 
 
 def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapter, add_events):
-    """What the show gate is fitted on: served completions the user saw, scored by their own logprobs,
+    """What the show filter is fitted on: served completions the user saw, scored by their own logprobs,
     an explored one weighed as serving recorded it; not what was not shown, logged or withheld."""
-    from apps.training.pipeline import _fit_show_gate
+    from apps.training.pipeline import _fit_show_filter
 
     ids = add_events(24)  # outcomes cycle accepted, rejected, not_shown, edited
     for k, interaction_id in enumerate(ids):
@@ -138,23 +138,23 @@ def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapt
     policy.heldout_fraction = 0.0
     first = make_run(tiny_adapter)
     window = dataset_export(first, policy=policy)
-    by_score = sorted((round(e.score, 4), e.accepted, e.weight) for e in window.gate_events)
+    by_score = sorted((round(e.score, 4), e.accepted, e.weight) for e in window.show_events)
     assert by_score == sorted([(-0.2, True, 20.0)] + [(-0.2, True, 1.0)] * 5 + [(-0.3, False, 1.0)] * 6
                               + [(-0.5, False, 1.0)] * 6)
-    assert _fit_show_gate(window, policy) is None  # 6 accepted: too few to place a threshold
+    assert _fit_show_filter(window, policy) is None  # 6 accepted: too few to place a threshold
     # Grouped by end user: the fit checks itself on users it was not fitted on.
-    assert {e.group for e in window.gate_events} == {f"dev-{k}" for k in range(5)}
+    assert {e.group for e in window.show_events} == {f"dev-{k}" for k in range(5)}
     TrainingRun.objects.filter(pk=first.pk).update(status="rejected")
     add_events(40)
     Interaction.objects.filter(source="logged").update(source="served")
     second = make_run(tiny_adapter)
     window = dataset_export(second, policy=policy)
-    fitted = _fit_show_gate(window, policy)
+    fitted = _fit_show_filter(window, policy)
     assert fitted["threshold"] == pytest.approx(-1.5) and fitted["explore"] == 0.05 and fitted["recall"] == 0.95
     assert fitted["fit_recall"] >= 0.95 and fitted["window_recall"] >= 0.95 and "check_recall" in fitted
     policy.show_gate = False
-    assert _fit_show_gate(window, policy) is None
+    assert _fit_show_filter(window, policy) is None
     TrainingRun.objects.filter(pk=second.pk).update(status="rejected")
     policy.heldout_fraction = 1.0  # what the eval gate judges the version on is never what its gate was fitted on
     held = dataset_export(make_run(tiny_adapter), policy=policy)
-    assert held.heldout and not held.gate_events
+    assert held.heldout and not held.show_events

@@ -13,7 +13,8 @@ from apps.adapters.selectors import adapter_version_get_for_tenant
 from apps.adapters.services import adapter_version_promote
 from apps.common.exceptions import ApplicationError, ValidationFailed
 from apps.dashboard.access import TenantContext, tenant_page
-from apps.dashboard.forms import TrainingPolicyForm, attach_service_error
+from apps.dashboard.forms import attach_service_error
+from apps.dashboard.policy_form import TrainingPolicyForm
 from apps.dashboard.selectors import adapter_lineage, adapter_serves_agents
 from apps.dashboard.views.common import tenant_render
 from apps.experiments.selectors import experiment_running_for

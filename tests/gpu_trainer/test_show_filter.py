@@ -1,12 +1,12 @@
-"""The show gate's fit: where the threshold goes, and when there is none."""
+"""The show filter's fit: where the threshold goes, and when there is none."""
 
 from __future__ import annotations
 
 import pytest
 
-from learning_shared.show_gate import (
+from learning_shared.show_filter import (
     MIN_ACCEPTED,
-    GateEvent,
+    ShowEvent,
     fit_show_threshold,
     in_check_part,
     recall_of,
@@ -15,8 +15,8 @@ from learning_shared.show_gate import (
 )
 
 
-def events(accepted: list[float], rejected: list[float]) -> list[GateEvent]:
-    return [GateEvent(s, True) for s in accepted] + [GateEvent(s, False) for s in rejected]
+def events(accepted: list[float], rejected: list[float]) -> list[ShowEvent]:
+    return [ShowEvent(s, True) for s in accepted] + [ShowEvent(s, False) for s in rejected]
 
 
 def test_with_recall_one_the_threshold_is_the_lowest_accepted_score():
@@ -39,9 +39,9 @@ def test_a_lower_recall_gives_up_the_lowest_accepted_and_withholds_more():
 
 def test_explored_events_weigh_more_and_pull_the_threshold_down():
     """A suggestion shown only by exploration stands for 1 / explore of its kind: the fit must see it so."""
-    accepted = [GateEvent(-1.0 - k / 100, True) for k in range(30)]
-    explored = GateEvent(-6.0, True, weight=20.0)
-    unweighted = fit_show_threshold([*accepted, GateEvent(-6.0, True)], recall=0.95)
+    accepted = [ShowEvent(-1.0 - k / 100, True) for k in range(30)]
+    explored = ShowEvent(-6.0, True, weight=20.0)
+    unweighted = fit_show_threshold([*accepted, ShowEvent(-6.0, True)], recall=0.95)
     weighted = fit_show_threshold([*accepted, explored], recall=0.95)
     assert unweighted["threshold"] == pytest.approx(-1.29)  # one low accepted event in 31: within the 5 % given up
     assert weighted["threshold"] == -6.0  # weighed 20, it is 40 % of the accepted mass
@@ -65,8 +65,8 @@ def test_threshold_for_recall_and_the_withhold_rule():
     assert withholds(-3.0, -2.0) and not withholds(-2.0, -2.0) and not withholds(-99.0, None)
 
 
-def grouped(group: str, accepted: list[float], rejected: list[float]) -> list[GateEvent]:
-    return [GateEvent(s, True, group=group) for s in accepted] + [GateEvent(s, False, group=group) for s in rejected]
+def grouped(group: str, accepted: list[float], rejected: list[float]) -> list[ShowEvent]:
+    return [ShowEvent(s, True, group=group) for s in accepted] + [ShowEvent(s, False, group=group) for s in rejected]
 
 
 def split_groups(count: int) -> tuple[list[str], list[str]]:

@@ -25,9 +25,11 @@ from typing import Any
 
 from strop import APIStatusError, Strop, TrainingRun
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from demo_report import Row, write_report  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 from simdev import Context, SessionResult, Summary, Task, load_tasks, run_session  # noqa: E402
+
+from demo.report import Row, write_report  # noqa: E402
 
 ADAPTER = "tab"
 DEVELOPERS = 8  # opted-in developers whose feedback trains the adapter
@@ -35,20 +37,19 @@ DEVELOPERS = 8  # opted-in developers whose feedback trains the adapter
 # Strop's always-valid statistics may be read after every wave, and the demo acts as soon as they
 # decide, after the last wave, or when the budget leaves no time for another (a later tenant's
 # experiment keeps time of its own). Its interval is tuned to the whole cohort (expected_users).
-# What a first round learns is small beside the noise of four requests a developer (8 demos on
-# 2026-11-26: reward per request +0.02 to +0.16 over the base model; 96 users decided once; at
-# +0.054, about 290 users would put p at 0.05): the demo serves as many waves as its budget allows,
-# with adapters served as fast as the base model (platform/vllm_plugins/strop_vllm_cpu_lora.py) and
-# a few requests in flight (one demo: 12 waves of 48 requests in 5.8 minutes, promoted at 144 users).
+# What a first round learns is small beside the noise of four requests a developer, so the demo
+# serves as many waves as its budget allows, with adapters served as fast as the base model
+# (platform/vllm_plugins/strop_vllm_cpu_lora.py) and a few requests in flight; the measured lifts
+# and cohort sizes are in benchmarks/results-log.md and docs/performance.md, not here.
 WAVE_USERS = 12
 WAVES = 24
 CONCURRENCY = 4  # requests a tenant's developers have in flight; vLLM batches them
 EXPERIMENT_USERS = WAVE_USERS * WAVES
 # The default guardrails but latency: here the control is the base model alone, and vLLM's CPU
-# build serves any LoRA adapter slower than that, whatever it learned (measured: 25-46 % of a
-# candidate's requests slower than the control's p95, against 6-8 %; two demos on 2026-11-24
-# rolled back three of four candidates on it after one or two waves). On a GPU the LoRA path costs little and
-# the latency guardrail belongs on, as it is by default.
+# build serves any LoRA adapter slower than that, whatever it learned, so the latency guardrail
+# rolled candidates back for their serving path, not for what they learned (the measurements are
+# in benchmarks/results-log.md). On a GPU the LoRA path costs little and the latency guardrail
+# belongs on, as it is by default.
 GUARDRAILS = ["accepted_per_request", "error_rate", "dissatisfied_rate"]
 RUN_TIMEOUT_S = 1800
 # Tasks carry a short window of the file, so that serving and training on CPU stay quick.
@@ -125,7 +126,7 @@ FINISHED = ("candidate", "rejected", "failed")
 
 def ask_for_run(tenant: Tenant) -> None:
     """Each round trains on its own feedback, and asks for its run when that feedback did not start
-    one: the threshold counts labelled events that train, and the suggestions a version's show gate
+    one: the threshold counts labelled events that train, and the suggestions a version's show filter
     withholds are not among them, so a round's requests can fall short of it. A run still going from
     before the round finishes first (the round's run would wait behind it anyway)."""
     deadline = time.monotonic() + RUN_TIMEOUT_S

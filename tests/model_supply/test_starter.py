@@ -8,8 +8,8 @@ import time
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from gpu_trainer import starter
 from learning_shared.fim import build_fim_prompt, detect_family
+from model_supply import starter
 
 
 def test_tiny_starter_is_cached(tiny_starter_model):

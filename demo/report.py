@@ -1,4 +1,4 @@
-"""The demo's report (``platform/demo_loop.py``): per tenant, round and version, the figures of each
+"""The demo's report (``demo/loop.py``): per tenant, round and version, the figures of each
 session as text, JSON and a PNG chart, and each experiment's decision."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The show gate: withhold a completion the model itself is unsure of.
+"""The show filter: withhold a completion the model itself is unsure of.
 
 A served suggestion's *score* is the sum of its sampled tokens' log-probabilities under the model
 that wrote it (what vLLM returns with every served completion): the log-probability of the whole
@@ -41,7 +41,7 @@ MIN_ACCEPTED = 10
 # shown and not accepted, as in the accept rate: counted as taken, the many suggestions whose first
 # word or two were right (a third of SmolLM2's shown ones on the training packages) pulled the
 # threshold down until it withheld almost nothing (benchmarks/results-log.md).
-GATE_ACCEPTED = ("accepted",)
+SHOW_ACCEPTED = ("accepted",)
 CHECK_SHARE = 0.3  # of the window's groups, kept out of the fit to check it on
 RECALL_STEP = 0.005
 
@@ -52,7 +52,7 @@ def suggestion_score(logprobs: Sequence[float]) -> float:
 
 
 @dataclass(frozen=True)
-class GateEvent:
+class ShowEvent:
     """One shown suggestion of the window: its score, whether it was accepted, and its weight
     (1, or ``1 / explore`` for one the gate withheld and serving showed anyway)."""
 
@@ -76,7 +76,7 @@ def threshold_for_recall(points: Sequence[tuple[float, float]], recall: float) -
     return threshold
 
 
-def recall_of(events: Iterable[GateEvent], threshold: float) -> float:
+def recall_of(events: Iterable[ShowEvent], threshold: float) -> float:
     """The weighted share of the accepted ones among ``events`` that ``threshold`` keeps (nan: none)."""
     accepted = [e for e in events if e.accepted]
     total = sum(e.weight for e in accepted)
@@ -89,7 +89,7 @@ def in_check_part(group: str) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < CHECK_SHARE
 
 
-def checked_recall(events: Sequence[GateEvent], recall: float) -> tuple[float, float | None]:
+def checked_recall(events: Sequence[ShowEvent], recall: float) -> tuple[float, float | None]:
     """The recall to fit the whole window at, so that a fit on one part of the groups keeps
     ``recall`` of the other's accepted suggestions, and that check's recall (None: no check)."""
     fit = [e for e in events if not in_check_part(e.group)]
@@ -105,7 +105,7 @@ def checked_recall(events: Sequence[GateEvent], recall: float) -> tuple[float, f
         target = min(1.0, round(target + RECALL_STEP, 6))
 
 
-def fit_show_threshold(events: Iterable[GateEvent], *, recall: float) -> dict[str, float | int] | None:
+def fit_show_threshold(events: Iterable[ShowEvent], *, recall: float) -> dict[str, float | int] | None:
     """The gate learned from ``events`` (see the module docstring), or None when too few were accepted.
 
     Returns ``threshold``, the recall it was fitted at and the check's, and what it would have
