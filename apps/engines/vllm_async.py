@@ -10,6 +10,7 @@ any later failure is :class:`VLLMUnavailable` or a typed :class:`VLLMError`, nev
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -26,6 +27,21 @@ from apps.engines.vllm_transport import (
     shared_async_http,
 )
 from apps.engines.vllm_types import Completion, CompletionChunk, aread_sse_json
+
+
+def _reason(exc: BaseException) -> str:
+    """What failed, for the operator's log: anyio's "All connection attempts failed" names none of
+    the OS errors under it (a refused connection, an unreachable host), so they are added."""
+    errors: list[BaseException] = []
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and not errors:
+        if isinstance(cause, BaseExceptionGroup):
+            errors = list(cause.exceptions)
+        elif isinstance(cause, OSError) and cause.errno:
+            errors = [cause]
+        cause = cause.__cause__ or cause.__context__
+    named = [os.strerror(e.errno) if isinstance(e, OSError) and e.errno else type(e).__name__ for e in errors]
+    return f"{exc}: {'; '.join(named)}" if named else str(exc)
 
 
 class AsyncVLLMClient(Replicas):
@@ -49,7 +65,7 @@ class AsyncVLLMClient(Replicas):
             try:
                 response = await http.send(request, stream=stream)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                tried.append(f"{replica}: {exc}")  # nothing reached this replica: the next one may take it
+                tried.append(f"{replica}: {_reason(exc)}")  # nothing reached this replica: the next one may take it
                 mark_down(replica)
                 continue
             except httpx.TimeoutException as exc:
