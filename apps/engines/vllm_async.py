@@ -41,7 +41,8 @@ def _reason(exc: BaseException) -> str:
             errors = [cause]
         cause = cause.__cause__ or cause.__context__
     named = [os.strerror(e.errno) if isinstance(e, OSError) and e.errno else type(e).__name__ for e in errors]
-    return f"{exc}: {'; '.join(named)}" if named else str(exc)
+    text = str(exc) or type(exc).__name__  # a timeout says nothing but its kind
+    return f"{text}: {'; '.join(named)}" if named else text
 
 
 class AsyncVLLMClient(Replicas):
