@@ -9,6 +9,8 @@ machine and vLLM's prefix cache favour neither (throughput);
 then each of --pairs other prompts goes both ways back to back on one worker (after one untimed
 request, so vLLM's prefix cache serves both alike), and what Strop adds is the median of those
 paired differences, with its interval. --stream streams both sides.
+Then the concurrency sweep (benchmarks/serving_sweep.py): 1, 16, 64 and 256 at once, streamed and
+not, against this vLLM and against a mock upstream paced per token, on one API process.
 Prints one line per figure.
 
     make bench-serving        # or: python benchmarks/serving.py --requests 200 --concurrency 4
@@ -191,6 +193,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     parser.add_argument("--stream", action="store_true", help="streamed completions on both sides")
     parser.add_argument("--pairs", type=int, default=200, help="prompts sent both ways back to back")
+    parser.add_argument("--levels", default="1,16,64,256", help="the sweep's concurrencies (empty: no sweep)")
+    parser.add_argument("--no-real-sweep", action="store_true", help="sweep the mock upstream only")
+    parser.add_argument("--mock-token-delay-ms", type=float, default=50.0)
+    parser.add_argument("--mock-max-tokens", type=int, default=20)
+    parser.add_argument("--hold", type=int, default=512, help="streams opened at once on one API process (mock)")
     args = parser.parse_args()
 
     from model_supply.starter import ensure_starter_model
@@ -282,6 +289,25 @@ def main() -> None:
         from apps.interactions.models import Interaction
 
         recorded = Interaction.objects.filter(tenant=tenant, adapter_version=version).count()
+        if args.levels:
+            from serving_sweep import run_sweeps
+
+            run_sweeps(
+                db_url=db_url,
+                extra_env=extra,
+                vllm_url=vllm_url,
+                api_port=api_port,
+                api_pid=api.pid,
+                direct_bodies=direct_bodies,
+                strop_bodies=strop_bodies,
+                headers=strop_headers,
+                real_c1_added_ms=median_interval(diffs)[0] * 1000,
+                levels=tuple(int(c) for c in args.levels.split(",")),
+                token_delay_ms=args.mock_token_delay_ms,
+                max_tokens=args.mock_max_tokens,
+                hold=args.hold,
+                real=not args.no_real_sweep,
+            )
     finally:
         if api is not None:
             stop(api)

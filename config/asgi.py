@@ -1,6 +1,86 @@
-import os
+"""Strop's one application for the ASGI server (gunicorn with uvicorn workers: platform/Procfile).
 
-from django.core.asgi import get_asgi_application
+The serving endpoints (``/v1/completions``, ``/v1/chat/completions``) are asynchronous views: a
+stream waits for tokens on the event loop, holding no thread, and their database work runs on a
+few threads that keep their connections (``apps.serving.sync_work``). Everything else (the rest
+of the API, the dashboard, the admin) is synchronous Django as before; each of those requests runs
+on one of ``STROP_API_SYNC_THREADS`` threads of the process (its "lanes"), whose database
+connections live ``CONN_MAX_AGE`` as a gthread worker's do, instead of a new thread (and a new
+Postgres connection) per request. A request waits for a free lane; the serving endpoints never
+take one. docs/operate.md describes the process model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-application = get_asgi_application()
+
+import django  # noqa: E402  (the settings module first)
+from django.conf import settings  # noqa: E402
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402
+from django.core.handlers.base import BaseHandler  # noqa: E402
+from django.http import HttpRequest  # noqa: E402
+from django.http.response import HttpResponseBase  # noqa: E402
+
+SERVING_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
+
+
+class StropASGIHandler(ASGIHandler):
+    """Django's ASGI handler, but a synchronous request runs on one of the process's lanes, and a
+    completion passes the middleware in one synchronous chain.
+
+    Django runs the middleware of an asynchronous view asynchronously, and each of ours that is
+    synchronous at heart then costs a hop to a thread and back, twice (process_request and
+    process_response): some sixteen hops a completion. The completions' chain is the same
+    middleware, in the same order, built synchronous: one hop into a thread, one back to the loop
+    for the view, whose wait on vLLM and stream stay on the loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lanes: asyncio.Queue[ThreadPoolExecutor] | None = None
+        self._serving_chain = BaseHandler()
+        self._serving_chain.load_middleware(is_async=False)
+
+    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+        if request.path in SERVING_PATHS:
+            return await sync_to_async(self._serving_chain.get_response, thread_sensitive=True)(request)
+        return await super().get_response_async(request)
+
+    def _lane_queue(self) -> asyncio.Queue[ThreadPoolExecutor]:
+        if self._lanes is None:  # made on the worker's event loop, after the fork
+            self._lanes = asyncio.Queue()
+            for n in range(settings.STROP_API_SYNC_THREADS):
+                self._lanes.put_nowait(ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lane-{n}"))
+        return self._lanes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") in SERVING_PATHS:
+            await super().__call__(scope, receive, send)
+            return
+        lanes = self._lane_queue()
+        lane = await lanes.get()
+        try:
+            async with ThreadSensitiveContext(executor=lane):
+                await self.handle(scope, receive, send)
+        finally:
+            lanes.put_nowait(lane)
+
+
+def _application() -> StropASGIHandler:
+    django.setup(set_prefix=False)
+    from django.urls import get_resolver
+
+    from apps.serving.sync_work import pool_use
+
+    pool_use()
+    _ = get_resolver().url_patterns  # import every view now, not on the event loop at the first request
+    return StropASGIHandler()
+
+
+application = _application()

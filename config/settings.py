@@ -17,6 +17,7 @@ from config.env import database_from_url, env_bool, env_int
 from config.http_settings import CONTENT_SECURITY_POLICY, REST_FRAMEWORK, SPECTACULAR_SETTINGS  # noqa: F401 (settings)
 from config.log_config import log_format, logging_config
 from config.secret_keys import GENERATED, check_deployment, load_secrets
+from config.serving_settings import *  # noqa: F403 (settings)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("STROP_VAR_DIR", BASE_DIR / "var"))

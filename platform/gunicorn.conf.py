@@ -1,5 +1,8 @@
-# Gunicorn settings for Strop's API: `gunicorn -c platform/gunicorn.conf.py config.wsgi` (the
-# Procfile keeps bind, workers and threads on its command line).
+# Gunicorn settings for Strop's API: `gunicorn -c platform/gunicorn.conf.py config.asgi -k
+# uvicorn_worker.UvicornWorker` (the Procfile keeps bind, workers and the worker class on its command
+# line). Each worker is one uvicorn process: an event loop for the serving endpoints' streams and a few
+# threads for the synchronous rest (config/asgi.py). config.wsgi with gthread still runs, without the
+# asynchronous serving path (a stream then holds its thread).
 import importlib
 import os
 
@@ -14,6 +17,9 @@ importlib.import_module("config.settings")
 # gunicorn's default of 2 s a client polling every 2 s sends its request on a connection the
 # server is closing at that moment and gets "server disconnected" for a request never read.
 keepalive = 75
+# On SIGTERM (a deploy, a restart) a worker stops taking connections and lets its streams finish, for at
+# most this long, so what it was serving is served and recorded; past it the master kills it.
+graceful_timeout = 30
 
 
 def child_exit(server, worker):

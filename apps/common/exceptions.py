@@ -124,10 +124,16 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "serve_probe_mismatch": ErrorCode(409, "vLLM's answer differs from the version's probe", "tell the operator"),
     # 429 / 5xx
     "rate_limited": ErrorCode(429, "over the tenant's per-minute limit", "wait `Retry-After` seconds"),
+    "too_many_streams": ErrorCode(
+        429, "the tenant has its limit of streams open at once", "wait `Retry-After` seconds or end a stream"
+    ),
     "server_error": ErrorCode(500, "the server failed", "quote `details.request_id` to the operator"),
     "vllm_error": ErrorCode(502, "vLLM answered with an error", "retry; quote the request id if it lasts"),
     "service_unavailable": ErrorCode(503, "the database is unreachable", "retry after `Retry-After` seconds"),
     "vllm_unavailable": ErrorCode(503, "vLLM is down or too slow", "retry after `Retry-After` seconds"),
+    "server_busy": ErrorCode(
+        503, "the API process serves its limit of completions at once", "retry after `Retry-After` seconds"
+    ),
 }
 
 # A message that starts with the field it is about ("outcome: 'maybe' is not one of ...").

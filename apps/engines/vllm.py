@@ -12,6 +12,7 @@ import time
 
 from django.conf import settings
 
+from apps.engines.vllm_async import AsyncVLLMClient
 from apps.engines.vllm_client import VLLMClient
 
 VLLM_PROBE_TIMEOUT_S = 1.0
@@ -42,3 +43,13 @@ def vllm_health() -> dict[str, bool]:
             seen = (time.monotonic(), client.health(timeout=VLLM_PROBE_TIMEOUT_S))
             _health_seen[key] = seen
         return seen[1]
+
+
+@functools.cache
+def _async_client(urls: tuple[str, ...], timeout: float, api_key: str) -> AsyncVLLMClient:
+    return AsyncVLLMClient(list(urls), timeout=timeout, api_key=api_key)
+
+
+def vllm_async_client() -> AsyncVLLMClient:
+    """The serving endpoints' client (its connection pool is per event loop)."""
+    return _async_client(tuple(settings.VLLM_BASE_URLS), settings.VLLM_TIMEOUT_S, settings.VLLM_API_KEY)

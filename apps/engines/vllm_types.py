@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -156,24 +156,54 @@ def prompt_ids(choices: list[dict[str, Any]]) -> list[int] | None:
     return None
 
 
+_DONE: dict[str, Any] = {}
+
+
+def _sse_event(line: str, replica: str) -> dict[str, Any] | None:
+    """One line of a server-sent stream: its JSON (``_DONE`` at the end), None for any other line;
+    vLLM's error event after the 200 raises."""
+    if not line.startswith("data:"):
+        return None
+    payload = line[5:].strip()
+    if payload == "[DONE]":
+        return _DONE
+    data = json.loads(payload)
+    if "error" in data:  # vLLM reports a failure after the 200 as one more event
+        message = data["error"].get("message", str(data["error"]))
+        raise VLLMError(f"vLLM failed mid-stream: {message}", replica=replica)
+    return data  # type: ignore[no-any-return]
+
+
 def read_sse_json(response: httpx.Response, replica: str) -> Iterator[dict[str, Any]]:
     """A streamed answer's server-sent events, one JSON object each, until ``[DONE]``; vLLM's error
     event after the 200, a stall or a dropped connection raise. Closes the response at the end."""
     try:
         for line in response.iter_lines():
-            if not line.startswith("data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == "[DONE]":
+            data = _sse_event(line, replica)
+            if data is _DONE:
                 return
-            data = json.loads(payload)
-            if "error" in data:  # vLLM reports a failure after the 200 as one more event
-                message = data["error"].get("message", str(data["error"]))
-                raise VLLMError(f"vLLM failed mid-stream: {message}", replica=replica)
-            yield data
+            if data is not None:
+                yield data
     except httpx.TimeoutException as exc:
         raise VLLMUnavailable(f"vLLM at {replica} stalled mid-stream", replica=replica) from exc
     except httpx.TransportError as exc:
         raise VLLMUnavailable(f"vLLM at {replica} dropped the stream: {exc}", replica=replica) from exc
     finally:
         response.close()
+
+
+async def aread_sse_json(response: httpx.Response, replica: str) -> AsyncIterator[dict[str, Any]]:
+    """:func:`read_sse_json` on an asynchronous response."""
+    try:
+        async for line in response.aiter_lines():
+            data = _sse_event(line, replica)
+            if data is _DONE:
+                return
+            if data is not None:
+                yield data
+    except httpx.TimeoutException as exc:
+        raise VLLMUnavailable(f"vLLM at {replica} stalled mid-stream", replica=replica) from exc
+    except httpx.TransportError as exc:
+        raise VLLMUnavailable(f"vLLM at {replica} dropped the stream: {exc}", replica=replica) from exc
+    finally:
+        await response.aclose()

@@ -4,7 +4,7 @@ server-sent events; the chat endpoint streams through ``sse_response`` too."""
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -73,18 +73,19 @@ class CompletionAnswer:
         return body
 
 
-def sse_response(bodies: Generator[dict[str, Any], None, None]) -> StreamingHttpResponse:
+def sse_response(bodies: AsyncIterator[dict[str, Any]]) -> StreamingHttpResponse:
     """Server-sent events, one ``data: <JSON>`` per body; if vLLM fails mid-stream (the bodies
-    raise), ``data: {"error": …}``, which the openai client raises as APIError; then ``[DONE]``."""
+    raise), ``data: {"error": …}``, which the openai client raises as APIError; then ``[DONE]``.
+    Asynchronous: under the ASGI server the stream holds no thread while it waits."""
 
-    def events() -> Iterator[bytes]:
+    async def events() -> AsyncIterator[bytes]:
         try:
-            for body in bodies:
+            async for body in bodies:
                 yield b"data: " + orjson.dumps(body) + b"\n\n"
         except ApplicationError as exc:
             yield b"data: " + orjson.dumps({"error": exc.as_dict()}) + b"\n\n"
         finally:
-            bodies.close()  # a client that left: the upstream closes now, and what was served is recorded
+            await bodies.aclose()  # type: ignore[attr-defined]  # a client that left: upstream closed, served part recorded
         yield b"data: [DONE]\n\n"
 
     response = StreamingHttpResponse(events(), content_type="text/event-stream")

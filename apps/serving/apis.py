@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -21,8 +21,10 @@ from rest_framework.response import Response
 from apps.adapters.selectors import adapter_list
 from apps.common.apis import ScopedApi, end_user_of_request
 from apps.common.exceptions import Forbidden
-from apps.serving.answers import CompletionAnswer, sse_response
-from apps.serving.completions import completion_create
+from apps.serving.admission import stream_lease_take
+from apps.serving.answers import CompletionAnswer
+from apps.serving.async_views import Planned, serving_view
+from apps.serving.completions import completion_plan, completion_serve, completion_stream
 from apps.serving.schemas import CompletionIn
 from apps.serving.selectors import ReadAhead
 from apps.tenants.permissions import acts_as_editor
@@ -35,6 +37,12 @@ class ServingApi(ScopedApi):
     required_scope = "serve"
     editor_allowed = True  # an editor key serves, without giving consent (end_user)
     ahead: ReadAhead | None = None
+
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Any:
+        """The endpoint as an asynchronous view (``apps.serving.async_views``): this class's
+        ``post`` answers a :class:`Planned` response that the view serves on the event loop."""
+        return serving_view(super().as_view(**initkwargs), endpoint=cls.__name__)
 
     def end_user(self, request: Request, attrs: dict[str, Any]) -> tuple[str, bool | None]:
         """The end user the request names and the consent it states (``end_user_of_request``).
@@ -132,11 +140,11 @@ class CompletionApi(ServingApi):
         "the interaction to send feedback on. An empty `text` means the model chose to suggest nothing. "
         "503 with Retry-After when vLLM is down.",
     )
-    def post(self, request: Request) -> Response | StreamingHttpResponse:
+    def post(self, request: Request) -> HttpResponseBase:
         data = CompletionIn(data=request.data)
         data.is_valid(raise_exception=True)
         user, flag = self.end_user(request, data.validated_data)
-        answer = completion_create(
+        plan = completion_plan(
             self.tenant,
             fields=data.validated_data,
             user=user,
@@ -145,10 +153,9 @@ class CompletionApi(ServingApi):
             actor=self.actor,
             ahead=self.ahead,
         )
-        shape = CompletionAnswer(answer.request, answer.route, [str(i) for i in answer.ids], answer.adapter_name)
-        if answer.chunks is not None:
-            return sse_response(shape.body(chunk) for chunk in answer.chunks)
-        return Response(shape.body(answer.completion))
+        shape = CompletionAnswer(plan.request, plan.route, [str(i) for i in plan.ids], plan.adapter_name)
+        lease = stream_lease_take(self.tenant) if plan.stream else None
+        return Planned(plan, shape=shape.body, serve=completion_serve, stream=completion_stream, lease=lease)
 
 
 class ModelOut(serializers.Serializer):

@@ -7,14 +7,17 @@ chat. The answer the client gets is vLLM's, in OpenAI's shape, with Strop's fiel
 (``interaction_id`` per choice, ``strop``) and the training-only fields taken out.
 
 A request vLLM fails is recorded as a ServingFailure (as for completions), never as a half
-interaction; a stream the client leaves early is recorded as far as it was served.
+interaction; a stream the client leaves early is recorded as far as it was served. As for
+completions, :func:`chat_plan` routes and builds (synchronous, on a serving database thread) and
+:func:`chat_serve` / :func:`chat_stream` ask vLLM asynchronously.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,12 +26,13 @@ from django.utils import timezone
 
 from apps.adapters.models import Adapter
 from apps.common.exceptions import ApplicationError
-from apps.engines.vllm import vllm_client
+from apps.engines.vllm import vllm_async_client
 from apps.interactions.messages import turn_of
 from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served
 from apps.interactions.sessions import conversation_outcomes_apply
 from apps.serving.selectors import ReadAhead
 from apps.serving.services import Route, served_by, serving_request_route
+from apps.serving.sync_work import in_db_thread
 from apps.serving.vllm_calls import serving_failure_record, with_load_on_demand
 from apps.tenants.models import ApiKey, Tenant
 
@@ -201,74 +205,102 @@ class ChatAnswer:
         return out
 
 
-def chat_serve(tenant: Tenant, *, route: Route, request: ChatRequest) -> tuple[dict[str, Any], list[uuid.UUID]]:
-    """Ask vLLM, record one interaction per choice, and return vLLM's answer with the ids."""
+async def chat_serve(plan: ChatPlan) -> dict[str, Any]:
+    """Ask vLLM, record one interaction per choice (``plan.ids``), and return vLLM's answer."""
+    tenant, route, request = plan.tenant, plan.route, plan.request
     started, served_at = time.perf_counter(), timezone.now()
-    body = _vllm_body(route, request)
     try:
-        data, _ = with_load_on_demand(route, lambda: vllm_client().chat(body, affinity=_affinity(route)))
+        data, _ = await with_load_on_demand(
+            route, lambda: vllm_async_client().chat(plan.body, affinity=_affinity(route))
+        )
     except ApplicationError as exc:
-        serving_failure_record(tenant, route=route, user=request.user, error=exc, started=started, streamed=False)
+        await in_db_thread(
+            serving_failure_record, tenant, route=route, user=request.user, error=exc, started=started, streamed=False
+        )
         raise
+    plan.upstream_s += time.perf_counter() - started
     choices: dict[int, _ChoiceSoFar] = {}
     for choice in data.get("choices") or []:
         choices.setdefault(int(choice.get("index", 0)), _ChoiceSoFar()).add(choice, message_key="message")
-    ids = [uuid.uuid4() for _ in range(request.n)]
-    _record(tenant, route, request, choices, ids, data.get("prompt_token_ids"), served_at=served_at, started=started)
-    return data, ids
+    await in_db_thread(
+        _record, tenant, route, request, choices, plan.ids, data.get("prompt_token_ids"),
+        served_at=served_at, started=started,
+    )  # fmt: skip
+    return data
 
 
-def chat_stream(
-    tenant: Tenant, *, route: Route, request: ChatRequest
-) -> tuple[list[uuid.UUID], Iterator[dict[str, Any]]]:
-    """Open a stream from vLLM (errors surface before the first byte goes to the client) and
-    return the interaction ids with an iterator of vLLM's chunks. What was served is recorded
-    when the stream ends, or when the client leaves; a stream vLLM fails records the failure."""
+async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
+    """Open a stream from vLLM (awaiting this call: errors surface before the first byte goes to
+    the client) and return an iterator of vLLM's chunks. What was served is recorded when the
+    stream ends, or when the client leaves; a stream vLLM fails records the failure."""
+    tenant, route, request = plan.tenant, plan.route, plan.request
     started, served_at = time.perf_counter(), timezone.now()
-    body = _vllm_body(route, request)
     try:
-        upstream = with_load_on_demand(route, lambda: vllm_client().chat_stream(body, affinity=_affinity(route)))
+        upstream = await with_load_on_demand(
+            route, lambda: vllm_async_client().chat_stream(plan.body, affinity=_affinity(route))
+        )
     except ApplicationError as exc:
-        serving_failure_record(tenant, route=route, user=request.user, error=exc, started=started, streamed=False)
+        await in_db_thread(
+            serving_failure_record, tenant, route=route, user=request.user, error=exc, started=started, streamed=False
+        )
         raise
-    ids = [uuid.uuid4() for _ in range(request.n)]
+    plan.upstream_s += time.perf_counter() - started
 
-    def chunks() -> Iterator[dict[str, Any]]:
+    async def chunks() -> AsyncIterator[dict[str, Any]]:
         choices: dict[int, _ChoiceSoFar] = {}
         prompt_ids: list[int] | None = None
         try:
-            for data in upstream:
+            async for data in upstream:
                 prompt_ids = prompt_ids or data.get("prompt_token_ids")
                 for choice in data.get("choices") or []:
                     choices.setdefault(int(choice.get("index", 0)), _ChoiceSoFar()).add(choice, message_key="delta")
                 if data.get("choices") or request.include_usage:
                     yield data
         except ApplicationError as exc:
-            serving_failure_record(tenant, route=route, user=request.user, error=exc, started=started, streamed=True)
+            failure = asyncio.ensure_future(
+                in_db_thread(
+                    serving_failure_record, tenant, route=route, user=request.user, error=exc, started=started,
+                    streamed=True,
+                )
+            )  # fmt: skip
             choices = {}  # nothing half-served is recorded as an interaction
+            await asyncio.shield(failure)
             raise
         finally:
-            upstream.close()  # type: ignore[attr-defined]
+            # Submitted before anything else is awaited: a client that left still gets recorded.
+            record = None
             if choices:
-                _record(tenant, route, request, choices, ids, prompt_ids, served_at=served_at, started=started)
+                record = asyncio.ensure_future(
+                    in_db_thread(
+                        _record, tenant, route, request, choices, plan.ids, prompt_ids,
+                        served_at=served_at, started=started,
+                    )
+                )  # fmt: skip
+            try:
+                await upstream.aclose()  # type: ignore[attr-defined]
+            finally:
+                if record is not None:
+                    await asyncio.shield(record)
 
-    return ids, chunks()
+    return chunks()
 
 
 @dataclass
-class ChatServed:
-    """What a chat request got: the request as served, its route, the interaction ids (one per
-    choice) and vLLM's answer, or the chunks of its stream."""
+class ChatPlan:
+    """A chat request routed and built, ready for vLLM (as :class:`CompletionPlan` for completions):
+    the interaction ids (one per choice) are drawn now, ``body`` is what vLLM is asked."""
 
+    tenant: Tenant
     request: ChatRequest
     route: Route
     adapter_name: str
     ids: list[uuid.UUID]
-    body: dict[str, Any] | None = None
-    chunks: Iterator[dict[str, Any]] | None = None
+    body: dict[str, Any]
+    stream: bool
+    upstream_s: float = 0.0
 
 
-def chat_create(
+def chat_plan(
     tenant: Tenant,
     *,
     fields: dict[str, Any],
@@ -277,10 +309,9 @@ def chat_create(
     api_key: ApiKey | None,
     actor: str,
     ahead: ReadAhead | None = None,
-) -> ChatServed:
-    """Serve one chat request (``fields``: the validated body): route it, build what vLLM is asked
-    (the turn of a session counted from its messages when the client named none), then serve or
-    stream it."""
+) -> ChatPlan:
+    """Plan one chat request (``fields``: the validated body): route it and build what vLLM is
+    asked (the turn of a session counted from its messages when the client named none)."""
     max_tokens = fields.get("max_completion_tokens") or fields.get("max_tokens")
     routed = serving_request_route(
         tenant,
@@ -323,9 +354,12 @@ def chat_create(
         sampling=sampling,
         extra_metadata=served_by(api_key),
     )
-    served = ChatServed(request=request, route=routed.route, adapter_name=routed.adapter.name, ids=[])
-    if fields["stream"]:
-        served.ids, served.chunks = chat_stream(tenant, route=routed.route, request=request)
-    else:
-        served.body, served.ids = chat_serve(tenant, route=routed.route, request=request)
-    return served
+    return ChatPlan(
+        tenant=tenant,
+        request=request,
+        route=routed.route,
+        adapter_name=routed.adapter.name,
+        ids=[uuid.uuid4() for _ in range(request.n)],
+        body=_vllm_body(routed.route, request),
+        stream=fields["stream"],
+    )

@@ -16,15 +16,15 @@ forces (vLLM compiles those parameters into a grammar too).
 
 from __future__ import annotations
 
-from django.http import StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
-from rest_framework.response import Response
 
-from apps.serving.answers import sse_response
+from apps.serving.admission import stream_lease_take
 from apps.serving.apis import ServingApi
-from apps.serving.chat import ChatAnswer, chat_create
+from apps.serving.async_views import Planned
+from apps.serving.chat import ChatAnswer, chat_plan, chat_serve, chat_stream
 from apps.serving.chat_schemas import ChatCompletionIn
 
 _CHAT_OUT = inline_serializer(
@@ -77,11 +77,11 @@ class ChatCompletionApi(ServingApi):
         "multi-turn session one thread, for session feedback and the dashboard. 503 with Retry-After when vLLM "
         "is down.",
     )
-    def post(self, request: Request) -> Response | StreamingHttpResponse:
+    def post(self, request: Request) -> HttpResponseBase:
         data = ChatCompletionIn(data=request.data)
         data.is_valid(raise_exception=True)
         user, flag = self.end_user(request, data.validated_data)
-        served = chat_create(
+        plan = chat_plan(
             self.tenant,
             fields=data.validated_data,
             user=user,
@@ -90,7 +90,6 @@ class ChatCompletionApi(ServingApi):
             actor=self.actor,
             ahead=self.ahead,
         )
-        answer = ChatAnswer(served.request, served.route, served.ids, served.adapter_name)
-        if served.chunks is not None:
-            return sse_response(answer.body(chunk) for chunk in served.chunks)
-        return Response(answer.body(served.body))
+        answer = ChatAnswer(plan.request, plan.route, plan.ids, plan.adapter_name)
+        lease = stream_lease_take(self.tenant) if plan.stream else None
+        return Planned(plan, shape=answer.body, serve=chat_serve, stream=chat_stream, lease=lease)

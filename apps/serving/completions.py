@@ -14,13 +14,19 @@ pipeline: ``learning_shared.show_filter``) withholds a suggestion whose log-prob
 threshold: the client gets an empty completion, and the interaction records the decision (and
 what was withheld) in ``metadata.show_gate``. A stream through such a version is answered once the
 whole suggestion is known, in one chunk per choice: the gate needs every token's log-probability.
+
+Two halves: :func:`completion_plan` (synchronous, on a serving database thread) routes the request
+and builds what vLLM is asked; :func:`completion_serve` and :func:`completion_stream` (asynchronous)
+ask vLLM and hand their records back to a database thread, so a stream holds no thread while it
+waits for tokens.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,7 +34,7 @@ from django.utils import timezone
 
 from apps.common.exceptions import ApplicationError
 from apps.engines.stops import VLLM_MAX_STOP, StopScanner, earliest_stop
-from apps.engines.vllm import vllm_client
+from apps.engines.vllm import vllm_async_client
 from apps.engines.vllm_client import (
     Completion,
     CompletionChoice,
@@ -41,6 +47,7 @@ from apps.serving.completion_requests import CompletionRequest, completion_reque
 from apps.serving.selectors import ReadAhead
 from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.show_gate import show_gate_decisions, show_gate_of, withheld_choice
+from apps.serving.sync_work import in_db_thread
 from apps.serving.vllm_calls import serving_failure_record, with_load_on_demand
 from apps.tenants.models import ApiKey, Tenant
 
@@ -95,31 +102,35 @@ def _record(
     )
 
 
-def completion_serve(tenant: Tenant, *, route: Route, request: CompletionRequest) -> tuple[Completion, list[uuid.UUID]]:
-    """Ask vLLM, record one interaction per choice, and return both (ids in choice order)."""
+async def completion_serve(plan: CompletionPlan) -> Completion:
+    """Ask vLLM, record one interaction per choice (ids: ``plan.ids``, in choice order), and
+    return what the client gets."""
+    tenant, route, request = plan.tenant, plan.route, plan.request
     started, served_at = time.perf_counter(), timezone.now()
-    kwargs = vllm_kwargs(route, request)
     try:
-        completion = with_load_on_demand(route, lambda: vllm_client().complete(**kwargs))
+        completion: Completion = await with_load_on_demand(route, lambda: vllm_async_client().complete(**plan.kwargs))
     except ApplicationError as exc:
-        serving_failure_record(tenant, route=route, user=request.user, error=exc, started=started, streamed=False)
+        await in_db_thread(
+            serving_failure_record, tenant, route=route, user=request.user, error=exc, started=started, streamed=False
+        )
         raise
+    plan.upstream_s += time.perf_counter() - started
     completion = replace(completion, choices=[_apply_stops(c, request.stop) for c in completion.choices])
-    gate = show_gate_of(route)
-    gates = show_gate_decisions(completion, gate) if gate is not None else {}
+    gates = show_gate_decisions(completion, plan.gate) if plan.gate is not None else {}
     withheld = {index for index, decision in gates.items() if decision["withheld"]}
     recorded = completion
     if withheld:  # recorded: the sampled tokens and no text (the text stays in the decision)
         recorded = replace(
             completion, choices=[replace(c, text="") if c.index in withheld else c for c in completion.choices]
         )
-    ids = [uuid.uuid4() for _ in range(request.n)]
-    _record(tenant, route, request, recorded, ids, served_at=served_at, started=started, gates=gates)
+    await in_db_thread(
+        _record, tenant, route, request, recorded, plan.ids, served_at=served_at, started=started, gates=gates
+    )
     if withheld:  # the client gets nothing of a withheld choice
         completion = replace(
             completion, choices=[withheld_choice(c) if c.index in withheld else c for c in completion.choices]
         )
-    return completion, ids
+    return completion
 
 
 @dataclass
@@ -130,27 +141,27 @@ class _ChoiceStream:
     finished: bool = False
 
 
-def completion_stream(
-    tenant: Tenant, *, route: Route, request: CompletionRequest
-) -> tuple[list[uuid.UUID], Iterator[CompletionChunk]]:
-    """Open a stream from vLLM (errors surface before the first byte is sent to the client) and
-    return the interaction ids with an iterator of the chunks the client gets.
+async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChunk]:
+    """Open a stream from vLLM (awaiting this call: errors surface before the first byte is sent
+    to the client) and return an iterator of the chunks the client gets.
 
     With more stop strings than vLLM takes, the text is released through a stop scanner and the
     upstream stream is closed as soon as every choice has stopped. At the end what was served is
     recorded: the whole completion, or what the client received if it hung up early. If vLLM
     fails mid-stream, the failure is recorded instead and the error re-raised for the client."""
-    if show_gate_of(route) is not None:
-        completion, ids = completion_serve(tenant, route=route, request=request)
-        return ids, _as_stream(completion, include_usage=request.include_usage)
+    tenant, route, request = plan.tenant, plan.route, plan.request
+    if plan.gate is not None:
+        completion = await completion_serve(plan)
+        return _as_stream(completion, include_usage=request.include_usage)
     started, served_at = time.perf_counter(), timezone.now()
-    kwargs = vllm_kwargs(route, request)
     try:
-        upstream = with_load_on_demand(route, lambda: vllm_client().stream(**kwargs))
+        upstream = await with_load_on_demand(route, lambda: vllm_async_client().stream(**plan.kwargs))
     except ApplicationError as exc:
-        serving_failure_record(tenant, route=route, user=request.user, error=exc, started=started, streamed=False)
+        await in_db_thread(
+            serving_failure_record, tenant, route=route, user=request.user, error=exc, started=started, streamed=False
+        )
         raise
-    ids = [uuid.uuid4() for _ in range(request.n)]
+    plan.upstream_s += time.perf_counter() - started
     scanning = len(request.stop) > VLLM_MAX_STOP
     states = {i: _ChoiceStream(StopScanner(request.stop) if scanning else None) for i in range(request.n)}
 
@@ -167,10 +178,10 @@ def completion_stream(
             text += state.scanner.finish()
         return replace(choice, text=text)
 
-    def chunks() -> Iterator[CompletionChunk]:
+    async def chunks() -> AsyncIterator[CompletionChunk]:
         seen: list[CompletionChunk] = []
         try:
-            for chunk in upstream:
+            async for chunk in upstream:
                 seen.append(chunk)
                 if not chunk.choices:  # the usage chunk vLLM sends last (we always ask for it)
                     if request.include_usage:
@@ -184,19 +195,41 @@ def completion_stream(
                         yield replace(chunk, choices=[], usage=_usage_of(seen, request, states))
                     break  # closing the upstream iterator closes the connection: vLLM stops generating
         except ApplicationError as exc:
-            serving_failure_record(tenant, route=route, user=request.user, error=exc, started=started, streamed=True)
+            failure = asyncio.ensure_future(
+                in_db_thread(
+                    serving_failure_record,
+                    tenant,
+                    route=route,
+                    user=request.user,
+                    error=exc,
+                    started=started,
+                    streamed=True,
+                )
+            )
             seen = []  # nothing half-served is recorded as an interaction
+            await asyncio.shield(failure)
             raise
         finally:
-            upstream.close()
-            if seen:  # what was served is recorded, even when the client hung up early
+            # Submitted before anything else is awaited: a client that left (this task cancelled)
+            # still gets what it was served recorded, on its database thread.
+            record = None
+            if seen:
                 served = _served_from_stream(seen, states)
-                _record(tenant, route, request, served, ids, served_at=served_at, started=started)
+                record = asyncio.ensure_future(
+                    in_db_thread(
+                        _record, tenant, route, request, served, plan.ids, served_at=served_at, started=started
+                    )
+                )
+            try:
+                await upstream.aclose()  # type: ignore[attr-defined]
+            finally:
+                if record is not None:
+                    await asyncio.shield(record)
 
-    return ids, chunks()
+    return chunks()
 
 
-def _as_stream(completion: Completion, *, include_usage: bool) -> Iterator[CompletionChunk]:
+async def _as_stream(completion: Completion, *, include_usage: bool) -> AsyncIterator[CompletionChunk]:
     """A whole completion as a stream: one chunk per choice, then the usage chunk if asked for."""
     for choice in completion.choices:
         yield CompletionChunk(
@@ -226,19 +259,24 @@ def _usage_of(seen: list[CompletionChunk], request: CompletionRequest, states: d
 
 
 @dataclass
-class CompletionAnswer:
-    """What a completion request got: the request as served, its route, the interaction ids (one
-    per choice) and the completion, or the chunks of its stream."""
+class CompletionPlan:
+    """A completion request routed and built, ready for vLLM: the tenant, the request as served,
+    its route, the interaction ids (one per choice, drawn now so the answer can name them), what
+    vLLM is asked, and the show gate of the serving version if it has one. ``upstream_s``: the
+    time spent waiting on vLLM so far (what ``X-Strop-Overhead-Ms`` leaves out)."""
 
+    tenant: Tenant
     request: CompletionRequest
     route: Route
     adapter_name: str
     ids: list[uuid.UUID]
-    completion: Completion | None = None
-    chunks: Iterator[CompletionChunk] | None = None
+    kwargs: dict[str, Any]
+    stream: bool
+    gate: dict[str, Any] | None = None
+    upstream_s: float = 0.0
 
 
-def completion_create(
+def completion_plan(
     tenant: Tenant,
     *,
     fields: dict[str, Any],
@@ -247,9 +285,9 @@ def completion_create(
     api_key: ApiKey | None,
     actor: str,
     ahead: ReadAhead | None = None,
-) -> CompletionAnswer:
-    """Serve one completion request (``fields``: the validated body): route it (adapter, the end
-    user's consent now, the experiment arm), build what vLLM is asked, then serve or stream it."""
+) -> CompletionPlan:
+    """Plan one completion request (``fields``: the validated body): route it (adapter, the end
+    user's consent now, the experiment arm) and build what vLLM is asked."""
     routed = serving_request_route(
         tenant,
         model=fields.get("model") or None,
@@ -281,9 +319,13 @@ def completion_create(
         sampling=sampling,
         extra_metadata=served_by(api_key),
     )
-    answer = CompletionAnswer(request=request, route=routed.route, adapter_name=routed.adapter.name, ids=[])
-    if fields["stream"]:
-        answer.ids, answer.chunks = completion_stream(tenant, route=routed.route, request=request)
-    else:
-        answer.completion, answer.ids = completion_serve(tenant, route=routed.route, request=request)
-    return answer
+    return CompletionPlan(
+        tenant=tenant,
+        request=request,
+        route=routed.route,
+        adapter_name=routed.adapter.name,
+        ids=[uuid.uuid4() for _ in range(request.n)],
+        kwargs=vllm_kwargs(routed.route, request),
+        stream=fields["stream"],
+        gate=show_gate_of(routed.route),
+    )

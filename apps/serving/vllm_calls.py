@@ -1,10 +1,12 @@
 """Around every call to vLLM from a serving endpoint (completions and chat alike): load the
-version on demand when a replica lacks it, and record a failure vLLM caused."""
+version on demand when a replica lacks it, and record a failure vLLM caused (synchronous: awaited
+through :func:`apps.serving.sync_work.in_db_thread`)."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from django.utils import timezone
 
@@ -16,19 +18,30 @@ from apps.interactions.models import ServingFailure
 from apps.serving.services import Route
 from apps.tenants.models import Tenant
 
+T = TypeVar("T")
 
-def with_load_on_demand(route: Route, call: Any) -> Any:
-    """Run ``call``; if vLLM lacks the version (a restart, a new replica), load it once and retry."""
+
+async def with_load_on_demand(route: Route, call: Callable[[], Awaitable[T]]) -> T:
+    """Await ``call()``; if vLLM lacks the version (a restart, a new replica), load it once (on a
+    serving database thread) and retry."""
+    from apps.serving.sync_work import in_db_thread
+
     try:
-        return call()
+        return await call()
     except ModelNotLoaded:
         if route.version is None:
             raise
-        adapter_version_load(version_id=route.version.pk)
-        route.version.refresh_from_db()
-        if route.version.status == AdapterVersion.Status.FAILED:
+        if not await in_db_thread(_version_loaded, route):
             raise
-        return call()
+        return await call()
+
+
+def _version_loaded(route: Route) -> bool:
+    """Load the route's version into vLLM; whether it is served now (False: the load failed)."""
+    assert route.version is not None
+    adapter_version_load(version_id=route.version.pk)
+    route.version.refresh_from_db()
+    return route.version.status != AdapterVersion.Status.FAILED
 
 
 def serving_failure_record(

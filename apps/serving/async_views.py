@@ -1,0 +1,151 @@
+"""The serving endpoints as asynchronous views: the synchronous half under DRF, the wait on vLLM
+on the event loop.
+
+A serving API (``ServingApi``) keeps its DRF class: authentication, the rate limit, validation,
+routing, the A/B assignment and the tenant's stream cap run in its ``post``, on a serving database
+thread (:mod:`apps.serving.sync_work`), and answer errors exactly as every other endpoint does.
+When the request is good, ``post`` answers a :class:`Planned` response instead of a completion,
+and :func:`serving_view` serves it here: the call to vLLM, the stream and its record are awaited,
+so a stream holds a connection and a coroutine while it waits for tokens, never a thread.
+
+Every answer carries ``X-Strop-Overhead-Ms``: the time Strop spent on the request apart from
+waiting on vLLM (for a stream, up to its first byte), also in /metrics as
+``strop_serving_overhead_seconds``. Each process serves at most ``STROP_SERVING_MAX_IN_FLIGHT``
+completions at once (:mod:`apps.serving.admission`).
+
+Under anything but the ASGI server (Django's test client, a WSGI server) each request gets an event
+loop of its own that ends with the view, and Django would read an asynchronous stream whole
+anyway, on another loop: there the stream is read whole before the view returns, and the loop's
+connections to vLLM are closed with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import orjson
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
+from django.template.response import SimpleTemplateResponse
+from prometheus_client import Histogram
+
+from apps.common.exception_handler import DATABASE_RETRY_AFTER_S, database_unreachable
+from apps.common.exceptions import ApplicationError, RateLimited, ServiceUnavailable
+from apps.engines.vllm_transport import async_http_close
+from apps.serving import admission
+from apps.serving.sync_work import in_db_thread, pooled
+
+SERVING_OVERHEAD = Histogram(
+    "strop_serving_overhead_seconds",
+    "Time Strop added to a completion (everything but the wait on vLLM; a stream: up to its first byte), "
+    "by endpoint and whether it was streamed",
+    ["endpoint", "streamed"],
+    buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+    registry=None,
+)
+
+
+class Planned(HttpResponse):
+    """A serving API's synchronous half, done: ``plan`` (a ``CompletionPlan`` / ``ChatPlan``), the
+    shaper of its answer, how to serve it whole or streamed, and the tenant's stream lease."""
+
+    def __init__(
+        self,
+        plan: Any,
+        *,
+        shape: Callable[[Any], dict[str, Any]],
+        serve: Callable[[Any], Awaitable[Any]],
+        stream: Callable[[Any], Awaitable[AsyncIterator[Any]]],
+        lease: admission.StreamLease | None = None,
+    ) -> None:
+        super().__init__(status=200)
+        self.plan, self.shape, self.serve, self.stream, self.lease = plan, shape, serve, stream, lease
+
+
+def error_response(exc: ApplicationError) -> HttpResponse:
+    """The answer DRF's exception handler gives the same error (``apps.common.exception_handler``)."""
+    response = HttpResponse(
+        orjson.dumps({"error": exc.as_dict()}), status=exc.status_code, content_type="application/json"
+    )
+    if isinstance(exc, (RateLimited, ServiceUnavailable)):
+        response["Retry-After"] = str(exc.retry_after_s)
+    return response
+
+
+def _dispatch(view: Callable[..., HttpResponseBase], request: HttpRequest, args: Any, kwargs: Any) -> HttpResponseBase:
+    response = view(request, *args, **kwargs)
+    if isinstance(response, SimpleTemplateResponse) and not response.is_rendered:
+        response.render()  # a DRF answer (an error, or any answer but a Planned one), rendered here
+    return response
+
+
+def _observe(response: HttpResponseBase, endpoint: str, streamed: bool, seconds: float) -> None:
+    response["X-Strop-Overhead-Ms"] = f"{seconds * 1000:.2f}"
+    SERVING_OVERHEAD.labels(endpoint, "true" if streamed else "false").observe(seconds)
+
+
+async def _released(lease: admission.StreamLease | None) -> None:
+    admission.process_slot_return()
+    if lease is not None:
+        await asyncio.shield(asyncio.ensure_future(in_db_thread(admission.stream_lease_return, lease)))
+
+
+def serving_view(drf_view: Callable[..., HttpResponseBase], endpoint: str) -> Callable[..., Awaitable[Any]]:
+    """The asynchronous view of a serving API (``drf_view``: its DRF view function)."""
+    from apps.serving.answers import sse_response
+
+    async def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        started = time.perf_counter()
+        try:
+            admission.process_slot_take()
+        except admission.ServerBusy as exc:
+            return error_response(exc)
+        planned: Planned | None = None
+        streaming = False
+        try:
+            response = await in_db_thread(_dispatch, drf_view, request, args, kwargs)
+            if not isinstance(response, Planned):
+                return response
+            planned, plan = response, response.plan
+            if plan.stream:
+                chunks = await planned.stream(plan)
+                response = sse_response(_bodies(chunks, planned))
+                streaming = True
+                if not pooled():  # not the ASGI server: read whole on this event loop (see below)
+                    response.streaming_content = [part async for part in response.streaming_content]
+            else:
+                answer = await planned.serve(plan)
+                response = HttpResponse(orjson.dumps(planned.shape(answer)), content_type="application/json")
+            _observe(response, endpoint, plan.stream, time.perf_counter() - started - plan.upstream_s)
+            return response
+        except ApplicationError as exc:
+            return error_response(exc)
+        except Exception as exc:
+            if not database_unreachable(exc):
+                raise
+            message = "the database is unreachable; try again shortly"
+            return error_response(ServiceUnavailable(message, retry_after_s=DATABASE_RETRY_AFTER_S))
+        finally:
+            if not streaming:
+                await _released(planned.lease if planned is not None else None)
+            if not pooled():
+                await async_http_close()
+
+    async def _bodies(chunks: AsyncIterator[Any], planned: Planned) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for chunk in chunks:
+                yield planned.shape(chunk)
+        finally:
+            try:
+                await chunks.aclose()  # type: ignore[attr-defined]  # records what was served
+            finally:
+                await _released(planned.lease)
+
+    view.csrf_exempt = True  # type: ignore[attr-defined]  # as DRF's views: a key, never a cookie
+    # What drf-spectacular reads to publish the endpoint's schema: the DRF class, unchanged.
+    view.cls = drf_view.cls  # type: ignore[attr-defined]
+    view.initkwargs = drf_view.initkwargs  # type: ignore[attr-defined]
+    return view

@@ -1,0 +1,254 @@
+"""The concurrency sweep of ``make bench-serving``: the same completions straight to the upstream
+and through Strop at 1, 16, 64 and 256 at once, streamed and not, against the real vLLM and
+against benchmarks/mock_vllm.py (vLLM's wire format, a fixed delay per token: what the API itself
+can hold, beyond what a CPU vLLM can serve); then a burst of streams held at once on one API
+process. The load comes from one asyncio client; the two sides alternate level by level.
+
+Per level and mode it prints ``name: value`` lines:
+  added_p50_ms / added_p99_ms   latency through Strop minus direct, at the median and the 99th
+                                percentile (a stream: to its last byte)
+  overhead_header_p50_ms / _p99 what Strop says it added (X-Strop-Overhead-Ms; a stream: up to its
+                                first byte)
+  throughput_kept               completions/s through Strop over direct
+  streams_held                  most streams open at once through Strop (first byte in, last not)
+  cpu_ms_per_completion         the API processes' CPU time (user + system) per completion
+  refusals                      answers that were not 200 (429 / 503 included)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+LEVELS = (1, 16, 64, 256)
+
+
+def process_tree_cpu_s(root_pid: int) -> float:
+    """User + system CPU seconds of ``root_pid`` and every process under it (gunicorn's workers)."""
+    total, pending = 0.0, [root_pid]
+    tick = os.sysconf("SC_CLK_TCK")
+    while pending:
+        pid = pending.pop()
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            for task in os.listdir(f"/proc/{pid}/task"):
+                pending.extend(int(c) for c in open(f"/proc/{pid}/task/{task}/children").read().split())
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+    return total
+
+
+@dataclass
+class Side:
+    """One side's run at one level: latencies, Strop's own overhead headers, refusals, timing."""
+
+    latencies: list[float] = field(default_factory=list)
+    overheads: list[float] = field(default_factory=list)
+    refusals: int = 0
+    elapsed: float = 0.0
+    held_max: int = 0
+
+
+async def run_side(
+    http: httpx.AsyncClient, url: str, bodies: list[dict], headers: dict, concurrency: int, stream: bool
+) -> Side:
+    """Every body once, ``concurrency`` at a time; a stream is read to its end."""
+    side, queue = Side(), list(reversed(bodies))
+    held = 0
+
+    async def one(body: dict) -> None:
+        nonlocal held
+        start = time.perf_counter()
+        if stream:
+            async with http.stream("POST", url, json=body, headers=headers) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    side.refusals += 1
+                    return
+                held += 1
+                side.held_max = max(side.held_max, held)
+                try:
+                    async for _ in response.aiter_raw():
+                        pass
+                finally:
+                    held -= 1
+        else:
+            response = await http.post(url, json=body, headers=headers)
+            if response.status_code != 200:
+                side.refusals += 1
+                return
+        side.latencies.append(time.perf_counter() - start)
+        if "x-strop-overhead-ms" in response.headers:
+            side.overheads.append(float(response.headers["x-strop-overhead-ms"]))
+
+    async def worker() -> None:
+        while queue:
+            await one(queue.pop())
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    side.elapsed = time.perf_counter() - start
+    return side
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def sweep(
+    label: str,
+    *,
+    direct: tuple[str, Callable[[int], dict], dict],
+    strop: tuple[str, Callable[[int], dict], dict],
+    api_pid: int,
+    levels: tuple[int, ...] = LEVELS,
+    requests: Callable[[int], int] = lambda c: max(64, 2 * c),
+) -> dict[tuple[str, int], dict[str, float]]:
+    """Each level streamed and not, each side in turn (which goes first alternates); prints and
+    returns the figures by (mode, level)."""
+    figures: dict[tuple[str, int], dict[str, float]] = {}
+    limits = httpx.Limits(max_connections=4096, max_keepalive_connections=1024)
+    async with httpx.AsyncClient(timeout=300, limits=limits) as http:
+        for stream in (False, True):
+            mode = "streamed" if stream else "whole"
+            for turn, level in enumerate(levels):
+                n = requests(level)
+                runs: dict[str, Side] = {}
+                cpu = 0.0
+                order = [("direct", direct), ("strop", strop)]
+                for side, (url, body, headers) in order if turn % 2 == 0 else reversed(order):
+                    bodies = [{**body(i), "stream": stream} for i in range(n)]
+                    for sent in bodies if not stream else []:
+                        sent.pop("stream_options", None)  # vLLM refuses it on a whole completion
+                    await run_side(http, url, bodies[: min(level, 8)], headers, level, stream)  # warm
+                    cpu_before = process_tree_cpu_s(api_pid)
+                    runs[side] = await run_side(http, url, bodies, headers, level, stream)
+                    if side == "strop":
+                        cpu = process_tree_cpu_s(api_pid) - cpu_before
+                d, s = runs["direct"], runs["strop"]
+                served = max(1, len(s.latencies))
+                out = {
+                    "added_p50_ms": (_pct(s.latencies, 0.5) - _pct(d.latencies, 0.5)) * 1000,
+                    "added_p99_ms": (_pct(s.latencies, 0.99) - _pct(d.latencies, 0.99)) * 1000,
+                    "overhead_header_p50_ms": _pct(s.overheads, 0.5),
+                    "overhead_header_p99_ms": _pct(s.overheads, 0.99),
+                    "throughput_kept": (len(s.latencies) / s.elapsed) / max(1e-9, len(d.latencies) / d.elapsed),
+                    "direct_completions_per_s": len(d.latencies) / d.elapsed,
+                    "streams_held": float(s.held_max),
+                    "cpu_ms_per_completion": cpu * 1000 / served,
+                    "refusals": float(s.refusals + d.refusals),
+                }
+                figures[(mode, level)] = out
+                for name, value in out.items():
+                    print(f"{label}_{mode}_c{level}_{name}: {value:.2f}", flush=True)
+    return figures
+
+
+async def hold_streams(url: str, body: dict, headers: dict, count: int) -> tuple[int, int]:
+    """``count`` streams opened at once; (most open at the same time, refusals)."""
+    limits = httpx.Limits(max_connections=count + 64, max_keepalive_connections=count)
+    async with httpx.AsyncClient(timeout=300, limits=limits) as http:
+        side = await run_side(http, url, [{**body, "stream": True}] * count, headers, count, True)
+    return side.held_max, side.refusals
+
+
+def print_goals(mock: dict[tuple[str, int], dict[str, float]], held: tuple[int, int], real_c1: float) -> None:
+    """The issue's goals, each beside its figure (one API process on the mock; the real vLLM at 1)."""
+    kept = [mock[(m, c)]["throughput_kept"] for m in ("whole", "streamed") for c in (64, 256) if (m, c) in mock]
+    p50 = [mock[(m, 64)]["added_p50_ms"] for m in ("whole", "streamed") if (m, 64) in mock]
+    p99 = [mock[(m, 64)]["added_p99_ms"] for m in ("whole", "streamed") if (m, 64) in mock]
+    print(f"goal_streams_held_512_no_refusal: held {held[0]}, refused {held[1]}")
+    if kept:
+        print(f"goal_throughput_kept_64_256_min (>= 0.95): {min(kept):.2f}")
+    if p50:
+        print(f"goal_added_p50_ms_at_64_max (<= 2): {max(p50):.2f}")
+        print(f"goal_added_p99_ms_at_64_max (<= 10): {max(p99):.2f}")
+    print(f"goal_real_vllm_added_p50_ms_at_1 (<= 3): {real_c1:.2f}")
+    print(f"mean_of_levels_throughput_kept: {statistics.mean(kept) if kept else float('nan'):.2f}")
+
+
+def run_sweeps(
+    *,
+    db_url: str,
+    extra_env: dict[str, str],
+    vllm_url: str,
+    api_port: int,
+    api_pid: int,
+    direct_bodies: list[dict],
+    strop_bodies: list[dict],
+    headers: dict,
+    real_c1_added_ms: float,
+    levels: tuple[int, ...],
+    token_delay_ms: float,
+    max_tokens: int,
+    hold: int,
+    real: bool = True,
+) -> None:
+    """The real vLLM's sweep on the caller's API (``api_port``, ``api_pid``), unless ``real`` is
+    False, then the mock's, on one API process of its own on the same database."""
+    import subprocess
+    import sys
+
+    from common import free_port, start_gunicorn, stop, wait_healthy
+
+    def pick(bodies: list[dict]) -> Callable[[int], dict]:
+        return lambda i: {k: v for k, v in bodies[i % len(bodies)].items() if k != "stream"}
+
+    def with_usage(body: Callable[[int], dict]) -> Callable[[int], dict]:
+        return lambda i: {**body(i), "stream_options": {"include_usage": True}}
+
+    if real:
+        asyncio.run(
+            sweep(
+                "real",
+                direct=(f"{vllm_url}/v1/completions", with_usage(pick(direct_bodies)), {}),
+                strop=(f"http://127.0.0.1:{api_port}/v1/completions", pick(strop_bodies), headers),
+                api_pid=api_pid,
+                levels=levels,
+                requests=lambda c: max(32, c),
+            )
+        )
+    mock_port, mock_api_port = free_port(), free_port()
+    mock = subprocess.Popen(
+        [sys.executable, "benchmarks/mock_vllm.py", "--port", str(mock_port), "--token-delay-ms", str(token_delay_ms)],
+        start_new_session=True,
+    )
+    api = None
+    try:
+        mock_url = f"http://127.0.0.1:{mock_port}"
+        wait_healthy(f"{mock_url}/health", mock, 60, "the mock vLLM")
+        env = {**extra_env, "VLLM_BASE_URLS": mock_url, "STROP_SERVING_MAX_STREAMS_PER_TENANT": "0"}
+        api = start_gunicorn(db_url, mock_api_port, 1, **env)
+        sized = [{**b, "max_tokens": max_tokens} for b in strop_bodies]
+        direct_sized = [{**b, "max_tokens": max_tokens} for b in direct_bodies]
+        figures = asyncio.run(
+            sweep(
+                "mock",
+                direct=(f"{mock_url}/v1/completions", with_usage(pick(direct_sized)), {}),
+                strop=(f"http://127.0.0.1:{mock_api_port}/v1/completions", pick(sized), headers),
+                api_pid=api.pid,
+                levels=levels,
+            )
+        )
+        long = {**sized[0], "max_tokens": max(max_tokens, 100)}
+        held = asyncio.run(hold_streams(f"http://127.0.0.1:{mock_api_port}/v1/completions", long, headers, hold))
+        print(f"mock_hold_streams_held: {held[0]}")
+        print(f"mock_hold_refusals: {held[1]}")
+        print(
+            f"mock_setup: one API process (1 uvicorn worker), {token_delay_ms:.0f} ms a token, "
+            f"{max_tokens} tokens a completion; hold: {hold} streams of {long['max_tokens']} tokens"
+        )
+        print_goals(figures, held, real_c1_added_ms)
+    finally:
+        if api is not None:
+            stop(api)
+        stop(mock)

@@ -1,0 +1,26 @@
+"""The serving path's settings (apps.serving.admission, apps.serving.sync_work, config/asgi.py; the
+process model in docs/operate.md). config/settings.py imports them."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = [
+    "STROP_API_SYNC_THREADS",
+    "STROP_SERVING_DB_THREADS",
+    "STROP_SERVING_MAX_IN_FLIGHT",
+    "STROP_SERVING_MAX_STREAMS_PER_TENANT",
+    "STROP_SERVING_STREAM_LEASE_S",
+]
+
+# Completions one API process serves at once, streamed or not; past it 503 server_busy.
+STROP_SERVING_MAX_IN_FLIGHT = int(os.environ.get("STROP_SERVING_MAX_IN_FLIGHT", "1024"))
+# A tenant's streams at once over every API process; past it 429 too_many_streams (0: no cap).
+STROP_SERVING_MAX_STREAMS_PER_TENANT = int(os.environ.get("STROP_SERVING_MAX_STREAMS_PER_TENANT", "256"))
+# How long a stream's lease outlives a process that died without returning it.
+STROP_SERVING_STREAM_LEASE_S = float(os.environ.get("STROP_SERVING_STREAM_LEASE_S", "600"))
+# Threads a process gives the serving path's database work (each keeps its connection).
+STROP_SERVING_DB_THREADS = int(os.environ.get("STROP_SERVING_DB_THREADS", "8"))
+# Threads a process gives the rest of the API and the dashboard (synchronous views), each with its
+# own database connection: a request holds one for its whole length, as a gthread worker's thread.
+STROP_API_SYNC_THREADS = int(os.environ.get("STROP_API_SYNC_THREADS", "4"))

@@ -1,0 +1,167 @@
+"""The serving endpoints under the ASGI server (gunicorn's uvicorn workers, as the Procfile runs
+the API): what Strop added in a header and in /metrics, every served completion recorded (a
+client that leaves mid-stream, a worker stopped mid-stream), and backpressure as 429 / 503 with
+Retry-After. Upstream is benchmarks/mock_vllm.py, paced at 50 ms a token (vLLM's wire format;
+vLLM itself cannot be paced, and these streams must still be going when the test acts); the
+official openai client is the client."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+
+import httpx
+import openai
+import pytest
+
+from apps.adapters.models import Adapter
+from apps.adapters.services import adapter_create, base_model_register
+from apps.interactions.models import Interaction
+from tests.fixtures.workers import _database_url
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+TOKENS = [f" t{i}" for i in range(400)]
+
+
+@pytest.fixture
+def starter_dir() -> str:
+    from gpu_trainer.starter import ensure_starter_model
+
+    return str(ensure_starter_model("tiny"))
+
+
+@pytest.fixture
+def fleet(mock_upstream, starter_dir, make_tenant, make_client):
+    """``make(**env) -> (api, key_of)``: the API on the mock upstream; ``key_of(name)`` a serve key
+    of a fresh tenant whose default adapter "tab" runs on the mock's base model."""
+    base = base_model_register(name=mock_upstream.model, path=starter_dir)
+
+    def key_of(name: str) -> str:
+        tenant = make_tenant(f"{name}-{uuid.uuid4().hex[:6]}")
+        adapter = adapter_create(tenant, name="tab", base_model=base, is_default=True)
+        Adapter.objects.filter(pk=adapter.pk).update(max_completion_tokens=400)
+        return make_client(tenant, scopes=["serve"]).raw_key
+
+    return key_of
+
+
+def _api(api_servers, settings, mock_upstream, **env: str):
+    return api_servers.start(
+        database_url=_database_url(), REDIS_URL=settings.REDIS_URL, VLLM_BASE_URLS=mock_upstream.base_url, **env
+    )
+
+
+def _client(api, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{api.url}/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def _recorded(interaction_id: str, *, tokens: int | None = None, timeout_s: float = 60.0) -> Interaction:
+    """The interaction once it is recorded (with ``tokens`` completion tokens, if given)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = Interaction.objects.filter(pk=interaction_id).first()
+        if found is not None and (tokens is None or len(found.completion_token_ids) == tokens):
+            return found
+        assert time.monotonic() < deadline, f"interaction {interaction_id} not recorded in {timeout_s:.0f} s"
+        time.sleep(0.2)
+
+
+def test_every_answer_says_what_strop_added_and_metrics_count_it(fleet, api_servers, settings, mock_upstream):
+    api = _api(api_servers, settings, mock_upstream)
+    client = _client(api, fleet("oh"))
+    raw = client.completions.with_raw_response.create(model="tab", prompt="def f():", max_tokens=3)
+    whole = raw.parse()
+    assert float(raw.headers["x-strop-overhead-ms"]) >= 0
+    assert whole.choices[0].text == "".join(TOKENS[:3])
+    assert _recorded(whole.id).completion == whole.choices[0].text
+    with client.completions.with_streaming_response.create(
+        model="tab", prompt="def f():", max_tokens=3, stream=True
+    ) as streamed:
+        assert float(streamed.headers["x-strop-overhead-ms"]) >= 0
+        text = "".join(chunk.choices[0].text for chunk in streamed.parse())
+    assert text == "".join(TOKENS[:3])
+    metrics = httpx.get(f"{api.url}/metrics", timeout=30).text
+    counts = {
+        line.split("{", 1)[1].split("}", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("strop_serving_overhead_seconds_count{")
+    }
+    assert counts == {'endpoint="CompletionApi",streamed="false"': 1.0, 'endpoint="CompletionApi",streamed="true"': 1.0}
+
+
+def test_a_client_that_leaves_mid_stream_has_what_it_was_served_recorded(fleet, api_servers, settings, mock_upstream):
+    api = _api(api_servers, settings, mock_upstream)
+    stream = _client(api, fleet("leave")).completions.create(
+        model="tab", prompt="def f():", max_tokens=400, stream=True
+    )  # 400 tokens at 50 ms: 20 s, left after three
+    received = []
+    for chunk in stream:
+        received.append(chunk.choices[0].text)
+        if len(received) == 3:
+            break
+    stream.close()
+    recorded = _recorded(chunk.id)
+    served = len(recorded.completion_token_ids)
+    assert 3 <= served < 400  # what reached the client, and what was on its way when it left; never the rest
+    assert recorded.completion == "".join(TOKENS[:served]) and recorded.completion.startswith("".join(received))
+    assert recorded.completion_token_ids == list(range(1000, 1000 + served))
+
+
+def _worker_pids(master_pid: int) -> list[int]:
+    children = open(f"/proc/{master_pid}/task/{master_pid}/children").read().split()
+    return [int(pid) for pid in children]
+
+
+def test_a_worker_stopped_mid_stream_serves_it_to_the_end_and_records_it(fleet, api_servers, settings, mock_upstream):
+    """SIGTERM (a deploy, a restart): the worker takes no new connection and finishes its streams
+    (gunicorn's graceful_timeout) before it exits; nothing served is lost, nothing is cut."""
+    api = _api(api_servers, settings, mock_upstream)
+    (worker,) = _worker_pids(api.proc.pid)
+    stream = _client(api, fleet("term")).completions.create(model="tab", prompt="def f():", max_tokens=40, stream=True)
+    texts = []
+    for chunk in stream:
+        texts.append(chunk.choices[0].text)
+        if len(texts) == 2:
+            os.kill(worker, signal.SIGTERM)
+    assert "".join(texts) == "".join(TOKENS[:40])
+    recorded = _recorded(chunk.id, tokens=40)
+    assert recorded.completion == "".join(TOKENS[:40])
+
+
+def test_a_tenant_past_its_streams_gets_429_and_a_full_process_503(fleet, api_servers, settings, mock_upstream):
+    api = _api(
+        api_servers, settings, mock_upstream, STROP_SERVING_MAX_STREAMS_PER_TENANT="2", STROP_SERVING_MAX_IN_FLIGHT="3"
+    )
+    greedy, other = _client(api, fleet("greedy")), _client(api, fleet("other"))
+
+    def hold(client: openai.OpenAI):
+        stream = client.completions.create(model="tab", prompt="x", max_tokens=400, stream=True)
+        next(iter(stream))  # answered and streaming: it holds its slot until closed
+        return stream
+
+    held = [hold(greedy), hold(greedy)]
+    with pytest.raises(openai.RateLimitError) as refused:
+        greedy.completions.create(model="tab", prompt="x", max_tokens=4, stream=True)
+    assert refused.value.code == "too_many_streams" and refused.value.response.headers["retry-after"] == "1"
+    held.append(hold(other))  # another tenant's stream: the process's third and last
+    with pytest.raises(openai.InternalServerError) as busy:
+        other.completions.create(model="tab", prompt="x", max_tokens=4)
+    assert busy.value.status_code == 503 and busy.value.code == "server_busy"
+    assert busy.value.response.headers["retry-after"] == "1"
+    held.pop(0).close()
+    deadline = time.monotonic() + 60
+    while True:  # the closed stream's slot and lease come back once the server has seen it go
+        try:
+            text = "".join(
+                c.choices[0].text for c in greedy.completions.create(model="tab", prompt="x", max_tokens=2, stream=True)
+            )
+            break
+        except (openai.RateLimitError, openai.InternalServerError):
+            assert time.monotonic() < deadline, "the closed stream's slot never came back"
+            time.sleep(0.2)
+    assert text == "".join(TOKENS[:2])
+    for stream in held:
+        stream.close()
