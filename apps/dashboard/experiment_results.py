@@ -55,6 +55,9 @@ class MetricRow:
     direction: str
     polarity: str
     bar: SafeString
+    adjusted: dict[str, Any] | None = None
+    """The lift adjusted by users' pre-exposure behaviour: abs_lift, interval, p_always_valid,
+    variance_reduction, users_with_history (None: the snapshot has no adjustment)."""
 
 
 @dataclass
@@ -105,6 +108,9 @@ def _metric_row(m: dict[str, Any]) -> MetricRow:
     interval = (m.get("ci_always_valid") or {}).get("abs")
     lift = m.get("abs_lift")
     fmt = _fmt(m["name"])
+    adjusted = m.get("adjusted")
+    if adjusted is not None:
+        adjusted = dict(adjusted, interval=(adjusted.get("ci_always_valid") or {}).get("abs"))
     label = f"{m['label']}: lift {fmt(lift) if lift is not None else 'not testable'}"
     if interval:
         label += f", always-valid interval {fmt(interval[0])} to {fmt(interval[1])}"
@@ -123,6 +129,7 @@ def _metric_row(m: dict[str, Any]) -> MetricRow:
         p_fixed=m.get("p_fixed"),
         direction=m.get("direction", "none"),
         polarity=m.get("polarity", ""),
+        adjusted=adjusted,
         bar=charts.lift_bar(
             interval[0] if interval else None,
             lift,

@@ -205,3 +205,25 @@ def test_a_draft_offers_start_with_a_confirmation_and_a_running_one_does_not(log
     assert "Draft: not started" in page and "Start…" in page and "hx-trigger" not in page
     confirm = client.get(url_for("experiment-start", world)).content.decode()
     assert "checks that vLLM serves exactly its weights" in confirm and "Then 30 % of tab" in confirm
+
+
+def test_the_page_shows_the_lift_adjusted_for_users_history_beside_the_unadjusted_one(login, world):
+    from apps.experiments.arm_data import experiment_arm_data
+    from tests.dashboard.conftest import log_events
+
+    # A third of the users used production the day before: some accept more than others.
+    for index in range(0, 40, 3):
+        accepted = 1 + index % 4
+        outcomes: list[str | None] = ["accepted"] * accepted + ["rejected"] * (4 - accepted)
+        log_events(world.a, outcomes=outcomes, user=f"sim-{index:04d}", minutes_ago=60 * 24)
+    feed_experiment(world)
+
+    control, candidate = experiment_arm_data(world.experiment)
+    assert control.covariates is not None and candidate.covariates is not None
+    with_history = int(control.covariates[:, -1].sum() + candidate.covariates[:, -1].sum())
+    assert candidate.covariates[:, -1].sum() == 7  # 3, 9, ..., 39: the odd ones are candidates
+    assert with_history >= 14  # and the world's own users who used production before
+    body = login(world.users["viewer"]).get(url_for("experiment", world)).content.decode()
+    assert "Lift adjusted for users&#x27; history" in body or "Lift adjusted for users' history" in body
+    cell = re.search(r'data-adjusted="reward_per_request">(.*?)</td>', body, re.S).group(1)
+    assert f"{with_history} users with history" in cell and "variance" in cell
