@@ -14,8 +14,16 @@ from typing import Any
 from django.db.models import Count
 from django.utils.safestring import SafeString
 
+from apps.adapters.models import Adapter
 from apps.dashboard import charts
-from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentExposure, ExperimentSnapshot
+from apps.experiments.models import (
+    CANDIDATE,
+    CONTROL,
+    Experiment,
+    ExperimentExposure,
+    ExperimentSnapshot,
+    HoldoutSnapshot,
+)
 from apps.experiments.selectors import experiment_latest_snapshot
 from apps.experiments.stats import METRICS, PROMOTE, ROLLBACK
 
@@ -139,6 +147,28 @@ def _metric_row(m: dict[str, Any]) -> MetricRow:
             x_format=fmt,
         ),
     )
+
+
+@dataclass
+class HoldoutResults:
+    """The adapter's lineage (production, whichever version) against its holdout on the base model."""
+
+    share: float
+    snapshot: HoldoutSnapshot | None
+    metrics: list[MetricRow] = field(default_factory=list)
+    users: dict[str, int] = field(default_factory=dict)
+
+
+def holdout_results(adapter: Adapter, snapshot: HoldoutSnapshot | None) -> HoldoutResults | None:
+    """None for an adapter without a holdout; the stored comparison's rows otherwise."""
+    if adapter.holdout_share <= 0:
+        return None
+    results = HoldoutResults(share=adapter.holdout_share, snapshot=snapshot)
+    if snapshot is not None:
+        arms = snapshot.analysis.get("arms", {})
+        results.users = {arm: (arms.get(arm) or {}).get("users", 0) for arm in (CONTROL, CANDIDATE)}
+        results.metrics = [_metric_row(m) for m in snapshot.analysis.get("metrics", [])]
+    return results
 
 
 def lift_over_time(experiment: Experiment, metric: str) -> list[charts.BandPoint]:

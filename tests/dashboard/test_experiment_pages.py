@@ -227,3 +227,30 @@ def test_the_page_shows_the_lift_adjusted_for_users_history_beside_the_unadjuste
     assert "Lift adjusted for users&#x27; history" in body or "Lift adjusted for users' history" in body
     cell = re.search(r'data-adjusted="reward_per_request">(.*?)</td>', body, re.S).group(1)
     assert f"{with_history} users with history" in cell and "variance" in cell
+
+
+def test_the_experiments_pages_show_alarms_and_the_lineage_against_its_holdout(login, world):
+    from apps.adapters.models import Adapter
+    from apps.experiments.models import PromotionAlarm
+    from apps.experiments.services import holdout_snapshot_take
+
+    Adapter.objects.filter(pk=world.adapter.pk).update(holdout_share=0.1)
+    world.adapter.refresh_from_db()
+    PromotionAlarm.objects.create(
+        tenant=world.a,
+        adapter=world.adapter,
+        version=world.v2,
+        metric="suggestion_rate",
+        reference="holdout",
+        observed=0.06,
+        reference_value=0.6,
+        relative_change=-0.9,
+        reason="v2 of tab shows suggestions shown per request 0.06 since its promotion against 0.6.",
+    )
+    holdout_snapshot_take(world.adapter)
+    client = login(world.users["viewer"])
+    body = client.get(url_for("experiments", world)).content.decode()
+    assert 'data-alarm="suggestion_rate"' in body and "Alarm on v2" in body and "Automatic rollback is off" in body
+    assert 'data-section="holdout"' in body and "10 % of the opted-in users stay on the base model" in body
+    body = client.get(url_for("experiment", world)).content.decode()
+    assert 'data-alarm="suggestion_rate"' in body

@@ -15,11 +15,17 @@ from apps.adapters.models import AdapterVersion
 from apps.adapters.selectors import adapter_version_get_for_tenant, adapter_version_list
 from apps.common.exceptions import ApplicationError, ValidationFailed
 from apps.dashboard.access import TenantContext, tenant_page
-from apps.dashboard.experiment_results import experiment_results
+from apps.dashboard.experiment_results import experiment_results, holdout_results
 from apps.dashboard.forms import ExperimentStartForm, attach_service_error
 from apps.dashboard.views.common import tenant_render
 from apps.experiments.models import Experiment
-from apps.experiments.selectors import experiment_get_for_tenant, experiment_list, experiment_running_for
+from apps.experiments.selectors import (
+    alarms_recent,
+    experiment_get_for_tenant,
+    experiment_list,
+    experiment_running_for,
+    holdout_latest_snapshot,
+)
 from apps.experiments.services import (
     experiment_create,
     experiment_promote,
@@ -39,6 +45,8 @@ def experiments(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> 
         "experiments": list(experiment_list(ctx.tenant, adapter=adapter)[:200]),
         "running": experiment_running_for(adapter),
         "nav_adapter": adapter,
+        "alarms": list(alarms_recent(ctx.tenant, adapter=adapter)[:10]),
+        "holdout": holdout_results(adapter, holdout_latest_snapshot(adapter)),
     }
     return tenant_render(request, ctx, "dashboard/experiments/list.html", context, section="experiments")
 
@@ -51,6 +59,7 @@ def _detail_context(ctx: TenantContext, experiment: Experiment) -> dict[str, obj
         "poll": experiment.status == Experiment.Status.RUNNING,
         "poll_seconds": POLL_SECONDS,
         "nav_adapter": experiment.adapter,
+        "alarms": list(alarms_recent(ctx.tenant, adapter=experiment.adapter)[:10]),
     }
 
 
