@@ -206,3 +206,25 @@ def test_the_holdout_snapshot_compares_the_lineage_with_the_base_model(lineage):
         "accepted_per_request",
         "suggestion_rate",
     ]
+
+
+@pytest.mark.vllm
+def test_with_automatic_rollback_on_an_alarm_moves_production_back_and_is_audited(
+    serving_tenant, serving_adapter, probed_version
+):
+    serving_tenant.experiment_auto_rollback = True
+    serving_tenant.save()
+    v1 = probed_version(seed=71)
+    adapter_version_promote(serving_tenant, version=v1, actor="test")
+    v2 = probed_version(seed=72, parent=v1)
+    serving_adapter.refresh_from_db()
+    promote_v2_which_learned_to_be_silent(serving_adapter, v1, v2, with_holdout=False)
+
+    alarms = promotion_alarm_check(serving_adapter)
+    assert [(a.metric, a.reference, a.rolled_back) for a in alarms] == [("suggestion_rate", "previous", True)]
+    serving_adapter.refresh_from_db()
+    assert serving_adapter.production_version == v1
+    rollback = AuditEvent.objects.get(tenant=serving_tenant, action="adapter.rollback")
+    assert rollback.actor == "system:alarm" and rollback.data["to"] == v1.vllm_name
+    assert PromotionAlarm.objects.get(version=v2).rolled_back
+    assert promotion_alarm_check(serving_adapter) == []  # production moved back: nothing to watch
