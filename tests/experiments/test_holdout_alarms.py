@@ -228,3 +228,25 @@ def test_with_automatic_rollback_on_an_alarm_moves_production_back_and_is_audite
     assert rollback.actor == "system:alarm" and rollback.data["to"] == v1.vllm_name
     assert PromotionAlarm.objects.get(version=v2).rolled_back
     assert promotion_alarm_check(serving_adapter) == []  # production moved back: nothing to watch
+
+
+def test_the_holdout_is_set_and_read_over_the_api_and_a_bad_share_names_the_field(lineage, make_client):
+    adapter, v1, v2 = lineage
+    client = make_client(adapter.tenant, scopes=["admin"])
+    answer = client.put("/v1/adapters/tab/holdout", {"share": 0.8}, format="json")
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "share"
+    adapter.refresh_from_db()
+    assert adapter.holdout_share == 0.25  # nothing changed
+    answer = client.put("/v1/adapters/tab/holdout", {"share": 0.05}, format="json")
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["share"] == 0.05 and answer.json()["latest"] is None and answer.json()["alarms"] == []
+    adapter.refresh_from_db()
+    assert adapter.holdout_share == 0.05
+    audit = AuditEvent.objects.get(tenant=adapter.tenant, action="adapter.holdout")
+    assert audit.data == {"before": 0.25, "after": 0.05}
+    holdout_snapshot_take(adapter)
+    body = client.get("/v1/adapters/tab/holdout").json()
+    assert body["latest"]["analysis"]["metrics"][0]["name"] == "reward_per_request"
+    assert client.get("/v1/adapters/nope/holdout").status_code == 404
+    serving_key = make_client(adapter.tenant, scopes=["serve"])
+    assert serving_key.put("/v1/adapters/tab/holdout", {"share": 0.1}, format="json").status_code == 403

@@ -13,7 +13,12 @@ from apps.experiments.services.lifecycle import (
     experiment_start,
     experiment_stop,
 )
-from apps.experiments.services.lineage import holdout_snapshot_take, lineage_checks_all, promotion_alarm_check
+from apps.experiments.services.lineage import (
+    adapter_holdout_set,
+    holdout_snapshot_take,
+    lineage_checks_all,
+    promotion_alarm_check,
+)
 from apps.experiments.services.production import adapter_rollback
 from apps.experiments.services.snapshots import (
     experiment_snapshot_all,
@@ -22,6 +27,7 @@ from apps.experiments.services.snapshots import (
 )
 
 __all__ = [
+    "adapter_holdout_set",
     "STARTABLE_CANDIDATE_STATUSES",
     "adapter_rollback",
     "experiment_create",

@@ -17,13 +17,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion
-from apps.common.exceptions import ApplicationError
+from apps.common.exceptions import ApplicationError, ValidationFailed
 from apps.experiments.lineage_data import UserSums, adapter_traffic, holdout_and_lineage, user_sums
 from apps.experiments.models import HoldoutSnapshot, PromotionAlarm
 from apps.experiments.services.production import adapter_rollback
 from apps.experiments.stats import ExperimentConfig, analyze, inference
 from apps.notifications.services import notification_send
-from apps.tenants.models import AuditEvent
+from apps.tenants.models import AuditEvent, Tenant
 from apps.tenants.services import audit_record
 
 logger = logging.getLogger(__name__)
@@ -59,6 +59,25 @@ ALARM_METRICS: list[AlarmMetric] = [
     # lineage_data.alarm_column_register("retained_chars", ...) and
     # ALARM_METRICS.append(AlarmMetric("retained_chars_per_request", ..., "retained_chars", "requests")).
 ]
+
+
+def adapter_holdout_set(tenant: Tenant, *, adapter: Adapter, share: float, actor: str) -> Adapter:
+    """Set the share of the adapter's opted-in users kept on the base model (0: no holdout); audited."""
+    if not (0 <= share <= 0.5):
+        raise ValidationFailed("share: must be between 0 and 0.5", details={"field": "share"})
+    with transaction.atomic():
+        before = Adapter.objects.select_for_update(no_key=True).get(pk=adapter.pk, tenant=tenant).holdout_share
+        Adapter.objects.filter(pk=adapter.pk).update(holdout_share=share)
+        audit_record(
+            tenant,
+            actor=actor,
+            action="adapter.holdout",
+            target_type="adapter",
+            target_id=adapter.name,
+            data={"before": before, "after": share},
+        )
+    adapter.holdout_share = share
+    return adapter
 
 
 def holdout_snapshot_take(adapter: Adapter) -> HoldoutSnapshot | None:
