@@ -26,6 +26,7 @@ from apps.experiments.models import (
 )
 from apps.experiments.selectors import experiment_latest_snapshot
 from apps.experiments.stats import METRICS, PROMOTE, ROLLBACK
+from apps.experiments.stats.adjustment import MIN_USERS_WITH_HISTORY
 
 # Metrics that are shares of requests or of shown suggestions read best as percentages.
 PERCENT_METRICS = frozenset(METRICS) - {"reward_per_request"}
@@ -79,6 +80,13 @@ class ExperimentResults:
     decision: dict[str, str] = field(default_factory=dict)
     lift_chart: SafeString | None = None
     primary_label: str = ""
+    min_users_with_history: int = MIN_USERS_WITH_HISTORY
+
+    @property
+    def users_with_history(self) -> int | None:
+        """Users whose history adjusted the lifts (None: no adjustment in this snapshot)."""
+        adjusted = next((m.adjusted for m in self.metrics if m.adjusted is not None), None)
+        return adjusted.get("users_with_history") if adjusted is not None else None
 
     @property
     def decision_label(self) -> str:

@@ -211,8 +211,10 @@ def test_the_page_shows_the_lift_adjusted_for_users_history_beside_the_unadjuste
     from apps.experiments.arm_data import experiment_arm_data
     from tests.dashboard.conftest import log_events
 
-    # A third of the users used production the day before: some accept more than others.
-    for index in range(0, 40, 3):
+    # Three users in four used production the day before: some accept more than others.
+    for index in range(40):
+        if index % 4 == 3:
+            continue
         accepted = 1 + index % 4
         outcomes: list[str | None] = ["accepted"] * accepted + ["rejected"] * (4 - accepted)
         log_events(world.a, outcomes=outcomes, user=f"sim-{index:04d}", minutes_ago=60 * 24)
@@ -221,12 +223,19 @@ def test_the_page_shows_the_lift_adjusted_for_users_history_beside_the_unadjuste
     control, candidate = experiment_arm_data(world.experiment)
     assert control.covariates is not None and candidate.covariates is not None
     with_history = int(control.covariates[:, -1].sum() + candidate.covariates[:, -1].sum())
-    assert candidate.covariates[:, -1].sum() == 7  # 3, 9, ..., 39: the odd ones are candidates
-    assert with_history >= 14  # and the world's own users who used production before
+    assert candidate.covariates[:, -1].sum() == 10  # 1, 5, 9, ...: the odd ones are candidates
+    assert with_history >= 30  # and the world's own users who used production before
     body = login(world.users["viewer"]).get(url_for("experiment", world)).content.decode()
-    assert "Lift adjusted for users&#x27; history" in body or "Lift adjusted for users' history" in body
+    assert ">Adjusted lift</th>" in body
+    assert f"corrected for {with_history} users' reward per request" in body
     cell = re.search(r'data-adjusted="reward_per_request">(.*?)</td>', body, re.S).group(1)
-    assert f"{with_history} users with history" in cell and "variance" in cell
+    assert "variance −" in cell and 'data-adjusted-p="reward_per_request">adjusted ' in body
+
+
+def test_without_enough_users_with_history_the_page_says_the_lift_stands_unadjusted(login, world):
+    feed_experiment(world)
+    body = login(world.users["viewer"]).get(url_for("experiment", world)).content.decode()
+    assert "No adjusted lift: under 20 users had traffic on production" in body
 
 
 def test_the_experiments_pages_show_alarms_and_the_lineage_against_its_holdout(login, world):

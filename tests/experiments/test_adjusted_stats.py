@@ -57,7 +57,7 @@ def test_history_of_correlated_users_narrows_the_interval_which_still_covers_the
     assert adjusted.variance_reduction is not None and adjusted.variance_reduction > 0.1
     assert width(adjusted.ci_always_valid_abs) < 0.95 * width(primary.ci_always_valid_abs)
     assert adjusted.ci_always_valid_abs[0] < true_lift < adjusted.ci_always_valid_abs[1]
-    assert adjusted.users_with_history == int((control.covariates[:, -1] + 0).sum() + treated.covariates[:, -1].sum())
+    assert adjusted.users_with_history == int(control.covariates[:, -1].sum() + treated.covariates[:, -1].sum())
 
 
 def test_the_adjusted_interval_covers_the_true_lift_across_seeded_experiments() -> None:
@@ -80,11 +80,37 @@ def test_users_without_history_fall_back_to_the_unadjusted_lift() -> None:
         UserBehaviour(), UserBehaviour().with_reward_lift(0.3), 2000, seed=5, history=History(share=0.0)
     )
     assert (control.covariates[:, -1] == 0).all()
-    primary = analyze(control, treated, elapsed=DAY).metric("reward_per_request")
-    assert primary.adjusted is not None and primary.adjusted.users_with_history == 0
-    assert primary.adjusted.abs_lift == primary.abs_lift
-    assert np.allclose(primary.adjusted.ci_always_valid_abs, primary.ci_always_valid_abs, rtol=1e-9)
-    assert abs(primary.adjusted.variance_reduction) < 1e-9
+    nobody = analyze(control, treated, elapsed=DAY)
+    plain = analyze(
+        dataclasses.replace(control, covariates=None), dataclasses.replace(treated, covariates=None), elapsed=DAY
+    )
+    assert all(m.adjusted is None for m in nobody.metrics)
+    assert nobody.as_dict()["metrics"] == plain.as_dict()["metrics"] and nobody.decision == plain.decision
+
+
+def test_a_handful_of_users_with_history_adjust_nothing_and_a_handful_without_keep_the_pooled_values() -> None:
+    control, treated = arms_with_history(UserBehaviour(), UserBehaviour(), 600, seed=6)
+    pooled = [0.1, 0.3, 0.0, 0.0]  # what a user without history carries
+    z_control = control.covariates.copy()
+    z_control[10:] = pooled  # 10 users with history in all: under the minimum
+    z_treated = np.tile(pooled, (treated.users, 1))
+    sparse = analyze(
+        dataclasses.replace(control, covariates=z_control),
+        dataclasses.replace(treated, covariates=z_treated),
+        elapsed=DAY,
+    )
+    assert all(m.adjusted is None for m in sparse.metrics)
+    # Everyone but 5 users has history: the indicator is dropped, the adjustment still runs.
+    z = np.vstack([control.covariates, treated.covariates])
+    z[:, -1] = 1.0
+    z[:5, -1] = 0.0
+    mostly = analyze(
+        dataclasses.replace(control, covariates=z[: control.users]),
+        dataclasses.replace(treated, covariates=z[control.users :]),
+        elapsed=DAY,
+    )
+    primary = mostly.metric("reward_per_request")
+    assert primary.adjusted is not None and primary.adjusted.users_with_history == z.shape[0] - 5
 
 
 def test_a_user_without_history_carries_the_pooled_values_and_a_zero_indicator() -> None:

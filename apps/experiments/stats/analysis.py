@@ -157,10 +157,16 @@ def _compare(
 def _adjusted(
     metric: MetricDefinition, control: ArmData, candidate: ArmData, config: ExperimentConfig
 ) -> AdjustedResult | None:
-    """The lift adjusted by pre-exposure covariates, or None when the arms carry none."""
+    """The lift adjusted by pre-exposure covariates, or None when the arms carry none or too few
+    users have history (``adjustment.MIN_USERS_WITH_HISTORY``): then the unadjusted lift decides."""
     za, zb = control.covariates, candidate.covariates
     if za is None or zb is None or za.shape[1] != zb.shape[1] or za.shape[1] == 0:
         return None
+    with_history = int(za[:, -1].sum() + zb[:, -1].sum())  # the last column is the history indicator
+    if with_history < adjustment.MIN_USERS_WITH_HISTORY:
+        return None
+    if control.users + candidate.users - with_history < adjustment.MIN_USERS_WITH_HISTORY:
+        za, zb = za[:, :-1], zb[:, :-1]
     ya, xa = getattr(control, metric.numerator), getattr(control, metric.denominator)
     yb, xb = getattr(candidate, metric.numerator), getattr(candidate, metric.denominator)
     lift = adjustment.adjusted_lift(
@@ -169,7 +175,6 @@ def _adjusted(
         adjustment.CovariateMoments.from_users(za, ya, xa),
         adjustment.CovariateMoments.from_users(zb, yb, xb),
     )
-    with_history = int((za[:, -1] > 0).sum() + (zb[:, -1] > 0).sum())
     se = float(lift.se)
     if not (np.isfinite(se) and se > 0):
         return AdjustedResult(None, None, None, None, with_history)
