@@ -195,7 +195,11 @@ def test_the_holdout_snapshot_compares_the_lineage_with_the_base_model(lineage):
     traffic(adapter, v1, outside[:150], shown=0.6, accept=0.5, seed=7)
     # A holdout user's traffic without the arm (logged, or from before the holdout) is not the lineage's.
     traffic(adapter, v1, inside[60:80], shown=0.6, accept=0.9, seed=8)
+    first = holdout_snapshot_take(adapter)
+    assert lineage_checks_all() == 1
+    assert list(adapter.holdout_snapshots.all()) == [first]  # recomputed at most every 10 minutes
     snapshot = holdout_snapshot_take(adapter)
+    assert list(adapter.holdout_snapshots.all()) == [snapshot] and first.analysis == snapshot.analysis
     assert snapshot.users == 210
     arms = snapshot.analysis["arms"]
     assert (arms["control"]["users"], arms["candidate"]["users"]) == (60, 150)

@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 HOLDOUT_WINDOW = timedelta(days=28)
 """The holdout's lift reads the adapter's traffic of this long."""
+HOLDOUT_EVERY = timedelta(minutes=10)
+"""Beat recomputes an adapter's holdout lift at most this often; only the latest is kept."""
 ALARM_WINDOW = timedelta(days=7)
 """A promotion is watched this long; the version before it is read over this long before it."""
 ALARM_BOUND = 0.3
@@ -94,13 +96,17 @@ def holdout_snapshot_take(adapter: Adapter) -> HoldoutSnapshot | None:
         n_star=ALARM_N_STAR,
     )
     analysis = analyze(holdout.arm(), lineage.arm(), config=config, elapsed=HOLDOUT_WINDOW)
-    return HoldoutSnapshot.objects.create(
-        tenant_id=adapter.tenant_id,
-        adapter=adapter,
-        computed_at=timezone.now(),
-        users=len(holdout.users) + len(lineage.users),
-        analysis=analysis.as_dict(),
-    )
+    with transaction.atomic():
+        snapshot = HoldoutSnapshot.objects.create(
+            tenant_id=adapter.tenant_id,
+            adapter=adapter,
+            computed_at=timezone.now(),
+            users=len(holdout.users) + len(lineage.users),
+            analysis=analysis.as_dict(),
+        )
+        # The page reads the latest alone: the table stays one row per adapter.
+        HoldoutSnapshot.objects.filter(adapter=adapter).exclude(pk=snapshot.pk).delete()
+    return snapshot
 
 
 def _dropped(metric: AlarmMetric, version: UserSums, reference: UserSums) -> tuple[float, float, float] | None:
@@ -242,8 +248,9 @@ def _roll_back(adapter: Adapter, previous: AdapterVersion, alarms: list[Promotio
 
 
 def lineage_checks_all() -> int:
-    """Beat: every adapter with a holdout gets a holdout snapshot; every adapter promoted within
-    ``ALARM_WINDOW`` gets its alarms checked. Returns the adapters checked."""
+    """Beat: every adapter with a holdout gets a holdout snapshot (at most every ``HOLDOUT_EVERY``);
+    every adapter promoted within ``ALARM_WINDOW`` gets its alarms checked. Returns the adapters
+    checked."""
     promoted = set(
         AuditEvent.objects.filter(
             action="adapter.promote", target_type="adapter", created_at__gte=timezone.now() - ALARM_WINDOW
@@ -257,7 +264,9 @@ def lineage_checks_all() -> int:
         watched = (adapter.tenant_id, adapter.name) in promoted
         checked += 1
         try:
-            holdout_snapshot_take(adapter)
+            latest = adapter.holdout_snapshots.order_by("-computed_at").values_list("computed_at", flat=True).first()
+            if adapter.holdout_share > 0 and (latest is None or timezone.now() - latest >= HOLDOUT_EVERY):
+                holdout_snapshot_take(adapter)
             if watched:
                 promotion_alarm_check(adapter)
         except Exception:  # one adapter's failure must not stop the others'
