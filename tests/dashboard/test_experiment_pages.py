@@ -263,3 +263,20 @@ def test_the_experiments_pages_show_alarms_and_the_lineage_against_its_holdout(l
     assert 'data-section="holdout"' in body and "10 % of the opted-in users stay on the base model" in body
     body = client.get(url_for("experiment", world)).content.decode()
     assert 'data-alarm="suggestion_rate"' in body
+
+
+def test_an_admin_sets_the_holdout_on_the_experiments_page_and_a_bad_one_changes_nothing(login, world):
+    client = login(world.users["admin"])
+    body = client.get(url_for("experiments", world)).content.decode()
+    assert 'name="holdout_percent"' in body
+    response = client.post(url_for("experiments-holdout", world), {"holdout_percent": "80"}, follow=True)
+    assert "Nothing changed: the holdout: must be between 0 and 0.5" in response.content.decode()
+    world.adapter.refresh_from_db()
+    assert world.adapter.holdout_share == 0
+    response = client.post(url_for("experiments-holdout", world), {"holdout_percent": "5"}, follow=True)
+    assert "now keeps 5% of its opted-in users on the base model" in response.content.decode()
+    world.adapter.refresh_from_db()
+    assert world.adapter.holdout_share == 0.05
+    assert AuditEvent.objects.filter(tenant=world.a, action="adapter.holdout").count() == 1
+    viewer = login(world.users["viewer"]).get(url_for("experiments", world)).content.decode()
+    assert 'name="holdout_percent"' not in viewer
