@@ -9,6 +9,14 @@ users each (assigned 50/50 at random, users that look like the product), looked 
 - false_positive_rate_fixed_horizon_peeking: the same peeks with fixed-horizon intervals.
 - detection_rate: share of experiments with a true relative lift of ``--lift`` in reward per
   request (the accept rate of shown suggestions rising as printed) ever declared better.
+- pre_post_correlation: over users with history, the correlation of reward per request in the
+  pre-exposure window and in the experiment, in the simulated product (``simulate.History``:
+  users keep their own accept probability and activity; 80 % have history).
+- fpr_peeking_adjusted: as false_positive_rate, deciding on the lift adjusted by that history.
+- users_to_decision_ratio: median users (both arms) to the first look declared better, adjusted ÷
+  unadjusted, true lift ``--lift``, looking every ``--decision-step`` users.
+- the same ratio for users far more different from one another (Beta κ = 2), where the history
+  predicts more: ``..._heterogeneous_users``.
 - snapshot_seconds_100k_users_stats_only: median time of ``analyze()`` on 100,000 users in all,
   from per-user sums already in memory.
 
@@ -40,6 +48,7 @@ def main() -> None:
     parser.add_argument("--lift", type=float, default=0.6, help="true relative lift of reward per request")
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--n-star", type=float, default=5000.0, help="tuning sample size of the confidence sequence")
+    parser.add_argument("--decision-step", type=int, default=25, help="users between looks, for users to a decision")
     args = parser.parse_args()
 
     from apps.experiments.stats.simulate import UserBehaviour, peeking_simulation
@@ -69,10 +78,48 @@ def main() -> None:
     print(f"accept_rate_control: {control.accept_rate:.4f}")
     print(f"accept_rate_candidate: {candidate.accept_rate:.4f}")
     print(f"detection_rate: {lifted.ever_better.mean():.4f}")
+    adjusted_figures(args, scenario)
     print(f"snapshot_seconds_100k_users_stats_only: {snapshot_seconds_stats_only(SNAPSHOT_USERS, args.seed):.4f}")
     db_seconds = snapshot_seconds_db_aggregation(SNAPSHOT_USERS, args.seed)
     if db_seconds is not None:
         print(f"snapshot_seconds_100k_exposures: {db_seconds:.4f}  # aggregate in Postgres + analyse + store")
+
+
+def adjusted_figures(args: argparse.Namespace, scenario: dict) -> None:
+    """Variance reduction by the users' pre-exposure behaviour: its error rate and what it saves."""
+    import dataclasses
+
+    from apps.experiments.stats.simulate import (
+        History,
+        UserBehaviour,
+        peeking_simulation,
+        pre_post_correlation,
+        simulate_users_with_history,
+    )
+
+    rng = np.random.default_rng(args.seed + 1)
+    history = History()
+    for label, control, lift in (
+        ("", UserBehaviour(), args.lift),
+        # Users this different need a larger lift to decide within --users at all.
+        ("_heterogeneous_users", dataclasses.replace(UserBehaviour(), accept_concentration=2.0), 2 * args.lift),
+    ):
+        pre, (during,) = simulate_users_with_history(control, (control,), history, 100_000, rng)
+        print(f"pre_post_correlation{label}: {pre_post_correlation(pre, during):.3f}")
+        if not label:
+            null = peeking_simulation(control, control, rng=rng, history=history, **scenario)
+            print(f"false_positive_rate_unadjusted_with_history: {null.ever_significant.mean():.4f}")
+            print(f"fpr_peeking_adjusted: {null.ever_significant_adjusted.mean():.4f}")
+        looks = dict(scenario, peeks=max(1, args.users // args.decision_step))
+        lifted = peeking_simulation(control, control.with_reward_lift(lift), rng=rng, history=history, **looks)
+        assert lifted.users_to_better is not None and lifted.users_to_better_adjusted is not None
+        unadjusted = float(np.median(lifted.users_to_better))
+        adjusted = float(np.median(lifted.users_to_better_adjusted))
+        if label:
+            print(f"true_relative_lift{label}: {lift}")
+        print(f"users_to_decision_median_unadjusted{label}: {unadjusted:.0f}")
+        print(f"users_to_decision_median_adjusted{label}: {adjusted:.0f}")
+        print(f"users_to_decision_ratio{label}: {adjusted / unadjusted:.3f}")
 
 
 def snapshot_seconds_stats_only(users: int, seed: int, repeats: int = 5) -> float:

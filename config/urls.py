@@ -8,6 +8,7 @@ from apps.cohorts.apis import EndUserConsentApi, EndUserImportApi, EndUserListAp
 from apps.common.apis import HealthApi
 from apps.common.observability.views import metrics_view
 from apps.experiments.apis import (
+    AdapterHoldoutApi,
     AdapterRollbackApi,
     ExperimentCollectionApi,
     ExperimentDetailApi,
@@ -80,6 +81,7 @@ urlpatterns = [
     path("v1/adapters/<str:adapter_name>/experiments", ExperimentCollectionApi.as_view(), name="experiments"),
     path("v1/adapters/<str:adapter_name>/assignment", AssignmentApi.as_view(), name="assignment"),
     path("v1/adapters/<str:adapter_name>/rollback", AdapterRollbackApi.as_view(), name="adapter-rollback"),
+    path("v1/adapters/<str:adapter_name>/holdout", AdapterHoldoutApi.as_view(), name="adapter-holdout"),
     path("v1/experiments/<str:experiment_id>", ExperimentDetailApi.as_view(), name="experiment-detail"),
     path(
         "v1/experiments/<str:experiment_id>/snapshots", ExperimentSnapshotListApi.as_view(), name="experiment-snapshots"

@@ -52,6 +52,7 @@ WITH_IDS = {
     "experiments",
     "assignment",
     "adapter-rollback",
+    "adapter-holdout",
     "experiment-detail",
     "experiment-snapshots",
     "experiment-start",
@@ -246,6 +247,8 @@ def test_b_cannot_see_or_act_on_a_experiments(world):
     assert b.post("/v1/adapters/a-exp/experiments", {"candidate_version": 1}, format="json").status_code == 404
     assert b.get("/v1/adapters/a-exp/assignment?user=x").status_code == 404
     assert b.post("/v1/adapters/a-exp/rollback", {"version": 1}, format="json").status_code == 404
+    assert b.get("/v1/adapters/a-exp/holdout").status_code == 404
+    assert b.put("/v1/adapters/a-exp/holdout", {"share": 0.5}, format="json").status_code == 404
     assert b.get(f"/v1/experiments/{experiment.pk}").status_code == 404
     assert b.get(f"/v1/experiments/{experiment.pk}/snapshots").status_code == 404
     for action in ("start", "stop", "promote", "rollback", "snapshot"):

@@ -51,10 +51,18 @@ class Adapter(models.Model):
         related_name="+",
         help_text="the production pointer; empty = the base model alone",
     )
+    holdout_share = models.FloatField(
+        default=0.0,
+        help_text="share of the opted-in users kept on the base model across every promotion (0: no holdout); "
+        "assignment: apps.experiments.assignment.in_holdout",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
+            models.CheckConstraint(
+                condition=Q(holdout_share__gte=0) & Q(holdout_share__lte=0.5), name="adapter_holdout_share_0_to_half"
+            ),
             models.UniqueConstraint(fields=["tenant", "name"], name="adapter_unique_name_per_tenant"),
             models.UniqueConstraint(
                 fields=["tenant"], condition=Q(is_default=True), name="adapter_one_default_per_tenant"

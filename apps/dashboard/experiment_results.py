@@ -14,10 +14,19 @@ from typing import Any
 from django.db.models import Count
 from django.utils.safestring import SafeString
 
+from apps.adapters.models import Adapter
 from apps.dashboard import charts
-from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentExposure, ExperimentSnapshot
+from apps.experiments.models import (
+    CANDIDATE,
+    CONTROL,
+    Experiment,
+    ExperimentExposure,
+    ExperimentSnapshot,
+    HoldoutSnapshot,
+)
 from apps.experiments.selectors import experiment_latest_snapshot
 from apps.experiments.stats import METRICS, PROMOTE, ROLLBACK
+from apps.experiments.stats.adjustment import MIN_USERS_WITH_HISTORY
 
 # Metrics that are shares of requests or of shown suggestions read best as percentages.
 PERCENT_METRICS = frozenset(METRICS) - {"reward_per_request"}
@@ -55,6 +64,9 @@ class MetricRow:
     direction: str
     polarity: str
     bar: SafeString
+    adjusted: dict[str, Any] | None = None
+    """The lift adjusted by users' pre-exposure behaviour: abs_lift, interval, p_always_valid,
+    variance_reduction, users_with_history (None: the snapshot has no adjustment)."""
 
 
 @dataclass
@@ -68,6 +80,13 @@ class ExperimentResults:
     decision: dict[str, str] = field(default_factory=dict)
     lift_chart: SafeString | None = None
     primary_label: str = ""
+    min_users_with_history: int = MIN_USERS_WITH_HISTORY
+
+    @property
+    def users_with_history(self) -> int | None:
+        """Users whose history adjusted the lifts (None: no adjustment in this snapshot)."""
+        adjusted = next((m.adjusted for m in self.metrics if m.adjusted is not None), None)
+        return adjusted.get("users_with_history") if adjusted is not None else None
 
     @property
     def decision_label(self) -> str:
@@ -105,6 +124,9 @@ def _metric_row(m: dict[str, Any]) -> MetricRow:
     interval = (m.get("ci_always_valid") or {}).get("abs")
     lift = m.get("abs_lift")
     fmt = _fmt(m["name"])
+    adjusted = m.get("adjusted")
+    if adjusted is not None:
+        adjusted = dict(adjusted, interval=(adjusted.get("ci_always_valid") or {}).get("abs"))
     label = f"{m['label']}: lift {fmt(lift) if lift is not None else 'not testable'}"
     if interval:
         label += f", always-valid interval {fmt(interval[0])} to {fmt(interval[1])}"
@@ -123,6 +145,7 @@ def _metric_row(m: dict[str, Any]) -> MetricRow:
         p_fixed=m.get("p_fixed"),
         direction=m.get("direction", "none"),
         polarity=m.get("polarity", ""),
+        adjusted=adjusted,
         bar=charts.lift_bar(
             interval[0] if interval else None,
             lift,
@@ -132,6 +155,28 @@ def _metric_row(m: dict[str, Any]) -> MetricRow:
             x_format=fmt,
         ),
     )
+
+
+@dataclass
+class HoldoutResults:
+    """The adapter's lineage (production, whichever version) against its holdout on the base model."""
+
+    share: float
+    snapshot: HoldoutSnapshot | None
+    metrics: list[MetricRow] = field(default_factory=list)
+    users: dict[str, int] = field(default_factory=dict)
+
+
+def holdout_results(adapter: Adapter, snapshot: HoldoutSnapshot | None) -> HoldoutResults | None:
+    """None for an adapter without a holdout; the stored comparison's rows otherwise."""
+    if adapter.holdout_share <= 0:
+        return None
+    results = HoldoutResults(share=adapter.holdout_share, snapshot=snapshot)
+    if snapshot is not None:
+        arms = snapshot.analysis.get("arms", {})
+        results.users = {arm: (arms.get(arm) or {}).get("users", 0) for arm in (CONTROL, CANDIDATE)}
+        results.metrics = [_metric_row(m) for m in snapshot.analysis.get("metrics", [])]
+    return results
 
 
 def lift_over_time(experiment: Experiment, metric: str) -> list[charts.BandPoint]:

@@ -79,13 +79,25 @@ def interactions_csv(interactions: QuerySet[Interaction]) -> Iterator[str]:
     return csv_lines([name for name, _ in INTERACTION_COLUMNS], rows)
 
 
+def _adjusted_cells(adjusted: dict[str, Any] | None) -> tuple[Any, ...]:
+    """The lift adjusted for users' history, as the page shows it; blanks without one."""
+    if adjusted is None:
+        return (None,) * 5
+    interval = adjusted.get("interval") or [None, None]
+    return (
+        adjusted.get("abs_lift"), interval[0], interval[1], adjusted.get("p_always_valid"),
+        adjusted.get("variance_reduction"),
+    )
+
+
 def experiment_results_csv(results: ExperimentResults) -> Iterator[str]:
     """One row per metric as the experiment page shows it, with the decision and users per arm."""
     experiment = results.experiment
     header = (
         "experiment", "adapter", "metric", "role", "control", "candidate", "absolute_lift", "relative_lift",
         "interval_low", "interval_high", "p_always_valid", "decision", "control_users", "candidate_users",
-        "computed_at",
+        "computed_at", "adjusted_lift", "adjusted_interval_low", "adjusted_interval_high",
+        "adjusted_p_always_valid", "variance_reduction",
     )
     users = {arm: (results.arms.get(arm) or {}).get("users") for arm in ("control", "candidate")}
     computed = results.snapshot.computed_at if results.snapshot is not None else None
@@ -94,6 +106,7 @@ def experiment_results_csv(results: ExperimentResults) -> Iterator[str]:
             experiment.pk, experiment.adapter.name, row.name, row.role, row.control, row.candidate, row.abs_lift,
             row.rel_lift, row.interval[0] if row.interval else None, row.interval[1] if row.interval else None,
             row.p_always_valid, results.decision.get("action", ""), users["control"], users["candidate"], computed,
+            *_adjusted_cells(row.adjusted),
         )
         for row in results.metrics
     ]

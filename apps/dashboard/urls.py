@@ -47,6 +47,9 @@ tenant_patterns = [
     ),
     path("adapters/<slug:adapter_name>/experiments/", experiments.experiments, name="experiments"),
     path("adapters/<slug:adapter_name>/experiments/new/", experiments.experiment_new, name="experiment-new"),
+    path(
+        "adapters/<slug:adapter_name>/experiments/holdout/", experiments.experiments_holdout, name="experiments-holdout"
+    ),
     path("experiments/<int:experiment_id>/", experiments.experiment_detail, name="experiment"),
     path("experiments/<int:experiment_id>/live/", experiments.experiment_live, name="experiment-live"),
     path(

@@ -14,14 +14,17 @@ from apps.adapters.apis import AdapterOut
 from apps.adapters.selectors import adapter_get_for_tenant, adapter_version_get_for_tenant
 from apps.common.apis import ScopedApi
 from apps.common.parsing import StrictSerializer
-from apps.experiments.models import Experiment, ExperimentSnapshot
+from apps.experiments.models import Experiment, ExperimentSnapshot, HoldoutSnapshot, PromotionAlarm
 from apps.experiments.selectors import (
+    alarms_recent,
     experiment_get_for_tenant,
     experiment_latest_snapshot,
     experiment_list,
     experiment_snapshots,
+    holdout_latest_snapshot,
 )
 from apps.experiments.services import (
+    adapter_holdout_set,
     adapter_rollback,
     experiment_create,
     experiment_promote,
@@ -228,3 +231,73 @@ class AdapterRollbackApi(ScopedApi):
         return Response(
             AdapterOut(adapter_rollback(self.tenant, adapter=adapter, to_version=version, actor=self.actor)).data
         )
+
+
+class HoldoutIn(StrictSerializer):
+    share = serializers.FloatField(
+        min_value=0.0, max_value=0.5, help_text="share of the opted-in users kept on the base model (0: none)"
+    )
+
+
+class HoldoutSnapshotOut(serializers.ModelSerializer):
+    class Meta:
+        model = HoldoutSnapshot
+        fields = ["computed_at", "users", "analysis"]
+
+
+class PromotionAlarmOut(serializers.ModelSerializer):
+    version = serializers.IntegerField(source="version.number")
+
+    class Meta:
+        model = PromotionAlarm
+        fields = [
+            "version",
+            "metric",
+            "reference",
+            "observed",
+            "reference_value",
+            "relative_change",
+            "reason",
+            "rolled_back",
+            "created_at",
+        ]
+
+
+class HoldoutOut(serializers.Serializer):
+    adapter = serializers.CharField()
+    share = serializers.FloatField()
+    latest = HoldoutSnapshotOut(allow_null=True, help_text="the lineage against the holdout (control = holdout)")
+    alarms = PromotionAlarmOut(many=True, help_text="alarms on promoted versions, last 7 days")
+
+
+class AdapterHoldoutApi(ScopedApi):
+    """The adapter's holdout (users kept on the base model across promotions), the lineage's
+    cumulative lift against it, and the alarms raised after promotions."""
+
+    required_scope = "admin"
+
+    def _out(self, adapter: Any) -> Response:
+        return Response(
+            HoldoutOut(
+                {
+                    "adapter": adapter.name,
+                    "share": adapter.holdout_share,
+                    "latest": holdout_latest_snapshot(adapter),
+                    "alarms": list(alarms_recent(self.tenant, adapter=adapter)[:50]),
+                }
+            ).data
+        )
+
+    @extend_schema(responses={200: HoldoutOut})
+    def get(self, request: Request, adapter_name: str) -> Response:
+        return self._out(adapter_get_for_tenant(self.tenant, name=adapter_name))
+
+    @extend_schema(request=HoldoutIn, responses={200: HoldoutOut})
+    def put(self, request: Request, adapter_name: str) -> Response:
+        adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
+        data = HoldoutIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        adapter = adapter_holdout_set(
+            self.tenant, adapter=adapter, share=data.validated_data["share"], actor=self.actor
+        )
+        return self._out(adapter)

@@ -86,3 +86,41 @@ class ExperimentSnapshot(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["experiment", "computed_at"])]
+
+
+class HoldoutSnapshot(models.Model):
+    """The adapter's lineage against its holdout (the base model) at one moment, for the page."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    adapter = models.ForeignKey(Adapter, on_delete=models.CASCADE, related_name="holdout_snapshots")
+    computed_at = models.DateTimeField()
+    users = models.PositiveIntegerField(default=0)
+    analysis = models.JSONField(help_text="apps.experiments.stats analysis, as_dict(): control = the holdout")
+
+    class Meta:
+        indexes = [models.Index(fields=["adapter", "computed_at"])]
+
+
+class PromotionAlarm(models.Model):
+    """A promoted version whose behaviour fell beyond the bound against the holdout or the
+    version before it: raised once per version and metric."""
+
+    class Reference(models.TextChoices):
+        HOLDOUT = "holdout"
+        PREVIOUS = "previous"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    adapter = models.ForeignKey(Adapter, on_delete=models.CASCADE, related_name="alarms")
+    version = models.ForeignKey(AdapterVersion, on_delete=models.CASCADE, related_name="alarms")
+    metric = models.CharField(max_length=64)
+    reference = models.CharField(max_length=16, choices=Reference.choices)
+    observed = models.FloatField(help_text="the version's value since its promotion")
+    reference_value = models.FloatField()
+    relative_change = models.FloatField()
+    reason = models.TextField()
+    rolled_back = models.BooleanField(default=False, help_text="auto-rollback moved production back on it")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["version", "metric"], name="alarm_once_per_version_metric")]
+        indexes = [models.Index(fields=["tenant", "created_at"])]

@@ -1,13 +1,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from apps.adapters.models import Adapter
 from apps.common.exceptions import NotFound
 from apps.common.parsing import parse_id
-from apps.experiments.models import Experiment, ExperimentExposure, ExperimentSnapshot
+from apps.experiments.models import (
+    Experiment,
+    ExperimentExposure,
+    ExperimentSnapshot,
+    HoldoutSnapshot,
+    PromotionAlarm,
+)
 from apps.tenants.models import Tenant
 
 
@@ -38,6 +46,23 @@ def experiment_get_for_tenant(tenant: Tenant, *, experiment_id: int | str) -> Ex
 
 def experiment_latest_snapshot(experiment: Experiment) -> ExperimentSnapshot | None:
     return experiment.snapshots.order_by("-computed_at", "-id").first()
+
+
+def holdout_latest_snapshot(adapter: Adapter) -> HoldoutSnapshot | None:
+    """The latest stored comparison of the adapter's lineage with its holdout (None without one)."""
+    if adapter.holdout_share <= 0:
+        return None
+    return adapter.holdout_snapshots.order_by("-computed_at", "-id").first()
+
+
+def alarms_recent(tenant: Tenant, *, adapter: Adapter, days: int = 7) -> QuerySet[PromotionAlarm]:
+    """The adapter's alarms of the last ``days`` days, newest first, with their versions."""
+    since = timezone.now() - timedelta(days=days)
+    return (
+        PromotionAlarm.objects.filter(tenant=tenant, adapter=adapter, created_at__gte=since)
+        .select_related("version")
+        .order_by("-created_at")
+    )
 
 
 def experiment_snapshots(experiment: Experiment) -> QuerySet[ExperimentSnapshot]:

@@ -10,6 +10,7 @@ EVENTS = {
     "experiment.decided": "an experiment ended with a decision: promote, rollback or inconclusive",
     "version.promoted": "a version became production",
     "version.rolled_back": "production moved back to an earlier version",
+    "version.alarm": "a promoted version shows less than its holdout or the version before it (reward hacking?)",
     "run.failed": "a training run failed",
     "run.rejected": "a training run's candidate did not pass the eval gate",
 }

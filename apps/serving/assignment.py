@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from apps.cohorts.selectors import consent_default
 from apps.cohorts.services import end_user_consent_now
-from apps.experiments.assignment import assign_arm
+from apps.experiments.assignment import HOLDOUT, assign_arm, in_holdout
 from apps.experiments.services import exposure_record
 from apps.serving.selectors import serving_lookup
 from apps.tenants.models import ApiKey, Tenant
@@ -42,7 +42,9 @@ def serving_assignment(
     )
     experiment = found.experiment if consent else None
     arm, version = None, adapter.production_version
-    if experiment is not None:
+    if consent and in_holdout(adapter_id=adapter.pk, share=adapter.holdout_share, external_id=user):
+        arm, version, experiment = HOLDOUT, None, None  # the base model, across promotions
+    elif experiment is not None:
         arm = assign_arm(experiment.salt, user, candidate_weight=experiment.candidate_weight)
         exposure_record(experiment, external_id=user, arm=arm)
         version = experiment.version_of(arm)

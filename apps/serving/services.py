@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.cohorts.selectors import consent_default
 from apps.cohorts.services import end_user_consent_now
-from apps.experiments.assignment import assign_arm
+from apps.experiments.assignment import HOLDOUT, assign_arm, in_holdout
 from apps.experiments.models import Experiment
 from apps.experiments.services import exposure_record
 from apps.interactions.served import SERVED_BY_KEY
@@ -65,6 +65,8 @@ def serving_route(
     if version is not None and version.status == AdapterVersion.Status.FAILED:
         version = None  # never route to a version vLLM refused; the base model still answers
     if opted_in and end_user_id:
+        if in_holdout(adapter_id=adapter.pk, share=adapter.holdout_share, external_id=end_user_id):
+            return Route(adapter=adapter, version=None, arm=HOLDOUT)  # the base model, across promotions
         if running is not None:
             arm = assign_arm(running.salt, end_user_id, candidate_weight=running.candidate_weight)
             exposure_record(running, external_id=end_user_id, arm=arm)

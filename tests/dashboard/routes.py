@@ -102,6 +102,7 @@ ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
     "experiment-rollback": ("post", {}, "experiment.rollback"),
     "experiment-stop": ("post", {}, "experiment.stop"),
     "experiment-start": ("post", {}, "experiment.start"),
+    "experiments-holdout": ("post", {"holdout_percent": "5"}, "adapter.holdout"),
     "end-user-consent": ("post", {"end_user_id": "dev-1", "opted_in": "false"}, "end_user.opt_out"),
     "end-user-erase": ("post", {"end_user_id": "dev-2"}, "end_user.erase"),
     "invitation-new": ("post", {"role": "viewer", "note": "dana@example.com"}, "invitation.create"),

@@ -205,3 +205,78 @@ def test_a_draft_offers_start_with_a_confirmation_and_a_running_one_does_not(log
     assert "Draft: not started" in page and "Start…" in page and "hx-trigger" not in page
     confirm = client.get(url_for("experiment-start", world)).content.decode()
     assert "checks that vLLM serves exactly its weights" in confirm and "Then 30 % of tab" in confirm
+
+
+def test_the_page_shows_the_lift_adjusted_for_users_history_beside_the_unadjusted_one(login, world):
+    from apps.experiments.arm_data import experiment_arm_data
+    from tests.dashboard.conftest import log_events
+
+    # Three users in four used production the day before: some accept more than others.
+    for index in range(40):
+        if index % 4 == 3:
+            continue
+        accepted = 1 + index % 4
+        outcomes: list[str | None] = ["accepted"] * accepted + ["rejected"] * (4 - accepted)
+        log_events(world.a, outcomes=outcomes, user=f"sim-{index:04d}", minutes_ago=60 * 24)
+    feed_experiment(world)
+
+    control, candidate = experiment_arm_data(world.experiment)
+    assert control.covariates is not None and candidate.covariates is not None
+    with_history = int(control.covariates[:, -1].sum() + candidate.covariates[:, -1].sum())
+    assert candidate.covariates[:, -1].sum() == 10  # 1, 5, 9, ...: the odd ones are candidates
+    assert with_history >= 30  # and the world's own users who used production before
+    body = login(world.users["viewer"]).get(url_for("experiment", world)).content.decode()
+    assert ">Adjusted lift</th>" in body
+    assert f"corrected for {with_history} users' reward per request" in body
+    cell = re.search(r'data-adjusted="reward_per_request">(.*?)</td>', body, re.S).group(1)
+    assert "variance −" in cell and 'data-adjusted-p="reward_per_request">adjusted ' in body
+
+
+def test_without_enough_users_with_history_the_page_says_the_lift_stands_unadjusted(login, world):
+    feed_experiment(world)
+    body = login(world.users["viewer"]).get(url_for("experiment", world)).content.decode()
+    assert "No adjusted lift: under 20 users had traffic on production" in body
+
+
+def test_the_experiments_pages_show_alarms_and_the_lineage_against_its_holdout(login, world):
+    from apps.adapters.models import Adapter
+    from apps.experiments.models import PromotionAlarm
+    from apps.experiments.services import holdout_snapshot_take
+
+    Adapter.objects.filter(pk=world.adapter.pk).update(holdout_share=0.1)
+    world.adapter.refresh_from_db()
+    PromotionAlarm.objects.create(
+        tenant=world.a,
+        adapter=world.adapter,
+        version=world.v2,
+        metric="suggestion_rate",
+        reference="holdout",
+        observed=0.06,
+        reference_value=0.6,
+        relative_change=-0.9,
+        reason="v2 of tab shows suggestions shown per request 0.06 since its promotion against 0.6.",
+    )
+    holdout_snapshot_take(world.adapter)
+    client = login(world.users["viewer"])
+    body = client.get(url_for("experiments", world)).content.decode()
+    assert 'data-alarm="suggestion_rate"' in body and "Alarm on v2" in body and "Automatic rollback is off" in body
+    assert 'data-section="holdout"' in body and "10 % of the opted-in users stay on the base model" in body
+    body = client.get(url_for("experiment", world)).content.decode()
+    assert 'data-alarm="suggestion_rate"' in body
+
+
+def test_an_admin_sets_the_holdout_on_the_experiments_page_and_a_bad_one_changes_nothing(login, world):
+    client = login(world.users["admin"])
+    body = client.get(url_for("experiments", world)).content.decode()
+    assert 'name="holdout_percent"' in body
+    response = client.post(url_for("experiments-holdout", world), {"holdout_percent": "80"}, follow=True)
+    assert "Nothing changed: the holdout: must be between 0 and 0.5" in response.content.decode()
+    world.adapter.refresh_from_db()
+    assert world.adapter.holdout_share == 0
+    response = client.post(url_for("experiments-holdout", world), {"holdout_percent": "5"}, follow=True)
+    assert "now keeps 5% of its opted-in users on the base model" in response.content.decode()
+    world.adapter.refresh_from_db()
+    assert world.adapter.holdout_share == 0.05
+    assert AuditEvent.objects.filter(tenant=world.a, action="adapter.holdout").count() == 1
+    viewer = login(world.users["viewer"]).get(url_for("experiments", world)).content.decode()
+    assert 'name="holdout_percent"' not in viewer

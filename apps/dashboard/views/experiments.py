@@ -10,17 +10,25 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.http import require_POST
 
 from apps.adapters.models import AdapterVersion
 from apps.adapters.selectors import adapter_version_get_for_tenant, adapter_version_list
 from apps.common.exceptions import ApplicationError, ValidationFailed
 from apps.dashboard.access import TenantContext, tenant_page
-from apps.dashboard.experiment_results import experiment_results
+from apps.dashboard.experiment_results import experiment_results, holdout_results
 from apps.dashboard.forms import ExperimentStartForm, attach_service_error
 from apps.dashboard.views.common import tenant_render
 from apps.experiments.models import Experiment
-from apps.experiments.selectors import experiment_get_for_tenant, experiment_list, experiment_running_for
+from apps.experiments.selectors import (
+    alarms_recent,
+    experiment_get_for_tenant,
+    experiment_list,
+    experiment_running_for,
+    holdout_latest_snapshot,
+)
 from apps.experiments.services import (
+    adapter_holdout_set,
     experiment_create,
     experiment_promote,
     experiment_rollback,
@@ -39,8 +47,30 @@ def experiments(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> 
         "experiments": list(experiment_list(ctx.tenant, adapter=adapter)[:200]),
         "running": experiment_running_for(adapter),
         "nav_adapter": adapter,
+        "alarms": list(alarms_recent(ctx.tenant, adapter=adapter)[:10]),
+        "holdout": holdout_results(adapter, holdout_latest_snapshot(adapter)),
     }
     return tenant_render(request, ctx, "dashboard/experiments/list.html", context, section="experiments")
+
+
+@tenant_page(action=True)
+@require_POST
+def experiments_holdout(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> HttpResponse:
+    """Set the share of the adapter's opted-in users kept on the base model (a percentage)."""
+    adapter = ctx.adapter(adapter_name)
+    raw = request.POST.get("holdout_percent", "").strip()
+    try:
+        share = float(raw) / 100
+    except ValueError:
+        messages.error(request, f"Nothing changed: the holdout must be a number of percent from 0 to 50, not {raw!r}.")
+    else:
+        try:
+            adapter_holdout_set(ctx.tenant, adapter=adapter, share=share, actor=ctx.actor)
+        except ApplicationError as exc:
+            messages.error(request, f"Nothing changed: {exc.message.replace('share', 'the holdout')} (0 to 50 %).")
+        else:
+            messages.success(request, f"{adapter.name} now keeps {share:.0%} of its opted-in users on the base model.")
+    return redirect("dashboard:experiments", tenant_slug=ctx.tenant.slug, adapter_name=adapter.name)
 
 
 def _detail_context(ctx: TenantContext, experiment: Experiment) -> dict[str, object]:
@@ -51,6 +81,7 @@ def _detail_context(ctx: TenantContext, experiment: Experiment) -> dict[str, obj
         "poll": experiment.status == Experiment.Status.RUNNING,
         "poll_seconds": POLL_SECONDS,
         "nav_adapter": experiment.adapter,
+        "alarms": list(alarms_recent(ctx.tenant, adapter=experiment.adapter)[:10]),
     }
 
 

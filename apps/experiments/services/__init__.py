@@ -1,7 +1,8 @@
 """The experiments app's services, one module per sub-domain, named here for their callers:
 ``lifecycle`` (create, start, stop, promote, roll back),
-``exposures`` (who met which arm), ``snapshots`` (statistics and automatic decisions) and
-``production`` (moving production back by hand)."""
+``exposures`` (who met which arm), ``snapshots`` (statistics and automatic decisions),
+``production`` (moving production back by hand) and ``lineage`` (the holdout's lift and the
+alarms after a promotion)."""
 
 from apps.experiments.services.exposures import exposure_record
 from apps.experiments.services.lifecycle import (
@@ -12,6 +13,12 @@ from apps.experiments.services.lifecycle import (
     experiment_start,
     experiment_stop,
 )
+from apps.experiments.services.lineage import (
+    adapter_holdout_set,
+    holdout_snapshot_take,
+    lineage_checks_all,
+    promotion_alarm_check,
+)
 from apps.experiments.services.production import adapter_rollback
 from apps.experiments.services.snapshots import (
     experiment_snapshot_all,
@@ -20,6 +27,7 @@ from apps.experiments.services.snapshots import (
 )
 
 __all__ = [
+    "adapter_holdout_set",
     "STARTABLE_CANDIDATE_STATUSES",
     "adapter_rollback",
     "experiment_create",
@@ -31,4 +39,7 @@ __all__ = [
     "experiment_start",
     "experiment_stop",
     "exposure_record",
+    "holdout_snapshot_take",
+    "lineage_checks_all",
+    "promotion_alarm_check",
 ]

@@ -21,6 +21,7 @@ from apps.experiments.services.lifecycle import (
     experiment_promote,
     experiment_rollback,
 )
+from apps.experiments.services.lineage import lineage_checks_all
 from apps.experiments.stats import BLOCKED_SRM, INCONCLUSIVE, PROMOTE, ROLLBACK, ExperimentConfig, analyze
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
@@ -99,7 +100,8 @@ def _act_on(experiment: Experiment, decision: dict[str, Any]) -> None:
 
 
 def experiment_snapshot_all() -> list[int]:
-    """Beat, every minute: a snapshot of every running experiment."""
+    """Beat, every minute: a snapshot of every running experiment; then every adapter's holdout
+    and post-promotion alarms (``lineage``)."""
     taken = []
     for experiment_id in Experiment.objects.filter(status=Experiment.Status.RUNNING).values_list("pk", flat=True):
         try:
@@ -107,4 +109,5 @@ def experiment_snapshot_all() -> list[int]:
                 taken.append(experiment_id)
         except Exception:  # one experiment's failure must not stop the others' snapshots
             logger.exception("snapshot of experiment %s failed", experiment_id)
+    lineage_checks_all()
     return taken

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from . import inference
+from . import adjustment, inference
 from .config import ExperimentConfig
 from .decision import decide
 from .metrics import HIGHER_IS_BETTER, METRICS, ArmData, MetricDefinition
@@ -18,6 +18,7 @@ from .results import (
     PRIMARY,
     SECONDARY,
     WORSE,
+    AdjustedResult,
     ExperimentAnalysis,
     MetricResult,
     SrmResult,
@@ -122,9 +123,16 @@ def _compare(
     rel_testable = bool(np.isfinite(rel_se) and rel_se > 0)
 
     significant = testable and abs(float(diff)) > float(av_half)
+    adjusted = _adjusted(metric, control, candidate, config)
+    decisive = diff
+    if adjusted is not None and adjusted.abs_lift is not None and adjusted.ci_always_valid_abs is not None:
+        # The adjusted confidence sequence decides where there is one: same guarantee, narrower.
+        low, high = adjusted.ci_always_valid_abs
+        significant = low > 0 or high < 0
+        decisive = adjusted.abs_lift
     direction = NO_DIRECTION
     if significant:
-        higher = float(diff) > 0
+        higher = float(decisive) > 0
         direction = BETTER if higher == (metric.polarity == HIGHER_IS_BETTER) else WORSE
     return MetricResult(
         name=metric.name,
@@ -142,4 +150,40 @@ def _compare(
         p_always_valid=p_av,
         significant=significant,
         direction=direction,
+        adjusted=adjusted,
+    )
+
+
+def _adjusted(
+    metric: MetricDefinition, control: ArmData, candidate: ArmData, config: ExperimentConfig
+) -> AdjustedResult | None:
+    """The lift adjusted by pre-exposure covariates, or None when the arms carry none or too few
+    users have history (``adjustment.MIN_USERS_WITH_HISTORY``): then the unadjusted lift decides."""
+    za, zb = control.covariates, candidate.covariates
+    if za is None or zb is None or za.shape[1] != zb.shape[1] or za.shape[1] == 0:
+        return None
+    with_history = int(za[:, -1].sum() + zb[:, -1].sum())  # the last column is the history indicator
+    if with_history < adjustment.MIN_USERS_WITH_HISTORY:
+        return None
+    if control.users + candidate.users - with_history < adjustment.MIN_USERS_WITH_HISTORY:
+        za, zb = za[:, :-1], zb[:, :-1]
+    ya, xa = getattr(control, metric.numerator), getattr(control, metric.denominator)
+    yb, xb = getattr(candidate, metric.numerator), getattr(candidate, metric.denominator)
+    lift = adjustment.adjusted_lift(
+        inference.RatioMoments.from_users(ya, xa),
+        inference.RatioMoments.from_users(yb, xb),
+        adjustment.CovariateMoments.from_users(za, ya, xa),
+        adjustment.CovariateMoments.from_users(zb, yb, xb),
+    )
+    se = float(lift.se)
+    if not (np.isfinite(se) and se > 0):
+        return AdjustedResult(None, None, None, None, with_history)
+    n_total = control.users + candidate.users
+    half = inference.always_valid_half_width(se, n_total, config.alpha, config.n_star)
+    return AdjustedResult(
+        abs_lift=finite_or_none(lift.diff),
+        ci_always_valid_abs=interval(lift.diff, half),
+        p_always_valid=finite_or_none(inference.always_valid_p_value(lift.diff, se, n_total, config.n_star)),
+        variance_reduction=finite_or_none(lift.variance_reduction),
+        users_with_history=with_history,
     )

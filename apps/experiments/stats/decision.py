@@ -55,14 +55,14 @@ def decide(
         status = f"{primary.name} is significantly better, but the minimum sample is not met: {sample}"
     elif primary.control is None or primary.candidate is None:
         status = f"{primary.name} has no data in one or both arms yet: {sample}"
-    elif primary.p_always_valid is None:
+    elif primary.decisive_p is None:
         status = (
             f"{primary.name} cannot be tested yet (under 2 users in an arm, or no variance between users): {sample}"
         )
     else:
         status = (
-            f"{primary.name} shows no significant difference yet ({_numbers(primary)}, always-valid p = "
-            f"{primary.p_always_valid:.3g}, needs < {config.alpha:g}); {sample}"
+            f"{primary.name} shows no significant difference yet ({_numbers(primary)}, "
+            f"{_adjusted_word(primary)}always-valid p = {primary.decisive_p:.3g}, needs < {config.alpha:g}); {sample}"
         )
     if elapsed >= config.max_duration:
         return Decision(
@@ -87,5 +87,10 @@ def _numbers(m: MetricResult) -> str:
     return f"{m.candidate:.4g} vs {m.control:.4g}{rel}"
 
 
+def _adjusted_word(m: MetricResult) -> str:
+    adjusted = m.adjusted is not None and m.adjusted.p_always_valid is not None
+    return "adjusted for pre-exposure behaviour, " if adjusted else ""
+
+
 def _describe(m: MetricResult) -> str:
-    return f"{m.name} ({m.role}): {_numbers(m)}, always-valid p = {m.p_always_valid:.3g}"
+    return f"{m.name} ({m.role}): {_numbers(m)}, {_adjusted_word(m)}always-valid p = {m.decisive_p:.3g}"

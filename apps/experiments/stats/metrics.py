@@ -60,6 +60,9 @@ class ArmData:
     """Agent sessions (distinct conversation ids) the user had."""
     positive_sessions: NDArray[np.float64] | None = None
     """Sessions with at least one positive outcome."""
+    covariates: NDArray[np.float64] | None = None
+    """(users, k): each user's behaviour before their first exposure (``adjustment.history_covariates``),
+    the same k columns in both arms; None: no adjustment."""
 
     def __post_init__(self) -> None:
         users = np.asarray(self.requests).size
@@ -79,6 +82,11 @@ class ArmData:
                 )
             length = column.size
             object.__setattr__(self, name, column)
+        if self.covariates is not None:
+            z = np.asarray(self.covariates, dtype=np.float64)
+            if z.ndim != 2 or z.shape[0] != length or not np.isfinite(z).all():
+                raise ValidationFailed("covariates: must be finite, one row per user", details={"field": "covariates"})
+            object.__setattr__(self, "covariates", z)
         p95 = self.latency_p95_ms
         if p95 is not None and not (np.isfinite(p95) and p95 >= 0):
             raise ValidationFailed("latency_p95_ms: must be a finite number >= 0", details={"field": "latency_p95_ms"})

@@ -53,6 +53,16 @@ class MetricResult:
     """Under the always-valid inference: the confidence sequence at α excludes 0."""
     direction: str
     """``better`` / ``worse`` when significant (by the metric's polarity), else ``none``."""
+    adjusted: AdjustedResult | None = None
+    """The same lift adjusted by the users' pre-exposure behaviour (CUPED), when the arms carry
+    covariates; then ``significant`` and ``direction`` are the adjusted inference's."""
+
+    @property
+    def decisive_p(self) -> float | None:
+        """The always-valid p-value the decision rests on: adjusted where there is one."""
+        if self.adjusted is not None and self.adjusted.p_always_valid is not None:
+            return self.adjusted.p_always_valid
+        return self.p_always_valid
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +80,28 @@ class MetricResult:
             "p_always_valid": self.p_always_valid,
             "significant": self.significant,
             "direction": self.direction,
+            "adjusted": self.adjusted.as_dict() if self.adjusted is not None else None,
+        }
+
+
+@dataclass(frozen=True)
+class AdjustedResult:
+    """The regression-adjusted lift of one metric (``adjustment.adjusted_lift``)."""
+
+    abs_lift: float | None
+    ci_always_valid_abs: list[float] | None
+    p_always_valid: float | None
+    variance_reduction: float | None
+    """1 − adjusted / unadjusted variance of the lift: the share of noise the history explained."""
+    users_with_history: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "abs_lift": self.abs_lift,
+            "ci_always_valid": {"abs": self.ci_always_valid_abs},
+            "p_always_valid": self.p_always_valid,
+            "variance_reduction": self.variance_reduction,
+            "users_with_history": self.users_with_history,
         }
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from . import inference
+from . import adjustment, inference
 from .metrics import METRICS, ArmData, count_slow_requests, pooled_p95, slow_request_threshold
 
 # The default reward policy of training (TrainingPolicy): accepted +0.75, rejected −0.25, not shown 0.
@@ -68,6 +68,57 @@ def simulate_users(
     return {"requests": requests, "shown": shown, "accepted": accepted, "reward_sum": reward, "errors": errors}
 
 
+@dataclass(frozen=True)
+class History:
+    """How users behaved before the experiment, on production: the same people, so their own
+    accept probability and how busy they are carry over, and that is what makes the pre-period
+    predict the experiment."""
+
+    share: float = 0.8
+    """Share of users with any request in the pre-exposure window (the rest are new)."""
+    mean_requests: float = 20.0
+    """Mean requests in the window of a user with history."""
+    activity_sigma: float = 0.5
+    """Log-normal σ of a user's own activity, scaling their mean requests in both periods."""
+
+
+def simulate_users_with_history(
+    control: UserBehaviour,
+    behaviours: tuple[UserBehaviour, ...],
+    history: History,
+    size: int | tuple[int, ...],
+    rng: np.random.Generator,
+) -> tuple[dict[str, NDArray], list[dict[str, NDArray]]]:
+    """The same ``size`` users before the experiment (on ``control``, production) and in it
+    under each of ``behaviours``: (pre-period sums, [sums under each behaviour]). A behaviour's
+    higher accept rate scales every user's own accept probability by the same factor."""
+    kappa, p = control.accept_concentration, control.accept_rate
+    own_accept = rng.beta(kappa * p, kappa * (1 - p), size)
+    activity = np.exp(rng.normal(0, history.activity_sigma, size) - history.activity_sigma**2 / 2)
+
+    def period(behaviour: UserBehaviour, mean_requests: NDArray, accept: NDArray) -> dict[str, NDArray]:
+        requests = rng.geometric(1 / np.maximum(mean_requests, 1.0))
+        errors = rng.binomial(requests, behaviour.error_rate)
+        shown = rng.binomial(requests - errors, behaviour.show_rate)
+        accepted = rng.binomial(shown, np.clip(accept, 0, 1))
+        reward = REWARD_ACCEPTED * accepted + REWARD_REJECTED * (shown - accepted)
+        return {"requests": requests, "shown": shown, "accepted": accepted, "reward_sum": reward, "errors": errors}
+
+    pre = period(control, history.mean_requests * activity, own_accept)
+    has_history = rng.random(size) < history.share
+    pre = {name: np.where(has_history, values, 0) for name, values in pre.items()}
+    during = [period(b, b.mean_requests * activity, own_accept * b.accept_rate / p) for b in behaviours]
+    return pre, during
+
+
+def pre_post_correlation(pre: dict[str, NDArray], post: dict[str, NDArray]) -> float:
+    """Pearson correlation, over users with history, of reward per request before and during."""
+    has = pre["requests"] > 0
+    before = pre["reward_sum"][has] / pre["requests"][has]
+    during = post["reward_sum"][has] / post["requests"][has]
+    return float(np.corrcoef(before, during)[0, 1])
+
+
 def _latencies(behaviour: UserBehaviour, requests: NDArray, rng: np.random.Generator) -> tuple[NDArray, NDArray]:
     """(user index, latency in ms) of every request of the arm."""
     user_index = np.repeat(np.arange(requests.size), requests.astype(np.int64))
@@ -118,6 +169,12 @@ class PeekingOutcome:
     """The always-valid interval excluded 0 with the candidate higher at some peek."""
     ever_significant_fixed: NDArray[np.bool_]
     """The fixed-horizon interval excluded 0 at some peek: what naive peeking would declare."""
+    users_to_better: NDArray[np.float64] | None = None
+    """Users (both arms) at the first peek declared better; inf if never. With ``history``."""
+    ever_significant_adjusted: NDArray[np.bool_] | None = None
+    """As ``ever_significant``, with the lift adjusted by the users' history."""
+    users_to_better_adjusted: NDArray[np.float64] | None = None
+    """As ``users_to_better``, adjusted."""
 
     @property
     def experiments(self) -> int:
@@ -135,10 +192,12 @@ def peeking_simulation(
     alpha: float = 0.05,
     n_star: float = 5000.0,
     metric: str = "reward_per_request",
+    history: History | None = None,
 ) -> PeekingOutcome:
     """Run ``experiments`` experiments of ``users`` users (assigned 50/50 at random, in arrival
     order) and look after every ``users / peeks`` users, with the same estimators and confidence
-    sequence as ``analyze``, all experiments and peeks at once."""
+    sequence as ``analyze``, all experiments and peeks at once. With ``history`` the users have a
+    pre-period and the regression-adjusted inference is run beside the unadjusted one."""
     definition = METRICS[metric]
     if definition.numerator not in ("requests", "shown", "accepted", "reward_sum", "errors"):
         raise ValueError(f"metric: {metric} needs latencies, which the peeking simulation does not draw")
@@ -146,8 +205,13 @@ def peeking_simulation(
     in_candidate = rng.random(shape) < 0.5
     # Every user is drawn from both behaviours and the arm picks one: simple, and each arm's users
     # are still independent draws from its own behaviour.
-    as_control = simulate_users(control, shape, rng)
-    as_candidate = simulate_users(candidate, shape, rng)
+    if history is None:
+        as_control = simulate_users(control, shape, rng)
+        as_candidate = simulate_users(candidate, shape, rng)
+    else:
+        pre, (as_control, as_candidate) = simulate_users_with_history(
+            control, (control, candidate), history, shape, rng
+        )
     at = np.unique(np.linspace(users / peeks, users, peeks).round().astype(np.int64))
 
     def moments(data: dict[str, NDArray], mask: NDArray) -> inference.RatioMoments:
@@ -162,8 +226,38 @@ def peeking_simulation(
         significant = testable & (np.abs(diff) > av_half)
         significant_fixed = testable & (np.abs(diff) > inference.z_quantile(alpha) * se)
         better = significant & (diff > 0)
-    return PeekingOutcome(
+    outcome = PeekingOutcome(
         ever_significant=significant.any(axis=-1),
         ever_better=better.any(axis=-1),
         ever_significant_fixed=significant_fixed.any(axis=-1),
     )
+    if history is None:
+        return outcome
+    z = adjustment.history_covariates(pre["requests"], pre["shown"], pre["accepted"], pre["reward_sum"])
+
+    def covariate_moments(data: dict[str, NDArray], mask: NDArray) -> adjustment.CovariateMoments:
+        y, x = data[definition.numerator], data[definition.denominator]
+        return adjustment.CovariateMoments.cumulative(z, y * mask, x * mask, mask, at)
+
+    lift = adjustment.adjusted_lift(
+        a, b, covariate_moments(as_control, ~in_candidate), covariate_moments(as_candidate, in_candidate)
+    )
+    # As ``analyze``: too few users with history so far, and the unadjusted lift decides.
+    few = np.cumsum(z[..., -1], axis=-1)[..., at - 1] < adjustment.MIN_USERS_WITH_HISTORY
+    with np.errstate(invalid="ignore"):
+        adjusted_half = inference.always_valid_half_width(lift.se, a.n + b.n, alpha, n_star)
+        significant_adjusted = np.isfinite(lift.se) & (lift.se > 0) & (np.abs(lift.diff) > adjusted_half)
+        significant_adjusted = np.where(few, significant, significant_adjusted)
+        better_adjusted = np.where(few, better, significant_adjusted & (lift.diff > 0))
+    return dataclasses.replace(
+        outcome,
+        users_to_better=_first_users(better, at),
+        ever_significant_adjusted=significant_adjusted.any(axis=-1),
+        users_to_better_adjusted=_first_users(better_adjusted, at),
+    )
+
+
+def _first_users(declared: NDArray[np.bool_], at: NDArray) -> NDArray[np.float64]:
+    """Per experiment, the users at the first peek where ``declared`` holds; inf if none."""
+    first = np.argmax(declared, axis=-1)
+    return np.where(declared.any(axis=-1), at[first].astype(np.float64), np.inf)

@@ -96,7 +96,31 @@ def live_world(transactional_db: Any, make_tenant, make_user, tiny_starter_model
     # The running experiment, with a few snapshots to draw; its traffic is older than the overview's
     # day, so the overview's numbers stay the ones its test states.
     feed_experiment(world, users=96, batches=4, minutes_ago=26 * 60)
+    _holdout_and_alarm(world)
     return world
+
+
+def _holdout_and_alarm(world: World) -> None:
+    """A holdout with its lift, and an alarm on a promoted version: the experiments pages' banner."""
+    from apps.adapters.models import Adapter
+    from apps.experiments.models import PromotionAlarm
+    from apps.experiments.services import holdout_snapshot_take
+
+    Adapter.objects.filter(pk=world.adapter.pk).update(holdout_share=0.1)
+    world.adapter.refresh_from_db()
+    holdout_snapshot_take(world.adapter)
+    PromotionAlarm.objects.create(
+        tenant=world.a,
+        adapter=world.adapter,
+        version=world.v2,
+        metric="suggestion_rate",
+        reference="previous",
+        observed=0.06,
+        reference_value=0.55,
+        relative_change=-0.89,
+        reason="v2 of tab shows suggestions shown per request 0.06 since its promotion against 0.55 for v1: -89%, "
+        "beyond the 30% bound, and significant.",
+    )
 
 
 def sign_in(page: Page, user: Any) -> None:

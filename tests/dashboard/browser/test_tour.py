@@ -12,7 +12,7 @@ from tests.dashboard.routes import ACCOUNT, CONFIRM, PUBLIC, READ, dashboard_rou
 # Fragments that htmx swaps into a page; they are seen inside the overview and the run page.
 FRAGMENTS = {"overview-live", "run-status", "experiment-live"}
 # Routes that only answer POST.
-POST_ONLY = {"logout", "run-start", "lineage-retrain", "end-user-consent"}
+POST_ONLY = {"logout", "run-start", "lineage-retrain", "end-user-consent", "experiments-holdout"}
 # Routes that answer a file to download, not a page.
 DOWNLOADS = {"interactions-csv", "experiment-results-csv"}
 PAGES = sorted((READ | CONFIRM | ACCOUNT | PUBLIC) - FRAGMENTS - POST_ONLY - DOWNLOADS - {"login"})
