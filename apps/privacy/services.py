@@ -81,15 +81,16 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
         if client_ids
         else 0
     )
-    reports = PersistenceReport.objects.filter(tenant=tenant, interaction__in=interactions)
-    report.deleted["persistence_reports"] = reports.delete()[0]
-    report.deleted["pending_persistence_reports"] = (
+    persistence_reports = PersistenceReport.objects.filter(tenant=tenant, interaction__in=interactions).delete()[0]
+    pending_persistence_reports = (
         PersistenceReport.objects.filter(tenant=tenant, **in_values("pending_client_id", client_ids)).delete()[0]
         if client_ids
         else 0
     )
     report.deleted["interactions"] = interactions.delete()[1].get("interactions.Interaction", 0)
     report.deleted["session_outcomes"] = session_outcomes
+    report.deleted["persistence_reports"] = persistence_reports
+    report.deleted["pending_persistence_reports"] = pending_persistence_reports
     report.deleted["serving_failures"] = ServingFailure.objects.filter(tenant=tenant, end_user_id=external_id).delete()[
         0
     ]
