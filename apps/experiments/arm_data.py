@@ -15,6 +15,7 @@ from django.db import connection
 from django.db.models import Count, F, Q, QuerySet, Sum, Value
 
 from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentExposure
+from apps.experiments.retained import retained_per_user
 from apps.experiments.stats import ArmData
 from apps.experiments.stats.metrics import USER_COLUMNS
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction, ServingFailure
@@ -90,6 +91,11 @@ def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
         target["requests"][index] += row["errors"]
         target["errors"][index] += row["errors"]
         target["slow_requests"][index] += row["slow"]
+    for arm, user, accepted_chars, retained_chars in retained_per_user(experiment):
+        index = arms.get(arm, {}).get(user)
+        if index is not None:
+            sums[arm]["accepted_chars"][index] += accepted_chars
+            sums[arm]["retained_chars"][index] += retained_chars
     control = ArmData(**sums[CONTROL], latency_p95_ms=threshold)
     candidate = ArmData(**sums[CANDIDATE], latency_p95_ms=_p95(interactions, experiment, CANDIDATE))
     return control, candidate
