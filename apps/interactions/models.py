@@ -201,6 +201,9 @@ class PersistenceReport(models.Model):
     )
     reported_ratio = models.FloatField(null=True, blank=True, help_text="the share the client measured, if it sent one")
     pending_text = models.TextField(blank=True, help_text="the reported text, kept only until it is measured")
+    kept_text = models.TextField(
+        blank=True, help_text="the stretch of the reported text where the accepted text was found (edits included)"
+    )
     occurred_at = models.DateTimeField(help_text="when the client read the text (client clock, else receipt)")
     received_at = models.DateTimeField()
     updated_at = models.DateTimeField()

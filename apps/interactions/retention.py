@@ -21,21 +21,19 @@ MAX_REPORTED_TEXT = 100_000  # characters of reported text (a document); longer 
 MAX_MEASURED = 4_000  # characters of accepted text measured; a longer completion is measured by its start
 
 
-def approximate_match_distance(pattern: str, text: str) -> int:
-    """The edit distance between ``pattern`` and the stretch of ``text`` closest to it (0 when the
-    pattern occurs in the text; ``len(pattern)`` at most, when nothing of it is there)."""
+def _scan(pattern: str, text: str, *, anchored: bool) -> tuple[int, int]:
+    """(the least edit distance between ``pattern`` and a stretch of ``text`` ending at some
+    position, the first end position where it is reached). The stretch may start anywhere, or only
+    at 0 when ``anchored``."""
     m = len(pattern)
-    if m == 0:
-        return 0
-    if pattern in text:  # the common case for a kept completion: one C-level scan
-        return 0
     mask = (1 << m) - 1
     high = 1 << (m - 1)
     peq: dict[str, int] = {}
     for i, char in enumerate(pattern):
         peq[char] = peq.get(char, 0) | (1 << i)
-    pv, mv, score, best = mask, 0, m, m
-    for char in text:
+    pv, mv, score, best, best_end = mask, 0, m, m, 0
+    carry = 1 if anchored else 0  # anchored: the top row grows by one per character, as in plain Levenshtein
+    for position, char in enumerate(text, start=1):
         eq = peq.get(char, 0)
         xv = eq | mv
         xh = ((((eq & pv) + pv) & mask) ^ pv) | eq
@@ -46,26 +44,58 @@ def approximate_match_distance(pattern: str, text: str) -> int:
         elif mh & high:
             score -= 1
             if score < best:
-                best = score
+                best, best_end = score, position
                 if best == 0:
-                    return 0
-        # A match may start anywhere in the text: the top row stays 0, so nothing is shifted in.
-        ph = (ph << 1) & mask
+                    break
+        # Unanchored, a match may start anywhere in the text: the top row stays 0, nothing is shifted in.
+        ph = ((ph << 1) | carry) & mask
         mh = (mh << 1) & mask
         pv = mh | (~(xv | ph) & mask)
         mv = ph & xv
-    return best
+    return best, best_end
+
+
+def approximate_match_distance(pattern: str, text: str) -> int:
+    """The edit distance between ``pattern`` and the stretch of ``text`` closest to it (0 when the
+    pattern occurs in the text; ``len(pattern)`` at most, when nothing of it is there)."""
+    if not pattern or pattern in text:  # the common case for a kept completion: one C-level scan
+        return 0
+    return _scan(pattern, text, anchored=False)[0]
+
+
+def matched_stretch(pattern: str, text: str) -> str:
+    """The stretch of ``text`` closest to ``pattern`` (what is left of it there, edits included;
+    empty when nothing is): the end from a forward scan, the start from a scan of the reversed text
+    anchored at that end. At most ``len(pattern)`` + the distance characters."""
+    if not pattern:
+        return ""
+    found = text.find(pattern)
+    if found >= 0:
+        return pattern
+    distance, end = _scan(pattern, text, anchored=False)
+    if distance == len(pattern):
+        return ""
+    # The stretch is at most len(pattern) + distance characters: scan no further back than that.
+    _, length = _scan(pattern[::-1], text[max(0, end - len(pattern) - distance) : end][::-1], anchored=True)
+    return text[end - length : end]
 
 
 def retained_chars(accepted: str, reported: str) -> int:
     """Characters of ``accepted`` still found in ``reported`` (0 to ``len(accepted)``)."""
+    return retention_measure(accepted, reported)[0]
+
+
+def retention_measure(accepted: str, reported: str) -> tuple[int, str]:
+    """(characters of ``accepted`` still found in ``reported``, the stretch of ``reported`` they are
+    in: what training credits token by token)."""
     if not accepted:
-        return 0
+        return 0, ""
     measured = accepted[:MAX_MEASURED]
-    kept = len(measured) - approximate_match_distance(measured, reported)
-    if len(measured) == len(accepted):
-        return kept
-    return round(kept * len(accepted) / len(measured))
+    stretch = matched_stretch(measured, reported)
+    kept = len(measured) - (approximate_match_distance(measured, stretch) if stretch else len(measured))
+    if len(measured) != len(accepted):
+        kept = round(kept * len(accepted) / len(measured))
+    return kept, stretch
 
 
 def retained_from_ratio(accepted_chars: int, ratio: float) -> int:

@@ -46,6 +46,8 @@ def test_a_report_of_the_text_at_the_insertion_point_is_measured_and_stored(clie
     }
     row = PersistenceReport.objects.get()
     assert (row.retained_chars, row.accepted_chars, row.pending_text) == (len(COMPLETION), len(COMPLETION), "")
+    assert row.kept_text == COMPLETION
+    assert row.kept_text == COMPLETION  # where it was found: what training credits token by token
 
 
 def test_checkpoints_out_of_order_are_one_row_each(client_a):
@@ -77,6 +79,7 @@ def test_a_report_before_its_interaction_waits_and_is_measured_when_it_arrives(c
     row.refresh_from_db()
     assert str(row.interaction_id) == interaction_id and row.pending_client_id is None
     assert (row.retained_chars, row.accepted_chars, row.pending_text) == (len(COMPLETION), len(COMPLETION), "")
+    assert row.kept_text == COMPLETION
 
 
 def test_a_pending_report_merges_into_the_one_recorded_meanwhile_by_the_latest_reading(client_a):

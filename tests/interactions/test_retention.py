@@ -10,8 +10,10 @@ import pytest
 from apps.interactions.retention import (
     MAX_MEASURED,
     approximate_match_distance,
+    matched_stretch,
     retained_chars,
     retained_from_ratio,
+    retention_measure,
 )
 
 
@@ -68,3 +70,33 @@ def test_a_clients_ratio_becomes_characters_within_the_accepted_text():
     assert retained_from_ratio(40, 0.5) == 20
     assert retained_from_ratio(40, 1.0) == 40
     assert retained_from_ratio(0, 1.0) == 0
+
+
+def test_the_matched_stretch_is_what_is_left_of_the_accepted_text_in_the_document():
+    document = "def f(items):\n    return sorted(items, key=len)[:3]\n\nprint(f([]))\n"
+    kept, stretch = retention_measure("return sorted(items)", document)
+    assert stretch in document and stretch.startswith("return sorted(items")
+    assert kept == len("return sorted(items)") - approximate_match_distance("return sorted(items)", document)
+    assert retention_measure("return sorted(items)", "print(1)\n")[0] <= len("return sorted(items)") // 4  # chance letters
+
+
+def test_the_stretch_agrees_with_the_dynamic_programme_on_random_strings():
+    rng = random.Random(7)
+    for _ in range(500):
+        pattern = "".join(rng.choice("abc") for _ in range(rng.randint(1, 30)))
+        text = "".join(rng.choice("abcd") for _ in range(rng.randint(0, 60)))
+        distance = _table_distance(pattern, text)
+        stretch = matched_stretch(pattern, text)
+        if distance < len(pattern):
+            assert stretch in text and _levenshtein(pattern, stretch) == distance, (pattern, text, stretch)
+        else:
+            assert stretch == ""
+
+
+def _levenshtein(a: str, b: str) -> int:
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        previous, row = row, [i]
+        for j, y in enumerate(b, 1):
+            row.append(min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (x != y)))
+    return row[-1]

@@ -22,7 +22,7 @@ from apps.common.lookups import in_values
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.models import Interaction, PersistenceReport
 from apps.interactions.persistence_validation import PersistenceIn, accepted_chars_too_long, persistence_validate
-from apps.interactions.retention import retained_chars, retained_from_ratio
+from apps.interactions.retention import retained_from_ratio, retention_measure
 from apps.interactions.rows import json_text
 from apps.interactions.services.batches import ItemResult, batch_check_size
 from apps.interactions.services.feedback import served_by_only
@@ -55,13 +55,15 @@ def nothing_to_retain_error() -> ItemError:
 
 def persistence_measure(
     completion: str, *, accepted_chars: int | None, text: str | None, ratio: float | None
-) -> tuple[int, int]:
-    """(accepted, retained) characters of one report against its completion: the accepted text is
-    the completion, or its first ``accepted_chars`` (a partial accept, capped at the completion)."""
+) -> tuple[int, int, str]:
+    """(accepted, retained characters, the stretch of the text they were found in) of one report
+    against its completion: the accepted text is the completion, or its first ``accepted_chars`` (a
+    partial accept, capped at the completion). A ratio the client measured finds no stretch."""
     accepted = completion[: min(accepted_chars, len(completion))] if accepted_chars is not None else completion
     if ratio is not None:
-        return len(accepted), retained_from_ratio(len(accepted), ratio)
-    return len(accepted), retained_chars(accepted, text or "")
+        return len(accepted), retained_from_ratio(len(accepted), ratio), ""
+    retained, stretch = retention_measure(accepted, text or "")
+    return len(accepted), retained, stretch
 
 
 @dataclass
@@ -72,6 +74,7 @@ class _Row:
     occurred_at: datetime
     accepted: int | None = None
     retained: int | None = None
+    kept_text: str = ""
     events: int = 1
 
 
@@ -150,7 +153,7 @@ def _persistence_store(
             if item.accepted_chars is not None and item.accepted_chars > len(completion):
                 results[index] = _rejected(index, item, accepted_chars_too_long(item.accepted_chars, len(completion)))
                 continue
-            row.accepted, row.retained = persistence_measure(
+            row.accepted, row.retained, row.kept_text = persistence_measure(
                 completion, accepted_chars=item.accepted_chars, text=item.text, ratio=item.retained_ratio
             )
         else:
@@ -182,9 +185,17 @@ def _persistence_store(
 
 _COLUMNS = (
     "tenant_id, interaction_id, pending_client_id, checkpoint_s, accepted_chars, retained_chars, reported_ratio, "
-    "pending_text, occurred_at, received_at, updated_at, events_received, metadata"
+    "pending_text, kept_text, occurred_at, received_at, updated_at, events_received, metadata"
 )
-_LATEST_WINS = ("accepted_chars", "retained_chars", "reported_ratio", "pending_text", "metadata", "occurred_at")
+_LATEST_WINS = (
+    "accepted_chars",
+    "retained_chars",
+    "reported_ratio",
+    "pending_text",
+    "kept_text",
+    "metadata",
+    "occurred_at",
+)
 
 
 @functools.cache
@@ -197,7 +208,7 @@ def _upsert_sql(target: str) -> str:
         f"{name} = CASE WHEN {newer} THEN excluded.{name} ELSE {table}.{name} END" for name in _LATEST_WINS
     )
     return (
-        f"INSERT INTO {table} ({_COLUMNS}) VALUES ({', '.join(['%s'] * 13)})\n"
+        f"INSERT INTO {table} ({_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})\n"
         f"ON CONFLICT (tenant_id, {target}, checkpoint_s) WHERE {target} IS NOT NULL DO UPDATE SET\n    {latest},\n"
         f"    updated_at = excluded.updated_at, events_received = {table}.events_received + excluded.events_received"
     )
@@ -218,6 +229,7 @@ def _persistence_upsert(tenant: Tenant, rows: list[_Row], *, now: datetime) -> N
                 row.retained,
                 row.item.retained_ratio,
                 (row.item.text or "") if pending else "",  # kept only until it can be measured
+                row.kept_text,
                 adapt(row.occurred_at),
                 adapt(now),
                 adapt(now),
@@ -253,7 +265,7 @@ def persistence_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | No
             if report.pending_client_id not in found:
                 continue
             interaction_id, completion = found[report.pending_client_id]
-            report.accepted_chars, report.retained_chars = persistence_measure(
+            report.accepted_chars, report.retained_chars, report.kept_text = persistence_measure(
                 completion, accepted_chars=report.accepted_chars, text=report.pending_text, ratio=report.reported_ratio
             )
             report.interaction_id, report.pending_client_id, report.pending_text = interaction_id, None, ""
