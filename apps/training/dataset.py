@@ -31,6 +31,7 @@ from apps.adapters.models import BaseModel
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
 from apps.interactions.rewards import reward_value
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
+from apps.training.retained_credit import retained_token_rewards
 from apps.training.selectors import training_events_eligible
 from learning_shared.credit import kept_prefix as kept_prefix_of
 from learning_shared.credit import persisted_token_rewards, preferred_token_ids, token_rewards
@@ -112,6 +113,13 @@ def feedback_token_rewards(
     the answer's tokens."""
     if not completion_token_ids:
         return None
+    if policy.credit_retained and feedback.outcome == Feedback.Outcome.ACCEPTED:
+        return retained_token_rewards(
+            feedback,
+            completion_token_ids=completion_token_ids,
+            tokenizer=_tokenizer(base.path),
+            reward_accepted=policy.reward_accepted,
+        )
     weight = feedback.reward_weight
     if feedback.outcome == Feedback.Outcome.EDIT_PERSISTED:
         if not feedback.kept_text:
@@ -206,6 +214,7 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
         events = list(
             training_events_eligible(run.adapter, parent=run.parent_version)
             .select_related("interaction")
+            .prefetch_related("interaction__persistence_reports")
             .order_by("id")[:max_events]
         )
         rows = []
