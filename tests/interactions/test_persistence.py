@@ -184,7 +184,7 @@ def test_an_editor_key_reports_only_on_what_it_served(tenant, client_a):
         ({"client_id": "c-1", "checkpoint_s": 30}, 400, "required", "text"),
         ({"client_id": "c-1", "checkpoint_s": 30, "text": "x", "retained_ratio": 1}, 400, "required", "text"),
         ({"client_id": "c-1", "checkpoint_s": 30, "retained_ratio": 1.5}, 400, "invalid", "retained_ratio"),
-        ({"client_id": "c-1", "checkpoint_s": 30, "text": "x" * 100_001}, 400, "invalid", "text"),
+        ({"client_id": "c-1", "checkpoint_s": 30, "text": "x" * 20_001}, 400, "invalid", "text"),
         ({"client_id": "c-1", "checkpoint_s": 30, "text": "x", "accepted_chars": 99}, 400, "invalid", "accepted_chars"),
         ({"client_id": "silent", "checkpoint_s": 30, "text": "x"}, 400, "nothing_to_retain", "interaction_id"),
         ({"client_id": "c-1", "checkpoint_s": 30, "text": "x", "outcome": "kept"}, 400, "unknown_field", "outcome"),
@@ -258,3 +258,11 @@ def test_erasing_a_user_deletes_their_reports_and_no_one_elses(client_a):
     assert response.status_code == 200, response.content
     assert response.json()["deleted"]["persistence_reports"] == 1
     assert list(PersistenceReport.objects.values_list("interaction__client_id", flat=True)) == ["stays-1"]
+
+
+def test_a_batch_with_more_text_than_one_request_may_measure_is_refused_whole(client_a, settings):
+    log(client_a)
+    items = [{"client_id": "c-1", "checkpoint_s": 30 + n, "text": "x" * 20_000} for n in range(101)]
+    response = client_a.post(URL, {"items": items}, format="json")
+    assert response.status_code == 413 and response.json()["error"]["code"] == "payload_too_large"
+    assert not PersistenceReport.objects.exists()

@@ -17,12 +17,13 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.common.exceptions import PayloadTooLarge
 from apps.common.item_checks import ItemError
 from apps.common.lookups import in_values
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.models import Interaction, PersistenceReport
 from apps.interactions.persistence_validation import PersistenceIn, accepted_chars_too_long, persistence_validate
-from apps.interactions.retention import retained_from_ratio, retention_measure
+from apps.interactions.retention import MAX_BATCH_TEXT, retained_from_ratio, retention_measure
 from apps.interactions.rows import json_text
 from apps.interactions.services.batches import ItemResult, batch_check_size
 from apps.interactions.services.feedback import served_by_only
@@ -82,6 +83,7 @@ def persistence_ingest(tenant: Tenant, *, items: Sequence[Any], served_by: str |
     """Record persistence reports: recorded (measured now), pending (waiting for the interaction) or
     rejected, per item. ``served_by`` (an editor key's prefix): only reports on what that key served."""
     batch_check_size(items)
+    _check_batch_text(items)
     now = timezone.now()
     results: list[ItemResult | None] = [None] * len(items)
     valid: list[tuple[int, PersistenceIn]] = []
@@ -98,6 +100,16 @@ def persistence_ingest(tenant: Tenant, *, items: Sequence[Any], served_by: str |
     verdicts = [r for r in results if r is not None]
     ingest_counted("persistence", tenant.slug, verdicts)
     return verdicts
+
+
+def _check_batch_text(items: Sequence[Any]) -> None:
+    """Bound one request's measuring work: the texts of a batch together, not only each one."""
+    total = sum(len(i["text"]) for i in items if isinstance(i, dict) and isinstance(i.get("text"), str))
+    if total > MAX_BATCH_TEXT:
+        raise PayloadTooLarge(
+            f"items: a batch holds at most {MAX_BATCH_TEXT} characters of text in all, this one has {total}; split it",
+            details={"limit_text_chars": MAX_BATCH_TEXT, "text_chars": total},
+        )
 
 
 def _rejected(index: int, item: PersistenceIn, error: ItemError | dict[str, str]) -> ItemResult:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("strop.persistence")
 
 DEFAULT_CHECKPOINTS = (30, 120, 600)  # seconds after the accept
-MAX_TEXT = 100_000  # what the API takes; a longer document is cut to a window around the completion
+MAX_TEXT = 20_000  # what the API takes; a longer document is cut to a window around the completion
 MAX_TRACKED = 1_000  # accepts tracked at once; the oldest is dropped beyond it
 
 # What the reader returns: the text at the insertion point (or the document), or a share (0 to 1)
