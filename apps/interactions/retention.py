@@ -1,12 +1,13 @@
 """How much of an accepted completion survives in the text a client reports later: retained
-characters by edit distance.
+characters, found by edit distance.
 
-The accepted text is matched against the best place in the reported text (its start and end there
-are free), so a client may send the whole document or just the lines at the insertion point:
-``retained = accepted − distance``, where ``distance`` is the fewest insertions, deletions and
-substitutions that turn the accepted text into some stretch of the reported one (Sellers' approximate
-matching). An untouched completion keeps every character; one deleted keeps none; an edit costs the
-characters it touched.
+Two steps. Where: the stretch of the reported text closest to the accepted text by edit distance
+(the fewest insertions, deletions and substitutions; its start and end there are free: Sellers'
+approximate matching), so a client may send the lines at the insertion point or more. What: the
+characters of the accepted text found in that stretch, in order, in runs of at least 3 characters
+(``learning_shared.credit.persisted_chars``, the rule training credits kept text by), so letters that
+line up by chance with unrelated code count for nothing. An untouched completion keeps every
+character; one deleted keeps none (or next to none); an edit costs the characters it touched.
 
 The distance is computed with Myers' bit-parallel algorithm (one machine-word step per reported
 character for each 64 accepted ones: Python's integers hold the whole column): a 2,000-character
@@ -18,6 +19,8 @@ found is applied to its whole length).
 """
 
 from __future__ import annotations
+
+from learning_shared.credit import persisted_chars
 
 MAX_REPORTED_TEXT = 20_000  # characters of one report's text (the lines around the insertion point)
 MAX_BATCH_TEXT = 2_000_000  # characters of text in one batch of reports (a 413 beyond: split it)
@@ -95,7 +98,7 @@ def retention_measure(accepted: str, reported: str) -> tuple[int, str]:
         return 0, ""
     measured = accepted[:MAX_MEASURED]
     stretch = matched_stretch(measured, reported)
-    kept = len(measured) - (approximate_match_distance(measured, stretch) if stretch else len(measured))
+    kept = sum(persisted_chars(measured, stretch)) if stretch else 0
     if len(measured) != len(accepted):
         kept = round(kept * len(accepted) / len(measured))
     return kept, stretch

@@ -132,7 +132,8 @@ def test_a_served_completion_takes_reports_as_a_logged_one(tenant, client_a):
     adapter = Adapter.objects.create(tenant=tenant, name="tab", base_model=base, is_default=True)
     interaction_id = _served(tenant, adapter, key=None)
     response = report(client_a, interaction_id=str(interaction_id), checkpoint_s=30, text="return a - b")
-    assert response.status_code == 200 and response.json()["retained_chars"] == len("return a + b") - 1
+    # "return a " stays; of "+ b" only " b" is there, too short a run to count
+    assert response.status_code == 200 and response.json()["retained_chars"] == len("return a ")
 
 
 def _served(tenant, adapter, *, key, completion: str = "return a + b") -> uuid.UUID:
