@@ -20,7 +20,8 @@ accepted more often, on code it never trained on?
    (or ``--tasks FILE.jsonl``) with the same developer, the same sampling and the same seeds.
 
 Output: for each model its accept rate of shown suggestions, suggestions shown per request,
-accepted per request and mean reward, each with a 95 % interval and the number of tasks; for the
+accepted per request and mean reward, each with a 95 % interval and the number of tasks, and the
+characters its developers still kept 10 minutes later (``simdev.persistence``); for the
 ``line`` developer also the same figures *expected* under each model (computed per task from the
 model's probabilities, no sampling noise: ``expected.py``) and the paired gain in accepted per
 request over the same tasks; then one ``name: value`` line per figure (``accept_rate_lift`` and
@@ -101,7 +102,9 @@ def describe(name: str, summary: Summary) -> str:
         f"  accept rate of shown  {summary.accept_rate}\n"
         f"  shown per request     {summary.shown_per_request}\n"
         f"  accepted per request  {summary.accepted_per_request}\n"
-        f"  mean reward           {summary.mean_reward}"
+        f"  mean reward           {summary.mean_reward}\n"
+        f"  retained chars/request {summary.retained_chars_per_request}"
+        f" (share of accepted {summary.retained_share:.3f})"
     )
 
 
@@ -113,6 +116,8 @@ def figures(summaries: dict[str, Summary], *, train_events: int) -> dict[str, fl
         out[f"{name}_shown_per_request"] = s.shown_per_request.value
         out[f"{name}_accepted_per_request"] = s.accepted_per_request.value
         out[f"{name}_mean_reward"] = s.mean_reward.value
+        out[f"{name}_retained_chars_per_request"] = s.retained_chars_per_request.value
+        out[f"{name}_retained_share"] = s.retained_share
     base = summaries["base"]
     for name, s in summaries.items():
         if name == "base":

@@ -10,7 +10,7 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
-from apps.interactions.models import Feedback, Interaction
+from apps.interactions.models import Feedback, Interaction, PersistenceReport
 from apps.tenants.models import ApiKey
 
 pytestmark = pytest.mark.django_db
@@ -27,6 +27,7 @@ OWN_TENANT_ONLY = {
     "audit-events",
     "interactions",
     "feedback",
+    "feedback-persistence",
     "editor-autocomplete",
     "models",
     "end-users",
@@ -117,6 +118,19 @@ def test_b_cannot_give_feedback_on_a_interaction(world):
     assert batch.json()["results"][0]["status"] == "rejected"
     row = Feedback.objects.get(tenant=a.tenant)
     assert (row.outcome, row.events_received) == ("accepted", 1)
+
+
+def test_b_cannot_report_what_a_kept_nor_reach_a_by_client_id(world):
+    a, b, interaction_id, _ = world
+    named = {"interaction_id": interaction_id, "checkpoint_s": 30, "text": ""}
+    response = b.post("/v1/feedback/persistence", named, format="json")
+    assert response.status_code == 404 and "A's" not in response.content.decode()
+    batch = b.post("/v1/feedback/persistence", {"items": [named]}, format="json").json()
+    assert batch["results"][0]["status"] == "rejected"
+    by_client_id = {"client_id": "secret-1", "checkpoint_s": 30, "text": ""}
+    assert b.post("/v1/feedback/persistence", by_client_id, format="json").status_code == 202
+    assert not PersistenceReport.objects.filter(tenant=a.tenant).exists()
+    assert PersistenceReport.objects.get(tenant=b.tenant).interaction is None
 
 
 def test_b_feedback_on_a_client_id_stays_in_b(world):

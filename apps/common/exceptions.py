@@ -67,6 +67,9 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "last_owner": ErrorCode(
         400, "the change would leave the tenant without an owner", "make another member owner first"
     ),
+    "nothing_to_retain": ErrorCode(
+        400, "a persistence report names a completion that suggested nothing", "report only on accepted completions"
+    ),
     "bad_request": ErrorCode(400, "the request cannot be served as sent", "read the message"),
     # 401 / 403: who is calling
     "not_authenticated": ErrorCode(401, "no API key was sent", "send `Authorization: Bearer <API key>`"),

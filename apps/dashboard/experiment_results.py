@@ -29,7 +29,7 @@ from apps.experiments.stats import METRICS, PROMOTE, ROLLBACK
 from apps.experiments.stats.adjustment import MIN_USERS_WITH_HISTORY
 
 # Metrics that are shares of requests or of shown suggestions read best as percentages.
-PERCENT_METRICS = frozenset(METRICS) - {"reward_per_request"}
+PERCENT_METRICS = frozenset(METRICS) - {"reward_per_request", "retained_chars_per_request"}
 LIFT_POINTS = 120  # snapshots drawn in the lift-over-time chart, evenly thinned
 
 ACTION_LABELS = {

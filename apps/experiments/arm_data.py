@@ -22,6 +22,7 @@ from django.db import connection
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Sum, Value
 
 from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentExposure
+from apps.experiments.retained import retained_per_user
 from apps.experiments.stats import ArmData
 from apps.experiments.stats.adjustment import history_covariates
 from apps.experiments.stats.metrics import USER_COLUMNS
@@ -135,6 +136,11 @@ def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
         target["requests"][index] += row["errors"]
         target["errors"][index] += row["errors"]
         target["slow_requests"][index] += row["slow"]
+    for arm, user, accepted_chars, retained_chars in retained_per_user(experiment):
+        index = arms.get(arm, {}).get(user)
+        if index is not None:
+            sums[arm]["accepted_chars"][index] += accepted_chars
+            sums[arm]["retained_chars"][index] += retained_chars
     history = _history(experiment, reward, arms)
     control = ArmData(**sums[CONTROL], latency_p95_ms=threshold, covariates=history[CONTROL])
     candidate = ArmData(

@@ -175,6 +175,60 @@ SHOWN_OUTCOMES = (
 )
 
 
+class PersistenceReport(models.Model):
+    """What was left of an accepted completion some time after the accept, at one checkpoint.
+
+    A client reports the text now at the insertion point (or the document), or a share it measured;
+    Strop computes ``retained_chars`` (apps.interactions.retention). One row per (interaction,
+    checkpoint): a report sent twice is counted once and the latest measurement wins. A report may
+    arrive before its interaction (naming the tenant's client id): it waits with
+    ``pending_client_id`` set, its text kept until it can be measured, as pending feedback does."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    interaction = models.ForeignKey(
+        Interaction, null=True, blank=True, on_delete=models.CASCADE, related_name="persistence_reports"
+    )
+    pending_client_id = models.CharField(max_length=200, null=True, blank=True)
+    checkpoint_s = models.PositiveIntegerField(help_text="seconds after the accept when the text was read")
+    accepted_chars = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="characters accepted (the completion, or the leading part a partial accept took); "
+        "empty while pending without a partial accept",
+    )
+    retained_chars = models.PositiveIntegerField(
+        null=True, blank=True, help_text="characters of the accepted text still there; empty while pending"
+    )
+    reported_ratio = models.FloatField(null=True, blank=True, help_text="the share the client measured, if it sent one")
+    pending_text = models.TextField(blank=True, help_text="the reported text, kept only until it is measured")
+    kept_text = models.TextField(
+        blank=True, help_text="the stretch of the reported text where the accepted text was found (edits included)"
+    )
+    occurred_at = models.DateTimeField(help_text="when the client read the text (client clock, else receipt)")
+    received_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    events_received = models.PositiveIntegerField(default=1)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "interaction", "checkpoint_s"],
+                condition=Q(interaction__isnull=False),
+                name="persistence_one_per_checkpoint",
+            ),
+            models.UniqueConstraint(
+                fields=["tenant", "pending_client_id", "checkpoint_s"],
+                condition=Q(pending_client_id__isnull=False),
+                name="persistence_pending_one_per_checkpoint",
+            ),
+            models.CheckConstraint(
+                condition=Q(interaction__isnull=False) | Q(pending_client_id__isnull=False),
+                name="persistence_names_an_interaction",
+            ),
+        ]
+
+
 class ConversationOutcome(models.Model):
     """How an agent session ended, spread over its turns as per-turn feedback.
 

@@ -13,7 +13,7 @@ from apps.cohorts.selectors import consent_history
 from apps.common.exceptions import NotFound
 from apps.common.lookups import in_values
 from apps.experiments.models import ExperimentExposure
-from apps.interactions.models import ConversationOutcome, Feedback, Interaction, ServingFailure
+from apps.interactions.models import ConversationOutcome, Feedback, Interaction, PersistenceReport, ServingFailure
 from apps.tenants.models import Tenant
 from apps.training.models import TrainingRunEvent
 
@@ -75,6 +75,14 @@ def end_user_erase_preview(tenant: Tenant, *, external_id: str) -> dict[str, Any
             ).count(),
             "feedback": Feedback.objects.filter(tenant=tenant, interaction__in=interactions).count(),
             "pending_feedback": Feedback.objects.filter(
+                tenant=tenant, **in_values("pending_client_id", client_ids)
+            ).count()
+            if client_ids
+            else 0,
+            "persistence_reports": PersistenceReport.objects.filter(
+                tenant=tenant, interaction__in=interactions
+            ).count(),
+            "pending_persistence_reports": PersistenceReport.objects.filter(
                 tenant=tenant, **in_values("pending_client_id", client_ids)
             ).count()
             if client_ids

@@ -12,7 +12,7 @@ from apps.cohorts.models import ConsentChange, EndUser
 from apps.common.exceptions import NotFound
 from apps.common.lookups import in_values
 from apps.experiments.models import ExperimentExposure
-from apps.interactions.models import ConversationOutcome, Feedback, Interaction, ServingFailure
+from apps.interactions.models import ConversationOutcome, Feedback, Interaction, PersistenceReport, ServingFailure
 from apps.privacy.purge import erased_user_remains
 from apps.privacy.selectors import versions_touched_by
 from apps.tenants.models import Tenant
@@ -49,9 +49,9 @@ class EraseReport:
 def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseReport:
     """Delete everything Strop holds about one end user, and say which versions learned from them.
 
-    Interactions, their feedback, feedback still waiting for them, serving failures, experiment
-    exposures and consent history go; the audit row records that an erase happened, with the
-    counts, never the erased data. A model version trained on their events is not retrained:
+    Interactions, their feedback and persistence reports, feedback and reports still waiting for
+    them, serving failures, experiment exposures and consent history go; the audit row records that
+    an erase happened, with the counts, never the erased data. A model version trained on their events is not retrained:
     the report names those versions, and says what remains and until when (``remains``: their
     weights until purged, once replaced, with ``adapter_version_purge``; caches; backups).
     """
@@ -81,8 +81,16 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
         if client_ids
         else 0
     )
+    persistence_reports = PersistenceReport.objects.filter(tenant=tenant, interaction__in=interactions).delete()[0]
+    pending_persistence_reports = (
+        PersistenceReport.objects.filter(tenant=tenant, **in_values("pending_client_id", client_ids)).delete()[0]
+        if client_ids
+        else 0
+    )
     report.deleted["interactions"] = interactions.delete()[1].get("interactions.Interaction", 0)
     report.deleted["session_outcomes"] = session_outcomes
+    report.deleted["persistence_reports"] = persistence_reports
+    report.deleted["pending_persistence_reports"] = pending_persistence_reports
     report.deleted["serving_failures"] = ServingFailure.objects.filter(tenant=tenant, end_user_id=external_id).delete()[
         0
     ]

@@ -35,6 +35,7 @@ class TrainingPolicyOut(serializers.ModelSerializer):
             "heldout_fraction",
             *REWARD_FIELDS.values(),
             "auto_experiment",
+            "credit_retained",
             "show_gate",
             "show_gate_recall",
             "show_gate_explore",

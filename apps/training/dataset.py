@@ -5,7 +5,7 @@ trainer learns on exactly those tokens. Logged ones without usable ids are token
 base model's tokenizer (no behaviour logprobs then: the trainer treats them as on-policy).
 
 A partial accept or an edit says which tokens the user kept, so its sample also carries
-``token_rewards``, one per completion token (``feedback_token_rewards``): the kept prefix earns the
+``token_rewards``, one per completion token (``feedback_credit``): the kept prefix earns the
 policy's accepted reward token by token, the first token the user did not keep its rejected
 reward, the rest 0. An agent's ``edit_persisted`` that sends ``kept_text`` (the code still in the
 file) says the same of its answer: the tokens that persisted earn ``reward_edit_persisted``, the
@@ -13,7 +13,8 @@ others 0. The sample's scalar ``reward`` stays the policy's for the outcome (``r
 ``reward_edited``, ``reward_edit_persisted``): the batch baseline, the silent counterfactual, the
 gate's off-policy estimate and the experiments all read that one. An edit's sample also carries its
 ``kept_text`` as tokens (``preferred_token_ids``), which the trainer's pairwise loss prefers to the
-completion when ``preference_coef`` is on.
+completion when ``preference_coef`` is on. With the policy's ``credit_retained`` on, an accept
+with a persistence report is credited by what stayed (``apps.training.retained_credit``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from apps.adapters.models import BaseModel
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
 from apps.interactions.rewards import reward_value
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
+from apps.training.retained_credit import retained_token_rewards
 from apps.training.selectors import training_events_eligible
 from learning_shared.chat import chat_prompt_ids
 from learning_shared.credit import CREDITED_OUTCOMES, EventCredit, event_credit
@@ -99,6 +101,15 @@ def feedback_credit(
     accept's or an edit's kept prefix, an ``edit_persisted``'s persisted text (``token_rewards``,
     scaled like its scalar reward by the row's weight) and an edit's kept text as tokens
     (``preferred_token_ids``). The tokenizer is loaded only for the outcomes that carry credit."""
+    if policy.credit_retained and feedback.outcome == Feedback.Outcome.ACCEPTED and completion_token_ids:
+        retained = retained_token_rewards(
+            feedback,
+            completion_token_ids=completion_token_ids,
+            tokenizer=_tokenizer(base.path),
+            reward_accepted=policy.reward_accepted,
+        )
+        if retained is not None:
+            return EventCredit(token_rewards=retained)
     if feedback.outcome not in CREDITED_OUTCOMES:
         return EventCredit()
     weight = feedback.reward_weight
@@ -193,6 +204,7 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
         events = list(
             training_events_eligible(run.adapter, parent=run.parent_version)
             .select_related("interaction")
+            .prefetch_related("interaction__persistence_reports")
             .order_by("id")[:max_events]
         )
         rows = []

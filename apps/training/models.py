@@ -40,6 +40,11 @@ class TrainingPolicy(models.Model):
     auto_experiment = models.BooleanField(
         default=False, help_text="start an A/B experiment with each candidate that passes the gate"
     )
+    credit_retained = models.BooleanField(
+        default=False,
+        help_text="credit an accepted completion token by token from its persistence reports: the tokens still "
+        "there at the latest checkpoint earn reward_accepted, the rest 0 (learning.md)",
+    )
     show_gate = models.BooleanField(
         default=True, help_text="learn a show threshold per version: completions the model is unsure of are withheld"
     )

@@ -41,9 +41,10 @@ left in the suggestion's place. Never text they did not write.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from .persistence import retained_at_last_checkpoint
 from .tasks import Population, Task
 
 Outcome = Literal["accepted", "rejected", "not_shown", "partial", "edited"]
@@ -63,6 +64,10 @@ class Decision:
     outcome: Outcome
     accepted_chars: int | None = None
     kept_text: str | None = None
+    # What of it was still there 10 minutes later (simdev.persistence): characters put in the file, kept.
+    # Derived from the above and the task, so not part of a decision's identity.
+    accepted_text_chars: int = field(default=0, compare=False)
+    retained_chars: int = field(default=0, compare=False)
 
     def feedback(self) -> dict[str, object]:
         """The fields of the feedback event beyond the interaction (the API's shape)."""
@@ -144,7 +149,16 @@ def words_taken(suggestion: str, meant: str) -> int:
 
 
 def respond(population: Population, suggestion: str, task: Task) -> Decision:
-    """What a developer of ``population`` does with ``suggestion`` at ``task`` (module docstring)."""
+    """What a developer of ``population`` does with ``suggestion`` at ``task`` (module docstring),
+    and what of it is still there at the last checkpoint (``simdev.persistence``)."""
+    decision = _respond(population, suggestion, task)
+    accepted, retained = retained_at_last_checkpoint(
+        decision.outcome, suggestion, decision.accepted_chars, task.middle(population)
+    )
+    return replace(decision, accepted_text_chars=accepted, retained_chars=retained)
+
+
+def _respond(population: Population, suggestion: str, task: Task) -> Decision:
     if population not in POPULATIONS:
         raise ValueError(f"population must be one of {POPULATIONS}, not {population!r}")
     if not is_shown(suggestion):

@@ -43,12 +43,19 @@ class Request:
     latency_s: float
     accepted_chars: int | None = None  # partial: the characters taken word by word
     kept_text: str | None = None  # edited: the text left where the suggestion went
+    accepted_text_chars: int = 0  # characters put in the file at the accept (simdev.persistence)
+    retained_chars: int = 0  # of them, still there 10 minutes later
 
     @classmethod
     def decided(cls, decision: Decision, **fields: Any) -> Request:
         """A request with what the developer did (``developers.respond``)."""
         return cls(
-            outcome=decision.outcome, accepted_chars=decision.accepted_chars, kept_text=decision.kept_text, **fields
+            outcome=decision.outcome,
+            accepted_chars=decision.accepted_chars,
+            kept_text=decision.kept_text,
+            accepted_text_chars=decision.accepted_text_chars,
+            retained_chars=decision.retained_chars,
+            **fields,
         )
 
     def decision(self) -> Decision:
@@ -82,6 +89,8 @@ class Summary:
     mean_reward: Estimate  # +0.75 accepted, -0.25 rejected, 0 not shown, +0.25 taken in part or fixed
     partial: int = 0  # shown and taken in part, word by word
     edited: int = 0  # shown, accepted and fixed
+    retained_chars_per_request: Estimate = Estimate(0.0, 0.0, 0.0, 0)  # characters still there at 10 min
+    retained_share: float = 0.0  # retained of the characters accepted (0 when none were)
 
     def __str__(self) -> str:
         return (
@@ -104,6 +113,8 @@ def summarise(requests: Sequence[Request]) -> Summary:
         mean_reward=mean_interval([r.reward for r in requests]),
         partial=sum(r.outcome == "partial" for r in requests),
         edited=sum(r.outcome == "edited" for r in requests),
+        retained_chars_per_request=mean_interval([r.retained_chars for r in requests]),
+        retained_share=sum(r.retained_chars for r in requests) / max(1, sum(r.accepted_text_chars for r in requests)),
     )
 
 

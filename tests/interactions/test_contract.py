@@ -8,6 +8,8 @@ import pytest
 from drf_spectacular.generators import SchemaGenerator
 
 from apps.interactions.apis import FeedbackInSchema, InteractionInSchema
+from apps.interactions.persistence_apis import PersistenceReportInSchema
+from apps.interactions.persistence_validation import PERSISTENCE_FIELDS
 from apps.interactions.validation import FEEDBACK_FIELDS, INTERACTION_FIELDS
 
 
@@ -18,8 +20,12 @@ def components() -> dict:
 
 @pytest.mark.parametrize(
     ("serializer", "accepted"),
-    [(InteractionInSchema, INTERACTION_FIELDS), (FeedbackInSchema, FEEDBACK_FIELDS)],
-    ids=["interactions", "feedback"],
+    [
+        (InteractionInSchema, INTERACTION_FIELDS),
+        (FeedbackInSchema, FEEDBACK_FIELDS),
+        (PersistenceReportInSchema, PERSISTENCE_FIELDS),
+    ],
+    ids=["interactions", "feedback", "persistence"],
 )
 def test_the_published_fields_are_the_fields_the_validator_accepts(components, serializer, accepted):
     assert set(serializer().fields) == set(accepted)

@@ -28,7 +28,7 @@ TOKENS = [f" t{i}" for i in range(400)]
 
 @pytest.fixture
 def starter_dir() -> str:
-    from gpu_trainer.starter import ensure_starter_model
+    from model_supply.starter import ensure_starter_model
 
     return str(ensure_starter_model("tiny"))
 

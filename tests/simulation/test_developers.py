@@ -217,3 +217,16 @@ def test_mean_interval_is_the_normal_one():
     half = 1.959963984540054 * 0.5153882032022076 / 2  # sample sd (n - 1) / sqrt(4)
     assert (estimate.low, estimate.high) == (pytest.approx(0.3125 - half), pytest.approx(0.3125 + half))
     assert math.isnan(mean_interval([0.75]).low) and math.isnan(mean_interval([]).value)
+
+
+def test_what_a_developer_keeps_ten_minutes_later_is_what_they_meant_measured_by_edit_distance():
+    rest = "total = compute_total(items, tax_rate=0.2)"
+    kept = respond("line", rest, task(rest))
+    assert (kept.accepted_text_chars, kept.retained_chars) == (len(rest), len(rest))  # right: all stays
+    fixed = respond("line", "total = compute_total(items, tax_rate=0.3)", task(rest))
+    # One character edited: it goes, and the ")" after it, a run too short to count.
+    assert (fixed.accepted_text_chars, fixed.retained_chars) == (len(rest), len(rest) - 2)
+    partial = respond("line", "total = compute(x)", task(rest))
+    assert partial.outcome == "partial" and partial.retained_chars == partial.accepted_text_chars == len("total =")
+    rejected = respond("line", "print(value)", task(rest))
+    assert (rejected.accepted_text_chars, rejected.retained_chars) == (0, 0)

@@ -24,9 +24,12 @@ USER_COLUMNS = (
     "dissatisfied",
     "sessions",
     "positive_sessions",
+    "accepted_chars",
+    "retained_chars",
 )
-# Agents' columns: zeros where the data has none (completion traffic has no sessions).
-OPTIONAL_COLUMNS = ("positive", "dissatisfied", "sessions", "positive_sessions")
+# Agents' columns and retained characters: zeros where the data has none (completion traffic has no
+# sessions; a client that sends no persistence reports has no retained characters).
+OPTIONAL_COLUMNS = ("positive", "dissatisfied", "sessions", "positive_sessions", "accepted_chars", "retained_chars")
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,6 +66,10 @@ class ArmData:
     covariates: NDArray[np.float64] | None = None
     """(users, k): each user's behaviour before their first exposure (``adjustment.history_covariates``),
     the same k columns in both arms; None: no adjustment."""
+    accepted_chars: NDArray[np.float64] | None = None
+    """Characters accepted, of the completions with a persistence report (apps.experiments.retained)."""
+    retained_chars: NDArray[np.float64] | None = None
+    """Of them, the characters still there at the latest checkpoint reported."""
 
     def __post_init__(self) -> None:
         users = np.asarray(self.requests).size
@@ -157,6 +164,21 @@ METRICS: dict[str, MetricDefinition] = {
         ),
         MetricDefinition(
             "dissatisfied_rate", "Dissatisfied follow-ups per turn", "dissatisfied", "requests", LOWER_IS_BETTER
+        ),
+        # What developers keep: from persistence reports (apps.experiments.retained).
+        MetricDefinition(
+            "retained_chars_per_request",
+            "Retained characters per request",
+            "retained_chars",
+            "requests",
+            HIGHER_IS_BETTER,
+        ),
+        MetricDefinition(
+            "retained_share",
+            "Retained share of accepted characters",
+            "retained_chars",
+            "accepted_chars",
+            HIGHER_IS_BETTER,
         ),
     )
 }

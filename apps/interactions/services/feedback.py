@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from django.db import connection, transaction
 from django.db.models.functions import Length
@@ -84,7 +84,7 @@ def feedback_ingest(tenant: Tenant, *, items: Sequence[Any], served_by: str | No
         except ItemError as exc:
             results[index] = ItemResult(index=index, status="rejected", error=exc.as_dict())
     if served_by is not None:
-        valid = _served_by_only(tenant, valid, results, prefix=served_by)
+        valid = served_by_only(tenant, valid, results, prefix=served_by)
     if valid:
         # One item is one upsert, atomic by itself: no BEGIN and COMMIT round trips for it.
         with transaction.atomic() if len(valid) > 1 else nullcontext():
@@ -171,9 +171,20 @@ def _feedback_store(
             training_check_on_commit(tenant.pk)
 
 
-def _served_by_only(
-    tenant: Tenant, valid: list[tuple[int, FeedbackIn]], results: list[ItemResult | None], *, prefix: str
-) -> list[tuple[int, FeedbackIn]]:
+class NamesAnInteraction(Protocol):
+    """An item that names an interaction: feedback, or a persistence report (never a session)."""
+
+    interaction_id: uuid.UUID | None
+    client_id: str | None
+    conversation_id: str | None
+
+
+Item = TypeVar("Item", bound=NamesAnInteraction)
+
+
+def served_by_only(
+    tenant: Tenant, valid: list[tuple[int, Item]], results: list[ItemResult | None], *, prefix: str
+) -> list[tuple[int, Item]]:
     """The items that name an interaction the key ``prefix`` served; the others rejected as not found."""
     ids = {item.interaction_id for _, item in valid if item.interaction_id is not None}
     client_ids = {item.client_id for _, item in valid if item.interaction_id is None and item.client_id is not None}
@@ -184,7 +195,7 @@ def _served_by_only(
         if client_ids
         else set()
     )
-    kept: list[tuple[int, FeedbackIn]] = []
+    kept: list[tuple[int, Item]] = []
     for index, item in valid:
         if item.conversation_id is not None:
             field, named = "conversation_id", item.conversation_id

@@ -22,6 +22,7 @@ from apps.interactions.rows import interactions_bulk_insert, interactions_copy, 
 from apps.interactions.services.batches import ItemResult, batch_check_size
 from apps.interactions.services.feedback import training_check_on_commit
 from apps.interactions.services.pending import feedback_attach_pending
+from apps.interactions.services.persistence import persistence_attach_pending
 from apps.interactions.sessions import conversation_outcomes_apply
 from apps.interactions.validation import InteractionIn, interaction_validate
 from apps.tenants.models import Tenant
@@ -167,6 +168,7 @@ def _interactions_store(
             if result is not None and result.status == "created" and stored[result.client_id] != uuid.UUID(result.id):
                 result.status, result.id = "duplicate", str(stored[result.client_id])  # lost a race: theirs is kept
     feedback_attach_pending(tenant, client_ids=list(new_ids))
+    persistence_attach_pending(tenant, client_ids=list(new_ids))
     conversations = {item.conversation_id for _, item in new if item.conversation_id}
     if conversations:
         if conversation_outcomes_apply(tenant, conversation_ids=conversations, now=now):

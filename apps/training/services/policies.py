@@ -27,6 +27,7 @@ POLICY_FIELDS = {
     "heldout_fraction": float,
     **dict.fromkeys(REWARD_FIELDS.values(), float),
     "auto_experiment": bool,
+    "credit_retained": bool,
     "show_gate": bool,
     "show_gate_recall": float,
     "show_gate_explore": float,

@@ -31,6 +31,8 @@ from strop._exceptions import (
 from strop._experiment_types import Assignment, Experiment, Snapshot
 from strop._literals import Metric, Outcome, Scope
 from strop._management_types import ApiKey, AuditEvent, EndUser, Health, Model, Tenant
+from strop._persistence import PersistenceTracker
+from strop._persistence_types import PersistenceResult
 from strop._streaming import ChatCompletionStream, CompletionStream
 from strop._types import (
     BatchResult,
@@ -97,6 +99,8 @@ __all__ = [
     "NotFoundError",
     "Outcome",
     "Page",
+    "PersistenceResult",
+    "PersistenceTracker",
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "RateLimitError",

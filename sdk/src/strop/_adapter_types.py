@@ -79,6 +79,7 @@ class TrainingPolicy:
     reward_follow_up_dissatisfied: float | None
     reward_tool_call_failed: float | None
     auto_experiment: bool | None
+    credit_retained: bool | None
     show_gate: bool | None
     show_gate_recall: float | None
     show_gate_explore: float | None

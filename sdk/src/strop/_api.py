@@ -16,6 +16,7 @@ from strop._chat_types import ChatCompletion
 from strop._core import Call, encode_json, read_json, without_none
 from strop._literals import Outcome
 from strop._management_types import EndUser, Health, Model
+from strop._persistence_types import PersistenceResult
 from strop._types import (
     BatchResult,
     Completion,
@@ -280,6 +281,48 @@ def feedback_send_encoded(encoded_items: Sequence[bytes]) -> Call[BatchResult]:
         parse=lambda r: BatchResult.from_json(read_json(r)),
         content=batch_content(encoded_items),
     )
+
+
+# ---- persistence reports ----
+
+
+def persistence_item(
+    *,
+    checkpoint_s: int,
+    interaction_id: str | None = None,
+    client_id: str | None = None,
+    text: str | None = None,
+    retained_ratio: float | None = None,
+    accepted_chars: int | None = None,
+    occurred_at: datetime | str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What is left of an accepted completion ``checkpoint_s`` seconds after the accept: ``text``
+    (what is at the insertion point now, or the document) or ``retained_ratio`` (a share measured by
+    the caller). Name the interaction by exactly one of ``interaction_id`` or ``client_id``."""
+    return without_none(
+        interaction_id=None if interaction_id is None else str(interaction_id),
+        client_id=client_id,
+        checkpoint_s=checkpoint_s,
+        text=text,
+        retained_ratio=retained_ratio,
+        accepted_chars=accepted_chars,
+        occurred_at=occurred_at,
+        metadata=None if metadata is None else dict(metadata),
+    )
+
+
+def persistence_send(item: Mapping[str, Any]) -> Call[PersistenceResult]:
+    return Call(
+        "POST",
+        "/v1/feedback/persistence",
+        parse=lambda r: PersistenceResult.from_json(read_json(r)),
+        body=dict(item),
+    )
+
+
+def persistence_send_batch(items: Iterable[Mapping[str, Any]]) -> Call[BatchResult]:
+    return _batch("/v1/feedback/persistence", items)
 
 
 # ---- cohorts ----

@@ -36,6 +36,8 @@ Metric = Literal[
     "error_rate",
     "positive_rate",
     "positive_session_rate",
+    "retained_chars_per_request",
+    "retained_share",
     "reward_per_request",
     "slow_request_share",
     "suggestion_rate",

@@ -16,6 +16,7 @@ from strop._batch_core import BatcherOptions
 from strop._batcher import FeedbackBatcher
 from strop._literals import Outcome
 from strop._management_types import EndUser, Health, Model
+from strop._persistence_types import PersistenceResult
 from strop._types import BatchResult, EditorOutcome, Interaction, ItemResult, Page
 
 if TYPE_CHECKING:
@@ -161,6 +162,38 @@ class Feedback(APIResource):
     def send_batch(self, items: Iterable[Mapping[str, Any]]) -> BatchResult:
         """Record up to 1000 events (dicts with ``send``'s fields) in one call; one verdict each."""
         return self._client._run(_api.feedback_send_batch(items))
+
+    def persistence(
+        self,
+        *,
+        checkpoint_s: int,
+        interaction_id: str | None = None,
+        client_id: str | None = None,
+        text: str | None = None,
+        retained_ratio: float | None = None,
+        accepted_chars: int | None = None,
+        occurred_at: datetime | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> PersistenceResult:
+        """Report what is left of an accepted completion ``checkpoint_s`` seconds after the accept:
+        ``text`` (at the insertion point now, or the document) or ``retained_ratio`` (your own
+        measure, 0 to 1). Strop measures ``retained_chars`` by edit distance; a report sent twice
+        counts once, the latest ``occurred_at`` wins. ``PersistenceTracker`` sends these for you."""
+        item = _api.persistence_item(
+            checkpoint_s=checkpoint_s,
+            interaction_id=interaction_id,
+            client_id=client_id,
+            text=text,
+            retained_ratio=retained_ratio,
+            accepted_chars=accepted_chars,
+            occurred_at=occurred_at,
+            metadata=metadata,
+        )
+        return self._client._run(_api.persistence_send(item))
+
+    def persistence_batch(self, items: Iterable[Mapping[str, Any]]) -> BatchResult:
+        """Up to 1000 persistence reports (dicts with ``persistence``'s fields) in one call."""
+        return self._client._run(_api.persistence_send_batch(items))
 
     def enqueue(
         self,
