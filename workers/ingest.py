@@ -9,3 +9,11 @@ def feedback_attach_pending_all() -> int:
     from apps.interactions.services import feedback_attach_pending_all as attach
 
     return attach()
+
+
+@shared_task(name="workers.ingest.rollups_refresh_all", acks_late=True, expires=30)
+def rollups_refresh_all() -> int:
+    """Recompute the hours whose interactions or feedback changed (idempotent: marks are consumed)."""
+    from apps.interactions.rollups import rollups_refresh_all as refresh
+
+    return refresh()
