@@ -60,15 +60,16 @@ def conversation_outcomes_apply(tenant: Tenant, *, conversation_ids: Iterable[st
 
 def _spread(tenant: Tenant, outcome: ConversationOutcome, *, now: datetime) -> int:
     turns = list(
-        Interaction.objects.filter(
-            tenant=tenant, conversation_id=outcome.conversation_id, turn__isnull=False
-        ).values_list("id", "turn")
+        Interaction.objects.filter(tenant=tenant, conversation_id=outcome.conversation_id, turn__isnull=False)
+        .values_list("id", "turn")
     )
     if not turns:
         return 0
     existing = {
         f.interaction_id: f
-        for f in Feedback.objects.select_for_update().filter(tenant=tenant, interaction_id__in=[pk for pk, _ in turns])
+        for f in Feedback.objects.select_for_update().filter(
+            tenant=tenant, interaction_id__in=[pk for pk, _ in turns]
+        )
     }
     spread = 0
     for interaction_id, turn in turns:

@@ -174,18 +174,8 @@ def interaction_validate(item: Any) -> InteractionIn:
 
 
 FEEDBACK_FIELDS = frozenset(
-    {
-        "interaction_id",
-        "client_id",
-        "conversation_id",
-        "turn",
-        "discount",
-        "outcome",
-        "kept_text",
-        "accepted_chars",
-        "occurred_at",
-        "metadata",
-    }
+    {"interaction_id", "client_id", "conversation_id", "turn", "discount", "outcome", "kept_text", "accepted_chars",
+     "occurred_at", "metadata"}
 )
 OUTCOMES = frozenset(choice.value for choice in Feedback.Outcome)
 # The outcomes that name one completion's text: never a session outcome.
