@@ -81,6 +81,8 @@ class Interaction(models.Model):
         ]
         indexes = [
             models.Index(fields=["tenant", "received_at"]),
+            # Rollups recompute hours by served_at; the interactions list walks it newest first.
+            models.Index(fields=["tenant", "served_at", "id"], name="interaction_tenant_served"),
             models.Index(fields=["tenant", "end_user_id"]),
             models.Index(fields=["experiment", "end_user_id"]),
             models.Index(
