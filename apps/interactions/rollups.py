@@ -42,6 +42,8 @@ KEY_FIELDS = ("adapter_id", "model_name", "adapter_version_id", "experiment_id",
 _SUMS = ("requests", "suggestions", "reward_weight", "latency_count", "latency_sum_ms")
 # How many hours one aggregation reads at most (the rebuild walks history in such slices).
 HOURS_PER_PASS = 24 * 7
+# More separate ranges of marked hours than this, and one refresh recomputes the span they cover.
+MAX_RANGES = 24
 
 
 def _lock(tenant_id: int) -> None:
@@ -118,20 +120,21 @@ def _hour(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
-def _ranges(hours: list[datetime]) -> Q:
-    """``served_at`` within the hours, contiguous hours merged into one range."""
-    q, start, previous = Q(), None, None
+def _ranges(hours: list[datetime]) -> list[tuple[datetime, datetime]]:
+    """The (sorted) hours as [start, end) ranges, contiguous hours merged into one."""
+    ranges: list[tuple[datetime, datetime]] = []
     for hour in hours:
-        if start is None:
-            start = previous = hour
-        elif previous is not None and hour == previous + timedelta(hours=1):
-            previous = hour
+        if ranges and ranges[-1][1] == hour:
+            ranges[-1] = (ranges[-1][0], hour + timedelta(hours=1))
         else:
-            assert previous is not None
-            q |= Q(served_at__gte=start, served_at__lt=previous + timedelta(hours=1))
-            start = previous = hour
-    if start is not None and previous is not None:
-        q |= Q(served_at__gte=start, served_at__lt=previous + timedelta(hours=1))
+            ranges.append((hour, hour + timedelta(hours=1)))
+    return ranges
+
+
+def _served_within(ranges: list[tuple[datetime, datetime]]) -> Q:
+    q = Q()
+    for start, end in ranges:
+        q |= Q(served_at__gte=start, served_at__lt=end)
     return q
 
 
@@ -151,13 +154,21 @@ def _latency_counts() -> dict[str, Count]:
 def _recompute(tenant_id: int, hours: list[datetime]) -> None:
     if not hours:
         return
-    InteractionRollup.objects.filter(
-        tenant_id=tenant_id, period=InteractionRollup.Period.HOUR, bucket_start__in=hours
-    ).delete()
+    ranges = _ranges(hours)
+    hourly = InteractionRollup.objects.filter(tenant_id=tenant_id, period=InteractionRollup.Period.HOUR)
+    if len(ranges) > MAX_RANGES:
+        # Scattered hours (a bulk load, a backfill): recompute the span they cover in one pass. An hour
+        # recomputed without a mark comes out exact all the same; only the cost is extra.
+        span = int((hours[-1] - hours[0]).total_seconds()) // 3600 + 1
+        hours = [hours[0] + timedelta(hours=n) for n in range(span)]
+        ranges = _ranges(hours)
+        hourly.filter(bucket_start__gte=hours[0], bucket_start__lte=hours[-1]).delete()
+    else:
+        hourly.filter(bucket_start__in=hours).delete()
     latency = _latency_counts()
     rows = (
         Interaction.objects.filter(tenant_id=tenant_id)
-        .filter(_ranges(hours))
+        .filter(_served_within(ranges))
         .annotate(
             bucket=TruncHour("served_at", tzinfo=UTC),
             name=Case(When(adapter__isnull=True, then=F("model_name")), default=Value("")),
@@ -205,16 +216,19 @@ def _days_rebuild(tenant_id: int, days: Iterable[datetime]) -> None:
     InteractionRollup.objects.filter(
         tenant_id=tenant_id, period=InteractionRollup.Period.DAY, bucket_start__in=days
     ).delete()
-    day_ranges = Q()
-    for day in days:
-        day_ranges |= Q(bucket_start__gte=day, bucket_start__lt=day + timedelta(days=1))
+    wanted = set(days)
     totals: dict[tuple, InteractionRollup] = {}
     buckets: dict[tuple, list[int]] = defaultdict(lambda: [0] * (len(LATENCY_BOUNDS_MS) + 1))
-    hourly = InteractionRollup.objects.filter(tenant_id=tenant_id, period=InteractionRollup.Period.HOUR).filter(
-        day_ranges
+    hourly = InteractionRollup.objects.filter(
+        tenant_id=tenant_id,
+        period=InteractionRollup.Period.HOUR,
+        bucket_start__gte=days[0],
+        bucket_start__lt=days[-1] + timedelta(days=1),
     )
     for row in hourly:
         day = row.bucket_start.astimezone(UTC).replace(hour=0)
+        if day not in wanted:
+            continue
         key = (day, *(getattr(row, name) for name in KEY_FIELDS))
         total = totals.get(key)
         if total is None:
