@@ -17,7 +17,7 @@ MAKE_STARTED := $(shell date +%s)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: venv assets browser services test test-hosts demo up starter vllm lint lint-imports bench-ingest bench-serving bench-capacity bench-trainer bench-freshness bench-experiments bench-dashboard bench-learning bench-agent-learning vllm-env clean
+.PHONY: venv assets browser services test test-hosts demo up starter vllm lint lint-imports bench-ingest bench-serving bench-capacity bench-trainer bench-freshness bench-experiments bench-dashboard bench-data bench-learning bench-agent-learning vllm-env clean
 
 venv: $(STAMP)
 
@@ -88,6 +88,10 @@ bench-experiments: venv services
 
 bench-dashboard: venv services
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/dashboard.py $(BENCH_ARGS)
+
+# A year of data (docs/performance.md): BENCH_ARGS="--interactions 10000000" for the issue's full size.
+bench-data: venv services
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/data.py $(BENCH_ARGS)
 
 bench-freshness: venv services
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) benchmarks/freshness.py

@@ -193,7 +193,12 @@ CELERY_BEAT_SCHEDULER = "workers.beat:SingleBeatScheduler"
 STROP_READY_TIMEOUT_S = float(os.environ.get("STROP_READY_TIMEOUT_S", "2"))
 # ... and each API process answers it from its last check for this many seconds (0: check every call).
 STROP_READY_CACHE_S = float(os.environ.get("STROP_READY_CACHE_S", "5"))
+# Retention: the most days a tenant may keep interactions (0: no maximum); a tenant's own setting is
+# bounded by it, and a tenant without one keeps this many (apps.interactions.retention).
+STROP_RETENTION_MAX_DAYS = env_int("STROP_RETENTION_MAX_DAYS", 0)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "rollups-refresh": {"task": "workers.ingest.rollups_refresh_all", "schedule": 5.0},
+    "retention-prune": {"task": "workers.ingest.retention_prune_all", "schedule": 3600.0},
     "attach-pending-feedback": {"task": "workers.ingest.feedback_attach_pending_all", "schedule": 60.0},
     "training-schedule": {"task": "workers.training.training_schedule_all", "schedule": 15.0},
     "training-reap-stale": {"task": "workers.training.training_reap_stale", "schedule": 20.0},

@@ -11,3 +11,19 @@ def feedback_attach_pending_all() -> int:
     from apps.interactions.services import persistence_attach_pending_all
 
     return attach() + persistence_attach_pending_all()
+
+
+@shared_task(name="workers.ingest.rollups_refresh_all", acks_late=True, expires=30)
+def rollups_refresh_all() -> int:
+    """Recompute the hours whose interactions or feedback changed (idempotent: marks are consumed)."""
+    from apps.interactions.rollups import rollups_refresh_all as refresh
+
+    return refresh()
+
+
+@shared_task(name="workers.ingest.retention_prune_all", acks_late=True, expires=3600)
+def retention_prune_all() -> int:
+    """Delete what every tenant's retention says is too old (idempotent: a rerun finds less)."""
+    from apps.privacy.retention import retention_prune_all as prune
+
+    return sum(sum(report.deleted.values()) for report in prune().values())

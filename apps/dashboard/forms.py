@@ -86,6 +86,14 @@ class TenantSettingsForm(forms.Form):
         label="Keep early feedback",
         help_text="Keep feedback that arrives before its interaction, and attach it when it comes.",
     )
+    retention_days = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Keep interactions for (days)",
+        help_text="Older interactions and their feedback are deleted within the hour, except what a running "
+        "experiment, a training window or a live version's erase report needs; the charts keep their history. "
+        "Empty: the operator's maximum, or forever.",
+    )
 
 
 OUTCOME_CHOICES = [("", "Any outcome"), *Feedback.Outcome.choices, (NO_FEEDBACK, "No feedback yet")]

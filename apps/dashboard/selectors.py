@@ -5,6 +5,7 @@ filtered interaction and audit listings. Tenant-owned objects are resolved throu
 from __future__ import annotations
 
 import math
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -123,7 +124,8 @@ class InteractionFilters:
 
 
 def interaction_search(tenant: Tenant, *, filters: InteractionFilters) -> QuerySet[Interaction]:
-    """Newest first, with the version and the feedback outcome joined in; the large columns
+    """Newest first by when it was served (the ``(tenant, served_at)`` index, walked by keyset pages: see
+    :func:`interaction_page`), with the version and the feedback outcome joined in; the large columns
     (prompt, token ids, logprobs) stay in the database until one interaction is opened."""
     qs = (
         Interaction.objects.filter(tenant=tenant)
@@ -157,6 +159,42 @@ def interaction_search(tenant: Tenant, *, filters: InteractionFilters) -> QueryS
     if filters.until is not None:
         qs = qs.filter(served_at__lte=filters.until)
     return qs
+
+
+@dataclass(frozen=True)
+class InteractionPage:
+    """One keyset page: no count, no offset, so the hundredth page costs what the first does."""
+
+    object_list: list[Interaction]
+    older: str | None  # the cursor of the next (older) page, None on the last
+    first: bool
+
+
+def _cursor(interaction: Interaction) -> str:
+    return f"{interaction.served_at.isoformat()}~{interaction.pk}"
+
+
+def interaction_page(qs: QuerySet[Interaction], *, after: str | None, per_page: int) -> InteractionPage:
+    """The ``per_page`` interactions of ``qs`` (ordered newest served first) older than the cursor
+    ``after`` (a page's ``older``); an unreadable cursor gives the first page."""
+    position = _cursor_parse(after)
+    if position is not None:
+        served_at, pk = position
+        qs = qs.filter(Q(served_at__lt=served_at) | Q(served_at=served_at, id__lt=pk))
+    rows = list(qs[: per_page + 1])
+    older = _cursor(rows[per_page - 1]) if len(rows) > per_page else None
+    return InteractionPage(object_list=rows[:per_page], older=older, first=position is None)
+
+
+def _cursor_parse(after: str | None) -> tuple[datetime, uuid.UUID] | None:
+    if not after or "~" not in after:
+        return None
+    moment, _, pk = after.rpartition("~")
+    try:
+        served_at = datetime.fromisoformat(moment)
+        return (served_at, uuid.UUID(pk)) if served_at.tzinfo is not None else None
+    except ValueError:
+        return None
 
 
 def version_choices(tenant: Tenant) -> list[tuple[int, str]]:

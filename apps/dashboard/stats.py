@@ -11,6 +11,13 @@ Definitions, stated once here and on the overview page:
 * **mean reward per request** = the adapter's TrainingPolicy reward of each labelled request
   (``apps.interactions.rewards``), averaged over labelled requests: those without feedback yet are
   worth 0 and are not in the denominator.
+
+Where the figures come from: hours and days read the rollups (``apps.interactions.rollups``), never
+raw rows, so a page costs the same after a year as after a day; beat refreshes them every few seconds
+(a page shows hours as of that refresh, never recomputes them itself). Only the last hour and the
+per-minute arrivals read raw rows, by the ``received_at`` / ``updated_at`` indexes: what arrived in
+the last hour (an interaction served then arrived then too; a client clock far ahead is the
+exception), bounded by a tenant's rate, not by its history.
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ from django.db.models.functions import Trunc, TruncMinute
 from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion
-from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
-from apps.interactions.rewards import reward_expression
+from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction, InteractionRollup
+from apps.interactions.rewards import reward_expression, reward_value
 from apps.tenants.models import AuditEvent
 from apps.training.models import ACTIVE_STATUSES, TrainingPolicy, TrainingRun
 from apps.training.selectors import feedback_belongs_to_adapter, interaction_belongs_to_adapter
@@ -87,6 +94,40 @@ class Rates:
 
 
 _COUNT_NAMES = ("requests", "suggestions", "shown", "accepted", "labelled", "reward_sum")
+
+
+def _rollup_rates(
+    adapter: Adapter, *, policy: TrainingPolicy, period: str, since: datetime, until: datetime
+) -> dict[datetime, Rates]:
+    """Rates per rollup bucket of ``period`` starting in [since, until], the adapter's rows only."""
+    rows = (
+        InteractionRollup.objects.filter(
+            tenant_id=adapter.tenant_id, period=period, bucket_start__gte=since, bucket_start__lte=until
+        )
+        .filter(interaction_belongs_to_adapter(adapter))
+        .values("bucket_start", "outcome")
+        .annotate(n=Sum("requests"), suggested=Sum("suggestions"), weight=Sum("reward_weight"))
+        .order_by()
+    )
+    table = policy.reward_table()
+    counts: dict[datetime, dict[str, float]] = {}
+    for row in rows:
+        c = counts.setdefault(row["bucket_start"], dict.fromkeys(_COUNT_NAMES, 0))
+        outcome = row["outcome"] or None
+        c["requests"] += row["n"]
+        c["suggestions"] += row["suggested"]
+        if outcome in SHOWN_OUTCOMES:
+            c["shown"] += row["suggested"]
+        if outcome == Outcome.ACCEPTED:
+            c["accepted"] += row["suggested"]
+        if outcome is not None:
+            c["labelled"] += row["n"]
+            c["reward_sum"] += reward_value(table, outcome=outcome, weight=row["weight"])
+    return {start: Rates(**c) for start, c in counts.items()}  # type: ignore[arg-type]
+
+
+def _rates_sum(rates: list[Rates]) -> Rates:
+    return Rates(**{name: sum(getattr(r, name) for r in rates) for name in _COUNT_NAMES})
 
 
 def adapter_interactions(adapter: Adapter) -> QuerySet[Interaction]:
@@ -151,15 +192,18 @@ def adapter_timeseries(
     time_range = TIME_RANGES.get(range_key, TIME_RANGES[DEFAULT_RANGE])
     until = now or timezone.now()
     first = _floor(until - time_range.span, time_range.bucket) + time_range.step
-    rows = (
-        adapter_interactions(adapter)
-        .filter(served_at__gte=first, served_at__lte=until)
-        .annotate(bucket=Trunc("served_at", time_range.bucket, tzinfo=UTC))
-        .values("bucket")
-        .annotate(**_rate_aggregates(policy))
-        .order_by("bucket")
-    )
-    by_start = {row["bucket"]: Rates.from_row(row) for row in rows}
+    if time_range.bucket == "minute":  # the last hour's arrivals, by the received_at index
+        rows = (
+            adapter_interactions(adapter)
+            .filter(received_at__gte=first, served_at__gte=first, served_at__lte=until)
+            .annotate(bucket=Trunc("served_at", time_range.bucket, tzinfo=UTC))
+            .values("bucket")
+            .annotate(**_rate_aggregates(policy))
+            .order_by("bucket")
+        )
+        by_start = {row["bucket"]: Rates.from_row(row) for row in rows}
+    else:
+        by_start = _rollup_rates(adapter, policy=policy, period=time_range.bucket, since=first, until=until)
     buckets, start = [], first
     while start <= until:
         buckets.append(Bucket(start=start, rates=by_start.get(start, Rates())))
@@ -231,20 +275,27 @@ RECENT_MINUTES = 5
 
 def adapter_live_numbers(adapter: Adapter, *, policy: TrainingPolicy, now: datetime | None = None) -> LiveNumbers:
     now = now or timezone.now()
-    hour_ago, day_ago = now - timedelta(hours=1), now - timedelta(days=1)
-    row = (
-        adapter_interactions(adapter)
-        .filter(served_at__gte=day_ago, served_at__lte=now)
-        .aggregate(
-            **_rate_aggregates(policy, prefix="day_"),
-            **_rate_aggregates(policy, within=Q(served_at__gte=hour_ago), prefix="hour_"),
-        )
-    )
-    # Per-minute arrivals over the last half hour: interactions as received, feedback as last updated.
+    hour_ago = now - timedelta(hours=1)
+    # One pass over the last hour's arrivals (raw, by the received_at index): the last hour's rates
+    # and the interactions per minute of the sparkline. The last day: its 24 hourly rollups.
     first_minute = _floor(now, "minute") - timedelta(minutes=SPARK_MINUTES - 1)
-    interactions = _per_minute(
-        adapter_interactions(adapter).filter(received_at__gte=first_minute), "received_at", first_minute
+    served_last_hour = Q(served_at__gte=hour_ago, served_at__lte=now)
+    per_minute = list(
+        adapter_interactions(adapter)
+        .filter(received_at__gte=min(hour_ago, first_minute))
+        .annotate(minute=TruncMinute("received_at", tzinfo=UTC))
+        .values("minute")
+        .annotate(arrived=Count("id"), **_rate_aggregates(policy, within=served_last_hour))
+        .order_by()
     )
+    last_hour = _rates_sum([Rates.from_row(row) for row in per_minute])
+    arrivals = {row["minute"]: row["arrived"] for row in per_minute}
+    interactions = [arrivals.get(first_minute + timedelta(minutes=i), 0) for i in range(SPARK_MINUTES)]
+    first_hour = _floor(now, "hour") - timedelta(hours=23)
+    last_day = _rates_sum(
+        list(_rollup_rates(adapter, policy=policy, period="hour", since=first_hour, until=now).values())
+    )
+    # Feedback arrivals per minute over the last half hour, as last updated.
     feedback = _per_minute(
         Feedback.objects.filter(
             tenant_id=adapter.tenant_id, interaction__isnull=False, updated_at__gte=first_minute
@@ -253,8 +304,8 @@ def adapter_live_numbers(adapter: Adapter, *, policy: TrainingPolicy, now: datet
         first_minute,
     )
     return LiveNumbers(
-        last_hour=Rates.from_row(row, "hour_"),
-        last_day=Rates.from_row(row, "day_"),
+        last_hour=last_hour,
+        last_day=last_day,
         interactions_per_minute=interactions,
         feedback_per_minute=feedback,
         minutes=SPARK_MINUTES,

@@ -81,6 +81,8 @@ class Interaction(models.Model):
         ]
         indexes = [
             models.Index(fields=["tenant", "received_at"]),
+            # Rollups recompute hours by served_at; the interactions list walks it newest first.
+            models.Index(fields=["tenant", "served_at", "id"], name="interaction_tenant_served"),
             models.Index(fields=["tenant", "end_user_id"]),
             models.Index(fields=["experiment", "end_user_id"]),
             models.Index(
@@ -162,6 +164,8 @@ class Feedback(models.Model):
                 name="feedback_names_an_interaction",
             ),
         ]
+        # The overview's feedback arrivals per minute read the last half hour of this index.
+        indexes = [models.Index(fields=["tenant", "updated_at"], name="feedback_tenant_updated")]
 
 
 # The outcomes that say the user saw the suggestion (accept rate of shown = accepted / these). A partial
@@ -291,3 +295,64 @@ class ServingFailure(models.Model):
             models.Index(fields=["tenant", "occurred_at"], name="serving_ser_tenant__803cf5_idx"),
             models.Index(fields=["experiment", "end_user_id"], name="serving_ser_experim_7843ec_idx"),
         ]
+
+
+# Latency histogram of a rollup: the upper bounds (ms) of its buckets; the last bucket has none.
+LATENCY_BOUNDS_MS = (50, 100, 200, 500, 1000, 2000, 5000)
+
+
+class InteractionRollup(models.Model):
+    """Interactions of one hour (or day) of one tenant, counted per adapter, version, experiment arm
+    and feedback outcome: what the dashboard's pages read instead of raw rows.
+
+    A row is per outcome (``""``: no feedback yet), so every figure is a sum over rows: shown,
+    accepted, partial and edited are the ``suggestions`` of those outcomes, and the reward is the
+    outcome's reward times ``reward_weight`` (read with the adapter's reward table of the moment,
+    never stored: a policy change re-prices history as the raw rows would). ``model_name`` is kept
+    only where ``adapter`` is empty, as the attribution rule needs (``interaction_belongs_to_adapter``
+    filters these rows as it filters interactions). Maintained by ``apps.interactions.rollups``."""
+
+    class Period(models.TextChoices):
+        HOUR = "hour"
+        DAY = "day"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    period = models.CharField(max_length=8, choices=Period.choices)
+    bucket_start = models.DateTimeField(help_text="the hour (or day, UTC) the interactions were served in")
+    adapter = models.ForeignKey(
+        "adapters.Adapter", null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_constraint=False
+    )
+    model_name = models.CharField(max_length=200, blank=True)
+    adapter_version = models.ForeignKey(
+        "adapters.AdapterVersion",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_constraint=False,
+    )
+    experiment_id = models.BigIntegerField(null=True, blank=True)
+    experiment_arm = models.CharField(max_length=64, blank=True)
+    outcome = models.CharField(max_length=32, blank=True, help_text="the feedback's outcome; empty: none yet")
+    requests = models.PositiveIntegerField(default=0)
+    suggestions = models.PositiveIntegerField(default=0, help_text="requests whose completion is not empty")
+    reward_weight = models.FloatField(default=0.0, help_text="the sum of the feedback rows' reward weights")
+    latency_count = models.PositiveIntegerField(default=0)
+    latency_sum_ms = models.FloatField(default=0.0)
+    latency_buckets = models.JSONField(default=list, help_text="counts per LATENCY_BOUNDS_MS bucket, then above")
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "period", "bucket_start"])]
+
+
+class RollupDirty(models.Model):
+    """An hour of a tenant whose rollups must be recomputed: written by database triggers on every
+    change to interactions and feedback (whatever code path makes it), consumed by
+    ``apps.interactions.rollups.rollups_refresh``. No foreign key: a tenant's deletion cascades
+    through interactions, whose triggers write marks as the tenant goes."""
+
+    tenant_id = models.BigIntegerField()
+    hour = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant_id", "id"])]

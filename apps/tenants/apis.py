@@ -23,6 +23,7 @@ class TenantOut(serializers.ModelSerializer):
             "default_opt_in",
             "experiment_auto_promote",
             "experiment_auto_rollback",
+            "retention_days",
             "created_at",
         ]
 
@@ -32,6 +33,13 @@ class TenantSettingsIn(StrictSerializer):
     experiment_auto_promote = serializers.BooleanField(required=False)
     experiment_auto_rollback = serializers.BooleanField(required=False)
     accept_pending_feedback = serializers.BooleanField(required=False)
+    retention_days = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        help_text="delete interactions and feedback older than this many days (null: the operator's maximum, "
+        "STROP_RETENTION_MAX_DAYS, or forever); at most that maximum. Rollups (the charts) are kept",
+    )
 
 
 class ApiKeyOut(serializers.ModelSerializer):

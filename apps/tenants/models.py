@@ -18,6 +18,12 @@ class Tenant(models.Model):
         default=True,
         help_text="Keep feedback that names a client id not seen yet, and attach it when the interaction arrives.",
     )
+    retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Delete interactions and their feedback older than this many days (empty: the operator's "
+        "maximum, STROP_RETENTION_MAX_DAYS, or forever without one). Rollups, and so the charts, are kept.",
+    )
     default_opt_in = models.BooleanField(
         default=False,
         help_text="consent of an end user Strop sees for the first time without an opted_in flag "

@@ -3,6 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
@@ -64,16 +65,35 @@ def _validated_scopes(scopes: list[str]) -> list[str]:
     return [scope for scope in ALL_SCOPES if scope in scopes]
 
 
-TENANT_SETTINGS = ("default_opt_in", "experiment_auto_promote", "experiment_auto_rollback", "accept_pending_feedback")
+TENANT_SETTINGS = (
+    "default_opt_in",
+    "experiment_auto_promote",
+    "experiment_auto_rollback",
+    "accept_pending_feedback",
+    "retention_days",
+)
+
+
+def _retention_days_check(value: Any) -> None:
+    """Whole days, at least 1, at most the operator's maximum; null: the maximum (or forever)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationFailed("retention_days: a whole number of days, at least 1 (or null)")
+    most = int(settings.STROP_RETENTION_MAX_DAYS)
+    if most and value > most:
+        raise ValidationFailed(f"retention_days: at most {most} (the operator's maximum, STROP_RETENTION_MAX_DAYS)")
 
 
 @transaction.atomic
 def tenant_settings_update(tenant: Tenant, *, actor: str, changes: dict[str, Any]) -> Tenant:
-    """Change the tenant's own settings (all true/false), audited with before and after."""
+    """Change the tenant's own settings (true/false; retention in days), audited with before and after."""
     for name, value in changes.items():
         if name not in TENANT_SETTINGS:
             raise ValidationFailed(f"{name}: not a tenant setting ({', '.join(TENANT_SETTINGS)})", code="unknown_field")
-        if not isinstance(value, bool):
+        if name == "retention_days":
+            _retention_days_check(value)
+        elif not isinstance(value, bool):
             raise ValidationFailed(f"{name}: must be true or false")
     before = {name: getattr(tenant, name) for name in changes}
     for name, value in changes.items():

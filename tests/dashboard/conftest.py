@@ -78,6 +78,7 @@ def log_events(
 ) -> list[str]:
     """Log one interaction per outcome (None: no feedback) through the ingest services; ids returned."""
     from apps.interactions.models import Interaction
+    from apps.interactions.rollups import rollups_refresh
     from apps.interactions.services import feedback_ingest, interactions_ingest
 
     served_at = (timezone.now() - timedelta(minutes=minutes_ago)).isoformat()
@@ -108,6 +109,7 @@ def log_events(
     ]
     if feedback:
         feedback_ingest(tenant, items=feedback)
+    rollups_refresh(tenant.pk)  # what beat does every few seconds: the pages read rollups
     return ids
 
 

@@ -197,13 +197,19 @@ def test_interaction_filters(login, world):
     assert "No interaction matches" in client.get(url, {"user": "nobody"}).content.decode()
 
 
-def test_interactions_are_paginated(login, world):
+def test_interactions_are_paginated_by_keyset_each_once_newest_first(login, world):
     log_events(world.a, outcomes=[None] * 60, minutes_ago=30)
     client = login(world.users["viewer"])
     first = client.get(url_for("interactions", world))
-    assert len(first.context["page"].object_list) == 50 and "Page 1 of 2" in first.content.decode()
-    second = client.get(url_for("interactions", world), {"page": 2})
-    assert len(second.context["page"].object_list) == 15
+    assert len(first.context["page"].object_list) == 50 and "Older →" in first.content.decode()
+    second = client.get(url_for("interactions", world), {"after": first.context["page"].older})
+    assert len(second.context["page"].object_list) == 15 and second.context["page"].older is None
+    seen = [i.pk for i in first.context["page"].object_list + second.context["page"].object_list]
+    assert len(set(seen)) == 65
+    served = [i.served_at for i in first.context["page"].object_list + second.context["page"].object_list]
+    assert served == sorted(served, reverse=True)
+    assert "← Newest" in second.content.decode()
+    assert client.get(url_for("interactions", world), {"after": "not a cursor"}).status_code == 200
 
 
 def test_one_interaction_whole(login, world):

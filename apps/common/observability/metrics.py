@@ -52,6 +52,12 @@ INGEST_REJECTED = Counter(
     ["kind", "reason"],
     registry=None,
 )
+RETENTION_DELETED = Counter(
+    "strop_retention_deleted",
+    "Rows deleted by the retention pass (older than the tenant's retention), by kind and tenant",
+    ["kind", "tenant"],
+    registry=None,
+)
 CELERY_TASKS = Counter(
     "strop_celery_tasks",
     "Celery task executions by task name and outcome (succeeded, failed, retried, revoked)",
@@ -111,6 +117,12 @@ def ingest_counted(kind: str, tenant: str, results: Iterable[ItemVerdict]) -> No
         INGEST_DUPLICATES.labels(kind, tenant).inc(duplicates)
     for reason, count in rejected.items():
         INGEST_REJECTED.labels(kind, reason).inc(count)
+
+
+def retention_counted(tenant: str, deleted: Mapping[str, int]) -> None:
+    for kind, count in deleted.items():
+        if count:
+            RETENTION_DELETED.labels(kind, tenant).inc(count)
 
 
 def adapter_load_counted(outcome: str) -> None:

@@ -7,8 +7,8 @@ from django.http import HttpRequest, HttpResponse
 
 from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.forms import InteractionFilterForm
-from apps.dashboard.selectors import interaction_search, version_choices
-from apps.dashboard.views.common import page_of, tenant_render
+from apps.dashboard.selectors import interaction_page, interaction_search, version_choices
+from apps.dashboard.views.common import PER_PAGE, tenant_render
 from apps.interactions.models import Interaction
 from apps.interactions.selectors import conversation_turns, feedback_for_interaction, interaction_get_for_tenant
 from apps.training.selectors import training_policy_get
@@ -17,8 +17,9 @@ from apps.training.selectors import training_policy_get
 @tenant_page()
 def interaction_list(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
     form = InteractionFilterForm(request.GET or None, versions=version_choices(ctx.tenant))
-    page = page_of(request, interaction_search(ctx.tenant, filters=form.filters()))
-    filtered = any(v for k, v in request.GET.items() if k != "page")
+    qs = interaction_search(ctx.tenant, filters=form.filters())
+    page = interaction_page(qs, after=request.GET.get("after"), per_page=PER_PAGE)
+    filtered = any(v for k, v in request.GET.items() if k not in ("page", "after"))
     context = {"form": form, "page": page, "filtered": filtered}
     return tenant_render(request, ctx, "dashboard/interactions/list.html", context, section="interactions")
 
@@ -33,8 +34,11 @@ def interaction_detail(request: HttpRequest, ctx: TenantContext, interaction_id:
         zip_longest(interaction.completion_token_ids or [], interaction.completion_logprobs or [], fillvalue=None)
     )
     adapter = next(  # a logged interaction names its adapter in ``model``
-        (a for a in ctx.adapters if a.pk == interaction.adapter_id or (
-            interaction.adapter_id is None and a.name == interaction.model_name)),
+        (
+            a
+            for a in ctx.adapters
+            if a.pk == interaction.adapter_id or (interaction.adapter_id is None and a.name == interaction.model_name)
+        ),
         None,
     )
     reward = None

@@ -1,0 +1,246 @@
+"""Hourly and daily rollups of interactions and their feedback: what the dashboard reads.
+
+**How they stay exact.** Every write to interactions or feedback, by whatever path (ingest, serving,
+feedback twice, late, pending and attached later, session outcomes spread, replays, erase), marks
+the hour the interaction was served in: a database trigger writes a ``RollupDirty`` row in the
+writer's own transaction (migration 0010). :func:`rollups_refresh` then *recomputes* each marked
+hour of the tenant from the raw rows (delete the hour's rollups, aggregate the hour again) and
+rebuilds the days around them from their hours. Recomputing, not adding deltas, is what makes a
+repeat harmless: feedback sent twice is one row (last write wins), so the hour counted again counts
+it once, and a late or replayed event can only make an hour dirty again, never be added twice.
+
+A mark is deleted by its id once its hour was recomputed in the same transaction, after the marks
+were read: a writer that commits after that read leaves a mark this run did not see (the next run
+takes it), and one that committed before it is in the rows this run aggregates. Runs of one tenant
+take a lock (a Postgres advisory lock), so two never rebuild the same hour at once.
+
+Runs come from beat (``workers.ingest.rollups_refresh_all``, every 5 s): pages read rollups as of
+the last run and never aggregate raw history themselves. ``manage.py rollups_rebuild`` recomputes
+every hour that still has raw rows (after an upgrade, or to check them).
+
+Rollups outlive raw rows: hours older than the tenant's retention cutoff are never recomputed
+(their raw rows are gone or going), so charts keep their history after a retention pass.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Case, Count, F, FloatField, Q, Sum, Value, When
+from django.db.models.functions import Coalesce, TruncHour
+from django.utils import timezone
+
+from apps.interactions.models import LATENCY_BOUNDS_MS, Interaction, InteractionRollup, RollupDirty
+from apps.tenants.models import Tenant
+
+KEY_FIELDS = ("adapter_id", "model_name", "adapter_version_id", "experiment_id", "experiment_arm", "outcome")
+_SUMS = ("requests", "suggestions", "reward_weight", "latency_count", "latency_sum_ms")
+# How many hours one aggregation reads at most (the rebuild walks history in such slices).
+HOURS_PER_PASS = 24 * 7
+# More separate ranges of marked hours than this, and one refresh recomputes the span they cover.
+MAX_RANGES = 24
+
+
+def _lock(tenant_id: int) -> None:
+    """The tenant's rollup lock for this transaction (Postgres); the embedded SQLite writes one at a time."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [zlib.crc32(f"strop:rollups:{tenant_id}".encode())])
+
+
+def retention_days_effective(days: int | None) -> int | None:
+    """The tenant's setting bounded by the operator's maximum (``STROP_RETENTION_MAX_DAYS``, 0: none)."""
+    most = int(settings.STROP_RETENTION_MAX_DAYS) or None
+    if days is None:
+        return most
+    return min(days, most) if most else days
+
+
+def retention_cutoff(tenant_id: int, *, now: datetime | None = None) -> datetime | None:
+    """The hour before which the tenant's raw rows are not kept (None: kept forever)."""
+    days = retention_days_effective(
+        Tenant.objects.filter(pk=tenant_id).values_list("retention_days", flat=True).first()
+    )
+    if not days:
+        return None
+    moment = (now or timezone.now()) - timedelta(days=days)
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def rollups_refresh(tenant_id: int) -> int:
+    """Recompute the tenant's marked hours from raw rows; returns how many hours."""
+    with transaction.atomic():
+        _lock(tenant_id)
+        marks = list(RollupDirty.objects.filter(tenant_id=tenant_id).values_list("id", "hour"))
+        if not marks:
+            return 0
+        cutoff = retention_cutoff(tenant_id)
+        hours = sorted({hour for _, hour in marks if cutoff is None or hour >= cutoff})
+        _recompute(tenant_id, hours)
+        RollupDirty.objects.filter(id__in=[mark_id for mark_id, _ in marks]).delete()
+    return len(hours)
+
+
+def rollups_refresh_all() -> int:
+    """Beat: refresh every tenant with marked hours."""
+    tenant_ids = RollupDirty.objects.values_list("tenant_id", flat=True).distinct()
+    return sum(rollups_refresh(tenant_id) for tenant_id in list(tenant_ids))
+
+
+def rollups_rebuild(tenant_id: int) -> int:
+    """Recompute every hour that has raw rows (and drop rollups of hours whose raw rows are all gone
+    but are within retention). Returns how many hours were recomputed."""
+    first = Interaction.objects.filter(tenant_id=tenant_id).order_by("served_at").values_list("served_at", flat=True)
+    oldest = first.first()
+    if oldest is None:
+        return 0
+    cutoff = retention_cutoff(tenant_id)
+    start = _hour(oldest if cutoff is None else max(oldest, cutoff))
+    end = _hour(timezone.now()) + timedelta(hours=1)
+    latest = first.reverse().first()
+    end = max(end, _hour(latest) + timedelta(hours=1)) if latest else end
+    done = 0
+    while start < end:
+        hours = [start + timedelta(hours=n) for n in range(HOURS_PER_PASS) if start + timedelta(hours=n) < end]
+        with transaction.atomic():
+            _lock(tenant_id)
+            _recompute(tenant_id, hours)
+        done += len(hours)
+        start += timedelta(hours=HOURS_PER_PASS)
+    return done
+
+
+def _hour(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def _ranges(hours: list[datetime]) -> list[tuple[datetime, datetime]]:
+    """The (sorted) hours as [start, end) ranges, contiguous hours merged into one."""
+    ranges: list[tuple[datetime, datetime]] = []
+    for hour in hours:
+        if ranges and ranges[-1][1] == hour:
+            ranges[-1] = (ranges[-1][0], hour + timedelta(hours=1))
+        else:
+            ranges.append((hour, hour + timedelta(hours=1)))
+    return ranges
+
+
+def _served_within(ranges: list[tuple[datetime, datetime]]) -> Q:
+    q = Q()
+    for start, end in ranges:
+        q |= Q(served_at__gte=start, served_at__lt=end)
+    return q
+
+
+def _latency_counts() -> dict[str, Count]:
+    bounds = (None, *LATENCY_BOUNDS_MS, None)
+    counts = {}
+    for index, (low, high) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        within = Q(latency_ms__isnull=False)
+        if low is not None:
+            within &= Q(latency_ms__gte=low)
+        if high is not None:
+            within &= Q(latency_ms__lt=high)
+        counts[f"latency_{index}"] = Count("id", filter=within)
+    return counts
+
+
+def _recompute(tenant_id: int, hours: list[datetime]) -> None:
+    if not hours:
+        return
+    ranges = _ranges(hours)
+    hourly = InteractionRollup.objects.filter(tenant_id=tenant_id, period=InteractionRollup.Period.HOUR)
+    if len(ranges) > MAX_RANGES:
+        # Scattered hours (a bulk load, a backfill): recompute the span they cover in one pass. An hour
+        # recomputed without a mark comes out exact all the same; only the cost is extra.
+        span = int((hours[-1] - hours[0]).total_seconds()) // 3600 + 1
+        hours = [hours[0] + timedelta(hours=n) for n in range(span)]
+        ranges = _ranges(hours)
+        hourly.filter(bucket_start__gte=hours[0], bucket_start__lte=hours[-1]).delete()
+    else:
+        hourly.filter(bucket_start__in=hours).delete()
+    latency = _latency_counts()
+    rows = (
+        Interaction.objects.filter(tenant_id=tenant_id)
+        .filter(_served_within(ranges))
+        .annotate(
+            bucket=TruncHour("served_at", tzinfo=UTC),
+            name=Case(When(adapter__isnull=True, then=F("model_name")), default=Value("")),
+            feedback_outcome=Coalesce(F("feedback__outcome"), Value("")),
+        )
+        .values(
+            "bucket", "adapter_id", "name", "adapter_version_id", "experiment_id", "experiment_arm", "feedback_outcome"
+        )
+        .annotate(
+            requests=Count("id"),
+            suggestions=Count("id", filter=~Q(completion="")),
+            reward_weight=Coalesce(Sum("feedback__reward_weight"), Value(0.0), output_field=FloatField()),
+            latency_count=Count("latency_ms"),
+            latency_sum_ms=Coalesce(Sum("latency_ms"), Value(0.0), output_field=FloatField()),
+            **latency,
+        )
+        .order_by()
+    )
+    InteractionRollup.objects.bulk_create(
+        InteractionRollup(
+            tenant_id=tenant_id,
+            period=InteractionRollup.Period.HOUR,
+            bucket_start=row["bucket"],
+            adapter_id=row["adapter_id"],
+            model_name=row["name"] or "",
+            adapter_version_id=row["adapter_version_id"],
+            experiment_id=row["experiment_id"],
+            experiment_arm=row["experiment_arm"],
+            outcome=row["feedback_outcome"],
+            requests=row["requests"],
+            suggestions=row["suggestions"],
+            reward_weight=row["reward_weight"],
+            latency_count=row["latency_count"],
+            latency_sum_ms=row["latency_sum_ms"],
+            latency_buckets=[row[name] for name in latency],
+        )
+        for row in rows
+    )
+    _days_rebuild(tenant_id, {hour.replace(hour=0) for hour in hours})
+
+
+def _days_rebuild(tenant_id: int, days: Iterable[datetime]) -> None:
+    """A day's rollups are the sum of its hours' (the hours stay; a day outlives none of them)."""
+    days = sorted(days)
+    InteractionRollup.objects.filter(
+        tenant_id=tenant_id, period=InteractionRollup.Period.DAY, bucket_start__in=days
+    ).delete()
+    wanted = set(days)
+    totals: dict[tuple, InteractionRollup] = {}
+    buckets: dict[tuple, list[int]] = defaultdict(lambda: [0] * (len(LATENCY_BOUNDS_MS) + 1))
+    hourly = InteractionRollup.objects.filter(
+        tenant_id=tenant_id,
+        period=InteractionRollup.Period.HOUR,
+        bucket_start__gte=days[0],
+        bucket_start__lt=days[-1] + timedelta(days=1),
+    )
+    for row in hourly:
+        day = row.bucket_start.astimezone(UTC).replace(hour=0)
+        if day not in wanted:
+            continue
+        key = (day, *(getattr(row, name) for name in KEY_FIELDS))
+        total = totals.get(key)
+        if total is None:
+            total = totals[key] = InteractionRollup(
+                tenant_id=tenant_id,
+                period=InteractionRollup.Period.DAY,
+                bucket_start=day,
+                **{name: getattr(row, name) for name in KEY_FIELDS},
+            )
+        for name in _SUMS:
+            setattr(total, name, getattr(total, name) + getattr(row, name))
+        buckets[key] = [a + b for a, b in zip(buckets[key], row.latency_buckets, strict=False)]
+    for key, total in totals.items():
+        total.latency_buckets = buckets[key]
+    InteractionRollup.objects.bulk_create(totals.values())

@@ -1,0 +1,110 @@
+"""Retention: interactions and their feedback older than the tenant's retention are deleted.
+
+The tenant sets ``retention_days`` (dashboard settings, ``PATCH /v1/tenant``), bounded by the
+operator's ``STROP_RETENTION_MAX_DAYS``, which also applies to a tenant that set nothing. Beat runs
+:func:`retention_prune_all` hourly. It lives here, above training and experiments, because what it
+must never delete is theirs:
+
+* interactions a **running experiment** served (its statistics read them, control arm included);
+* what a **training window** needs: the events of an active run (queued runs have not fixed their
+  window yet, so an adapter with one keeps its old events this pass), and the events of runs whose
+  version is still live (candidate, in experiment, production), which an **erase** reads to say
+  which live versions learned from the user.
+
+Each pass deletes in batches (short transactions: ingest goes on beside it) and records what it
+removed in the audit log (``retention.prune``) and in ``strop_retention_deleted`` on ``/metrics``.
+Rollups are not touched: the hours before the cutoff are never recomputed again
+(``apps.interactions.rollups``), so the charts keep their history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.adapters.models import Adapter
+from apps.common.observability.metrics import retention_counted
+from apps.experiments.models import Experiment
+from apps.interactions.models import Feedback, Interaction, ServingFailure
+from apps.interactions.rollups import retention_cutoff
+from apps.tenants.models import Tenant
+from apps.tenants.services import audit_record
+from apps.training.models import ACTIVE_STATUSES, TrainingRun, TrainingRunEvent
+from apps.training.selectors import GOOD_VERSION_STATUSES, interaction_belongs_to_adapter
+
+BATCH = 5000
+
+
+@dataclass
+class RetentionReport:
+    cutoff: datetime | None
+    deleted: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"cutoff": self.cutoff.isoformat() if self.cutoff else None, "deleted": self.deleted}
+
+
+def _kept(tenant: Tenant) -> Q:
+    """The old interactions this pass must keep (see the module's docstring)."""
+    running = Experiment.objects.filter(tenant=tenant, status=Experiment.Status.RUNNING).values("pk")
+    keep = Q(experiment_id__in=running)
+    runs = TrainingRun.objects.filter(tenant=tenant).filter(
+        Q(status__in=ACTIVE_STATUSES) | Q(output_version__status__in=GOOD_VERSION_STATUSES)
+    )
+    events = TrainingRunEvent.objects.filter(run__in=runs).values("feedback__interaction_id")
+    keep |= Q(id__in=events)
+    unfixed = TrainingRun.objects.filter(tenant=tenant, status__in=ACTIVE_STATUSES, events__isnull=True)
+    for adapter in Adapter.objects.filter(pk__in=unfixed.values("adapter_id")):
+        keep |= interaction_belongs_to_adapter(adapter)
+    return keep
+
+
+def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int = BATCH) -> RetentionReport:
+    """Delete the tenant's interactions (with their feedback) served before its retention cutoff,
+    its pending feedback and serving failures older than that; what must stay stays."""
+    cutoff = retention_cutoff(tenant.pk, now=now)
+    report = RetentionReport(cutoff=cutoff)
+    if cutoff is None:
+        return report
+    deleted = dict.fromkeys(("interactions", "feedback", "pending_feedback", "serving_failures"), 0)
+    old = Interaction.objects.filter(tenant=tenant, served_at__lt=cutoff).exclude(_kept(tenant))
+    while True:
+        with transaction.atomic():
+            ids = list(old.values_list("id", flat=True)[:batch])
+            if not ids:
+                break
+            deleted["feedback"] += (
+                Feedback.objects.filter(tenant=tenant, interaction_id__in=ids)
+                .delete()[1]
+                .get("interactions.Feedback", 0)
+            )
+            deleted["interactions"] += (
+                Interaction.objects.filter(tenant=tenant, id__in=ids).delete()[1].get("interactions.Interaction", 0)
+            )
+    pending = Feedback.objects.filter(tenant=tenant, interaction__isnull=True, received_at__lt=cutoff)
+    deleted["pending_feedback"] = pending.delete()[1].get("interactions.Feedback", 0)
+    running = Experiment.objects.filter(tenant=tenant, status=Experiment.Status.RUNNING).values("pk")
+    failures = ServingFailure.objects.filter(tenant=tenant, occurred_at__lt=cutoff).exclude(experiment_id__in=running)
+    deleted["serving_failures"] = failures.delete()[1].get("interactions.ServingFailure", 0)
+    report.deleted = deleted
+    if any(deleted.values()):
+        audit_record(
+            tenant,
+            actor="system",
+            action="retention.prune",
+            target_type="tenant",
+            target_id=tenant.slug,
+            data=report.as_dict(),
+        )
+        retention_counted(tenant.slug, deleted)
+    return report
+
+
+def retention_prune_all(*, now: datetime | None = None) -> dict[str, RetentionReport]:
+    """Beat: every tenant with a retention (its own, or the operator's maximum)."""
+    now = now or timezone.now()
+    return {tenant.slug: retention_prune(tenant, now=now) for tenant in Tenant.objects.order_by("pk")}

@@ -1,0 +1,131 @@
+"""Rollups agree with the raw rows, whatever order, repetition or lateness feedback comes in."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from datetime import UTC, timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from apps.interactions.models import LATENCY_BOUNDS_MS, Feedback, Interaction, InteractionRollup, RollupDirty
+from apps.interactions.rollups import rollups_refresh
+from apps.interactions.services import feedback_attach_pending, feedback_ingest, interactions_ingest
+
+pytestmark = pytest.mark.django_db
+
+OUTCOMES = ["accepted", "rejected", "edited", "not_shown", "thumbs_up"]
+
+
+def _raw(tenant) -> dict[tuple, Counter]:
+    """The raw aggregation the rollups must equal: per (hour, model, version, arm, outcome)."""
+    totals: dict[tuple, Counter] = defaultdict(Counter)
+    feedback = {f.interaction_id: f for f in Feedback.objects.filter(tenant=tenant, interaction__isnull=False)}
+    for row in Interaction.objects.filter(tenant=tenant):
+        fb = feedback.get(row.id)
+        hour = row.served_at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        name = row.model_name if row.adapter_id is None else ""
+        key = (hour, row.adapter_id, name, row.adapter_version_id, row.experiment_arm, fb.outcome if fb else "")
+        totals[key]["requests"] += 1
+        totals[key]["suggestions"] += 1 if row.completion else 0
+        totals[key]["reward_weight"] += round(fb.reward_weight, 6) if fb else 0
+        totals[key]["latency_count"] += 1 if row.latency_ms is not None else 0
+    return totals
+
+
+def _rolled(tenant, period: str = "hour") -> dict[tuple, Counter]:
+    totals: dict[tuple, Counter] = defaultdict(Counter)
+    for r in InteractionRollup.objects.filter(tenant=tenant, period=period):
+        key = (r.bucket_start, r.adapter_id, r.model_name, r.adapter_version_id, r.experiment_arm, r.outcome)
+        totals[key]["requests"] += r.requests
+        totals[key]["suggestions"] += r.suggestions
+        totals[key]["reward_weight"] += round(r.reward_weight, 6)
+        totals[key]["latency_count"] += r.latency_count
+        assert sum(r.latency_buckets) == r.latency_count and len(r.latency_buckets) == len(LATENCY_BOUNDS_MS) + 1
+    return {k: +v for k, v in totals.items() if +v or v["requests"]}
+
+
+def _by_day(totals: dict[tuple, Counter]) -> dict[tuple, Counter]:
+    days: dict[tuple, Counter] = defaultdict(Counter)
+    for key, counts in totals.items():
+        days[(key[0].replace(hour=0), *key[1:])].update(counts)
+    return dict(days)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_rollups_agree_with_raw_rows_under_late_twice_pending_and_replayed_feedback(make_tenant, seed):
+    rng = random.Random(seed)
+    tenant = make_tenant(f"roll-{seed}")
+    now = timezone.now()
+    sent: list[dict] = []
+    for step in range(6):
+        items = []
+        for n in range(rng.randint(5, 25)):
+            served = now - timedelta(hours=rng.randint(0, 60), minutes=rng.randint(0, 59))
+            item = {
+                "client_id": f"c-{step}-{n}",
+                "prefix": "def f():\n    ",
+                "completion": rng.choice(["return 1", "", "pass"]),
+                "model": rng.choice(["", "chat"]),
+                "end_user_id": f"u-{rng.randint(0, 4)}",
+                "served_at": served.isoformat(),
+                "latency_ms": rng.choice([None, 30, 120, 700, 9000]),
+            }
+            if rng.random() < 0.3:
+                item.update(conversation_id=f"s-{step}-{n % 3}", messages=[{"role": "user", "content": "hi"}])
+            items.append(item)
+        # Feedback that comes before its interaction waits as pending, then is attached.
+        early = [{"client_id": i["client_id"], "outcome": rng.choice(OUTCOMES)} for i in items if rng.random() < 0.2]
+        if early:
+            feedback_ingest(tenant, items=early)
+        interactions_ingest(tenant, items=items)
+        sent.extend(items)
+        if rng.random() < 0.5:
+            interactions_ingest(tenant, items=items)  # a replayed batch stores nothing new
+        # Feedback on earlier batches too (late), some twice, some replayed with an older time.
+        feedback = []
+        for item in rng.sample(sent, k=min(len(sent), rng.randint(3, 20))):
+            event = {"client_id": item["client_id"], "outcome": rng.choice(OUTCOMES)}
+            event["occurred_at"] = (now - timedelta(minutes=rng.randint(0, 30))).isoformat()
+            feedback.append(event)
+            if rng.random() < 0.3:
+                feedback.append(dict(event, outcome=rng.choice(OUTCOMES)))
+        for conversation in {i["conversation_id"] for i in items if "conversation_id" in i}:
+            if rng.random() < 0.5:
+                feedback.append({"conversation_id": conversation, "turn": 2, "outcome": "thumbs_down", "discount": 0.5})
+        feedback_ingest(tenant, items=feedback)
+        if rng.random() < 0.5:
+            feedback_ingest(tenant, items=feedback)  # replayed
+        if rng.random() < 0.6:
+            rollups_refresh(tenant.pk)
+    feedback_attach_pending(tenant)
+    rollups_refresh(tenant.pk)
+    assert not RollupDirty.objects.filter(tenant_id=tenant.pk).exists()
+    raw = _raw(tenant)
+    assert _rolled(tenant) == {k: +v for k, v in raw.items() if +v or v["requests"]}
+    assert _rolled(tenant, "day") == _by_day(_rolled(tenant))
+    # The rebuild from raw rows gives the same rollups.
+    call_command("rollups_rebuild", tenant=tenant.slug)
+    assert _rolled(tenant) == {k: +v for k, v in raw.items() if +v or v["requests"]}
+
+
+def test_an_erased_interaction_leaves_its_hour_when_it_is_next_refreshed(tenant):
+    results = interactions_ingest(tenant, items=[{"client_id": "x", "prefix": "a", "completion": "b"}])
+    feedback_ingest(tenant, items=[{"client_id": "x", "outcome": "accepted"}])
+    rollups_refresh(tenant.pk)
+    assert InteractionRollup.objects.filter(tenant=tenant, period="hour", outcome="accepted").count() == 1
+    Interaction.objects.filter(pk=results[0].id).delete()
+    rollups_refresh(tenant.pk)
+    assert not InteractionRollup.objects.filter(tenant=tenant).exists()
+
+
+def test_a_refresh_touches_no_other_tenant(make_tenant):
+    a, b = make_tenant("ra"), make_tenant("rb")
+    interactions_ingest(a, items=[{"client_id": "x", "prefix": "a", "completion": "b"}])
+    interactions_ingest(b, items=[{"client_id": "x", "prefix": "a", "completion": "b"}])
+    rollups_refresh(a.pk)
+    assert InteractionRollup.objects.filter(tenant=a).exists()
+    assert not InteractionRollup.objects.filter(tenant=b).exists()
+    assert RollupDirty.objects.filter(tenant_id=b.pk).exists()

@@ -1,0 +1,122 @@
+"""Retention: a tenant's setting, bounded by the operator's maximum, and a pass that deletes what
+is older, keeps what a running experiment or a training window needs, and says what it removed."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.adapters.models import Adapter, AdapterVersion, BaseModel
+from apps.experiments.models import Experiment
+from apps.interactions.models import Feedback, Interaction, InteractionRollup
+from apps.interactions.rollups import rollups_refresh
+from apps.interactions.services import feedback_ingest, interactions_ingest
+from apps.privacy.retention import retention_prune, retention_prune_all
+from apps.tenants.models import AuditEvent
+from apps.training.models import TrainingRun, TrainingRunEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def _log(tenant, *, prefix: str, days_ago: float, n: int = 3, model: str = "tab", user: str = "dev-1") -> list[str]:
+    served = (timezone.now() - timedelta(days=days_ago)).isoformat()
+    items = [
+        {
+            "client_id": f"{prefix}-{i}",
+            "prefix": "a",
+            "completion": "b",
+            "model": model,
+            "end_user_id": user,
+            "opted_in": True,
+            "served_at": served,
+        }
+        for i in range(n)
+    ]
+    ids = [r.id for r in interactions_ingest(tenant, items=items)]
+    feedback_ingest(tenant, items=[{"interaction_id": pk, "outcome": "accepted"} for pk in ids])
+    return ids
+
+
+@pytest.fixture
+def adapter(tenant):
+    base = BaseModel.objects.create(name="ret-base", path="/nonexistent", family="qwen")
+    return Adapter.objects.create(tenant=tenant, name="tab", base_model=base, is_default=True)
+
+
+def test_old_interactions_go_recent_ones_stay_and_the_pass_says_what_it_removed(tenant, adapter):
+    old, recent = _log(tenant, prefix="old", days_ago=40), _log(tenant, prefix="new", days_ago=2)
+    rollups_refresh(tenant.pk)
+    tenant.retention_days = 30
+    tenant.save()
+    report = retention_prune(tenant)
+    assert report.deleted["interactions"] == 3 and report.deleted["feedback"] == 3
+    assert set(map(str, Interaction.objects.filter(tenant=tenant).values_list("id", flat=True))) == set(recent)
+    assert not Feedback.objects.filter(interaction_id__in=old).exists()
+    event = AuditEvent.objects.get(tenant=tenant, action="retention.prune")
+    assert event.data["deleted"]["interactions"] == 3
+    # The rollups outlive the raw rows: the old hour is still charted, and a refresh keeps it.
+    rollups_refresh(tenant.pk)
+    assert InteractionRollup.objects.filter(tenant=tenant, period="hour").count() == 2
+    assert sum(r.requests for r in InteractionRollup.objects.filter(tenant=tenant, period="day")) == 6
+    assert retention_prune(tenant).deleted["interactions"] == 0  # nothing left to remove
+
+
+def test_a_running_experiment_and_a_pending_training_window_survive_a_retention_pass(tenant, adapter):
+    version = AdapterVersion.objects.create(
+        tenant=tenant,
+        adapter=adapter,
+        number=1,
+        artifact_path="/nonexistent/v1",
+        vllm_name="t--tab--v1",
+        status="in_experiment",
+    )
+    experiment = Experiment.objects.create(
+        tenant=tenant, adapter=adapter, candidate_version=version, created_by="test", status="running", salt="s"
+    )
+    in_experiment = _log(tenant, prefix="exp", days_ago=50)
+    Interaction.objects.filter(pk__in=in_experiment).update(experiment=experiment, experiment_arm="candidate")
+    in_window = _log(tenant, prefix="win", days_ago=50)
+    run = TrainingRun.objects.create(tenant=tenant, adapter=adapter, status="training")
+    for feedback in Feedback.objects.filter(interaction_id__in=in_window):
+        TrainingRunEvent.objects.create(run=run, feedback=feedback, held_out=False, reward=0.75)
+    plain = _log(tenant, prefix="plain", days_ago=50)
+    tenant.retention_days = 30
+    tenant.save()
+    report = retention_prune(tenant)
+    left = set(map(str, Interaction.objects.filter(tenant=tenant).values_list("id", flat=True)))
+    assert left == set(in_experiment) | set(in_window)
+    assert report.deleted["interactions"] == len(plain)
+    assert TrainingRunEvent.objects.filter(run=run).count() == 3
+    # Once the experiment ends and the run fails, their old rows go at the next pass.
+    Experiment.objects.filter(pk=experiment.pk).update(status="stopped")
+    TrainingRun.objects.filter(pk=run.pk).update(status="failed")
+    assert retention_prune(tenant).deleted["interactions"] == 6
+
+
+def test_a_queued_run_keeps_its_adapters_old_events_until_its_window_is_fixed(tenant, adapter):
+    _log(tenant, prefix="q", days_ago=50)
+    TrainingRun.objects.create(tenant=tenant, adapter=adapter, status="queued")
+    tenant.retention_days = 30
+    tenant.save()
+    assert retention_prune(tenant).deleted["interactions"] == 0
+
+
+def test_the_operator_maximum_bounds_every_tenant(tenant, adapter, settings, make_client):
+    settings.STROP_RETENTION_MAX_DAYS = 60
+    _log(tenant, prefix="x", days_ago=70)
+    _log(tenant, prefix="y", days_ago=10)
+    assert retention_prune_all()[tenant.slug].deleted["interactions"] == 3  # no setting of its own: the maximum
+    client = make_client(tenant)
+    refused = client.patch("/v1/tenant", {"retention_days": 90}, format="json")
+    assert refused.status_code == 400 and "at most 60" in refused.json()["error"]["message"]
+    assert client.patch("/v1/tenant", {"retention_days": 0}, format="json").status_code == 400
+    ok = client.patch("/v1/tenant", {"retention_days": 7}, format="json")
+    assert ok.status_code == 200 and ok.json()["retention_days"] == 7
+    assert retention_prune(tenant).deleted["interactions"] == 3
+
+
+def test_no_retention_deletes_nothing(tenant, adapter):
+    _log(tenant, prefix="z", days_ago=400)
+    assert retention_prune(tenant).cutoff is None and Interaction.objects.filter(tenant=tenant).count() == 3
