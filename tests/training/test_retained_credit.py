@@ -12,6 +12,7 @@ from apps.interactions.models import Interaction
 from apps.interactions.services import feedback_ingest, interactions_ingest, persistence_ingest
 from apps.training.dataset import dataset_export
 from apps.training.models import TrainingRun
+from learning_shared.samples import Sample
 
 pytestmark = pytest.mark.django_db
 
@@ -33,10 +34,10 @@ def accepted(tenant, client_id: str, reports: dict[int, dict]) -> None:
     assert all(r.status == "recorded" for r in persistence_ingest(tenant, items=items))
 
 
-def export(tiny_adapter, policy) -> dict[str, dict]:
+def export(tiny_adapter, policy) -> dict[str, Sample]:
     run = TrainingRun.objects.create(tenant=tiny_adapter.tenant, adapter=tiny_adapter, status="exporting")
     window = dataset_export(run, policy=policy)
-    return {Interaction.objects.get(pk=s["id"]).client_id: s for s in window.train}
+    return {Interaction.objects.get(pk=s.id).client_id: s for s in window.train}
 
 
 def test_the_tokens_still_there_at_the_latest_checkpoint_earn_the_accepts_reward(
@@ -51,21 +52,21 @@ def test_the_tokens_still_there_at_the_latest_checkpoint_earn_the_accepts_reward
     accepted(tenant, "deleted", {120: {"text": "# maths.py\n"}})
     accepted(tenant, "ratio", {30: {"retained_ratio": 0.5}})
     samples = export(tiny_adapter, policy)
-    ids = samples["kept-add"]["completion_token_ids"]
-    credit = samples["kept-add"]["token_rewards"]
+    ids = samples["kept-add"].completion_token_ids
+    credit = samples["kept-add"].token_rewards
     text_of = [tokenizer.decode(ids[: k + 1]) for k in range(len(ids))]
     add_end = next(k for k, text in enumerate(text_of) if len(text) >= len(ADD) - 1)
     assert set(credit[:add_end]) == {policy.reward_accepted}  # add's tokens stayed
     assert set(credit[add_end + 3 :]) == {0.0}  # sub's did not
-    assert samples["kept-add"]["reward"] == policy.reward_accepted  # the scalar stays the accept's
-    assert samples["deleted"]["token_rewards"] == [0.0] * len(samples["deleted"]["completion_token_ids"])
-    assert "token_rewards" not in samples["ratio"]  # a ratio has no text to align tokens with
+    assert samples["kept-add"].reward == policy.reward_accepted  # the scalar stays the accept's
+    assert samples["deleted"].token_rewards == (0.0,) * len(samples["deleted"].completion_token_ids)
+    assert samples["ratio"].token_rewards is None  # a ratio has no text to align tokens with
 
 
 def test_off_by_default_an_accept_keeps_its_one_reward(tenant, tiny_adapter, policy):
     assert policy.credit_retained is False
     accepted(tenant, "deleted", {120: {"text": ""}})
-    assert "token_rewards" not in export(tiny_adapter, policy)["deleted"]
+    assert export(tiny_adapter, policy)["deleted"].token_rewards is None
 
 
 def test_the_policy_field_is_set_through_the_api(tiny_adapter, client_a):
