@@ -17,85 +17,14 @@ from rest_framework.response import Response
 from apps.cohorts.selectors import consent_default
 from apps.common.apis import ScopedApi, batch_items, batch_response, end_user_of_request, paginated, paginated_schema
 from apps.common.exceptions import NotFound, ValidationFailed
-from apps.common.item_checks import MAX_ID_LEN, ItemError
+from apps.common.item_checks import ItemError
 from apps.common.parsing import query_text, reject_unknown_query
+from apps.interactions.contract import FeedbackInSchema, InteractionInSchema
 from apps.interactions.editor import editor_outcome_ingest
 from apps.interactions.models import Feedback, Interaction
 from apps.interactions.selectors import interaction_get_for_tenant, interaction_list
 from apps.interactions.services import ItemResult, feedback_ingest, interactions_ingest
-from apps.interactions.validation import MAX_TURN
 from apps.tenants.permissions import acts_as_editor, batch_size
-
-# ---- Shapes for the OpenAPI schema. Validation itself is in validation.py (fast, hand-written). ----
-
-
-class InteractionInSchema(serializers.Serializer):
-    client_id = serializers.CharField(max_length=200, help_text="Your id for this completion; replays are ignored.")
-    prompt = serializers.CharField(required=False, help_text="The whole prompt (or send prefix + suffix).")
-    prefix = serializers.CharField(required=False)
-    suffix = serializers.CharField(required=False)
-    completion = serializers.CharField(allow_blank=True, help_text="Empty = nothing was suggested.")
-    prompt_token_ids = serializers.ListField(child=serializers.IntegerField(min_value=0), required=False)
-    completion_token_ids = serializers.ListField(child=serializers.IntegerField(min_value=0), required=False)
-    completion_logprobs = serializers.ListField(
-        child=serializers.FloatField(max_value=0), required=False, help_text="One per completion token."
-    )
-    model = serializers.CharField(required=False, help_text="Model or adapter version that served it.")
-    end_user_id = serializers.CharField(required=False)
-    opted_in = serializers.BooleanField(required=False)
-    served_at = serializers.DateTimeField(required=False)
-    latency_ms = serializers.FloatField(required=False, min_value=0)
-    metadata = serializers.DictField(required=False)
-    messages = serializers.ListField(
-        child=serializers.DictField(),
-        required=False,
-        help_text="An agent's turn: the conversation it answered, in OpenAI's message shape (instead of a prompt).",
-    )
-    tools = serializers.ListField(
-        child=serializers.DictField(), required=False, help_text="The tools offered to the model (with messages)."
-    )
-    conversation_id = serializers.CharField(
-        max_length=MAX_ID_LEN, required=False, help_text="Your id of the agent's session this turn belongs to."
-    )
-    turn = serializers.IntegerField(
-        min_value=0, max_value=MAX_TURN, required=False, help_text="0-based index of this reply in its session."
-    )
-
-
-class FeedbackInSchema(serializers.Serializer):
-    interaction_id = serializers.UUIDField(required=False, help_text="Strop's id (the `id` we returned).")
-    client_id = serializers.CharField(required=False, help_text="Or your client id; may arrive before the interaction.")
-    outcome = serializers.ChoiceField(choices=Feedback.Outcome.choices)
-    kept_text = serializers.CharField(
-        required=False,
-        help_text=(
-            "For 'edited': the text the user kept; for 'edit_persisted': the code still in the user's file. "
-            "Not on a session outcome (conversation_id)."
-        ),
-    )
-    accepted_chars = serializers.IntegerField(
-        required=False,
-        min_value=1,
-        help_text="For 'partial' (and only for it; then required): how many leading characters of the completion "
-        "the user took, from 1 to the completion's length - 1 (Unicode code points, as Python's len). An editor's "
-        "word-by-word or line-by-line accept; all of it is 'accepted'.",
-    )
-    occurred_at = serializers.DateTimeField(required=False, help_text="When the user acted; the latest wins.")
-    metadata = serializers.DictField(required=False)
-    conversation_id = serializers.CharField(
-        max_length=MAX_ID_LEN,
-        required=False,
-        help_text="A session outcome: the agent's session it ends, spread over its turns (with turn and discount).",
-    )
-    turn = serializers.IntegerField(
-        min_value=0, max_value=MAX_TURN, required=False, help_text="With conversation_id: the turn the outcome follows."
-    )
-    discount = serializers.FloatField(
-        min_value=0,
-        max_value=1,
-        required=False,
-        help_text="With conversation_id: 0 gives the outcome to the named turn only, 1 to every earlier turn in full.",
-    )
 
 
 def _one_or_batch(name: str, item: type[serializers.Serializer]) -> Any:

@@ -1,6 +1,6 @@
 """The persistence-report endpoint: what is left of an accepted completion at checkpoints after the
-accept, for retained characters. Shapes for the OpenAPI schema here; validation in
-``persistence_validation.py`` (a test compares the two)."""
+accept, for retained characters. Its shape is declared in
+``contract.py``; validation in ``persistence_validation.py``."""
 
 from __future__ import annotations
 
@@ -11,37 +11,9 @@ from rest_framework.response import Response
 
 from apps.common.apis import ScopedApi, batch_items, batch_response
 from apps.interactions.apis import _batch_result, _one_or_batch, _raise_item_error
-from apps.interactions.persistence_validation import MAX_CHECKPOINT_S
-from apps.interactions.retention import MAX_REPORTED_TEXT
+from apps.interactions.contract import PersistenceReportInSchema
 from apps.interactions.services import persistence_ingest
 from apps.tenants.permissions import acts_as_editor, batch_size
-
-
-class PersistenceReportInSchema(serializers.Serializer):
-    interaction_id = serializers.UUIDField(required=False, help_text="Strop's id (the `id` we returned).")
-    client_id = serializers.CharField(required=False, help_text="Or your client id; may arrive before the interaction.")
-    checkpoint_s = serializers.IntegerField(
-        min_value=1,
-        max_value=MAX_CHECKPOINT_S,
-        help_text="Seconds after the accept when the text was read (30, 120...).",
-    )
-    text = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        max_length=MAX_REPORTED_TEXT,
-        help_text="The text now at the insertion point, or the whole document: Strop finds what is left of the "
-        "accepted text in it by edit distance. Empty: all of it is gone.",
-    )
-    retained_ratio = serializers.FloatField(
-        required=False, min_value=0, max_value=1, help_text="Or the share of the accepted text you measured as kept."
-    )
-    accepted_chars = serializers.IntegerField(
-        required=False,
-        min_value=1,
-        help_text="A partial accept: how many leading characters of the completion were taken (default: all of it).",
-    )
-    occurred_at = serializers.DateTimeField(required=False, help_text="When the text was read; the latest wins.")
-    metadata = serializers.DictField(required=False)
 
 
 class PersistenceReportResultOut(serializers.Serializer):

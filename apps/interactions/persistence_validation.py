@@ -1,7 +1,6 @@
 """Fast validation of persistence reports (what is left of an accepted completion at a checkpoint),
-with the field checks of ``apps.common.item_checks``, as ``validation.py`` does for feedback. The
-serializer in ``persistence_apis.py`` describes the same fields for the OpenAPI schema (a test
-compares the two)."""
+with the field checks of ``apps.common.item_checks``, as ``validation.py`` does for feedback. The fields
+are the ones ``contract.py`` declares (and the OpenAPI schema publishes)."""
 
 from __future__ import annotations
 
@@ -20,23 +19,11 @@ from apps.common.item_checks import (
     reject_unknown_fields,
 )
 from apps.common.parsing import is_uuid
+from apps.interactions.contract import MAX_CHECKPOINT_S, PersistenceReportInSchema, fields_of
 from apps.interactions.retention import MAX_REPORTED_TEXT
 from apps.interactions.validation import MAX_ACCEPTED_CHARS
 
-MAX_CHECKPOINT_S = 7 * 24 * 3600  # a week after the accept
-
-PERSISTENCE_FIELDS = frozenset(
-    {
-        "interaction_id",
-        "client_id",
-        "checkpoint_s",
-        "text",
-        "retained_ratio",
-        "accepted_chars",
-        "occurred_at",
-        "metadata",
-    }
-)
+PERSISTENCE_FIELDS = fields_of(PersistenceReportInSchema)
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 Batches of up to ``STROP_MAX_BATCH_ITEMS`` items are validated here by hand instead of by a DRF
 serializer per item, which would cost more than the database insert itself, with the field checks
-of ``apps.common.item_checks``. Every error names the field. The serializers in ``apis.py`` describe
-the same shapes for the OpenAPI schema (a test compares the two).
+of ``apps.common.item_checks``. Every error names the field. The fields each input accepts are the
+ones ``contract.py`` declares, which the OpenAPI schema publishes.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from apps.common.item_checks import (
     reject_unknown_fields,
 )
 from apps.common.parsing import is_uuid
+from apps.interactions.contract import MAX_TURN, FeedbackInSchema, InteractionInSchema, fields_of
 from apps.interactions.messages import MessageError, messages_validate, tools_validate, turn_of
 from apps.interactions.models import Feedback
 
 MAX_LATENCY_MS = 3_600_000.0  # one hour for one completion
-MAX_TURN = 100_000
 MAX_ACCEPTED_CHARS = 2**31 - 1  # what the column holds; the completion's own length is checked on ingest
 
 
@@ -71,28 +71,7 @@ class FeedbackIn:
     discount: float = 0.0
 
 
-INTERACTION_FIELDS = frozenset(
-    {
-        "client_id",
-        "prompt",
-        "prefix",
-        "suffix",
-        "completion",
-        "prompt_token_ids",
-        "completion_token_ids",
-        "completion_logprobs",
-        "model",
-        "end_user_id",
-        "opted_in",
-        "served_at",
-        "latency_ms",
-        "metadata",
-        "messages",
-        "tools",
-        "conversation_id",
-        "turn",
-    }
-)
+INTERACTION_FIELDS = fields_of(InteractionInSchema)
 
 
 def _turn(item: dict[str, Any], name: str = "turn") -> int | None:
@@ -173,10 +152,7 @@ def interaction_validate(item: Any) -> InteractionIn:
     )
 
 
-FEEDBACK_FIELDS = frozenset(
-    {"interaction_id", "client_id", "conversation_id", "turn", "discount", "outcome", "kept_text", "accepted_chars",
-     "occurred_at", "metadata"}
-)
+FEEDBACK_FIELDS = fields_of(FeedbackInSchema)
 OUTCOMES = frozenset(choice.value for choice in Feedback.Outcome)
 # The outcomes that name one completion's text: never a session outcome.
 _TEXT_OUTCOMES = (Feedback.Outcome.EDITED, Feedback.Outcome.PARTIAL)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 from drf_spectacular.generators import SchemaGenerator
 
-from apps.interactions.apis import FeedbackInSchema, InteractionInSchema
-from apps.interactions.persistence_apis import PersistenceReportInSchema
+from apps.interactions.contract import FeedbackInSchema, InteractionInSchema, PersistenceReportInSchema
 from apps.interactions.persistence_validation import PERSISTENCE_FIELDS
 from apps.interactions.validation import FEEDBACK_FIELDS, INTERACTION_FIELDS
 
