@@ -1,5 +1,5 @@
 """What a simulated developer's accepted code becomes over time, measured as Strop measures it
-(``apps.interactions.retention``, the edit distance behind persistence reports).
+(``learning_shared.edit_match``, the edit distance behind persistence reports).
 
 By the last checkpoint (10 minutes after the accept) the developer has made the code what they meant
 to type: what equals it stays, what is close to it is edited into it, what has no place in it is
@@ -11,7 +11,7 @@ suggestion for ``accepted`` and ``edited`` (taken whole, then fixed), the charac
 
 from __future__ import annotations
 
-from apps.interactions.retention import retained_chars
+from learning_shared.edit_match import found_chars
 
 CHECKPOINT_S = 600  # the last checkpoint the SDK's tracker reports
 
@@ -30,4 +30,4 @@ def retained_at_last_checkpoint(
 ) -> tuple[int, int]:
     """(accepted characters, of them the characters still there at ``CHECKPOINT_S``)."""
     accepted = accepted_text(outcome, suggestion, accepted_chars)
-    return len(accepted), retained_chars(accepted, meant.rstrip())
+    return len(accepted), found_chars(accepted, meant.rstrip())

@@ -7,14 +7,8 @@ import random
 
 import pytest
 
-from apps.interactions.retention import (
-    MAX_MEASURED,
-    approximate_match_distance,
-    matched_stretch,
-    retained_chars,
-    retained_from_ratio,
-    retention_measure,
-)
+from apps.interactions.retention import MAX_MEASURED, retained_chars, retained_from_ratio, retention_measure
+from learning_shared.edit_match import approximate_match_distance, matched_stretch
 
 
 def _table_distance(pattern: str, text: str) -> int:
