@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                         window["base"] = window[name]
                     samples = to_samples(served, requests, tokenizer)
                     (work / f"events-{name}-round{round_no}.jsonl").write_text(
-                        "".join(json.dumps(s) + "\n" for s in samples))
+                        "".join(json.dumps(s.to_dict()) + "\n" for s in samples))
                     print(f"round {round_no} {name} events: {summarise(requests)}", flush=True)
                     out_dir = work / f"{name}-round{round_no}"
                     current[name] = train(model_dir, samples, variant.replace(seed=args.seed + round_no - 1),
