@@ -76,6 +76,8 @@ OPERATIONS: dict[tuple[str, str], Method] = {
     ("post", "/v1/adapters/{adapter_name}/retrain"): sdk("adapters.retrain", "tab"),
     ("get", "/v1/adapters/{adapter_name}/training-policy"): sdk("training_policy.get", "tab"),
     ("patch", "/v1/adapters/{adapter_name}/training-policy"): sdk("training_policy.update", "tab", min_new_events=8),
+    ("get", "/v1/adapters/{adapter_name}/holdout"): sdk("experiments.holdout", "tab"),
+    ("put", "/v1/adapters/{adapter_name}/holdout"): sdk("experiments.set_holdout", "tab", share=0.1),
     ("get", "/v1/adapters/{adapter_name}/training-runs"): sdk("training_runs.list", "tab"),
     ("post", "/v1/adapters/{adapter_name}/training-runs"): sdk("training_runs.start", "tab"),
     ("get", "/v1/training-runs/{run_id}"): sdk("training_runs.get", 999_999),

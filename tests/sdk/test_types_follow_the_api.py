@@ -16,7 +16,7 @@ from strop._experiments import Experiments
 from strop._management import TenantResource, TrainingPolicies
 
 from apps.adapters.apis import AdapterOut, AdapterVersionOut
-from apps.experiments.apis import ExperimentCreateIn, ExperimentOut, SnapshotOut
+from apps.experiments.apis import ExperimentCreateIn, ExperimentOut, HoldoutIn, HoldoutOut, SnapshotOut
 from apps.interactions.apis import InteractionOut
 from apps.serving.assignment import Assignment
 from apps.tenants.apis import ApiKeyCreatedOut, AuditEventOut, TenantOut, TenantSettingsIn
@@ -46,6 +46,7 @@ def keywords_of(method: Any, *positional: str) -> set[str]:
         (strop.TrainingRun, set(TrainingRunOut().fields)),
         (strop.Experiment, set(ExperimentOut().fields)),
         (strop.Snapshot, set(SnapshotOut().fields)),
+        (strop.Holdout, set(HoldoutOut().fields)),
         (strop.Assignment, {field.name for field in dataclasses.fields(Assignment)}),
         (strop.Interaction, {*InteractionOut().fields, "created"}),
     ],
@@ -64,6 +65,8 @@ def test_a_typed_result_has_the_fields_of_the_answer(result, answer):
         (AsyncTrainingPolicies.update, ("adapter",), set(POLICY_FIELDS)),
         (Experiments.create, ("adapter",), set(ExperimentCreateIn().fields)),
         (AsyncExperiments.create, ("adapter",), set(ExperimentCreateIn().fields)),
+        (Experiments.set_holdout, ("adapter",), set(HoldoutIn().fields)),
+        (AsyncExperiments.set_holdout, ("adapter",), set(HoldoutIn().fields)),
     ],
     ids=lambda value: value.__qualname__ if callable(value) else "",
 )

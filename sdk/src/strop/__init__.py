@@ -28,7 +28,7 @@ from strop._exceptions import (
     StropError,
     UnprocessableEntityError,
 )
-from strop._experiment_types import Assignment, Experiment, Snapshot
+from strop._experiment_types import Assignment, Experiment, Holdout, Snapshot
 from strop._literals import Metric, Outcome, Scope
 from strop._management_types import ApiKey, AuditEvent, EndUser, Health, Model, Tenant
 from strop._persistence import PersistenceTracker
@@ -108,6 +108,7 @@ __all__ = [
     "Scope",
     "ServiceUnavailableError",
     "Snapshot",
+    "Holdout",
     "StreamError",
     "Strop",
     "StropError",

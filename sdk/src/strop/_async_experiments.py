@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from strop import _management_api as api
 from strop._async_resources import AsyncAPIResource
-from strop._experiment_types import Assignment, Experiment, Snapshot
+from strop._experiment_types import Assignment, Experiment, Holdout, Snapshot
 from strop._literals import Metric
 
 __all__ = ["AsyncExperiments"]
@@ -92,3 +92,13 @@ class AsyncExperiments(AsyncAPIResource):
         elsewhere (key scope ``serve`` or ``ingest``: it records the user's consent, ``opted_in``
         when you know it, and their exposure to the experiment)."""
         return await self._client._run(api.experiment_assignment(adapter, user, opted_in=opted_in))
+
+    async def holdout(self, adapter: str) -> Holdout:
+        """The adapter's holdout share, the lineage's cumulative lift against it and the alarms
+        raised after promotions (docs/experiments.md)."""
+        return await self._client._run(api.holdout_get(adapter))
+
+    async def set_holdout(self, adapter: str, *, share: float) -> Holdout:
+        """Keep ``share`` (0 to 0.5) of the adapter's opted-in users on the base model across
+        promotions (0: no holdout); audited."""
+        return await self._client._run(api.holdout_set(adapter, share=share))

@@ -9,7 +9,7 @@ from typing import Any
 
 from strop._types import from_fields, parse_datetime
 
-__all__ = ["Assignment", "Experiment", "Snapshot"]
+__all__ = ["Assignment", "Experiment", "Holdout", "Snapshot"]
 
 
 @dataclass
@@ -80,4 +80,23 @@ class Assignment:
 
     @classmethod
     def from_json(cls, data: Any) -> Assignment:
+        return from_fields(cls, data)
+
+
+@dataclass
+class Holdout:
+    """An adapter's holdout: the ``share`` of its opted-in users kept on the base model across
+    promotions, the lineage's cumulative lift against them (``latest``: ``computed_at``, ``users``,
+    ``analysis``, with the holdout as control; None before the first computation) and the
+    ``alarms`` raised on promoted versions in the last 7 days (each a dict: version, metric,
+    reference, observed, reference_value, relative_change, reason, rolled_back, created_at)."""
+
+    adapter: str
+    share: float
+    latest: dict[str, Any] | None
+    alarms: list[dict[str, Any]]
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Holdout:
         return from_fields(cls, data)

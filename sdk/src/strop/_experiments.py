@@ -8,7 +8,7 @@ import builtins
 from collections.abc import Sequence
 
 from strop import _management_api as api
-from strop._experiment_types import Assignment, Experiment, Snapshot
+from strop._experiment_types import Assignment, Experiment, Holdout, Snapshot
 from strop._literals import Metric
 from strop._resources import APIResource
 
@@ -91,3 +91,13 @@ class Experiments(APIResource):
         elsewhere (key scope ``serve`` or ``ingest``: it records the user's consent, ``opted_in``
         when you know it, and their exposure to the experiment)."""
         return self._client._run(api.experiment_assignment(adapter, user, opted_in=opted_in))
+
+    def holdout(self, adapter: str) -> Holdout:
+        """The adapter's holdout share, the lineage's cumulative lift against it and the alarms
+        raised after promotions (docs/experiments.md)."""
+        return self._client._run(api.holdout_get(adapter))
+
+    def set_holdout(self, adapter: str, *, share: float) -> Holdout:
+        """Keep ``share`` (0 to 0.5) of the adapter's opted-in users on the base model across
+        promotions (0: no holdout); audited."""
+        return self._client._run(api.holdout_set(adapter, share=share))

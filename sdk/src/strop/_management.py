@@ -46,16 +46,20 @@ class TenantResource(APIResource):
         experiment_auto_promote: bool | None = None,
         experiment_auto_rollback: bool | None = None,
         accept_pending_feedback: bool | None = None,
+        retention_days: int | None = None,
     ) -> Tenant:
         """Change the settings given (None leaves one as it is); audited. ``default_opt_in``: the
         consent of end users first seen without a flag; ``experiment_auto_promote`` /
         ``_rollback``: experiments act on their decision by themselves;
-        ``accept_pending_feedback``: keep feedback whose interaction has not arrived yet."""
+        ``accept_pending_feedback``: keep feedback whose interaction has not arrived yet;
+        ``retention_days``: interactions older than this are deleted (at most the operator's
+        maximum; what a running experiment, a pending training window or an erase needs stays)."""
         changes = without_none(
             default_opt_in=default_opt_in,
             experiment_auto_promote=experiment_auto_promote,
             experiment_auto_rollback=experiment_auto_rollback,
             accept_pending_feedback=accept_pending_feedback,
+            retention_days=retention_days,
         )
         return self._client._run(api.tenant_update(changes))
 

@@ -13,7 +13,7 @@ from strop._adapter_types import Adapter, AdapterVersion, EvalSet, TrainingPolic
 from strop._api import list_of, path_id
 from strop._core import Call, read_json, without_none
 from strop._exceptions import NotFoundError
-from strop._experiment_types import Assignment, Experiment, Snapshot
+from strop._experiment_types import Assignment, Experiment, Holdout, Snapshot
 from strop._literals import Metric, Scope
 from strop._management_types import ApiKey, AuditEvent, Tenant
 from strop._types import items_of
@@ -201,6 +201,14 @@ def experiment_create(
     # Not idempotent: a retried creation after the request was sent could make a second draft.
     path = adapter_path(adapter, "/experiments")
     return Call("POST", path, parse=_one(Experiment.from_json), body=body, idempotent=False)
+
+
+def holdout_get(adapter: str) -> Call[Holdout]:
+    return Call("GET", adapter_path(adapter, "/holdout"), parse=_one(Holdout.from_json))
+
+
+def holdout_set(adapter: str, *, share: float) -> Call[Holdout]:
+    return Call("PUT", adapter_path(adapter, "/holdout"), parse=_one(Holdout.from_json), body={"share": share})
 
 
 def experiment_get(experiment_id: int | str) -> Call[Experiment]:

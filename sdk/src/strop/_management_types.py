@@ -99,6 +99,7 @@ class Tenant:
     default_opt_in: bool | None
     experiment_auto_promote: bool | None
     experiment_auto_rollback: bool | None
+    retention_days: int | None
     created_at: datetime | None
     key: ApiKey | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
