@@ -8,8 +8,10 @@ must never delete is theirs:
 * interactions a **running experiment** served (its statistics read them, control arm included);
 * what a **training window** needs: the events of an active run (queued runs have not fixed their
   window yet, so an adapter with one keeps its old events this pass), and the events of runs whose
-  version is still live (candidate, in experiment, production), which an **erase** reads to say
-  which live versions learned from the user.
+  version is still live (candidate, in experiment, production) or retired (it can be promoted
+  back), and of every ancestor of such a version (it carries what they learned): an **erase**
+  reads them to say which versions learned from the user. The windows of purged or failed
+  versions, and of runs that registered none, go.
 
 Each pass deletes in batches (short transactions: ingest goes on beside it) and records what it
 removed in the audit log (``retention.prune``) and in ``strop_retention_deleted`` on ``/metrics``.
@@ -26,7 +28,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.adapters.models import Adapter
+from apps.adapters.models import Adapter, AdapterVersion
 from apps.common.observability.metrics import retention_counted
 from apps.experiments.models import Experiment
 from apps.interactions.models import Feedback, Interaction, ServingFailure
@@ -48,12 +50,27 @@ class RetentionReport:
         return {"cutoff": self.cutoff.isoformat() if self.cutoff else None, "deleted": self.deleted}
 
 
+def _versions_an_erase_reads(tenant: Tenant) -> set[int]:
+    """Live versions (and retired ones, which can be promoted back) with every ancestor: each
+    carries what its ancestors learned, so their windows must stay for an erase to find it."""
+    rows = AdapterVersion.objects.filter(tenant=tenant).values_list("pk", "parent_id", "status")
+    parents = {pk: parent for pk, parent, _status in rows}
+    live = AdapterVersion.Status.RETIRED, *GOOD_VERSION_STATUSES
+    keep: set[int] = set()
+    for pk, _parent, status in rows:
+        current = pk if status in live else None
+        while current is not None and current not in keep:
+            keep.add(current)
+            current = parents.get(current)
+    return keep
+
+
 def _kept(tenant: Tenant) -> Q:
     """The old interactions this pass must keep (see the module's docstring)."""
     running = Experiment.objects.filter(tenant=tenant, status=Experiment.Status.RUNNING).values("pk")
     keep = Q(experiment_id__in=running)
     runs = TrainingRun.objects.filter(tenant=tenant).filter(
-        Q(status__in=ACTIVE_STATUSES) | Q(output_version__status__in=GOOD_VERSION_STATUSES)
+        Q(status__in=ACTIVE_STATUSES) | Q(output_version_id__in=_versions_an_erase_reads(tenant))
     )
     events = TrainingRunEvent.objects.filter(run__in=runs).values("feedback__interaction_id")
     keep |= Q(id__in=events)

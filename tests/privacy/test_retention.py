@@ -13,7 +13,9 @@ from apps.experiments.models import Experiment
 from apps.interactions.models import Feedback, Interaction, InteractionRollup
 from apps.interactions.rollups import rollups_refresh
 from apps.interactions.services import feedback_ingest, interactions_ingest
+from apps.privacy.purge import tainted_versions
 from apps.privacy.retention import retention_prune, retention_prune_all
+from apps.privacy.services import end_user_erase
 from apps.tenants.models import AuditEvent
 from apps.training.models import TrainingRun, TrainingRunEvent
 
@@ -120,3 +122,36 @@ def test_the_operator_maximum_bounds_every_tenant(tenant, adapter, settings, mak
 def test_no_retention_deletes_nothing(tenant, adapter):
     _log(tenant, prefix="z", days_ago=400)
     assert retention_prune(tenant).cutoff is None and Interaction.objects.filter(tenant=tenant).count() == 3
+
+
+def _version(tenant, adapter, number: int, *, status: str, parent=None) -> AdapterVersion:
+    return AdapterVersion.objects.create(
+        tenant=tenant,
+        adapter=adapter,
+        number=number,
+        parent=parent,
+        artifact_path=f"/nonexistent/ret-v{number}",
+        vllm_name=f"t--tab--v{number}",
+        status=status,
+    )
+
+
+def _trained(tenant, adapter, version, ids: list[str]) -> TrainingRun:
+    run = TrainingRun.objects.create(tenant=tenant, adapter=adapter, status="candidate", output_version=version)
+    for feedback in Feedback.objects.filter(interaction_id__in=ids):
+        TrainingRunEvent.objects.create(run=run, feedback=feedback, held_out=False, reward=1.0)
+    return run
+
+
+def test_an_ancestor_of_a_live_version_keeps_its_window_so_a_later_erase_still_taints_its_heirs(tenant, adapter):
+    v1 = _version(tenant, adapter, 1, status="retired")
+    v2 = _version(tenant, adapter, 2, status="production", parent=v1)
+    _trained(tenant, adapter, v1, _log(tenant, prefix="v1", days_ago=50, user="only-in-v1"))
+    _trained(tenant, adapter, v2, _log(tenant, prefix="v2", days_ago=5, user="dev-2"))
+    gone = _version(tenant, adapter, 3, status="purged")
+    _trained(tenant, adapter, gone, _log(tenant, prefix="gone", days_ago=50, user="dev-3"))
+    tenant.retention_days = 30
+    tenant.save()
+    assert retention_prune(tenant).deleted["interactions"] == 3  # only the purged version's window goes
+    end_user_erase(tenant, external_id="only-in-v1", actor="test")
+    assert tainted_versions(adapter) == {v1.pk, v2.pk}
