@@ -31,7 +31,7 @@ from django.utils import timezone
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.common.observability.metrics import retention_counted
 from apps.experiments.models import Experiment
-from apps.interactions.models import Feedback, Interaction, ServingFailure
+from apps.interactions.models import Feedback, Interaction, PersistenceReport, ServingFailure
 from apps.interactions.rollups import retention_cutoff
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
@@ -81,13 +81,15 @@ def _kept(tenant: Tenant) -> Q:
 
 
 def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int = BATCH) -> RetentionReport:
-    """Delete the tenant's interactions (with their feedback) served before its retention cutoff,
-    its pending feedback and serving failures older than that; what must stay stays."""
+    """Delete the tenant's interactions (with their feedback and persistence reports) served before
+    its retention cutoff, its pending feedback, pending persistence reports (they hold the user's
+    code) and serving failures older than that; what must stay stays."""
     cutoff = retention_cutoff(tenant.pk, now=now)
     report = RetentionReport(cutoff=cutoff)
     if cutoff is None:
         return report
-    deleted = dict.fromkeys(("interactions", "feedback", "pending_feedback", "serving_failures"), 0)
+    kinds = ("interactions", "feedback", "pending_feedback", "pending_persistence_reports", "serving_failures")
+    deleted = dict.fromkeys(kinds, 0)
     old = Interaction.objects.filter(tenant=tenant, served_at__lt=cutoff).exclude(_kept(tenant))
     while True:
         with transaction.atomic():
@@ -104,6 +106,8 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
             )
     pending = Feedback.objects.filter(tenant=tenant, interaction__isnull=True, received_at__lt=cutoff)
     deleted["pending_feedback"] = pending.delete()[1].get("interactions.Feedback", 0)
+    reports = PersistenceReport.objects.filter(tenant=tenant, interaction__isnull=True, received_at__lt=cutoff)
+    deleted["pending_persistence_reports"] = reports.delete()[1].get("interactions.PersistenceReport", 0)
     running = Experiment.objects.filter(tenant=tenant, status=Experiment.Status.RUNNING).values("pk")
     failures = ServingFailure.objects.filter(tenant=tenant, occurred_at__lt=cutoff).exclude(experiment_id__in=running)
     deleted["serving_failures"] = failures.delete()[1].get("interactions.ServingFailure", 0)

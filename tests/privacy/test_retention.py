@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.experiments.models import Experiment
-from apps.interactions.models import Feedback, Interaction, InteractionRollup
+from apps.interactions.models import Feedback, Interaction, InteractionRollup, PersistenceReport
 from apps.interactions.rollups import rollups_refresh
 from apps.interactions.services import feedback_ingest, interactions_ingest
 from apps.privacy.purge import tainted_versions
@@ -155,3 +155,29 @@ def test_an_ancestor_of_a_live_version_keeps_its_window_so_a_later_erase_still_t
     assert retention_prune(tenant).deleted["interactions"] == 3  # only the purged version's window goes
     end_user_erase(tenant, external_id="only-in-v1", actor="test")
     assert tainted_versions(adapter) == {v1.pk, v2.pk}
+
+
+def test_pending_persistence_reports_older_than_the_cutoff_go_and_are_counted(tenant, adapter):
+    def pending(client_id: str, days_ago: float) -> None:
+        at = timezone.now() - timedelta(days=days_ago)
+        PersistenceReport.objects.create(
+            tenant=tenant,
+            pending_client_id=client_id,
+            checkpoint_s=30,
+            pending_text="user code " * 100,
+            occurred_at=at,
+            received_at=at,
+            updated_at=at,
+        )
+
+    pending("old", 40)
+    pending("recent", 2)
+    tenant.retention_days = 30
+    tenant.save()
+    report = retention_prune(tenant)
+    assert report.deleted["pending_persistence_reports"] == 1
+    assert list(PersistenceReport.objects.filter(tenant=tenant).values_list("pending_client_id", flat=True)) == [
+        "recent"
+    ]
+    event = AuditEvent.objects.get(tenant=tenant, action="retention.prune")
+    assert event.data["deleted"]["pending_persistence_reports"] == 1
