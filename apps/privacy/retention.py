@@ -21,6 +21,7 @@ Rollups are not touched: the hours before the cutoff are never recomputed again
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -39,6 +40,8 @@ from apps.training.models import ACTIVE_STATUSES, TrainingRun, TrainingRunEvent
 from apps.training.selectors import GOOD_VERSION_STATUSES, interaction_belongs_to_adapter
 
 BATCH = 5000
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -126,6 +129,15 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
 
 
 def retention_prune_all(*, now: datetime | None = None) -> dict[str, RetentionReport]:
-    """Beat: every tenant with a retention (its own, or the operator's maximum)."""
+    """Beat: every tenant with a retention (its own, or the operator's maximum). A tenant whose pass
+    fails is logged (with its id) and left out of the answer; the others go on."""
     now = now or timezone.now()
-    return {tenant.slug: retention_prune(tenant, now=now) for tenant in Tenant.objects.order_by("pk")}
+    reports: dict[str, RetentionReport] = {}
+    for tenant in Tenant.objects.order_by("pk"):
+        try:
+            reports[tenant.slug] = retention_prune(tenant, now=now)
+        except Exception:  # one tenant's failure must not stop the pass for the others
+            logger.exception(
+                "retention pass failed for tenant %s (%s); the next pass retries it", tenant.pk, tenant.slug
+            )
+    return reports
