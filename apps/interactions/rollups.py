@@ -42,8 +42,11 @@ KEY_FIELDS = ("adapter_id", "model_name", "adapter_version_id", "experiment_id",
 _SUMS = ("requests", "suggestions", "reward_weight", "latency_count", "latency_sum_ms")
 # How many hours one aggregation reads at most (the rebuild walks history in such slices).
 HOURS_PER_PASS = 24 * 7
-# More separate ranges of marked hours than this, and one refresh recomputes the span they cover.
+# More separate ranges of marked hours than this in one pass's window, and it recomputes the span they
+# cover (at most HOURS_PER_PASS hours).
 MAX_RANGES = 24
+# How many marks one refresh transaction reads and deletes at most (SQLite bounds the variables of a statement).
+MARK_CHUNK = 10_000
 
 
 def _lock(tenant_id: int) -> None:
@@ -74,17 +77,33 @@ def retention_cutoff(tenant_id: int, *, now: datetime | None = None) -> datetime
 
 
 def rollups_refresh(tenant_id: int) -> int:
-    """Recompute the tenant's marked hours from raw rows; returns how many hours."""
-    with transaction.atomic():
-        _lock(tenant_id)
-        marks = list(RollupDirty.objects.filter(tenant_id=tenant_id).values_list("id", "hour"))
-        if not marks:
-            return 0
-        cutoff = retention_cutoff(tenant_id)
-        hours = sorted({hour for _, hour in marks if cutoff is None or hour >= cutoff})
-        _recompute(tenant_id, hours)
-        RollupDirty.objects.filter(id__in=[mark_id for mark_id, _ in marks]).delete()
-    return len(hours)
+    """Recompute the tenant's marked hours from raw rows; returns how many hours.
+
+    One transaction per pass, each bounded: it reads at most ``MARK_CHUNK`` marks (by id) and
+    recomputes the marked hours of one window of ``HOURS_PER_PASS`` hours (the earliest marked one),
+    deleting the marks it recomputed; the rest wait for the next pass. Marks written after the run
+    began are left to the next run, so a run ends under steady ingest."""
+    last = RollupDirty.objects.filter(tenant_id=tenant_id).order_by("-id").values_list("id", flat=True).first()
+    done = 0
+    while last is not None:
+        with transaction.atomic():
+            _lock(tenant_id)
+            marks = list(
+                RollupDirty.objects.filter(tenant_id=tenant_id, id__lte=last)
+                .order_by("id")
+                .values_list("id", "hour")[:MARK_CHUNK]
+            )
+            if not marks:
+                break
+            start = min(_hour(hour) for _, hour in marks)
+            end = start + timedelta(hours=HOURS_PER_PASS)
+            taken = [(mark_id, _hour(hour)) for mark_id, hour in marks if _hour(hour) < end]
+            cutoff = retention_cutoff(tenant_id)
+            hours = sorted({hour for _, hour in taken if cutoff is None or hour >= cutoff})
+            _recompute(tenant_id, hours)
+            RollupDirty.objects.filter(id__in=[mark_id for mark_id, _ in taken]).delete()
+        done += len(hours)
+    return done
 
 
 def rollups_refresh_all() -> int:
