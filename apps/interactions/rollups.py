@@ -15,11 +15,13 @@ takes it), and one that committed before it is in the rows this run aggregates. 
 take a lock (a Postgres advisory lock), so two never rebuild the same hour at once.
 
 Runs come from beat (``workers.ingest.rollups_refresh_all``, every 5 s): pages read rollups as of
-the last run and never aggregate raw history themselves. ``manage.py rollups_rebuild`` recomputes
-every hour that still has raw rows (after an upgrade, or to check them).
+the last run and never aggregate raw history themselves. On an upgrade from before rollups,
+migration 0013 marks every hour that has interactions, so refreshes build them a window at a time;
+``manage.py rollups_rebuild`` recomputes every hour that still has raw rows at once (or checks them).
 
 Rollups outlive raw rows: hours older than the tenant's retention cutoff are never recomputed
-(their raw rows are gone or going), so charts keep their history after a retention pass.
+(their raw rows are gone or going), so charts keep their history after a retention pass, which
+first rolls up any old hour that has none yet (:func:`rollups_settle`).
 """
 
 from __future__ import annotations
@@ -133,6 +135,30 @@ def rollups_rebuild(tenant_id: int) -> int:
         done += len(hours)
         start += timedelta(hours=HOURS_PER_PASS)
     return done
+
+
+def rollups_settle(tenant_id: int, cutoff: datetime) -> int:
+    """Before retention deletes the raw rows served before ``cutoff``: roll up every such hour that
+    has no rollup yet (an install upgraded from before rollups whose refresh has not reached it), as
+    refresh never recomputes hours before the cutoff. Pending marks are refreshed first. Returns how
+    many hours were rolled up here."""
+    rollups_refresh(tenant_id)
+    raw = (
+        Interaction.objects.filter(tenant_id=tenant_id, served_at__lt=cutoff)
+        .annotate(hour=TruncHour("served_at", tzinfo=UTC))
+        .values_list("hour", flat=True)
+        .distinct()
+    )
+    hourly = InteractionRollup.objects.filter(
+        tenant_id=tenant_id, period=InteractionRollup.Period.HOUR, bucket_start__lt=cutoff
+    )
+    rolled = {_hour(hour) for hour in hourly.values_list("bucket_start", flat=True).distinct()}
+    missing = sorted({_hour(hour) for hour in raw} - rolled)
+    for start in range(0, len(missing), HOURS_PER_PASS):
+        with transaction.atomic():
+            _lock(tenant_id)
+            _recompute(tenant_id, missing[start : start + HOURS_PER_PASS])
+    return len(missing)
 
 
 def _hour(moment: datetime) -> datetime:

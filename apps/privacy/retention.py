@@ -15,8 +15,10 @@ must never delete is theirs:
 
 Each pass deletes in batches (short transactions: ingest goes on beside it) and records what it
 removed in the audit log (``retention.prune``) and in ``strop_retention_deleted`` on ``/metrics``.
-Rollups are not touched: the hours before the cutoff are never recomputed again
-(``apps.interactions.rollups``), so the charts keep their history.
+Before deleting, the pass rolls up every old hour that has no rollup yet (``rollups_settle``: an
+install upgraded from before rollups) after refreshing pending marks; rollups are never deleted and
+the hours before the cutoff are never recomputed again (``apps.interactions.rollups``), so the
+charts keep their history.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from apps.adapters.models import Adapter, AdapterVersion
 from apps.common.observability.metrics import retention_counted
 from apps.experiments.models import Experiment
 from apps.interactions.models import Feedback, Interaction, PersistenceReport, ServingFailure
-from apps.interactions.rollups import retention_cutoff
+from apps.interactions.rollups import retention_cutoff, rollups_settle
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 from apps.training.models import ACTIVE_STATUSES, TrainingRun, TrainingRunEvent
@@ -91,6 +93,7 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
     report = RetentionReport(cutoff=cutoff)
     if cutoff is None:
         return report
+    rollups_settle(tenant.pk, cutoff)  # the charts keep the hours whose rows go now
     kinds = ("interactions", "feedback", "pending_feedback", "pending_persistence_reports", "serving_failures")
     deleted = dict.fromkeys(kinds, 0)
     old = Interaction.objects.filter(tenant=tenant, served_at__lt=cutoff).exclude(_kept(tenant))

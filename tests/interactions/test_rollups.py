@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import random
 from collections import Counter, defaultdict
 from datetime import UTC, timedelta
@@ -178,3 +179,17 @@ def test_far_apart_marks_recompute_the_hours_around_them_not_every_hour_between(
     assert rollups_refresh(tenant.pk) == 26
     assert InteractionRollup.objects.filter(pk=between.pk).exists()
     assert sum(r.requests for r in InteractionRollup.objects.filter(tenant=tenant, period="hour")) == 26 + 7
+
+
+def test_the_upgrade_marks_every_hour_that_has_interactions_and_a_refresh_builds_them(tenant):
+    for n, hours_ago in enumerate((500, 30, 2)):
+        at = _hour_ago(hours_ago).isoformat()
+        interactions_ingest(tenant, items=[{"client_id": f"u{n}", "prefix": "a", "completion": "b", "served_at": at}])
+    # As on an install from before rollups: rows, and neither marks nor rollups.
+    RollupDirty.objects.filter(tenant_id=tenant.pk).delete()
+    migration = importlib.import_module("apps.interactions.migrations.0013_mark_existing_hours")
+    with connection.cursor() as cursor:
+        cursor.execute(migration.mark_sql(connection.vendor))
+    assert RollupDirty.objects.filter(tenant_id=tenant.pk).count() == 3
+    assert rollups_refresh(tenant.pk) == 3
+    assert _rolled(tenant) == _raw(tenant)

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.experiments.models import Experiment
-from apps.interactions.models import Feedback, Interaction, InteractionRollup, PersistenceReport
+from apps.interactions.models import Feedback, Interaction, InteractionRollup, PersistenceReport, RollupDirty
 from apps.interactions.rollups import rollups_refresh
 from apps.interactions.services import feedback_ingest, interactions_ingest
 from apps.privacy.purge import tainted_versions
@@ -194,3 +194,15 @@ def test_one_tenants_failure_is_logged_and_the_pass_goes_on_to_the_next(make_ten
         reports = retention_prune_all()
     assert reports[good.slug].deleted["interactions"] == 3 and broken.slug not in reports
     assert any(str(broken.pk) in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_an_old_hour_without_rollups_is_rolled_up_before_its_rows_go(tenant, adapter):
+    # An install upgraded from before rollups whose refresh has not reached this hour yet.
+    _log(tenant, prefix="old", days_ago=40)
+    RollupDirty.objects.filter(tenant_id=tenant.pk).delete()
+    tenant.retention_days = 30
+    tenant.save()
+    assert retention_prune(tenant).deleted["interactions"] == 3
+    rollups_refresh(tenant.pk)
+    assert sum(r.requests for r in InteractionRollup.objects.filter(tenant=tenant, period="hour")) == 3
+    assert sum(r.requests for r in InteractionRollup.objects.filter(tenant=tenant, period="day")) == 3
