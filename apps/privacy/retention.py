@@ -26,9 +26,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from uuid import UUID
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion
@@ -58,7 +59,7 @@ class RetentionReport:
 def _versions_an_erase_reads(tenant: Tenant) -> set[int]:
     """Live versions (and retired ones, which can be promoted back) with every ancestor: each
     carries what its ancestors learned, so their windows must stay for an erase to find it."""
-    rows = AdapterVersion.objects.filter(tenant=tenant).values_list("pk", "parent_id", "status")
+    rows = list(AdapterVersion.objects.filter(tenant=tenant).values_list("pk", "parent_id", "status"))
     parents = {pk: parent for pk, parent, _status in rows}
     live = AdapterVersion.Status.RETIRED, *GOOD_VERSION_STATUSES
     keep: set[int] = set()
@@ -70,19 +71,24 @@ def _versions_an_erase_reads(tenant: Tenant) -> set[int]:
     return keep
 
 
-def _kept(tenant: Tenant) -> Q:
-    """The old interactions this pass must keep (see the module's docstring)."""
-    running = Experiment.objects.filter(tenant=tenant, status=Experiment.Status.RUNNING).values("pk")
-    keep = Q(experiment_id__in=running)
+def _deletable(tenant: Tenant, cutoff: datetime) -> QuerySet[Interaction]:
+    """The tenant's interactions served before ``cutoff`` that this pass may delete: not those it
+    must keep (see the module's docstring). ``NOT EXISTS`` per row (an anti-join), not ``NOT IN``."""
+    old = Interaction.objects.filter(tenant=tenant, served_at__lt=cutoff)
+    running = list(
+        Experiment.objects.filter(tenant=tenant, status=Experiment.Status.RUNNING).values_list("pk", flat=True)
+    )
+    if running:
+        old = old.exclude(experiment_id__in=running)
     runs = TrainingRun.objects.filter(tenant=tenant).filter(
         Q(status__in=ACTIVE_STATUSES) | Q(output_version_id__in=_versions_an_erase_reads(tenant))
     )
-    events = TrainingRunEvent.objects.filter(run__in=runs).values("feedback__interaction_id")
-    keep |= Q(id__in=events)
+    in_window = TrainingRunEvent.objects.filter(run__in=runs, feedback__interaction_id=OuterRef("pk"))
+    old = old.filter(~Exists(in_window))
     unfixed = TrainingRun.objects.filter(tenant=tenant, status__in=ACTIVE_STATUSES, events__isnull=True)
     for adapter in Adapter.objects.filter(pk__in=unfixed.values("adapter_id")):
-        keep |= interaction_belongs_to_adapter(adapter)
-    return keep
+        old = old.exclude(interaction_belongs_to_adapter(adapter))
+    return old
 
 
 def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int = BATCH) -> RetentionReport:
@@ -96,12 +102,19 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
     rollups_settle(tenant.pk, cutoff)  # the charts keep the hours whose rows go now
     kinds = ("interactions", "feedback", "pending_feedback", "pending_persistence_reports", "serving_failures")
     deleted = dict.fromkeys(kinds, 0)
-    old = Interaction.objects.filter(tenant=tenant, served_at__lt=cutoff).exclude(_kept(tenant))
+    old = _deletable(tenant, cutoff).order_by("served_at", "id")
+    # Walked by (served_at, id): each batch starts past the last one, so kept rows are read once.
+    after: tuple[datetime, UUID] | None = None
     while True:
         with transaction.atomic():
-            ids = list(old.values_list("id", flat=True)[:batch])
-            if not ids:
+            page = old
+            if after is not None:
+                page = old.filter(Q(served_at__gt=after[0]) | Q(served_at=after[0], id__gt=after[1]))
+            keys = list(page.values_list("served_at", "id")[:batch])
+            if not keys:
                 break
+            after = keys[-1]
+            ids = [pk for _, pk in keys]
             deleted["feedback"] += (
                 Feedback.objects.filter(tenant=tenant, interaction_id__in=ids)
                 .delete()[1]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
@@ -206,3 +208,24 @@ def test_an_old_hour_without_rollups_is_rolled_up_before_its_rows_go(tenant, ada
     rollups_refresh(tenant.pk)
     assert sum(r.requests for r in InteractionRollup.objects.filter(tenant=tenant, period="hour")) == 3
     assert sum(r.requests for r in InteractionRollup.objects.filter(tenant=tenant, period="day")) == 3
+
+
+def test_the_pass_walks_old_rows_by_keyset_and_excludes_kept_ones_with_not_exists(tenant, adapter):
+    # Kept rows (a live version's window) interleaved with rows that go, in batches of 2: every row
+    # that may go goes, none kept does, and no batch reads rows before the last one it deleted.
+    version = _version(tenant, adapter, 1, status="production")
+    kept = []
+    for day in range(40, 50):
+        ids = _log(tenant, prefix=f"d{day}", days_ago=day, n=2)
+        kept.append(ids[0])
+    _trained(tenant, adapter, version, kept)
+    tenant.retention_days = 30
+    tenant.save()
+    with CaptureQueriesContext(connection) as queries:
+        report = retention_prune(tenant, batch=2)
+    assert report.deleted["interactions"] == 10
+    assert set(map(str, Interaction.objects.filter(tenant=tenant).values_list("id", flat=True))) == set(kept)
+    batches = [q["sql"] for q in queries if q["sql"].startswith('SELECT "interactions_interaction"."served_at"')]
+    assert len(batches) == 6  # 5 of 2, and the empty one that ends the walk
+    assert all("NOT EXISTS" in sql and "NOT IN" not in sql.upper().replace("NOT (", "") for sql in batches)
+    assert all('"interactions_interaction"."served_at" >' in sql for sql in batches[1:])
