@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, Count, F, FloatField, Q, Sum, Value, When
+from django.db.models import Case, Count, F, FloatField, Min, Q, Sum, Value, When
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
@@ -81,25 +81,22 @@ def retention_cutoff(tenant_id: int, *, now: datetime | None = None) -> datetime
 def rollups_refresh(tenant_id: int) -> int:
     """Recompute the tenant's marked hours from raw rows; returns how many hours.
 
-    One transaction per pass, each bounded: it reads at most ``MARK_CHUNK`` marks (by id) and
-    recomputes the marked hours of one window of ``HOURS_PER_PASS`` hours (the earliest marked one),
-    deleting the marks it recomputed; the rest wait for the next pass. Marks written after the run
-    began are left to the next run, so a run ends under steady ingest."""
+    One transaction per pass, each bounded: it takes the window of ``HOURS_PER_PASS`` hours from the
+    earliest marked hour, reads at most ``MARK_CHUNK`` of its marks (by id), recomputes their hours
+    and deletes them; the rest wait for the next pass. Marks written after the run began are left to
+    the next run, so a run ends under steady ingest."""
     last = RollupDirty.objects.filter(tenant_id=tenant_id).order_by("-id").values_list("id", flat=True).first()
     done = 0
     while last is not None:
         with transaction.atomic():
             _lock(tenant_id)
-            marks = list(
-                RollupDirty.objects.filter(tenant_id=tenant_id, id__lte=last)
-                .order_by("id")
-                .values_list("id", "hour")[:MARK_CHUNK]
-            )
-            if not marks:
+            pending = RollupDirty.objects.filter(tenant_id=tenant_id, id__lte=last)
+            first = pending.aggregate(first=Min("hour"))["first"]
+            if first is None:
                 break
-            start = min(_hour(hour) for _, hour in marks)
-            end = start + timedelta(hours=HOURS_PER_PASS)
-            taken = [(mark_id, _hour(hour)) for mark_id, hour in marks if _hour(hour) < end]
+            end = _hour(first) + timedelta(hours=HOURS_PER_PASS)
+            window = pending.filter(hour__lt=end).order_by("id").values_list("id", "hour")[:MARK_CHUNK]
+            taken = [(mark_id, _hour(hour)) for mark_id, hour in window]
             cutoff = retention_cutoff(tenant_id)
             hours = sorted({hour for _, hour in taken if cutoff is None or hour >= cutoff})
             _recompute(tenant_id, hours)
