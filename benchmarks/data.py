@@ -109,13 +109,13 @@ def build(args: argparse.Namespace) -> dict[str, object]:
     from django.contrib.auth import get_user_model
     from django.db import connection, transaction
     from django.utils import timezone
-    from gpu_trainer.starter import ensure_starter_model
 
     from apps.adapters.models import Adapter, AdapterVersion, BaseModel
     from apps.cohorts.models import ConsentChange, EndUser
     from apps.experiments.models import Experiment, ExperimentExposure
     from apps.interactions.rollups import rollups_refresh_all
     from apps.tenants.services import membership_create, tenant_create
+    from model_supply.starter import ensure_starter_model
 
     rng = random.Random(args.seed)
     now = timezone.now()

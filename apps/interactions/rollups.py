@@ -15,11 +15,13 @@ takes it), and one that committed before it is in the rows this run aggregates. 
 take a lock (a Postgres advisory lock), so two never rebuild the same hour at once.
 
 Runs come from beat (``workers.ingest.rollups_refresh_all``, every 5 s): pages read rollups as of
-the last run and never aggregate raw history themselves. ``manage.py rollups_rebuild`` recomputes
-every hour that still has raw rows (after an upgrade, or to check them).
+the last run and never aggregate raw history themselves. On an upgrade from before rollups,
+migration 0013 marks every hour that has interactions, so refreshes build them a window at a time;
+``manage.py rollups_rebuild`` recomputes every hour that still has raw rows at once (or checks them).
 
 Rollups outlive raw rows: hours older than the tenant's retention cutoff are never recomputed
-(their raw rows are gone or going), so charts keep their history after a retention pass.
+(their raw rows are gone or going), so charts keep their history after a retention pass, which
+first rolls up any old hour that has none yet (:func:`rollups_settle`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, Count, F, FloatField, Q, Sum, Value, When
+from django.db.models import Case, Count, F, FloatField, Min, Q, Sum, Value, When
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
@@ -42,8 +44,11 @@ KEY_FIELDS = ("adapter_id", "model_name", "adapter_version_id", "experiment_id",
 _SUMS = ("requests", "suggestions", "reward_weight", "latency_count", "latency_sum_ms")
 # How many hours one aggregation reads at most (the rebuild walks history in such slices).
 HOURS_PER_PASS = 24 * 7
-# More separate ranges of marked hours than this, and one refresh recomputes the span they cover.
+# More separate ranges of marked hours than this in one pass's window, and it recomputes the span they
+# cover (at most HOURS_PER_PASS hours).
 MAX_RANGES = 24
+# How many marks one refresh transaction reads and deletes at most (SQLite bounds the variables of a statement).
+MARK_CHUNK = 10_000
 
 
 def _lock(tenant_id: int) -> None:
@@ -74,17 +79,30 @@ def retention_cutoff(tenant_id: int, *, now: datetime | None = None) -> datetime
 
 
 def rollups_refresh(tenant_id: int) -> int:
-    """Recompute the tenant's marked hours from raw rows; returns how many hours."""
-    with transaction.atomic():
-        _lock(tenant_id)
-        marks = list(RollupDirty.objects.filter(tenant_id=tenant_id).values_list("id", "hour"))
-        if not marks:
-            return 0
-        cutoff = retention_cutoff(tenant_id)
-        hours = sorted({hour for _, hour in marks if cutoff is None or hour >= cutoff})
-        _recompute(tenant_id, hours)
-        RollupDirty.objects.filter(id__in=[mark_id for mark_id, _ in marks]).delete()
-    return len(hours)
+    """Recompute the tenant's marked hours from raw rows; returns how many hours.
+
+    One transaction per pass, each bounded: it takes the window of ``HOURS_PER_PASS`` hours from the
+    earliest marked hour, reads at most ``MARK_CHUNK`` of its marks (by id), recomputes their hours
+    and deletes them; the rest wait for the next pass. Marks written after the run began are left to
+    the next run, so a run ends under steady ingest."""
+    last = RollupDirty.objects.filter(tenant_id=tenant_id).order_by("-id").values_list("id", flat=True).first()
+    done = 0
+    while last is not None:
+        with transaction.atomic():
+            _lock(tenant_id)
+            pending = RollupDirty.objects.filter(tenant_id=tenant_id, id__lte=last)
+            first = pending.aggregate(first=Min("hour"))["first"]
+            if first is None:
+                break
+            end = _hour(first) + timedelta(hours=HOURS_PER_PASS)
+            window = pending.filter(hour__lt=end).order_by("id").values_list("id", "hour")[:MARK_CHUNK]
+            taken = [(mark_id, _hour(hour)) for mark_id, hour in window]
+            cutoff = retention_cutoff(tenant_id)
+            hours = sorted({hour for _, hour in taken if cutoff is None or hour >= cutoff})
+            _recompute(tenant_id, hours)
+            RollupDirty.objects.filter(id__in=[mark_id for mark_id, _ in taken]).delete()
+        done += len(hours)
+    return done
 
 
 def rollups_refresh_all() -> int:
@@ -114,6 +132,30 @@ def rollups_rebuild(tenant_id: int) -> int:
         done += len(hours)
         start += timedelta(hours=HOURS_PER_PASS)
     return done
+
+
+def rollups_settle(tenant_id: int, cutoff: datetime) -> int:
+    """Before retention deletes the raw rows served before ``cutoff``: roll up every such hour that
+    has no rollup yet (an install upgraded from before rollups whose refresh has not reached it), as
+    refresh never recomputes hours before the cutoff. Pending marks are refreshed first. Returns how
+    many hours were rolled up here."""
+    rollups_refresh(tenant_id)
+    raw = (
+        Interaction.objects.filter(tenant_id=tenant_id, served_at__lt=cutoff)
+        .annotate(hour=TruncHour("served_at", tzinfo=UTC))
+        .values_list("hour", flat=True)
+        .distinct()
+    )
+    hourly = InteractionRollup.objects.filter(
+        tenant_id=tenant_id, period=InteractionRollup.Period.HOUR, bucket_start__lt=cutoff
+    )
+    rolled = {_hour(hour) for hour in hourly.values_list("bucket_start", flat=True).distinct()}
+    missing = sorted({_hour(hour) for hour in raw} - rolled)
+    for start in range(0, len(missing), HOURS_PER_PASS):
+        with transaction.atomic():
+            _lock(tenant_id)
+            _recompute(tenant_id, missing[start : start + HOURS_PER_PASS])
+    return len(missing)
 
 
 def _hour(moment: datetime) -> datetime:

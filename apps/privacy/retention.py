@@ -8,35 +8,43 @@ must never delete is theirs:
 * interactions a **running experiment** served (its statistics read them, control arm included);
 * what a **training window** needs: the events of an active run (queued runs have not fixed their
   window yet, so an adapter with one keeps its old events this pass), and the events of runs whose
-  version is still live (candidate, in experiment, production), which an **erase** reads to say
-  which live versions learned from the user.
+  version is still live (candidate, in experiment, production) or retired (it can be promoted
+  back), and of every ancestor of such a version (it carries what they learned): an **erase**
+  reads them to say which versions learned from the user. The windows of purged or failed
+  versions, and of runs that registered none, go.
 
 Each pass deletes in batches (short transactions: ingest goes on beside it) and records what it
 removed in the audit log (``retention.prune``) and in ``strop_retention_deleted`` on ``/metrics``.
-Rollups are not touched: the hours before the cutoff are never recomputed again
-(``apps.interactions.rollups``), so the charts keep their history.
+Before deleting, the pass rolls up every old hour that has no rollup yet (``rollups_settle``: an
+install upgraded from before rollups) after refreshing pending marks; rollups are never deleted and
+the hours before the cutoff are never recomputed again (``apps.interactions.rollups``), so the
+charts keep their history.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from uuid import UUID
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from apps.adapters.models import Adapter
+from apps.adapters.models import Adapter, AdapterVersion
 from apps.common.observability.metrics import retention_counted
 from apps.experiments.models import Experiment
-from apps.interactions.models import Feedback, Interaction, ServingFailure
-from apps.interactions.rollups import retention_cutoff
+from apps.interactions.models import Feedback, Interaction, PersistenceReport, ServingFailure
+from apps.interactions.rollups import retention_cutoff, rollups_settle
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 from apps.training.models import ACTIVE_STATUSES, TrainingRun, TrainingRunEvent
 from apps.training.selectors import GOOD_VERSION_STATUSES, interaction_belongs_to_adapter
 
 BATCH = 5000
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,35 +56,65 @@ class RetentionReport:
         return {"cutoff": self.cutoff.isoformat() if self.cutoff else None, "deleted": self.deleted}
 
 
-def _kept(tenant: Tenant) -> Q:
-    """The old interactions this pass must keep (see the module's docstring)."""
-    running = Experiment.objects.filter(tenant=tenant, status=Experiment.Status.RUNNING).values("pk")
-    keep = Q(experiment_id__in=running)
-    runs = TrainingRun.objects.filter(tenant=tenant).filter(
-        Q(status__in=ACTIVE_STATUSES) | Q(output_version__status__in=GOOD_VERSION_STATUSES)
-    )
-    events = TrainingRunEvent.objects.filter(run__in=runs).values("feedback__interaction_id")
-    keep |= Q(id__in=events)
-    unfixed = TrainingRun.objects.filter(tenant=tenant, status__in=ACTIVE_STATUSES, events__isnull=True)
-    for adapter in Adapter.objects.filter(pk__in=unfixed.values("adapter_id")):
-        keep |= interaction_belongs_to_adapter(adapter)
+def _versions_an_erase_reads(tenant: Tenant) -> set[int]:
+    """Live versions (and retired ones, which can be promoted back) with every ancestor: each
+    carries what its ancestors learned, so their windows must stay for an erase to find it."""
+    rows = list(AdapterVersion.objects.filter(tenant=tenant).values_list("pk", "parent_id", "status"))
+    parents = {pk: parent for pk, parent, _status in rows}
+    live = AdapterVersion.Status.RETIRED, *GOOD_VERSION_STATUSES
+    keep: set[int] = set()
+    for pk, _parent, status in rows:
+        current = pk if status in live else None
+        while current is not None and current not in keep:
+            keep.add(current)
+            current = parents.get(current)
     return keep
 
 
+def _deletable(tenant: Tenant, cutoff: datetime) -> QuerySet[Interaction]:
+    """The tenant's interactions served before ``cutoff`` that this pass may delete: not those it
+    must keep (see the module's docstring). ``NOT EXISTS`` per row (an anti-join), not ``NOT IN``."""
+    old = Interaction.objects.filter(tenant=tenant, served_at__lt=cutoff)
+    running = list(
+        Experiment.objects.filter(tenant=tenant, status=Experiment.Status.RUNNING).values_list("pk", flat=True)
+    )
+    if running:
+        old = old.exclude(experiment_id__in=running)
+    runs = TrainingRun.objects.filter(tenant=tenant).filter(
+        Q(status__in=ACTIVE_STATUSES) | Q(output_version_id__in=_versions_an_erase_reads(tenant))
+    )
+    in_window = TrainingRunEvent.objects.filter(run__in=runs, feedback__interaction_id=OuterRef("pk"))
+    old = old.filter(~Exists(in_window))
+    unfixed = TrainingRun.objects.filter(tenant=tenant, status__in=ACTIVE_STATUSES, events__isnull=True)
+    for adapter in Adapter.objects.filter(pk__in=unfixed.values("adapter_id")):
+        old = old.exclude(interaction_belongs_to_adapter(adapter))
+    return old
+
+
 def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int = BATCH) -> RetentionReport:
-    """Delete the tenant's interactions (with their feedback) served before its retention cutoff,
-    its pending feedback and serving failures older than that; what must stay stays."""
+    """Delete the tenant's interactions (with their feedback and persistence reports) served before
+    its retention cutoff, its pending feedback, pending persistence reports (they hold the user's
+    code) and serving failures older than that; what must stay stays."""
     cutoff = retention_cutoff(tenant.pk, now=now)
     report = RetentionReport(cutoff=cutoff)
     if cutoff is None:
         return report
-    deleted = dict.fromkeys(("interactions", "feedback", "pending_feedback", "serving_failures"), 0)
-    old = Interaction.objects.filter(tenant=tenant, served_at__lt=cutoff).exclude(_kept(tenant))
+    rollups_settle(tenant.pk, cutoff)  # the charts keep the hours whose rows go now
+    kinds = ("interactions", "feedback", "pending_feedback", "pending_persistence_reports", "serving_failures")
+    deleted = dict.fromkeys(kinds, 0)
+    old = _deletable(tenant, cutoff).order_by("served_at", "id")
+    # Walked by (served_at, id): each batch starts past the last one, so kept rows are read once.
+    after: tuple[datetime, UUID] | None = None
     while True:
         with transaction.atomic():
-            ids = list(old.values_list("id", flat=True)[:batch])
-            if not ids:
+            page = old
+            if after is not None:
+                page = old.filter(Q(served_at__gt=after[0]) | Q(served_at=after[0], id__gt=after[1]))
+            keys = list(page.values_list("served_at", "id")[:batch])
+            if not keys:
                 break
+            after = keys[-1]
+            ids = [pk for _, pk in keys]
             deleted["feedback"] += (
                 Feedback.objects.filter(tenant=tenant, interaction_id__in=ids)
                 .delete()[1]
@@ -87,6 +125,8 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
             )
     pending = Feedback.objects.filter(tenant=tenant, interaction__isnull=True, received_at__lt=cutoff)
     deleted["pending_feedback"] = pending.delete()[1].get("interactions.Feedback", 0)
+    reports = PersistenceReport.objects.filter(tenant=tenant, interaction__isnull=True, received_at__lt=cutoff)
+    deleted["pending_persistence_reports"] = reports.delete()[1].get("interactions.PersistenceReport", 0)
     running = Experiment.objects.filter(tenant=tenant, status=Experiment.Status.RUNNING).values("pk")
     failures = ServingFailure.objects.filter(tenant=tenant, occurred_at__lt=cutoff).exclude(experiment_id__in=running)
     deleted["serving_failures"] = failures.delete()[1].get("interactions.ServingFailure", 0)
@@ -105,6 +145,15 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
 
 
 def retention_prune_all(*, now: datetime | None = None) -> dict[str, RetentionReport]:
-    """Beat: every tenant with a retention (its own, or the operator's maximum)."""
+    """Beat: every tenant with a retention (its own, or the operator's maximum). A tenant whose pass
+    fails is logged (with its id) and left out of the answer; the others go on."""
     now = now or timezone.now()
-    return {tenant.slug: retention_prune(tenant, now=now) for tenant in Tenant.objects.order_by("pk")}
+    reports: dict[str, RetentionReport] = {}
+    for tenant in Tenant.objects.order_by("pk"):
+        try:
+            reports[tenant.slug] = retention_prune(tenant, now=now)
+        except Exception:  # one tenant's failure must not stop the pass for the others
+            logger.exception(
+                "retention pass failed for tenant %s (%s); the next pass retries it", tenant.pk, tenant.slug
+            )
+    return reports

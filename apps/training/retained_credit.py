@@ -6,14 +6,16 @@ stretch of the reported text where the completion was found) credits the served 
 agent's ``edit_persisted`` credits an answer (``learning_shared.credit.persisted_token_rewards``):
 each token whose characters all stayed earns ``reward_accepted``, the others 0. A completion
 deleted by then (nothing retained) earns 0 on every token rather than the accept's full reward. No
-report, or one that carried only a ratio (no text to align tokens with), leaves the accept's one
-scalar reward."""
+report, one that carried only a ratio (no text to align tokens with), or an accepted text longer
+than ``MAX_MEASURED`` (only its start is aligned, so ``kept_text`` says nothing of the rest) leaves
+the accept's one scalar reward."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from apps.interactions.models import Feedback, PersistenceReport
+from apps.interactions.retention import MAX_MEASURED
 from learning_shared.credit import persisted_token_rewards
 
 
@@ -28,12 +30,15 @@ def retained_token_rewards(
     feedback: Feedback, *, completion_token_ids: list[int], tokenizer: Any, reward_accepted: float
 ) -> list[float] | None:
     """Per served token, ``reward_accepted`` where its characters stayed, 0 elsewhere; None where the
-    accept keeps its scalar reward (not an accept, no report, or a report without text)."""
+    accept keeps its scalar reward (not an accept, no report, a report without text, or an accepted
+    text longer than the measure aligns)."""
     if feedback.outcome != Feedback.Outcome.ACCEPTED or not completion_token_ids:
         return None
     report = latest_report(feedback)
     if report is None or report.reported_ratio is not None:
         return None
+    if (report.accepted_chars or 0) > MAX_MEASURED:
+        return None  # only its start was aligned (kept_text): the rest would earn 0 though it stayed
     reward = reward_accepted * feedback.reward_weight
     if not report.retained_chars or not report.kept_text:
         return [0.0] * len(completion_token_ids)

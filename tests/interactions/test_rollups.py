@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
 import random
 from collections import Counter, defaultdict
 from datetime import UTC, timedelta
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.interactions.models import LATENCY_BOUNDS_MS, Feedback, Interaction, InteractionRollup, RollupDirty
-from apps.interactions.rollups import rollups_refresh
+from apps.interactions.rollups import MARK_CHUNK, rollups_refresh
 from apps.interactions.services import feedback_attach_pending, feedback_ingest, interactions_ingest
 
 pytestmark = pytest.mark.django_db
@@ -129,3 +132,64 @@ def test_a_refresh_touches_no_other_tenant(make_tenant):
     assert InteractionRollup.objects.filter(tenant=a).exists()
     assert not InteractionRollup.objects.filter(tenant=b).exists()
     assert RollupDirty.objects.filter(tenant_id=b.pk).exists()
+
+
+def _hour_ago(hours: int):
+    return (timezone.now() - timedelta(hours=hours)).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def test_marks_beyond_one_chunk_are_taken_and_deleted_chunk_by_chunk(tenant):
+    # A bulk load on the embedded SQLite writes a mark per row: one delete naming them all would pass
+    # SQLite's bound-variable limit and fail at every run.
+    interactions_ingest(tenant, items=[{"client_id": "x", "prefix": "a", "completion": "b"}])
+    hour = _hour_ago(0)
+    RollupDirty.objects.bulk_create(
+        [RollupDirty(tenant_id=tenant.pk, hour=hour - timedelta(hours=n % 3)) for n in range(MARK_CHUNK * 2 + 5)]
+    )
+    with CaptureQueriesContext(connection) as queries:
+        rollups_refresh(tenant.pk)
+    assert not RollupDirty.objects.filter(tenant_id=tenant.pk).exists()
+    deletes = [q["sql"] for q in queries if q["sql"].startswith('DELETE FROM "interactions_rollupdirty"')]
+    assert len(deletes) >= 3 and max(sql.count(",") + 1 for sql in deletes) <= MARK_CHUNK
+    assert _rolled(tenant) == _raw(tenant)
+
+
+def test_far_apart_marks_recompute_the_hours_around_them_not_every_hour_between(tenant):
+    early, late = _hour_ago(3000), _hour_ago(1000)
+    items = [
+        {
+            "client_id": f"{name}-{n}",
+            "prefix": "a",
+            "completion": "b",
+            "served_at": (at + timedelta(hours=2 * n)).isoformat(),
+        }
+        for name, at in (("early", early), ("late", late))
+        for n in range(13)
+    ]
+    interactions_ingest(tenant, items=items)  # 26 separate marked hours: more ranges than MAX_RANGES
+    # An hour between them with a rollup and no raw rows (its rows went after it was rolled up): a
+    # recompute of it would empty it.
+    between = InteractionRollup.objects.create(
+        tenant_id=tenant.pk,
+        period="hour",
+        bucket_start=early + timedelta(hours=1000),
+        requests=7,
+        latency_buckets=[0] * (len(LATENCY_BOUNDS_MS) + 1),
+    )
+    assert rollups_refresh(tenant.pk) == 26
+    assert InteractionRollup.objects.filter(pk=between.pk).exists()
+    assert sum(r.requests for r in InteractionRollup.objects.filter(tenant=tenant, period="hour")) == 26 + 7
+
+
+def test_the_upgrade_marks_every_hour_that_has_interactions_and_a_refresh_builds_them(tenant):
+    for n, hours_ago in enumerate((500, 30, 2)):
+        at = _hour_ago(hours_ago).isoformat()
+        interactions_ingest(tenant, items=[{"client_id": f"u{n}", "prefix": "a", "completion": "b", "served_at": at}])
+    # As on an install from before rollups: rows, and neither marks nor rollups.
+    RollupDirty.objects.filter(tenant_id=tenant.pk).delete()
+    migration = importlib.import_module("apps.interactions.migrations.0013_mark_existing_hours")
+    with connection.cursor() as cursor:
+        cursor.execute(migration.mark_sql(connection.vendor))
+    assert RollupDirty.objects.filter(tenant_id=tenant.pk).count() == 3
+    assert rollups_refresh(tenant.pk) == 3
+    assert _rolled(tenant) == _raw(tenant)

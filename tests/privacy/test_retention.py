@@ -6,14 +6,18 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.experiments.models import Experiment
-from apps.interactions.models import Feedback, Interaction, InteractionRollup
+from apps.interactions.models import Feedback, Interaction, InteractionRollup, PersistenceReport, RollupDirty
 from apps.interactions.rollups import rollups_refresh
 from apps.interactions.services import feedback_ingest, interactions_ingest
+from apps.privacy.purge import tainted_versions
 from apps.privacy.retention import retention_prune, retention_prune_all
+from apps.privacy.services import end_user_erase
 from apps.tenants.models import AuditEvent
 from apps.training.models import TrainingRun, TrainingRunEvent
 
@@ -120,3 +124,108 @@ def test_the_operator_maximum_bounds_every_tenant(tenant, adapter, settings, mak
 def test_no_retention_deletes_nothing(tenant, adapter):
     _log(tenant, prefix="z", days_ago=400)
     assert retention_prune(tenant).cutoff is None and Interaction.objects.filter(tenant=tenant).count() == 3
+
+
+def _version(tenant, adapter, number: int, *, status: str, parent=None) -> AdapterVersion:
+    return AdapterVersion.objects.create(
+        tenant=tenant,
+        adapter=adapter,
+        number=number,
+        parent=parent,
+        artifact_path=f"/nonexistent/ret-v{number}",
+        vllm_name=f"t--tab--v{number}",
+        status=status,
+    )
+
+
+def _trained(tenant, adapter, version, ids: list[str]) -> TrainingRun:
+    run = TrainingRun.objects.create(tenant=tenant, adapter=adapter, status="candidate", output_version=version)
+    for feedback in Feedback.objects.filter(interaction_id__in=ids):
+        TrainingRunEvent.objects.create(run=run, feedback=feedback, held_out=False, reward=1.0)
+    return run
+
+
+def test_an_ancestor_of_a_live_version_keeps_its_window_so_a_later_erase_still_taints_its_heirs(tenant, adapter):
+    v1 = _version(tenant, adapter, 1, status="retired")
+    v2 = _version(tenant, adapter, 2, status="production", parent=v1)
+    _trained(tenant, adapter, v1, _log(tenant, prefix="v1", days_ago=50, user="only-in-v1"))
+    _trained(tenant, adapter, v2, _log(tenant, prefix="v2", days_ago=5, user="dev-2"))
+    gone = _version(tenant, adapter, 3, status="purged")
+    _trained(tenant, adapter, gone, _log(tenant, prefix="gone", days_ago=50, user="dev-3"))
+    tenant.retention_days = 30
+    tenant.save()
+    assert retention_prune(tenant).deleted["interactions"] == 3  # only the purged version's window goes
+    end_user_erase(tenant, external_id="only-in-v1", actor="test")
+    assert tainted_versions(adapter) == {v1.pk, v2.pk}
+
+
+def test_pending_persistence_reports_older_than_the_cutoff_go_and_are_counted(tenant, adapter):
+    def pending(client_id: str, days_ago: float) -> None:
+        at = timezone.now() - timedelta(days=days_ago)
+        PersistenceReport.objects.create(
+            tenant=tenant,
+            pending_client_id=client_id,
+            checkpoint_s=30,
+            pending_text="user code " * 100,
+            occurred_at=at,
+            received_at=at,
+            updated_at=at,
+        )
+
+    pending("old", 40)
+    pending("recent", 2)
+    tenant.retention_days = 30
+    tenant.save()
+    report = retention_prune(tenant)
+    assert report.deleted["pending_persistence_reports"] == 1
+    assert list(PersistenceReport.objects.filter(tenant=tenant).values_list("pending_client_id", flat=True)) == [
+        "recent"
+    ]
+    event = AuditEvent.objects.get(tenant=tenant, action="retention.prune")
+    assert event.data["deleted"]["pending_persistence_reports"] == 1
+
+
+def test_one_tenants_failure_is_logged_and_the_pass_goes_on_to_the_next(make_tenant, caplog):
+    broken, good = make_tenant("broken"), make_tenant("good")  # in this order: the pass walks by id
+    # A row no API accepts (the bound is checked on write): its cutoff cannot be computed.
+    type(broken).objects.filter(pk=broken.pk).update(retention_days=10**6)
+    _log(good, prefix="old", days_ago=40)
+    good.retention_days = 30
+    good.save()
+    with caplog.at_level("ERROR", logger="apps.privacy.retention"):
+        reports = retention_prune_all()
+    assert reports[good.slug].deleted["interactions"] == 3 and broken.slug not in reports
+    assert any(str(broken.pk) in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_an_old_hour_without_rollups_is_rolled_up_before_its_rows_go(tenant, adapter):
+    # An install upgraded from before rollups whose refresh has not reached this hour yet.
+    _log(tenant, prefix="old", days_ago=40)
+    RollupDirty.objects.filter(tenant_id=tenant.pk).delete()
+    tenant.retention_days = 30
+    tenant.save()
+    assert retention_prune(tenant).deleted["interactions"] == 3
+    rollups_refresh(tenant.pk)
+    assert sum(r.requests for r in InteractionRollup.objects.filter(tenant=tenant, period="hour")) == 3
+    assert sum(r.requests for r in InteractionRollup.objects.filter(tenant=tenant, period="day")) == 3
+
+
+def test_the_pass_walks_old_rows_by_keyset_and_excludes_kept_ones_with_not_exists(tenant, adapter):
+    # Kept rows (a live version's window) interleaved with rows that go, in batches of 2: every row
+    # that may go goes, none kept does, and no batch reads rows before the last one it deleted.
+    version = _version(tenant, adapter, 1, status="production")
+    kept = []
+    for day in range(40, 50):
+        ids = _log(tenant, prefix=f"d{day}", days_ago=day, n=2)
+        kept.append(ids[0])
+    _trained(tenant, adapter, version, kept)
+    tenant.retention_days = 30
+    tenant.save()
+    with CaptureQueriesContext(connection) as queries:
+        report = retention_prune(tenant, batch=2)
+    assert report.deleted["interactions"] == 10
+    assert set(map(str, Interaction.objects.filter(tenant=tenant).values_list("id", flat=True))) == set(kept)
+    batches = [q["sql"] for q in queries if q["sql"].startswith('SELECT "interactions_interaction"."served_at"')]
+    assert len(batches) == 6  # 5 of 2, and the empty one that ends the walk
+    assert all("NOT EXISTS" in sql and "NOT IN" not in sql.upper().replace("NOT (", "") for sql in batches)
+    assert all('"interactions_interaction"."served_at" >' in sql for sql in batches[1:])

@@ -9,6 +9,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from apps.interactions.models import Interaction
+from apps.interactions.retention import MAX_MEASURED
 from apps.interactions.services import feedback_ingest, interactions_ingest, persistence_ingest
 from apps.training.dataset import dataset_export
 from apps.training.models import TrainingRun
@@ -26,8 +27,8 @@ def tokenizer(tiny_starter_model):
     return AutoTokenizer.from_pretrained(str(tiny_starter_model))
 
 
-def accepted(tenant, client_id: str, reports: dict[int, dict]) -> None:
-    item = {"client_id": client_id, "prompt": "# maths.py\n", "completion": COMPLETION, "end_user_id": "dev-1"}
+def accepted(tenant, client_id: str, reports: dict[int, dict], completion: str = COMPLETION) -> None:
+    item = {"client_id": client_id, "prompt": "# maths.py\n", "completion": completion, "end_user_id": "dev-1"}
     assert interactions_ingest(tenant, items=[{**item, "opted_in": True}])[0].status == "created"
     assert feedback_ingest(tenant, items=[{"client_id": client_id, "outcome": "accepted"}])[0].status == "recorded"
     items = [{"client_id": client_id, "checkpoint_s": c, **fields} for c, fields in reports.items()]
@@ -61,6 +62,18 @@ def test_the_tokens_still_there_at_the_latest_checkpoint_earn_the_accepts_reward
     assert samples["kept-add"].reward == policy.reward_accepted  # the scalar stays the accept's
     assert samples["deleted"].token_rewards == (0.0,) * len(samples["deleted"].completion_token_ids)
     assert samples["ratio"].token_rewards is None  # a ratio has no text to align tokens with
+
+
+def test_a_completion_longer_than_was_measured_keeps_the_accepts_one_reward(tenant, tiny_adapter, policy):
+    # Only the first MAX_MEASURED characters were aligned: crediting tokens from that stretch would
+    # give the rest 0 although it stayed.
+    policy.credit_retained = True
+    policy.save()
+    long = "".join(f"def f{i}(a, b):\n    return a * {i} + b\n" for i in range(MAX_MEASURED // 20))
+    assert len(long) > MAX_MEASURED
+    accepted(tenant, "long", {30: {"text": long}}, completion=long)
+    sample = export(tiny_adapter, policy)["long"]
+    assert sample.token_rewards is None and sample.reward == policy.reward_accepted
 
 
 def test_off_by_default_an_accept_keeps_its_one_reward(tenant, tiny_adapter, policy):
