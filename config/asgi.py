@@ -48,9 +48,26 @@ class StropASGIHandler(ASGIHandler):
         self._serving_chain.load_middleware(is_async=False)
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
-        if request.path in SERVING_PATHS:
-            return await sync_to_async(self._serving_chain.get_response, thread_sensitive=True)(request)
-        return await super().get_response_async(request)
+        if request.path not in SERVING_PATHS:
+            return await super().get_response_async(request)
+        chain = asyncio.ensure_future(sync_to_async(self._serving_chain.get_response, thread_sensitive=True)(request))
+        try:
+            return await asyncio.shield(chain)
+        except asyncio.CancelledError:
+            from apps.serving.async_views import response_release
+
+            # The client left while the chain ran: Django drops its answer unsent and unclosed, so
+            # the stream it holds (upstream, the process's slot, the tenant's lease) is given back here.
+            await response_release(await asyncio.shield(chain))
+            raise
+
+    async def send_response(self, response: HttpResponseBase, send: Any) -> None:
+        try:
+            await super().send_response(response, send)
+        finally:  # a stream cut before its body started never runs its own release
+            from apps.serving.async_views import response_release
+
+            await response_release(response)
 
     def _lane_queue(self) -> asyncio.Queue[ThreadPoolExecutor]:
         if self._lanes is None:  # made on the worker's event loop, after the fork

@@ -27,6 +27,7 @@ from django.utils import timezone
 from apps.adapters.models import Adapter
 from apps.common.exceptions import ApplicationError
 from apps.engines.vllm import vllm_async_client
+from apps.engines.vllm_async import ClosingStream
 from apps.interactions.messages import turn_of
 from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served
 from apps.interactions.sessions import conversation_outcomes_apply
@@ -282,7 +283,7 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
                 if record is not None:
                     await asyncio.shield(record)
 
-    return chunks()
+    return ClosingStream(chunks(), upstream.aclose)  # type: ignore[attr-defined]  # closed even if never started
 
 
 @dataclass

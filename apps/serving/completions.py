@@ -35,6 +35,7 @@ from django.utils import timezone
 from apps.common.exceptions import ApplicationError
 from apps.engines.stops import VLLM_MAX_STOP, StopScanner, earliest_stop
 from apps.engines.vllm import vllm_async_client
+from apps.engines.vllm_async import ClosingStream
 from apps.engines.vllm_client import (
     Completion,
     CompletionChoice,
@@ -226,7 +227,7 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
                 if record is not None:
                     await asyncio.shield(record)
 
-    return chunks()
+    return ClosingStream(chunks(), upstream.aclose)  # type: ignore[attr-defined]  # closed even if never started
 
 
 async def _as_stream(completion: Completion, *, include_usage: bool) -> AsyncIterator[CompletionChunk]:

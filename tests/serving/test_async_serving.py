@@ -69,8 +69,9 @@ def _recorded(interaction_id: str, *, tokens: int | None = None, timeout_s: floa
         time.sleep(0.2)
 
 
-def test_every_answer_says_what_strop_added_and_metrics_count_it(fleet, api_servers, settings, mock_upstream):
-    api = _api(api_servers, settings, mock_upstream)
+def test_every_answer_says_what_strop_added_and_metrics_count_it(fleet, api_servers, settings, mock_upstream, tmp_path):
+    # A metrics folder of its own: other servers of this session have counted completions too.
+    api = _api(api_servers, settings, mock_upstream, PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"))
     client = _client(api, fleet("oh"))
     raw = client.completions.with_raw_response.create(model="tab", prompt="def f():", max_tokens=3)
     whole = raw.parse()
