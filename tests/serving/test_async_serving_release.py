@@ -5,10 +5,13 @@ official openai client or a bare socket as the client (as tests/serving/test_asy
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import time
 from urllib.parse import urlsplit
 
+import httpx
 import openai
 import orjson
 import redis
@@ -18,6 +21,8 @@ from tests.serving.test_async_serving import (  # noqa: F401  (fixtures)
     TOKENS,
     _api,
     _client,
+    _recorded,
+    _worker_pids,
     fleet,
     pytestmark,
     starter_dir,
@@ -71,3 +76,32 @@ def test_streams_whose_clients_leave_before_they_start_give_back_their_slot_and_
     for stream in held:
         next(iter(stream))
         stream.close()
+
+
+def test_a_stream_longer_than_the_shutdown_grace_is_cut_and_records_what_it_served(
+    fleet,  # noqa: F811
+    api_servers,
+    settings,
+    mock_upstream,
+):
+    """SIGTERM with a stream that would outlive gunicorn's graceful_timeout (6 s here; 400 tokens at
+    50 ms take 20 s): the worker cuts it before gunicorn kills the worker, and what it served is
+    recorded."""
+    api = _api(api_servers, settings, mock_upstream, STROP_API_GRACEFUL_TIMEOUT_S="6")
+    (worker,) = _worker_pids(api.proc.pid)
+    stream = _client(api, fleet("grace")).completions.create(
+        model="tab", prompt="def f():", max_tokens=400, stream=True
+    )
+    texts = []
+    try:
+        for chunk in stream:
+            texts.append(chunk.choices[0].text)
+            if len(texts) == 2:
+                os.kill(worker, signal.SIGTERM)
+    except (openai.APIError, httpx.HTTPError):
+        pass  # cut: the client sees the connection end early
+    assert 2 <= len(texts) < 400
+    recorded = _recorded(chunk.id)
+    served = len(recorded.completion_token_ids)
+    assert len(texts) <= served < 400
+    assert recorded.completion == "".join(TOKENS[:served])
