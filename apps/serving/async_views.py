@@ -9,9 +9,9 @@ and :func:`serving_view` serves it here: the call to vLLM, the stream and its re
 so a stream holds a connection and a coroutine while it waits for tokens, never a thread.
 
 Every answer carries ``X-Strop-Overhead-Ms``: the time Strop spent on the request apart from
-waiting on vLLM (for a stream, up to its first byte), also in /metrics as
-``strop_serving_overhead_seconds``. Each process serves at most ``STROP_SERVING_MAX_IN_FLIGHT``
-completions at once (:mod:`apps.serving.admission`).
+waiting on vLLM (for a stream, up to its first byte); a completion's is also in /metrics as
+``strop_serving_overhead_seconds``, a refusal's or an error's only in the header. Each process
+serves at most ``STROP_SERVING_MAX_IN_FLIGHT`` completions at once (:mod:`apps.serving.admission`).
 
 Under anything but the ASGI server (Django's test client, a WSGI server) each request gets an event
 loop of its own that ends with the view, and Django would read an asynchronous stream whole
@@ -131,6 +131,16 @@ def serving_view(drf_view: Callable[..., HttpResponseBase], endpoint: str) -> Ca
 
     async def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         started = time.perf_counter()
+        upstream: list[Any] = []  # the plan, once there is one: its wait on vLLM is not Strop's
+        response = await answer(request, started, upstream, args, kwargs)
+        if "X-Strop-Overhead-Ms" not in response:  # a refusal or an error says it too
+            waited = upstream[0].upstream_s if upstream else 0.0
+            response["X-Strop-Overhead-Ms"] = f"{(time.perf_counter() - started - waited) * 1000:.2f}"
+        return response
+
+    async def answer(
+        request: HttpRequest, started: float, upstream: list[Any], args: Any, kwargs: Any
+    ) -> HttpResponseBase:
         try:
             admission.process_slot_take()
         except admission.ServerBusy as exc:
@@ -150,6 +160,7 @@ def serving_view(drf_view: Callable[..., HttpResponseBase], endpoint: str) -> Ca
             if not isinstance(response, Planned):
                 return response
             planned, plan = response, response.plan
+            upstream.append(plan)
             planned.holds_slot, holds_slot = True, False
             if plan.stream:
                 planned.upstream = await planned.stream(plan)

@@ -147,11 +147,13 @@ def test_a_tenant_past_its_streams_gets_429_and_a_full_process_503(fleet, api_se
     with pytest.raises(openai.RateLimitError) as refused:
         greedy.completions.create(model="tab", prompt="x", max_tokens=4, stream=True)
     assert refused.value.code == "too_many_streams" and refused.value.response.headers["retry-after"] == "1"
+    assert float(refused.value.response.headers["x-strop-overhead-ms"]) >= 0
     held.append(hold(other))  # another tenant's stream: the process's third and last
     with pytest.raises(openai.InternalServerError) as busy:
         other.completions.create(model="tab", prompt="x", max_tokens=4)
     assert busy.value.status_code == 503 and busy.value.code == "server_busy"
     assert busy.value.response.headers["retry-after"] == "1"
+    assert float(busy.value.response.headers["x-strop-overhead-ms"]) >= 0
     held.pop(0).close()
     deadline = time.monotonic() + 60
     while True:  # the closed stream's slot and lease come back once the server has seen it go
