@@ -101,7 +101,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, what: str) 
 def gunicorn_argv(bind: str, workers: int) -> list[str]:
     """The API under gunicorn as the Procfile runs it (uvicorn workers on config.asgi), bound to ``bind``."""
     return [PY, "-m", "gunicorn", "-c", "platform/gunicorn.conf.py", "config.asgi", "-b", bind,
-            "-w", str(workers), "-k", "uvicorn_worker.UvicornWorker", "--log-level", "warning"]  # fmt: skip
+            "-w", str(workers), "-k", "config.uvicorn_worker.StropUvicornWorker", "--log-level", "warning"]  # fmt: skip
 
 
 def start_gunicorn(

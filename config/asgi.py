@@ -13,6 +13,7 @@ take one. docs/operate.md describes the process model.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -29,6 +30,9 @@ from django.http import HttpRequest  # noqa: E402
 from django.http.response import HttpResponseBase  # noqa: E402
 
 SERVING_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
+
+# The tasks Django starts for one serving request (its answer's): cancelled with the request.
+_request_tasks: contextvars.ContextVar[list[asyncio.Task[Any]]] = contextvars.ContextVar("strop_request_tasks")
 
 
 class StropASGIHandler(ASGIHandler):
@@ -48,9 +52,46 @@ class StropASGIHandler(ASGIHandler):
         self._serving_chain.load_middleware(is_async=False)
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
-        if request.path in SERVING_PATHS:
-            return await sync_to_async(self._serving_chain.get_response, thread_sensitive=True)(request)
-        return await super().get_response_async(request)
+        if request.path not in SERVING_PATHS:
+            return await super().get_response_async(request)
+        tasks, task = _request_tasks.get(None), asyncio.current_task()
+        if tasks is not None and task is not None:
+            tasks.append(task)
+        chain = asyncio.ensure_future(sync_to_async(self._serving_chain.get_response, thread_sensitive=True)(request))
+        try:
+            return await asyncio.shield(chain)
+        except asyncio.CancelledError:
+            from apps.serving.async_views import response_release
+
+            # The client left while the chain ran: Django drops its answer unsent and unclosed, so
+            # the stream it holds (upstream, the process's slot, the tenant's lease) is given back here.
+            await response_release(await asyncio.shield(chain))
+            raise
+
+    async def send_response(self, response: HttpResponseBase, send: Any) -> None:
+        try:
+            await super().send_response(response, send)
+        finally:  # a stream cut before its body started never runs its own release
+            from apps.serving.async_views import response_release
+
+            await response_release(response)
+
+    async def _serving_call(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Django's handling of a completion, whose own tasks are cancelled with it: Django runs the
+        answer in a task of its own that a cancelled request (the server's graceful shutdown ran
+        out) leaves running, and the worker exits under it, its stream unrecorded. Cancelled here,
+        the stream ends, closes its upstream and records what it served."""
+        tasks: list[asyncio.Task[Any]] = []
+        token = _request_tasks.set(tasks)
+        try:
+            await super().__call__(scope, receive, send)
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        finally:
+            _request_tasks.reset(token)
 
     def _lane_queue(self) -> asyncio.Queue[ThreadPoolExecutor]:
         if self._lanes is None:  # made on the worker's event loop, after the fork
@@ -60,7 +101,10 @@ class StropASGIHandler(ASGIHandler):
         return self._lanes
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope.get("path") in SERVING_PATHS:
+        if scope["type"] == "http" and scope.get("path") in SERVING_PATHS:
+            await self._serving_call(scope, receive, send)
+            return
+        if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
         lanes = self._lane_queue()

@@ -373,7 +373,6 @@ STROP_STORE_PURGE_KEY_ID = os.environ.get("STROP_STORE_PURGE_KEY_ID", "")
 STROP_STORE_PURGE_SECRET = os.environ.get("STROP_STORE_PURGE_SECRET", "")
 
 
-
 # Logs: LOG_FORMAT, LOG_QUIET, LOG_FILE and LOG_LEVEL (config/log_config.py says what each does).
 LOG_FORMAT, LOG_QUIET, LOG_FILE = log_format(), env_bool("LOG_QUIET", False), os.environ.get("LOG_FILE", "")
 LOGGING = logging_config(

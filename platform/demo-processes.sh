@@ -27,7 +27,7 @@ demo_start_vllm() {  # demo_start_vllm MODEL_DIR PORT [SERVED_NAME]: the base mo
 
 demo_start_api() {  # demo_start_api PORT
   demo_spawn api .venv/bin/gunicorn -c platform/gunicorn.conf.py config.asgi -b "127.0.0.1:$1" -w 2 \
-    -k uvicorn_worker.UvicornWorker --log-level warning
+    -k config.uvicorn_worker.StropUvicornWorker --log-level warning
 }
 
 demo_start_workers() {  # default + serving queues, webhooks (prefork: its time limits hold), and the gpu queue

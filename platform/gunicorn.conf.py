@@ -1,5 +1,5 @@
 # Gunicorn settings for Strop's API: `gunicorn -c platform/gunicorn.conf.py config.asgi -k
-# uvicorn_worker.UvicornWorker` (the Procfile keeps bind, workers and the worker class on its command
+# config.uvicorn_worker.StropUvicornWorker` (the Procfile keeps bind, workers and the worker class on its command
 # line). Each worker is one uvicorn process: an event loop for the serving endpoints' streams and a few
 # threads for the synchronous rest (config/asgi.py). config.wsgi with gthread still runs, without the
 # asynchronous serving path (a stream then holds its thread).
@@ -18,8 +18,10 @@ importlib.import_module("config.settings")
 # server is closing at that moment and gets "server disconnected" for a request never read.
 keepalive = 75
 # On SIGTERM (a deploy, a restart) a worker stops taking connections and lets its streams finish, for at
-# most this long, so what it was serving is served and recorded; past it the master kills it.
-graceful_timeout = 30
+# most this long, so what it was serving is served and recorded; past it the master kills it. The worker
+# (config/uvicorn_worker.py) cancels streams still open a few seconds before that, so each records what
+# it served before the kill. STROP_API_GRACEFUL_TIMEOUT_S sets it (the tests use a short one).
+graceful_timeout = int(os.environ.get("STROP_API_GRACEFUL_TIMEOUT_S", "30"))
 
 
 def child_exit(server, worker):

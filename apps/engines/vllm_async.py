@@ -11,7 +11,7 @@ any later failure is :class:`VLLMUnavailable` or a typed :class:`VLLMError`, nev
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import httpx
@@ -43,6 +43,27 @@ def _reason(exc: BaseException) -> str:
     named = [os.strerror(e.errno) if isinstance(e, OSError) and e.errno else type(e).__name__ for e in errors]
     text = str(exc) or type(exc).__name__  # a timeout says nothing but its kind
     return f"{text}: {'; '.join(named)}" if named else text
+
+
+class ClosingStream:
+    """An asynchronous iterator whose ``aclose()`` also runs ``close`` (idempotent): a generator
+    that never started never runs its ``finally``, so what it holds (an open response from vLLM)
+    is closed here, whether it was iterated or not."""
+
+    def __init__(self, items: AsyncIterator[Any], close: Callable[[], Awaitable[Any]]) -> None:
+        self._items, self._close = items, close
+
+    def __aiter__(self) -> ClosingStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        return await self._items.__anext__()
+
+    async def aclose(self) -> None:
+        try:
+            await self._items.aclose()  # type: ignore[attr-defined]
+        finally:
+            await self._close()
 
 
 class AsyncVLLMClient(Replicas):
@@ -106,7 +127,7 @@ class AsyncVLLMClient(Replicas):
         or ``aclose()`` it to release the connection (vLLM stops generating)."""
         body = {**completion_body(**options), "stream": True, "stream_options": {"include_usage": True}}
         response, replica = await self._send(body, timeout, stream=True, affinity=affinity, path="/v1/completions")
-        return self._chunks(response, replica)
+        return ClosingStream(self._chunks(response, replica), response.aclose)
 
     async def _chunks(self, response: httpx.Response, replica: str) -> AsyncIterator[CompletionChunk]:
         events = aread_sse_json(response, replica)
@@ -133,4 +154,4 @@ class AsyncVLLMClient(Replicas):
         sent, and HTTP errors raised, by awaiting this call. Exhaust or ``aclose()`` it."""
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         response, replica = await self._send(body, timeout, stream=True, affinity=affinity, path="/v1/chat/completions")
-        return aread_sse_json(response, replica)
+        return ClosingStream(aread_sse_json(response, replica), response.aclose)

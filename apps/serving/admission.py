@@ -10,7 +10,9 @@
 The tenant's streams are leases in a Redis sorted set scored by when they lapse: taking one
 drops the lapsed ones, adds this one and counts, in one round trip. A lease lapses after
 ``STROP_SERVING_STREAM_LEASE_S`` if its process died without returning it (a killed worker).
-Redis down: each process caps the tenant's streams on its own count, as the rate limit does.
+Redis down: each process caps the tenant's streams on its own count, as the rate limit does, and
+asks Redis again only when the rate limit would (one outage view per process,
+``apps.tenants.ratelimit.redis_outage``): a dead or hung Redis costs a stream no wait.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from django.conf import settings
 
 from apps.common.exceptions import RateLimited, ServiceUnavailable
 from apps.tenants.models import Tenant
-from apps.tenants.ratelimit import _redis_client
+from apps.tenants.ratelimit import redis_client, redis_outage
 
 logger = logging.getLogger(__name__)
 
@@ -90,17 +92,21 @@ def stream_lease_take(tenant: Tenant) -> StreamLease | None:
     lease = StreamLease(tenant.pk, uuid.uuid4().hex)
     now = time.time()
     count: int | None = None
-    if settings.REDIS_URL:
+    if settings.REDIS_URL and not redis_outage.skip(time.monotonic()):
         key = _key(tenant.pk)
+        asked = time.monotonic()
         try:
-            pipe = _redis_client(settings.REDIS_URL).pipeline(transaction=True)
+            pipe = redis_client(settings.REDIS_URL).pipeline(transaction=True)
             pipe.zremrangebyscore(key, "-inf", now)
             pipe.zadd(key, {lease.token: now + settings.STROP_SERVING_STREAM_LEASE_S})
             pipe.zcard(key)
             pipe.expire(key, int(settings.STROP_SERVING_STREAM_LEASE_S) + 60)
             count = int(pipe.execute()[2])
         except redis.RedisError as exc:
+            redis_outage.failed(exc, asked)
             logger.warning("stream cap counted by this process alone: Redis did not answer (%s)", exc)
+        else:
+            redis_outage.answered(asked)
     if count is None:
         lease.local = True
         with _local_lock:
@@ -124,7 +130,11 @@ def stream_lease_return(lease: StreamLease | None) -> None:
         with _local_lock:
             _local_streams[lease.tenant_id] -= 1
         return
+    asked = time.monotonic()
+    if redis_outage.skip(asked):  # Redis is down: the lease lapses on its own after STROP_SERVING_STREAM_LEASE_S
+        return
     try:
-        _redis_client(settings.REDIS_URL).zrem(_key(lease.tenant_id), lease.token)
+        redis_client(settings.REDIS_URL).zrem(_key(lease.tenant_id), lease.token)
     except redis.RedisError as exc:  # it lapses on its own after STROP_SERVING_STREAM_LEASE_S
+        redis_outage.failed(exc, asked)
         logger.warning("a stream lease was not returned (Redis did not answer: %s); it lapses by itself", exc)

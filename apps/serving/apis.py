@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from apps.adapters.selectors import adapter_list
 from apps.common.apis import ScopedApi, end_user_of_request
 from apps.common.exceptions import Forbidden
-from apps.serving.admission import stream_lease_take
+from apps.serving.admission import stream_lease_return, stream_lease_take
 from apps.serving.answers import CompletionAnswer
 from apps.serving.async_views import Planned, serving_view
 from apps.serving.completions import completion_plan, completion_serve, completion_stream
@@ -143,18 +143,23 @@ class CompletionApi(ServingApi):
     def post(self, request: Request) -> HttpResponseBase:
         data = CompletionIn(data=request.data)
         data.is_valid(raise_exception=True)
-        user, flag = self.end_user(request, data.validated_data)
-        plan = completion_plan(
-            self.tenant,
-            fields=data.validated_data,
-            user=user,
-            flag=flag,
-            api_key=request.auth,
-            actor=self.actor,
-            ahead=self.ahead,
-        )
+        # The tenant's stream cap first: a refused stream writes nothing and spends no rate-limit unit.
+        lease = stream_lease_take(self.tenant) if data.validated_data["stream"] else None
+        try:
+            user, flag = self.end_user(request, data.validated_data)
+            plan = completion_plan(
+                self.tenant,
+                fields=data.validated_data,
+                user=user,
+                flag=flag,
+                api_key=request.auth,
+                actor=self.actor,
+                ahead=self.ahead,
+            )
+        except BaseException:
+            stream_lease_return(lease)
+            raise
         shape = CompletionAnswer(plan.request, plan.route, [str(i) for i in plan.ids], plan.adapter_name)
-        lease = stream_lease_take(self.tenant) if plan.stream else None
         return Planned(plan, shape=shape.body, serve=completion_serve, stream=completion_stream, lease=lease)
 
 

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 from apps.cohorts.selectors import consent_default
 from apps.cohorts.services import end_user_consent_now
-from apps.experiments.assignment import HOLDOUT, assign_arm, in_holdout
-from apps.experiments.services import exposure_record
 from apps.serving.selectors import serving_lookup
+from apps.serving.services import serving_route
 from apps.tenants.models import ApiKey, Tenant
 
 
@@ -40,20 +39,14 @@ def serving_assignment(
         actor=actor,
         stored=found.end_user,
     )
-    experiment = found.experiment if consent else None
-    arm, version = None, adapter.production_version
-    if consent and in_holdout(adapter_id=adapter.pk, share=adapter.holdout_share, external_id=user):
-        arm, version, experiment = HOLDOUT, None, None  # the base model, across promotions
-    elif experiment is not None:
-        arm = assign_arm(experiment.salt, user, candidate_weight=experiment.candidate_weight)
-        exposure_record(experiment, external_id=user, arm=arm)
-        version = experiment.version_of(arm)
+    route = serving_route(tenant, adapter=adapter, end_user_id=user, opted_in=consent, running=found.experiment)
+    experiment, version = route.experiment, route.version  # the one routing rule serving follows
     return Assignment(
         adapter=adapter.name,
         user=user,
         opted_in=consent,
         experiment=experiment.pk if experiment is not None else None,
-        arm=arm,
+        arm=route.arm or None,
         version=version.number if version is not None else None,
         model=version.vllm_name if version is not None else adapter.base_model.name,
     )

@@ -9,9 +9,9 @@ and :func:`serving_view` serves it here: the call to vLLM, the stream and its re
 so a stream holds a connection and a coroutine while it waits for tokens, never a thread.
 
 Every answer carries ``X-Strop-Overhead-Ms``: the time Strop spent on the request apart from
-waiting on vLLM (for a stream, up to its first byte), also in /metrics as
-``strop_serving_overhead_seconds``. Each process serves at most ``STROP_SERVING_MAX_IN_FLIGHT``
-completions at once (:mod:`apps.serving.admission`).
+waiting on vLLM (for a stream, up to its first byte); a completion's is also in /metrics as
+``strop_serving_overhead_seconds``, a refusal's or an error's only in the header. Each process
+serves at most ``STROP_SERVING_MAX_IN_FLIGHT`` completions at once (:mod:`apps.serving.admission`).
 
 Under anything but the ASGI server (Django's test client, a WSGI server) each request gets an event
 loop of its own that ends with the view, and Django would read an asynchronous stream whole
@@ -50,7 +50,12 @@ SERVING_OVERHEAD = Histogram(
 
 class Planned(HttpResponse):
     """A serving API's synchronous half, done: ``plan`` (a ``CompletionPlan`` / ``ChatPlan``), the
-    shaper of its answer, how to serve it whole or streamed, and the tenant's stream lease."""
+    shaper of its answer, how to serve it whole or streamed, and the tenant's stream lease.
+
+    What the call holds (the upstream stream, the process's slot, the tenant's lease) is given back
+    by :meth:`release`, once, whoever calls it first: the stream's end, the view, or the ASGI
+    handler when the client left before the stream started (a generator that never started never
+    runs its ``finally``)."""
 
     def __init__(
         self,
@@ -63,6 +68,32 @@ class Planned(HttpResponse):
     ) -> None:
         super().__init__(status=200)
         self.plan, self.shape, self.serve, self.stream, self.lease = plan, shape, serve, stream, lease
+        self.upstream: AsyncIterator[Any] | None = None
+        self.holds_slot = False
+        self._releasing: asyncio.Future[None] | None = None
+
+    async def release(self) -> None:
+        """Close the upstream stream (what was served is recorded), return the process's slot and
+        the tenant's lease. Idempotent; runs to its end even if the caller is cancelled."""
+        if self._releasing is None:
+            self._releasing = asyncio.ensure_future(self._release())
+        await asyncio.shield(self._releasing)
+
+    async def _release(self) -> None:
+        upstream, self.upstream = self.upstream, None
+        try:
+            if upstream is not None:
+                await upstream.aclose()  # type: ignore[attr-defined]
+        finally:
+            await _released(self.holds_slot, self.lease)
+            self.holds_slot, self.lease = False, None
+
+
+async def response_release(response: Any) -> None:
+    """Give back what a serving answer holds (:meth:`Planned.release`); nothing for any other."""
+    planned = getattr(response, "strop_planned", None)
+    if planned is not None:
+        await planned.release()
 
 
 def error_response(exc: ApplicationError) -> HttpResponse:
@@ -87,8 +118,9 @@ def _observe(response: HttpResponseBase, endpoint: str, streamed: bool, seconds:
     SERVING_OVERHEAD.labels(endpoint, "true" if streamed else "false").observe(seconds)
 
 
-async def _released(lease: admission.StreamLease | None) -> None:
-    admission.process_slot_return()
+async def _released(slot: bool, lease: admission.StreamLease | None) -> None:
+    if slot:
+        admission.process_slot_return()
     if lease is not None:
         await asyncio.shield(asyncio.ensure_future(in_db_thread(admission.stream_lease_return, lease)))
 
@@ -99,27 +131,48 @@ def serving_view(drf_view: Callable[..., HttpResponseBase], endpoint: str) -> Ca
 
     async def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         started = time.perf_counter()
+        upstream: list[Any] = []  # the plan, once there is one: its wait on vLLM is not Strop's
+        response = await answer(request, started, upstream, args, kwargs)
+        if "X-Strop-Overhead-Ms" not in response:  # a refusal or an error says it too
+            waited = upstream[0].upstream_s if upstream else 0.0
+            response["X-Strop-Overhead-Ms"] = f"{(time.perf_counter() - started - waited) * 1000:.2f}"
+        return response
+
+    async def answer(
+        request: HttpRequest, started: float, upstream: list[Any], args: Any, kwargs: Any
+    ) -> HttpResponseBase:
         try:
             admission.process_slot_take()
         except admission.ServerBusy as exc:
             return error_response(exc)
         planned: Planned | None = None
-        streaming = False
+        holds_slot, handed_over = True, False
         try:
-            response = await in_db_thread(_dispatch, drf_view, request, args, kwargs)
+            dispatched = asyncio.ensure_future(in_db_thread(_dispatch, drf_view, request, args, kwargs))
+            try:
+                response = await asyncio.shield(dispatched)
+            except asyncio.CancelledError:  # the sync half still runs (and may take a lease): wait, release
+                done = await asyncio.shield(dispatched)
+                if isinstance(done, Planned):
+                    done.holds_slot, holds_slot = True, False
+                    await done.release()
+                raise
             if not isinstance(response, Planned):
                 return response
             planned, plan = response, response.plan
+            upstream.append(plan)
+            planned.holds_slot, holds_slot = True, False
             if plan.stream:
-                chunks = await planned.stream(plan)
-                response = sse_response(_bodies(chunks, planned))
-                streaming = True
+                planned.upstream = await planned.stream(plan)
+                response = sse_response(_bodies(planned))
+                response.strop_planned = planned  # type: ignore[attr-defined]  # released if never sent
                 if not pooled():  # not the ASGI server: read whole on this event loop (see below)
                     response.streaming_content = [part async for part in response.streaming_content]
             else:
                 answer = await planned.serve(plan)
                 response = HttpResponse(orjson.dumps(planned.shape(answer)), content_type="application/json")
             _observe(response, endpoint, plan.stream, time.perf_counter() - started - plan.upstream_s)
+            handed_over = plan.stream and pooled()  # then the stream's end (or the ASGI handler) releases it
             return response
         except ApplicationError as exc:
             return error_response(exc)
@@ -129,20 +182,20 @@ def serving_view(drf_view: Callable[..., HttpResponseBase], endpoint: str) -> Ca
             message = "the database is unreachable; try again shortly"
             return error_response(ServiceUnavailable(message, retry_after_s=DATABASE_RETRY_AFTER_S))
         finally:
-            if not streaming:
-                await _released(planned.lease if planned is not None else None)
+            if holds_slot:
+                admission.process_slot_return()
+            if planned is not None and not handed_over:
+                await planned.release()
             if not pooled():
                 await async_http_close()
 
-    async def _bodies(chunks: AsyncIterator[Any], planned: Planned) -> AsyncIterator[dict[str, Any]]:
+    async def _bodies(planned: Planned) -> AsyncIterator[dict[str, Any]]:
         try:
-            async for chunk in chunks:
+            assert planned.upstream is not None
+            async for chunk in planned.upstream:
                 yield planned.shape(chunk)
         finally:
-            try:
-                await chunks.aclose()  # type: ignore[attr-defined]  # records what was served
-            finally:
-                await _released(planned.lease)
+            await planned.release()  # closes upstream: records what was served
 
     view.csrf_exempt = True  # type: ignore[attr-defined]  # as DRF's views: a key, never a cookie
     # What drf-spectacular reads to publish the endpoint's schema: the DRF class, unchanged.

@@ -27,13 +27,14 @@ from django.utils import timezone
 from apps.adapters.models import Adapter
 from apps.common.exceptions import ApplicationError
 from apps.engines.vllm import vllm_async_client
+from apps.engines.vllm_async import ClosingStream
 from apps.interactions.messages import turn_of
 from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served
 from apps.interactions.sessions import conversation_outcomes_apply
 from apps.serving.selectors import ReadAhead
 from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.sync_work import in_db_thread
-from apps.serving.vllm_calls import serving_failure_record, with_load_on_demand
+from apps.serving.vllm_calls import serving_failure_record, serving_failure_recorded, with_load_on_demand
 from apps.tenants.models import ApiKey, Tenant
 
 # Keys of vLLM's answer that are for training only (or vLLM's own), never sent to the client.
@@ -214,9 +215,7 @@ async def chat_serve(plan: ChatPlan) -> dict[str, Any]:
             route, lambda: vllm_async_client().chat(plan.body, affinity=_affinity(route))
         )
     except ApplicationError as exc:
-        await in_db_thread(
-            serving_failure_record, tenant, route=route, user=request.user, error=exc, started=started, streamed=False
-        )
+        await serving_failure_recorded(tenant, route=route, user=request.user, error=exc, started=started)
         raise
     plan.upstream_s += time.perf_counter() - started
     choices: dict[int, _ChoiceSoFar] = {}
@@ -240,9 +239,7 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
             route, lambda: vllm_async_client().chat_stream(plan.body, affinity=_affinity(route))
         )
     except ApplicationError as exc:
-        await in_db_thread(
-            serving_failure_record, tenant, route=route, user=request.user, error=exc, started=started, streamed=False
-        )
+        await serving_failure_recorded(tenant, route=route, user=request.user, error=exc, started=started)
         raise
     plan.upstream_s += time.perf_counter() - started
 
@@ -282,7 +279,7 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
                 if record is not None:
                     await asyncio.shield(record)
 
-    return chunks()
+    return ClosingStream(chunks(), upstream.aclose)  # type: ignore[attr-defined]  # closed even if never started
 
 
 @dataclass

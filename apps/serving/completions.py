@@ -35,6 +35,7 @@ from django.utils import timezone
 from apps.common.exceptions import ApplicationError
 from apps.engines.stops import VLLM_MAX_STOP, StopScanner, earliest_stop
 from apps.engines.vllm import vllm_async_client
+from apps.engines.vllm_async import ClosingStream
 from apps.engines.vllm_client import (
     Completion,
     CompletionChoice,
@@ -48,7 +49,7 @@ from apps.serving.selectors import ReadAhead
 from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.show_gate import show_gate_decisions, show_gate_of, withheld_choice
 from apps.serving.sync_work import in_db_thread
-from apps.serving.vllm_calls import serving_failure_record, with_load_on_demand
+from apps.serving.vllm_calls import serving_failure_record, serving_failure_recorded, with_load_on_demand
 from apps.tenants.models import ApiKey, Tenant
 
 
@@ -110,9 +111,7 @@ async def completion_serve(plan: CompletionPlan) -> Completion:
     try:
         completion: Completion = await with_load_on_demand(route, lambda: vllm_async_client().complete(**plan.kwargs))
     except ApplicationError as exc:
-        await in_db_thread(
-            serving_failure_record, tenant, route=route, user=request.user, error=exc, started=started, streamed=False
-        )
+        await serving_failure_recorded(tenant, route=route, user=request.user, error=exc, started=started)
         raise
     plan.upstream_s += time.perf_counter() - started
     completion = replace(completion, choices=[_apply_stops(c, request.stop) for c in completion.choices])
@@ -157,9 +156,7 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
     try:
         upstream = await with_load_on_demand(route, lambda: vllm_async_client().stream(**plan.kwargs))
     except ApplicationError as exc:
-        await in_db_thread(
-            serving_failure_record, tenant, route=route, user=request.user, error=exc, started=started, streamed=False
-        )
+        await serving_failure_recorded(tenant, route=route, user=request.user, error=exc, started=started)
         raise
     plan.upstream_s += time.perf_counter() - started
     scanning = len(request.stop) > VLLM_MAX_STOP
@@ -226,7 +223,7 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
                 if record is not None:
                     await asyncio.shield(record)
 
-    return chunks()
+    return ClosingStream(chunks(), upstream.aclose)  # type: ignore[attr-defined]  # closed even if never started
 
 
 async def _as_stream(completion: Completion, *, include_usage: bool) -> AsyncIterator[CompletionChunk]:

@@ -4,6 +4,7 @@ through :func:`apps.serving.sync_work.in_db_thread`)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -63,3 +64,19 @@ def serving_failure_record(
         occurred_at=timezone.now(),
         latency_ms=(time.perf_counter() - started) * 1000,
     )
+
+
+async def serving_failure_recorded(
+    tenant: Tenant, *, route: Route, user: str, error: ApplicationError, started: float
+) -> None:
+    """:func:`serving_failure_record` for a request vLLM failed before its answer began, on a
+    serving database thread; shielded, so a client that left meanwhile (the awaiting task
+    cancelled) still has the failure recorded."""
+    from apps.serving.sync_work import in_db_thread
+
+    failure = asyncio.ensure_future(
+        in_db_thread(
+            serving_failure_record, tenant, route=route, user=user, error=error, started=started, streamed=False
+        )
+    )
+    await asyncio.shield(failure)

@@ -57,13 +57,13 @@ logger = logging.getLogger(__name__)
 
 
 @functools.cache
-def _redis_client(url: str) -> redis.Redis:
+def redis_client(url: str) -> redis.Redis:
     return redis.Redis.from_url(
         url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S, health_check_interval=30
     )
 
 
-class _Outage:
+class RedisOutage:
     """This process's view of Redis: since when it has not answered, and when to ask it again."""
 
     def __init__(self) -> None:
@@ -97,24 +97,24 @@ class _Outage:
                 self.since = None
 
 
-_outage = _Outage()
+redis_outage = RedisOutage()
 
 
 def _count(key: str, taken: int) -> int | None:
     """The key's count after adding ``taken``; None when Redis could not count it."""
     if settings.REDIS_URL:
         now = time.monotonic()
-        if _outage.skip(now):
+        if redis_outage.skip(now):
             return None
         try:
-            pipe = _redis_client(settings.REDIS_URL).pipeline(transaction=False)
+            pipe = redis_client(settings.REDIS_URL).pipeline(transaction=False)
             pipe.incrby(key, taken)
             pipe.expire(key, WINDOW_S + 5, nx=True)
             count, _ = pipe.execute()
         except redis.RedisError as exc:
-            _outage.failed(exc, now)
+            redis_outage.failed(exc, now)
             return None
-        _outage.answered(now)
+        redis_outage.answered(now)
         return int(count)
     cache.add(key, 0, timeout=WINDOW_S + 5)
     try:

@@ -186,7 +186,7 @@ def test_a_hung_redis_costs_a_request_at_most_about_a_second(private_redis, sett
 
     settings.REDIS_URL = private_redis.url()
     tenant = Tenant(pk=10**9, slug="hung", rate_limit_per_minute=1)
-    ratelimit._outage.__init__()  # this process's view of Redis, fresh for this test
+    ratelimit.redis_outage.__init__()  # this process's view of Redis, fresh for this test
     assert private_redis.proc is not None
     private_redis.proc.send_signal(signal.SIGSTOP)
     try:
@@ -220,4 +220,4 @@ def test_a_hung_redis_costs_a_request_at_most_about_a_second(private_redis, sett
         assert isinstance(outcome[0], float) and outcome[0] < PUBLISH_S, outcome
     finally:
         private_redis.proc.send_signal(signal.SIGCONT)
-        ratelimit._outage.__init__()
+        ratelimit.redis_outage.__init__()

@@ -69,8 +69,9 @@ def _recorded(interaction_id: str, *, tokens: int | None = None, timeout_s: floa
         time.sleep(0.2)
 
 
-def test_every_answer_says_what_strop_added_and_metrics_count_it(fleet, api_servers, settings, mock_upstream):
-    api = _api(api_servers, settings, mock_upstream)
+def test_every_answer_says_what_strop_added_and_metrics_count_it(fleet, api_servers, settings, mock_upstream, tmp_path):
+    # A metrics folder of its own: other servers of this session have counted completions too.
+    api = _api(api_servers, settings, mock_upstream, PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"))
     client = _client(api, fleet("oh"))
     # The metrics directory is shared by every API process of the session: count this test's own.
     before = _overhead_counts(api.url)
@@ -157,11 +158,13 @@ def test_a_tenant_past_its_streams_gets_429_and_a_full_process_503(fleet, api_se
     with pytest.raises(openai.RateLimitError) as refused:
         greedy.completions.create(model="tab", prompt="x", max_tokens=4, stream=True)
     assert refused.value.code == "too_many_streams" and refused.value.response.headers["retry-after"] == "1"
+    assert float(refused.value.response.headers["x-strop-overhead-ms"]) >= 0
     held.append(hold(other))  # another tenant's stream: the process's third and last
     with pytest.raises(openai.InternalServerError) as busy:
         other.completions.create(model="tab", prompt="x", max_tokens=4)
     assert busy.value.status_code == 503 and busy.value.code == "server_busy"
     assert busy.value.response.headers["retry-after"] == "1"
+    assert float(busy.value.response.headers["x-strop-overhead-ms"]) >= 0
     held.pop(0).close()
     deadline = time.monotonic() + 60
     while True:  # the closed stream's slot and lease come back once the server has seen it go

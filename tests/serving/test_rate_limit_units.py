@@ -95,3 +95,28 @@ def test_a_chat_completion_without_max_tokens_costs_the_adapters_limit(make_tena
     message = refused.json()["error"]["message"]
     assert "completion of n=2 x max_tokens=256 costs 32" in message and "more than the whole limit" in message
     assert client.post("/v1/chat/completions", {"messages": messages}, format="json").status_code == 503  # 16 units
+
+
+def test_a_stream_past_the_tenants_cap_is_refused_before_it_writes_or_spends(make_tenant, make_client, settings):
+    """The tenant's one stream is open (a lease in Redis, as another API process holds it): a
+    second stream is 429 too_many_streams before its end user is written or its work is charged
+    (the one unit the API key's check takes, as for any request, is spent)."""
+    import redis as redis_lib
+
+    from apps.serving.admission import _key
+
+    settings.STROP_SERVING_MAX_STREAMS_PER_TENANT = 1
+    client = _serving_client(make_tenant, make_client, "one-stream", limit=2)
+    tenant = EndUser._meta.get_field("tenant").related_model.objects.get(slug="one-stream")
+    leases = redis_lib.Redis.from_url(settings.REDIS_URL)
+    leases.zadd(_key(tenant.pk), {"held-elsewhere": time.time() + 60})
+    try:
+        refused = _complete(client, max_tokens=32, stream=True, user="new-dev")  # two units
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "too_many_streams", refused.content
+        assert not EndUser.objects.filter(tenant=tenant, external_id="new-dev").exists()
+        down = _complete(client, max_tokens=16)
+        assert down.status_code == 503  # the second unit is still there (vLLM is down)
+        for answer in (refused, down, _complete(client, max_tokens=16)):  # refusals and errors say it too
+            assert float(answer["X-Strop-Overhead-Ms"]) >= 0, answer.status_code
+    finally:
+        leases.delete(_key(tenant.pk))

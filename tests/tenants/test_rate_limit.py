@@ -57,7 +57,7 @@ def process(settings):
                 return False
 
         def counted(self, tenant) -> int:
-            value = ratelimit._redis_client(settings.REDIS_URL).get(f"strop:rl:{tenant.pk}:{self.window}")
+            value = ratelimit.redis_client(settings.REDIS_URL).get(f"strop:rl:{tenant.pk}:{self.window}")
             return int(value or 0)
 
         def blocks(self, blocks: dict) -> None:
@@ -115,7 +115,7 @@ def test_a_process_serves_from_its_block_while_redis_is_down_and_says_so_once_it
     from apps.tenants import ratelimit
 
     settings.REDIS_URL = private_redis.url()
-    ratelimit._outage.__init__()  # this process's view of Redis, fresh for this test
+    ratelimit.redis_outage.__init__()  # this process's view of Redis, fresh for this test
     tenant = make_tenant("outage", rate_limit_per_minute=6000)
     try:
         assert process.check(tenant)  # takes a block of 32
@@ -125,7 +125,7 @@ def test_a_process_serves_from_its_block_while_redis_is_down_and_says_so_once_it
         assert all(process.check(tenant) for _ in range(10))  # a new block: Redis is gone, served uncounted
         assert len([r for r in caplog.records if "rate limits are not enforced" in r.getMessage()]) == 1
     finally:
-        ratelimit._outage.__init__()
+        ratelimit.redis_outage.__init__()
 
 
 @pytest.fixture
@@ -134,10 +134,10 @@ def redis_down(private_redis, settings):
     from apps.tenants import ratelimit
 
     settings.REDIS_URL = private_redis.url()
-    ratelimit._outage.__init__()
+    ratelimit.redis_outage.__init__()
     ratelimit._served = {}
     yield private_redis
-    ratelimit._outage.__init__()
+    ratelimit.redis_outage.__init__()
     ratelimit._served = {}
 
 
