@@ -73,7 +73,7 @@ def test_every_answer_says_what_strop_added_and_metrics_count_it(fleet, api_serv
     # A metrics folder of its own: other servers of this session have counted completions too.
     api = _api(api_servers, settings, mock_upstream, PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"))
     client = _client(api, fleet("oh"))
-    # The metrics directory is shared by every API process of the session: count this test's own.
+    # Counted from here, so a reused server's earlier completions do not count either.
     before = _overhead_counts(api.url)
     raw = client.completions.with_raw_response.create(model="tab", prompt="def f():", max_tokens=3)
     whole = raw.parse()
