@@ -7,6 +7,7 @@ request's fields are in ``schemas.py``, the answer's shape and its server-sent e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -43,6 +44,27 @@ class ServingApi(ScopedApi):
         """The endpoint as an asynchronous view (``apps.serving.async_views``): this class's
         ``post`` answers a :class:`Planned` response that the view serves on the event loop."""
         return serving_view(super().as_view(**initkwargs), endpoint=cls.__name__)
+
+    def plan_under_lease(self, request: Request, fields: dict[str, Any], plan: Callable[..., Any]) -> tuple[Any, Any]:
+        """(``plan(...)``'s plan for this request, the tenant's stream lease or None). The tenant's
+        stream cap is taken first, so a refused stream writes nothing and spends no rate-limit
+        unit; the lease goes back if planning fails."""
+        lease = stream_lease_take(self.tenant) if fields["stream"] else None
+        try:
+            user, flag = self.end_user(request, fields)
+            planned = plan(
+                self.tenant,
+                fields=fields,
+                user=user,
+                flag=flag,
+                api_key=request.auth,
+                actor=self.actor,
+                ahead=self.ahead,
+            )
+        except BaseException:
+            stream_lease_return(lease)
+            raise
+        return planned, lease
 
     def end_user(self, request: Request, attrs: dict[str, Any]) -> tuple[str, bool | None]:
         """The end user the request names and the consent it states (``end_user_of_request``).
@@ -143,22 +165,7 @@ class CompletionApi(ServingApi):
     def post(self, request: Request) -> HttpResponseBase:
         data = CompletionIn(data=request.data)
         data.is_valid(raise_exception=True)
-        # The tenant's stream cap first: a refused stream writes nothing and spends no rate-limit unit.
-        lease = stream_lease_take(self.tenant) if data.validated_data["stream"] else None
-        try:
-            user, flag = self.end_user(request, data.validated_data)
-            plan = completion_plan(
-                self.tenant,
-                fields=data.validated_data,
-                user=user,
-                flag=flag,
-                api_key=request.auth,
-                actor=self.actor,
-                ahead=self.ahead,
-            )
-        except BaseException:
-            stream_lease_return(lease)
-            raise
+        plan, lease = self.plan_under_lease(request, data.validated_data, completion_plan)
         shape = CompletionAnswer(plan.request, plan.route, [str(i) for i in plan.ids], plan.adapter_name)
         return Planned(plan, shape=shape.body, serve=completion_serve, stream=completion_stream, lease=lease)
 

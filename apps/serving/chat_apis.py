@@ -21,7 +21,6 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_seriali
 from rest_framework import serializers
 from rest_framework.request import Request
 
-from apps.serving.admission import stream_lease_return, stream_lease_take
 from apps.serving.apis import ServingApi
 from apps.serving.async_views import Planned
 from apps.serving.chat import ChatAnswer, chat_plan, chat_serve, chat_stream
@@ -80,21 +79,6 @@ class ChatCompletionApi(ServingApi):
     def post(self, request: Request) -> HttpResponseBase:
         data = ChatCompletionIn(data=request.data)
         data.is_valid(raise_exception=True)
-        # The tenant's stream cap first: a refused stream writes nothing and spends no rate-limit unit.
-        lease = stream_lease_take(self.tenant) if data.validated_data["stream"] else None
-        try:
-            user, flag = self.end_user(request, data.validated_data)
-            plan = chat_plan(
-                self.tenant,
-                fields=data.validated_data,
-                user=user,
-                flag=flag,
-                api_key=request.auth,
-                actor=self.actor,
-                ahead=self.ahead,
-            )
-        except BaseException:
-            stream_lease_return(lease)
-            raise
+        plan, lease = self.plan_under_lease(request, data.validated_data, chat_plan)
         answer = ChatAnswer(plan.request, plan.route, plan.ids, plan.adapter_name)
         return Planned(plan, shape=answer.body, serve=chat_serve, stream=chat_stream, lease=lease)
