@@ -17,7 +17,7 @@ MAKE_STARTED := $(shell date +%s)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: venv assets browser services test test-hosts demo up starter vllm lint lint-imports bench-ingest bench-serving bench-capacity bench-trainer bench-freshness bench-experiments bench-dashboard bench-data bench-learning bench-agent-learning vllm-env clean
+.PHONY: venv assets browser services test test-hosts demo up starter vllm lint lint-imports bench-ingest bench-serving bench-capacity bench-trainer bench-freshness bench-experiments bench-dashboard bench-data bench-learning bench-agent-learning bench-specialise vllm-env clean
 
 venv: $(STAMP)
 
@@ -103,6 +103,15 @@ bench-trainer: venv
 LEARNING_ARGS ?= --population line --stop '\n' --train-tasks 512 --eval-tasks 300 --rounds 3 --eval-each-round --set autocast_bf16=auto --threads 2
 bench-learning: venv
 	$(PY) benchmarks/learning.py $(LEARNING_ARGS)
+
+# Specialisation: two tenants, each its own codebase (Django, NetworkX: pinned in requirements.lock), each
+# adapter trained on its training files and judged on unseen files of its own and of the other (SmolLM2;
+# on a GPU when there is one, see docs/learning.md "Specialisation").
+SPECIALISE_CODEBASES ?= --codebase web=$$($(PY) -c 'import django, os; print(os.path.dirname(django.__file__))') \
+	--codebase graphs=$$($(PY) -c 'import networkx, os; print(os.path.dirname(networkx.__file__))')
+SPECIALISE_ARGS ?= --population line --stop '\n' --train-tasks 256 --eval-tasks 400 --rounds 3 --threads 2
+bench-specialise: venv
+	$(PY) benchmarks/specialise.py $(SPECIALISE_CODEBASES) $(SPECIALISE_ARGS)
 
 # Its agent variant: chat answers in the format a simulated user wants (SmolLM2, CPU).
 AGENT_LEARNING_ARGS ?= --format codeblock --train 192 --eval 160 --threads 2

@@ -61,7 +61,7 @@ def expected_outcomes(model, tokenizer, prompts: Sequence[str], tasks: Sequence[
     from learning_shared.samples import Sample
 
     eos_id, pad_id = special_token_ids(tokenizer, model)
-    ending = torch.tensor(ending_token_ids(tokenizer, line_stop=line_stop))
+    ending = torch.tensor(ending_token_ids(tokenizer, line_stop=line_stop), device=model.device)
     samples = []
     for prompt, task in zip(prompts, tasks, strict=True):
         rest = tokenizer.encode(task.line_rest.rstrip(), add_special_tokens=False)
@@ -73,7 +73,7 @@ def expected_outcomes(model, tokenizer, prompts: Sequence[str], tasks: Sequence[
     with torch.inference_mode():
         for rows in plan_micro_batches(lengths, range(len(samples)), max_tokens=pass_tokens):
             batch = make_batch([samples[i] for i in rows], eos_id=eos_id, pad_id=pad_id,
-                               max_prompt_tokens=max(lengths), device=torch.device("cpu"))
+                               max_prompt_tokens=max(lengths), device=model.device)
             logprobs = torch.log_softmax(completion_logits(model, batch), dim=-1)  # [B, W, V]
             for row, index in enumerate(rows):
                 size = len(samples[index].completion_token_ids)  # rest + the end slot

@@ -321,6 +321,8 @@ class Evaluation:
         self.model_dir, self.tasks, self.args = model_dir, tasks, args
         self.seed = args.seed * 1_000_003 + 104_729
         self.base: tuple[list[Served], list[Request], Expected | None] | None = None
+        # The last run's requests per reported name, in task order (for paired comparisons).
+        self.requests: dict[str, list[Request]] = {}
 
     def serve(self, name: str, adapter_dir: Path | None) -> tuple[list[Served], list[Request], Expected | None]:
         if adapter_dir is None and self.base is not None:
@@ -339,9 +341,12 @@ class Evaluation:
         expected: dict[str, Expected] = {}
         gated_summaries: dict[str, Summary] = {}
         gates: dict[str, dict[str, Any]] = {}
+        served_requests: dict[str, list[Request]] = {}
+        gated_requests: dict[str, list[Request]] = {}
         for name, adapter_dir in {"base": None, **policies}.items():
             served, requests, outcomes = self.serve(name, adapter_dir)
             summaries[name] = summarise(requests)
+            served_requests[name] = requests
             if outcomes is not None:
                 expected[name] = outcomes
             fitted = fit_show_threshold(windows[name], recall=self.args.gate_recall) if name in windows else None
@@ -350,7 +355,8 @@ class Evaluation:
                       f"{len(windows[name])} shown events): {json.dumps(fitted)}", flush=True)
             if fitted is not None:
                 threshold = float(fitted["threshold"])
-                gated_summaries[name] = summarise(gated(requests, served, threshold, self.args.population, self.tasks))
+                gated_requests[name] = gated(requests, served, threshold, self.args.population, self.tasks)
+                gated_summaries[name] = summarise(gated_requests[name])
                 # Its recall of what developers took, on code it has not seen, beside its window's.
                 eval_recall = recall_of(show_events(served, requests, self.tasks), threshold)
                 gates[name] = {**fitted, "eval_recall": round(eval_recall, 4)}
@@ -362,6 +368,11 @@ class Evaluation:
                          **{k: v for k, v in summaries.items() if k not in ("base", "trained")}}
             if "trained" in expected:
                 expected["adapter_only"] = expected.pop("trained")
+            served_requests = {"base": served_requests["base"], "trained": gated_requests["trained"],
+                               "adapter_only": served_requests["trained"],
+                               **({"gate_only": gated_requests["base"]} if "base" in gated_requests else {}),
+                               **{k: v for k, v in served_requests.items() if k not in ("base", "trained")}}
+        self.requests = served_requests
         return summaries, expected, gates
 
 

@@ -39,12 +39,13 @@ def resolve_model(name: str) -> Path:
     return path
 
 
-def load_model(model_dir: Path, adapter_dir: Path | None):
+def load_model(model_dir: Path, adapter_dir: Path | None, device: str = "cpu"):
+    """The base model (float32, on ``device``) with ``adapter_dir`` on it, and its tokenizer."""
     import torch
 
     from gpu_trainer.model_loading import load_base_model, load_tokenizer
 
-    model = load_base_model(model_dir, torch.device("cpu"), torch.float32)
+    model = load_base_model(model_dir, torch.device(device), torch.float32)
     tokenizer = load_tokenizer(model_dir)
     if adapter_dir is not None:
         from peft import PeftModel
@@ -75,7 +76,7 @@ def run_policy(model_dir: Path, adapter_dir: Path | None, tasks: Sequence[Task],
     ``expected``, also compute every task's expected outcome under the same policy."""
     from learning_shared.fim import detect_family
 
-    model, tokenizer = load_model(model_dir, adapter_dir)
+    model, tokenizer = load_model(model_dir, adapter_dir, getattr(args, "device", "cpu"))
     prompts = prompts_for(tasks, args.population, detect_family(model_dir))
     served = sample_suggestions(
         model, tokenizer, prompts,
@@ -126,6 +127,13 @@ def to_samples(served: Sequence[Served], requests: Sequence[Request], tokenizer:
 
 def train(model_dir: Path, samples: list[Sample], config, out_dir: Path, parent: Path | None,
           label: str) -> Path:
+    """Train an adapter on ``samples`` (continuing ``parent``); its folder."""
+    return train_run(model_dir, samples, config, out_dir, parent, label).out_dir
+
+
+def train_run(model_dir: Path, samples: list[Sample], config, out_dir: Path, parent: Path | None, label: str):
+    """Train an adapter on ``samples`` (continuing ``parent``); the trainer's result (its folder and
+    summary), with the figures that say whether the update was healthy printed to stderr."""
     from gpu_trainer.ppo import train_ppo
 
     print(f"[{label}] training on {len(samples)} events ({config.baseline} baseline)", file=sys.stderr, flush=True)
@@ -136,7 +144,7 @@ def train(model_dir: Path, samples: list[Sample], config, out_dir: Path, parent:
     shown = {k: summary[k] for k in keys if k in summary}
     print(f"[{label}] trained: {json.dumps({'steps': result.steps, **shown}, default=str)}", file=sys.stderr,
           flush=True)
-    return result.out_dir
+    return result
 
 
 def relative_lift(new: float, old: float) -> float:

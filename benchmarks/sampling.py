@@ -58,7 +58,7 @@ def sample_suggestions(
                mininterval=5)
     with bar:
         for number, rows in enumerate(passes):
-            input_ids, attention_mask = left_padded([encoded[i] for i in rows], pad_id)
+            input_ids, attention_mask = (t.to(model.device) for t in left_padded([encoded[i] for i in rows], pad_id))
             length = input_ids.shape[1]
             torch.manual_seed(seed + number)
             with torch.inference_mode():

@@ -153,7 +153,12 @@ def package_version(name: str) -> str:
 
 def source_files(name: str) -> list[Path]:
     """The package's own ``.py`` files, sorted by their path inside the package."""
-    root = package_root(name)
+    return python_files(package_root(name))
+
+
+def python_files(root: Path) -> list[Path]:
+    """The ``.py`` files under ``root`` that are its own code (no tests, data or vendored copies,
+    none over ``MAX_FILE_BYTES``), sorted by their path under ``root``."""
     files = [
         path
         for path in root.rglob("*.py")
@@ -251,9 +256,16 @@ def _read_source(path: Path) -> _Source:
 
 def _package_tasks(name: str, split: Split, seed: int, context: Context) -> Iterator[Task]:
     """The package's tasks in a seeded order: its files take turns, each giving its next line."""
-    rng = random.Random(f"{seed}:{split}:{name}")
     root = package_root(name)
-    files = source_files(name)
+    return file_tasks(source_files(name), root=root, label=root.name, package=name, split=split,
+                      rng=random.Random(f"{seed}:{split}:{name}"), context=context)
+
+
+def file_tasks(files: Iterable[Path], *, root: Path, label: str, package: str, split: str, rng: random.Random,
+               context: Context) -> Iterator[Task]:
+    """Tasks cut from ``files`` (under ``root``) in an ``rng`` order: the files take turns, each
+    giving its next line. A task's path is ``label/<path under root>``."""
+    files = list(files)
     rng.shuffle(files)
     pending: list[tuple[Path, _Source, list[tuple[int, int]]] | Path] = list(files)
     while pending:
@@ -269,11 +281,11 @@ def _package_tasks(name: str, split: Split, seed: int, context: Context) -> Iter
                 continue
             index, column = picks.pop()
             prefix, line_rest, block, suffix, block_suffix = _cut(source, index, column, context)
-            relative = f"{root.name}/{path.relative_to(root).as_posix()}"
+            relative = f"{label}/{path.relative_to(root).as_posix()}"
             yield Task(
                 id=f"{relative}:{index + 1}:{column}",
                 split=split,
-                package=name,
+                package=package,
                 path=relative,
                 line=index + 1,
                 column=column,
