@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval-set-cases", type=int, default=32,
                         help="the tenant's eval set for the gate's FIM check: this many tasks of its training files "
                              "that no round trains on (0: none)")
+    parser.add_argument("--gate-history", type=int, default=0, metavar="N",
+                        help="also give the eval gate up to N events held out of earlier rounds (default 0: this "
+                             "round's alone, as the loop does)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="tenants whose rounds run at once, each in its own process (a GPU has room for several)")
     parser.add_argument("--no-expected", action="store_true", help="skip the line developer's expected outcomes")
@@ -244,6 +247,7 @@ def run_rounds(tenant: Tenant, model_dir: Path, tokenizer: Any, config: Any, arg
     eval_set = [{"prefix": t.prefix, "suffix": t.suffix_for(args.population), "middle": t.middle(args.population)}
                 for t in tasks[trained_on:]]
     tasks = tasks[:trained_on]
+    history: list[Sample] = []  # earlier rounds' held-out events: never trained on
     for number in range(1, args.rounds + 1):
         batch = tasks[(number - 1) * args.train_tasks: number * args.train_tasks]
         if not batch:
@@ -274,7 +278,8 @@ def run_rounds(tenant: Tenant, model_dir: Path, tokenizer: Any, config: Any, arg
         threshold = None if fitted is None else float(fitted["threshold"])
         verdict = evaluate_candidate(
             base_model_dir=model_dir, parent_adapter_dir=tenant.adapter, candidate_adapter_dir=result.out_dir,
-            heldout=heldout, fim_eval=eval_set or None,
+            heldout=heldout + history[-args.gate_history:] if args.gate_history else heldout,
+            fim_eval=eval_set or None,
             config=GateConfig.from_dict({"seed": args.seed + number, "device": args.device,
                                          "max_tokens_per_pass": args.pass_tokens}),
             kl_prompts=[list(s.prompt_token_ids) for s in train_samples[:32]],
@@ -286,6 +291,7 @@ def run_rounds(tenant: Tenant, model_dir: Path, tokenizer: Any, config: Any, arg
                              verdict.passed, list(verdict.reasons), poisoned, gate_numbers(verdict))
         print(f"{label} eval gate: {'passed' if verdict.passed else 'REJECTED'}: {'; '.join(verdict.reasons)}",
               flush=True)
+        history.extend(heldout)
         if verdict.passed:
             tenant.adapter, tenant.threshold, tenant.window = result.out_dir, threshold, window
         if args.eval_each_round and number < args.rounds:
