@@ -44,11 +44,12 @@ class PPOConfig:
     sampled (a few percent of requests), so without this it learns only from those few; with
     it, from every event."""
     silence_gated: bool = False
-    """A show filter does the staying silent for completions (``show_gate``: the loop fits one for
-    every version, on by default): the counterfactual then teaches silence only to an agent's
-    turns (samples with their own ``silence_reward``), and a completion's update goes entirely
-    to being right. Tuned on the training packages: accepted per request rose more without the
-    counterfactual than with it (the figures: benchmarks/results-log.md, ``silence_gated``)."""
+    """A show filter does the staying silent for completions (``show_gate``: the loop sets this
+    when it fits one for the version, which needs 10 accepted suggestions): the counterfactual
+    then teaches silence only to an agent's turns (samples with their own ``silence_reward``),
+    and a completion's update goes entirely to being right. Tuned on the training packages:
+    accepted per request rose more without the counterfactual than with it (the figures:
+    benchmarks/results-log.md, ``silence_gated``)."""
     silence_reward: float = 0.0
     """The reward of staying silent: the tenant's reward for ``not_shown`` (a sample's own
     ``silence_reward``, an agent's turn, takes precedence)."""

@@ -186,13 +186,16 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     trainer_overrides = overrides_checked("trainer_overrides", policy.trainer_overrides)
     gate_overrides = overrides_checked("gate_overrides", policy.gate_overrides)
     run_dir = Path(settings.STROP_RUN_ROOT) / run.tenant.slug / run.adapter.name / f"run-{run.pk}-attempt-{run.attempt}"
+    # The candidate's show filter, fitted on the window's training part (what serving will gate it
+    # with); fitted before training, since whether there is one decides who teaches silence.
+    show_gate = _fit_show_filter(window, policy)
     config = PPOConfig.from_dict(
         {
             "seed": run.pk,
             "max_lora_rank": settings.VLLM_MAX_LORA_RANK,
             "autocast_bf16": _autocast(),
             "silence_reward": policy.reward_not_shown,
-            "silence_gated": policy.show_gate,
+            "silence_gated": silence_gated(show_gate),
             **trainer_overrides,
         }
     )
@@ -213,9 +216,8 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
 
     started = time.perf_counter()
     eval_set = EvalSet.objects.filter(adapter=run.adapter).first()
-    # The candidate is judged as it will be served: with the show filter fitted on its window's
-    # training part, against production with production's own gate.
-    show_gate = _fit_show_filter(window, policy)
+    # The candidate is judged as it will be served: with its show filter, against production with
+    # production's own gate.
     verdict = evaluate_candidate(
         base_model_dir=base.path,
         parent_adapter_dir=parent_dir,
@@ -283,6 +285,14 @@ def _fit_show_filter(window: Window, policy: TrainingPolicy) -> dict[str, Any] |
     if fitted is None:
         return None
     return {**fitted, "recall": policy.show_gate_recall, "explore": policy.show_gate_explore}
+
+
+def silence_gated(show_gate: dict[str, Any] | None) -> bool:
+    """Whether the trainer leaves staying silent on completions to the show filter: only when the
+    run has one. A window with too few accepted suggestions for a filter (developers who accept
+    little, as the demo's block tenant's) would otherwise be taught silence by neither the filter
+    nor the counterfactual (docs/learning.md, "Multi-line developers")."""
+    return threshold_of(show_gate) is not None
 
 
 def _autocast() -> bool:

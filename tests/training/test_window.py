@@ -125,7 +125,7 @@ def test_another_tenants_events_never_enter_a_window(tiny_adapter, add_events, m
 def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapter, add_events):
     """What the show filter is fitted on: served completions the user saw, scored by their own logprobs,
     an explored one weighed as serving recorded it; not what was not shown, logged or withheld."""
-    from apps.training.pipeline import _fit_show_filter
+    from apps.training.pipeline import _fit_show_filter, silence_gated
 
     ids = add_events(24)  # outcomes cycle accepted, rejected, not_shown, edited
     for k, interaction_id in enumerate(ids):
@@ -142,6 +142,8 @@ def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapt
     assert by_score == sorted([(-0.2, True, 20.0)] + [(-0.2, True, 1.0)] * 5 + [(-0.3, False, 1.0)] * 6
                               + [(-0.5, False, 1.0)] * 6)
     assert _fit_show_filter(window, policy) is None  # 6 accepted: too few to place a threshold
+    # No filter to stay silent for it: the trainer teaches completions silence itself.
+    assert silence_gated(_fit_show_filter(window, policy)) is False
     # Grouped by end user: the fit checks itself on users it was not fitted on.
     assert {e.group for e in window.show_events} == {f"dev-{k}" for k in range(5)}
     TrainingRun.objects.filter(pk=first.pk).update(status="rejected")
@@ -152,8 +154,10 @@ def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapt
     fitted = _fit_show_filter(window, policy)
     assert fitted["threshold"] == pytest.approx(-1.5) and fitted["explore"] == 0.05 and fitted["recall"] == 0.95
     assert fitted["fit_recall"] >= 0.95 and fitted["window_recall"] >= 0.95 and "check_recall" in fitted
+    assert silence_gated(fitted) is True  # the filter stays silent for completions
     policy.show_gate = False
     assert _fit_show_filter(window, policy) is None
+    assert silence_gated(_fit_show_filter(window, policy)) is False
     TrainingRun.objects.filter(pk=second.pk).update(status="rejected")
     policy.heldout_fraction = 1.0  # what the eval gate judges the version on is never what its gate was fitted on
     held = dataset_export(make_run(tiny_adapter), policy=policy)
