@@ -270,8 +270,10 @@ def main(argv: list[str] | None = None) -> int:
             emit(0, evaluation.run({"adapter": adapter}, {}))
         else:
             # The seed's variant: raw reward (no baseline) and no counterfactual silence. The trainer's
-            # defaults leave silence to the show filter where there is one, as the loop's runs do.
-            defaults = config if args.no_gate or "silence_gated" in overrides else config.replace(silence_gated=True)
+            # defaults leave silence to the show filter only where one is fitted, as the loop's runs do
+            # (each round, below).
+            defaults = config
+            gate_decides_silence = not args.no_gate and "silence_gated" not in overrides
             variants = {"trained": defaults, "raw": config.replace(baseline="none", silence_counterfactual=False)}
             if args.skip_raw:
                 del variants["raw"]
@@ -303,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                         "".join(json.dumps(s.to_dict()) + "\n" for s in samples))
                     print(f"round {round_no} {name} events: {summarise(requests)}", flush=True)
                     out_dir = work / f"{name}-round{round_no}"
+                    if gate_decides_silence:
+                        variant = variant.replace(silence_gated=fit_show_threshold(
+                            window[name], recall=args.gate_recall) is not None)
                     current[name] = train(model_dir, samples, variant.replace(seed=args.seed + round_no - 1),
                                           out_dir, current[name], label=f"round {round_no} {name}")
                 if round_no == args.rounds or args.eval_each_round:

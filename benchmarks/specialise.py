@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         codebases = [Codebase.parse(spec, seed=args.split_seed, unseen_share=args.unseen_share)
                      for spec in args.codebase]
         overrides = parse_overrides(args.set)
-        config = PPOConfig.from_dict({"seed": args.seed, "device": args.device, "dtype": "float32",
-                                      "silence_gated": True, **overrides})
+        config = PPOConfig.from_dict({"seed": args.seed, "device": args.device, "dtype": "float32", **overrides})
+        args.silence_gated_set = "silence_gated" in overrides
     except (ValueError, TrainerInputError) as exc:
         raise SystemExit(f"error: {exc}") from None
     names = [c.name for c in codebases]
@@ -271,11 +271,17 @@ def run_rounds(tenant: Tenant, model_dir: Path, tokenizer: Any, config: Any, arg
         train_ids = {s.id for s in train_samples}
         shown_tasks = [t for t, r in zip(batch, requests, strict=True) if r.shown]
         window = [e for e, t in zip(events, shown_tasks, strict=True) if t.id in train_ids]
+        if poisoned:
+            window = [replace(e, accepted=not e.accepted) for e in window]
         print(f"{label} events: {summarise(requests)}", flush=True)
-        result = train_run(model_dir, train_samples, config.replace(seed=args.seed + number - 1),
-                           work / f"{tenant.name}-round{number}", tenant.adapter, label=label)
+        # As the loop: the show filter first, since whether there is one decides who teaches silence.
         fitted = fit_show_threshold(window, recall=args.gate_recall)
         threshold = None if fitted is None else float(fitted["threshold"])
+        round_config = config.replace(seed=args.seed + number - 1)
+        if not args.silence_gated_set:
+            round_config = round_config.replace(silence_gated=threshold is not None)
+        result = train_run(model_dir, train_samples, round_config, work / f"{tenant.name}-round{number}",
+                           tenant.adapter, label=label)
         verdict = evaluate_candidate(
             base_model_dir=model_dir, parent_adapter_dir=tenant.adapter, candidate_adapter_dir=result.out_dir,
             heldout=heldout + history[-args.gate_history:] if args.gate_history else heldout,
