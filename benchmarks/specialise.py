@@ -140,9 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="evaluate each tenant's own unseen files after every round")
     parser.add_argument("--poison-round", type=int, default=0,
                         help="invert the feedback of this round (every tenant): the eval gate should reject it")
-    parser.add_argument("--eval-set-cases", type=int, default=32,
-                        help="the tenant's eval set for the gate's FIM check: this many tasks of its training files "
-                             "that no round trains on (0: none)")
+    parser.add_argument("--eval-set-cases", type=int, default=0,
+                        help="give each tenant an uploaded eval set for the gate's FIM check: this many tasks of its "
+                             "training files that no round trains on (default 0: none, as a tenant that uploaded none)")
     parser.add_argument("--gate-history", type=int, default=0, metavar="N",
                         help="also give the eval gate up to N events held out of earlier rounds (default 0: this "
                              "round's alone, as the loop does)")
