@@ -230,6 +230,9 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
         silence_reward=policy.reward_not_shown,
     )
     seconds["gate"] = time.perf_counter() - started
+    if eval_set is not None and verdict.fim_count:
+        # What the version's offline evaluation names: the set as it was when this run read it.
+        verdict.fim_eval_set = {"cases": len(eval_set.cases), "uploaded_at": eval_set.uploaded_at.isoformat()}
     gate = verdict.as_dict()
     if not verdict.passed:
         _advance(
