@@ -39,7 +39,8 @@ def wilson(successes: int, n: int, z: float = Z95) -> Estimate:
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return Estimate(p, max(0.0, centre - half), min(1.0, centre + half), n)
+    # At 0 and at n the bounds land a rounding error inside the value: they hold it exactly.
+    return Estimate(p, min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half)), n)
 
 
 def mean_interval(values: Sequence[float], z: float = Z95) -> Estimate:

@@ -109,6 +109,8 @@ def test_wilson_and_the_normal_interval_match_reference_values():
     interval = mean_interval([0.0, 1.0, 1.0, 0.0])
     assert interval.value == 0.5 and interval.high - 0.5 == pytest.approx(1.959963984540054 * math.sqrt(1 / 3) / 2)
     assert mean_interval([0.4]).low is None
+    every = [wilson(k, n) for n in range(1, 80) for k in range(n + 1)]
+    assert all(0.0 <= e.low <= e.value <= e.high <= 1.0 for e in every)  # no rounding error outside the value
 
 
 def test_the_lift_is_paired_by_case():
