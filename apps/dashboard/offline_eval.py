@@ -42,6 +42,8 @@ class OfflineEvalTable:
     has_intervals: bool
     """False for a verdict stored before intervals were recorded: means only."""
     check: str | None
+    accepted: tuple[float, float] | None
+    """(parent, candidate) share accepted per request, for the sentence above the table."""
 
 
 def offline_eval_table(gate: dict[str, Any] | None, version: AdapterVersion) -> OfflineEvalTable | None:
@@ -59,6 +61,8 @@ def offline_eval_table(gate: dict[str, Any] | None, version: AdapterVersion) -> 
                               cells=[(column, record[model].get(key)) for model, column in shown],
                               lift=lift, direction=_direction(lift)))
     eval_set = record.get("eval_set") or {}
+    first = [(record.get(model) or {}).get("first_line_match") or {} for model in ("parent", "candidate")]
+    values = [figure.get("value") for figure in first]
     return OfflineEvalTable(
         cases=int(record.get("cases") or 0),
         set_cases=eval_set.get("cases"),
@@ -67,6 +71,7 @@ def offline_eval_table(gate: dict[str, Any] | None, version: AdapterVersion) -> 
         rows=rows,
         has_intervals=any(cell and cell.get("low") is not None for row in rows for _, cell in row.cells),
         check=record.get("check"),
+        accepted=(values[0], values[1]) if None not in values else None,
     )
 
 

@@ -37,6 +37,7 @@ def test_the_candidates_figures_are_shown_against_its_parent_and_the_base_with_i
     assert "Accepted per request" in section and "Whole middle exact" in section and "Edit similarity" in section
     assert "100.0 %" in section and "50.0 %" in section  # candidate's and parent's first lines
     assert "+50.0 pp" in section and "offline-eval__lift--better" in section
+    assert "accept v2's first line on <strong>100.0 %</strong> of requests, against 50.0 % for v1" in section
     assert "95 % interval" in section and "means only" not in section
     assert 'id="v1-offline"' not in body  # v1 was registered by hand: no gate, no evaluation
 
@@ -47,7 +48,7 @@ def test_a_verdict_stored_before_the_figures_shows_its_means(login, world):
     body = login(world.users["admin"]).get(url_for("versions", world)).content.decode()
     section = body[body.index('id="v2-offline"'):]
     assert "6 cases" in section and "50.0 %" in section and "+16.7 pp" in section and "+0.1" in section
-    assert "not recorded" in section and "means only" in section
+    assert "not recorded" in section and "means only" in section and "would accept" not in section
 
 
 def test_without_an_eval_set_the_page_asks_for_one_and_once_uploaded_says_the_next_candidate_uses_it(login, world):
