@@ -61,3 +61,23 @@ def test_without_an_eval_set_the_page_asks_for_one_and_once_uploaded_says_the_ne
     eval_set_upload(world.a, adapter=world.adapter, cases=cases, actor="system")
     body = login(world.users["admin"]).get(url_for("versions", world)).content.decode()
     assert "evaluated before" in body and "on its 3 cases" in body and "has no eval set" not in body
+
+
+def test_a_rejected_candidate_has_no_version_and_its_runs_page_shows_its_evaluation(login, world):
+    from apps.training.services import training_run_advance, training_run_claim, training_run_start
+
+    TrainingRun.objects.filter(pk=world.run.pk).update(status=TrainingRun.Status.CANDIDATE)  # finished
+    run = training_run_claim(training_run_start(world.a, adapter=world.adapter, actor="system").pk, attempt=1)
+    for status in (TrainingRun.Status.TRAINING, TrainingRun.Status.EVALUATING):
+        training_run_advance(run, status=status)
+    scores = {"candidate": [WRONG] * 8, "parent": [RIGHT] * 4 + [WRONG] * 4}
+    reason = "FIM edit similarity 0.250 is below the parent's 0.625"
+    gate = {"passed": False, "reasons": [reason], "fim_check": "failed", "fim_count": 8}
+    gate["fim_figures"] = fim_figures(scores)
+    training_run_advance(run, status=TrainingRun.Status.REJECTED, gate=gate)
+    url = f"/dashboard/t/{world.a.slug}/runs/{run.pk}/"
+    body = login(world.users["viewer"]).get(url).content.decode()
+    section = body[body.index('id="run-offline"'):]
+    assert run.parent_version == world.v2 and "Parent v2" in section and "Candidate</th>" in section
+    assert "accept the candidate's first line on <strong>0.0 %</strong> of requests, against 50.0 % for v2" in section
+    assert "−50.0 pp" in section and "offline-eval__lift--worse" in section

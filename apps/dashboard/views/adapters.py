@@ -14,7 +14,7 @@ from apps.adapters.services import adapter_version_promote
 from apps.common.exceptions import ApplicationError, ValidationFailed
 from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.forms import attach_service_error
-from apps.dashboard.offline_eval import offline_eval_table
+from apps.dashboard.offline_eval import version_offline_eval
 from apps.dashboard.policy_form import TrainingPolicyForm
 from apps.dashboard.selectors import adapter_lineage, adapter_serves_agents
 from apps.dashboard.views.common import tenant_render
@@ -36,7 +36,7 @@ def versions(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> Htt
         "adapter": adapter,
         "nodes": nodes,
         # Each gated version's figures on the eval set; the empty state asks for a set when there is none.
-        "offline_eval": {node.version.pk: offline_eval_table(node.gate, node.version) for node in nodes},
+        "offline_eval": {node.version.pk: version_offline_eval(node.gate, node.version) for node in nodes},
         "eval_set": eval_set_get(adapter),
         "erased": erased_users_per_version(adapter),
         "purge_states": version_purge_states(adapter),  # versions that learned from an erased user
