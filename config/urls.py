@@ -3,7 +3,12 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
-from apps.adapters.apis import AdapterListApi, AdapterVersionListApi, AdapterVersionPromoteApi
+from apps.adapters.apis import (
+    AdapterListApi,
+    AdapterVersionDetailApi,
+    AdapterVersionListApi,
+    AdapterVersionPromoteApi,
+)
 from apps.cohorts.apis import EndUserConsentApi, EndUserImportApi, EndUserListApi
 from apps.common.apis import HealthApi
 from apps.common.observability.views import metrics_view
@@ -60,6 +65,11 @@ urlpatterns = [
     path("v1/models", ModelListApi.as_view(), name="models"),
     path("v1/adapters", AdapterListApi.as_view(), name="adapters"),
     path("v1/adapters/<str:adapter_name>/versions", AdapterVersionListApi.as_view(), name="adapter-versions"),
+    path(
+        "v1/adapters/<str:adapter_name>/versions/<str:number>",
+        AdapterVersionDetailApi.as_view(),
+        name="adapter-version-detail",
+    ),
     path(
         "v1/adapters/<str:adapter_name>/versions/<str:number>/promote",
         AdapterVersionPromoteApi.as_view(),

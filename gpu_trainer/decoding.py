@@ -14,7 +14,7 @@ import torch
 from gpu_trainer.batching import plan_micro_batches
 from gpu_trainer.memory import release_freed_memory
 from learning_shared.fim import PLAIN, stop_tokens
-from learning_shared.fim_metrics import mean_scores
+from learning_shared.fim_metrics import CaseScore, case_scores, means
 
 
 def stop_token_ids(tokenizer, family: str | None, eos_id: int) -> list[int]:
@@ -95,9 +95,13 @@ def comparable(completion: str, reference: str, family: str | None) -> str:
     return "\n".join(lines[: reference.count("\n") + 1])
 
 
-def fim_scores(completions: list[str], cases: list[dict[str, Any]], family: str | None) -> dict[str, float]:
-    """Mean exact match (trailing whitespace aside) and edit similarity to the cases' middles,
-    each completion compared as far as ``comparable`` says."""
+def fim_case_scores(completions: list[str], cases: list[dict[str, Any]], family: str | None) -> list[CaseScore]:
+    """Each completion against its case's middle, compared as far as ``comparable`` says."""
     middles = [case["middle"] for case in cases]
     texts = [comparable(completion, middle, family) for completion, middle in zip(completions, middles, strict=True)]
-    return mean_scores(texts, middles)
+    return case_scores(texts, middles)
+
+
+def fim_scores(completions: list[str], cases: list[dict[str, Any]], family: str | None) -> dict[str, float]:
+    """Mean exact match (trailing whitespace aside) and edit similarity to the cases' middles."""
+    return means(fim_case_scores(completions, cases, family))

@@ -15,7 +15,9 @@ Four checks, every one recorded on the verdict with its numbers:
    version below the gate's threshold) earns that version silence's reward instead.
 4. **FIM** (when the tenant has a set): greedy decode of each middle with candidate and parent
    (prefix alone for a ``plain`` model); the candidate's edit similarity may be at most a
-   margin below the parent's.
+   margin below the parent's. The same decodes, and one of the base model where the parent is
+   an adapter, make the tenant's offline evaluation (``fim_figures``: first-line and whole-middle
+   matches and edit similarity with 95 % intervals, and the paired lift over the parent).
 
 Memory holds one base model: the candidate and the parent are two named peft adapters on it,
 switched with ``set_adapter``; a parent that is the base model alone is ``disable_adapter()``.
@@ -36,14 +38,16 @@ import torch
 
 from gpu_trainer.adapters import check_parent_matches_base, verify_adapter
 from gpu_trainer.config import PPOConfig
-from gpu_trainer.decoding import fim_scores, greedy_completions
+from gpu_trainer.decoding import fim_case_scores, greedy_completions
 from gpu_trainer.gate_config import FAILED, PASSED, SKIPPED, GateConfig, GateVerdict
 from gpu_trainer.model_loading import load_base_model, load_tokenizer, seed_everything, special_token_ids
 from gpu_trainer.precision import resolve_device_dtype
 from gpu_trainer.teacher_forced import active_adapter, off_policy_value, teacher_forced
 from learning_shared.errors import AdapterInvalidError, TrainerInputError
 from learning_shared.fim import build_fim_prompt, detect_family
+from learning_shared.fim_metrics import means
 from learning_shared.fingerprint import base_model_fingerprint
+from learning_shared.offline_eval import fim_figures
 from learning_shared.samples import Sample, check_samples_against_vocab, require_samples
 
 # What callers import from here: the gate's API in one place.
@@ -241,16 +245,20 @@ def _reward_check(verdict: GateVerdict, samples: list[Sample], stats: dict[str, 
 def _fim_check(verdict: GateVerdict, model, tokenizer, prompts: list[str], cases: list[dict[str, Any]],
                parent: str | None, family: str, config: GateConfig, *, eos_id: int, pad_id: int,
                device: torch.device) -> None:
-    scores = {}
-    for name, adapter in (("candidate", CANDIDATE), ("parent", parent)):
+    # An adapter parent is also compared with the base model under it (one more greedy pass):
+    # the tenant sees what the whole lineage has learned, not only the last step.
+    models = [("candidate", CANDIDATE), ("parent", parent)] + ([("base", None)] if parent is not None else [])
+    per_case = {}
+    for name, adapter in models:
         with active_adapter(model, adapter):
             middles = greedy_completions(model, tokenizer, prompts, family=family, eos_id=eos_id, pad_id=pad_id,
                                          max_new_tokens=config.max_new_tokens,
                                          max_tokens_per_pass=config.max_tokens_per_pass,
                                          max_rows=config.batch_size, device=device)
-        scores[name] = fim_scores(middles, cases, family)
-    verdict.fim_candidate, verdict.fim_parent, verdict.fim_count = scores["candidate"], scores["parent"], len(cases)
-    candidate, parent_score = scores["candidate"]["edit_similarity"], scores["parent"]["edit_similarity"]
+        per_case[name] = fim_case_scores(middles, cases, family)
+    verdict.fim_candidate, verdict.fim_parent = means(per_case["candidate"]), means(per_case["parent"])
+    verdict.fim_count, verdict.fim_figures = len(cases), fim_figures(per_case)
+    candidate, parent_score = verdict.fim_candidate["edit_similarity"], verdict.fim_parent["edit_similarity"]
     if candidate < parent_score - config.fim_margin:
         verdict.fim_check = FAILED
         verdict.reasons.append(f"FIM edit similarity {candidate:.3f} is below the parent's {parent_score:.3f} "

@@ -124,6 +124,15 @@ class GateVerdict:
     fim_parent: dict[str, float] | None = None
     fim_check: str = SKIPPED
     fim_count: int = 0
+    fim_figures: dict[str, Any] | None = None
+    """The offline evaluation a tenant reads (``learning_shared.offline_eval.fim_figures``): for the
+    candidate, the parent, and the base model where the parent is an adapter, the share of cases
+    whose first line is right, the share whose whole middle is, and the mean edit similarity, each
+    with its 95 % interval; and the paired lift candidate − parent. None without FIM cases (and in
+    verdicts stored before it existed: ``offline_eval_of`` reads both)."""
+    fim_eval_set: dict[str, Any] | None = None
+    """Which eval set the FIM cases came from, as the caller records it (the pipeline: the
+    tenant's set, its size and when it was uploaded)."""
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""How close a FIM completion is to the reference middle: exact match and edit similarity.
+"""How close a FIM completion is to the reference middle: its first line, the whole middle
+exactly, and edit similarity.
 
 Pure Python and a leaf of the package (it imports nothing else of it): GRPO's reward, the
 gate's FIM check and ``score`` all use it, and importing it costs nothing.
@@ -7,6 +8,7 @@ gate's FIM check and ``score`` all use it, and importing it costs nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 def edit_similarity(candidate: str, reference: str) -> float:
@@ -29,10 +31,48 @@ def exact_match(candidate: str, reference: str) -> bool:
     return candidate.rstrip() == reference.rstrip()
 
 
+def first_line(text: str) -> str:
+    """The first line holding more than whitespace, its runs of whitespace made one space: what a
+    developer who takes one line at a time sees and accepts."""
+    for line in text.split("\n"):
+        if line.strip():
+            return " ".join(line.split())
+    return ""
+
+
+def first_line_match(candidate: str, reference: str) -> bool:
+    """The same first line, whitespace aside (an empty middle matches an empty completion)."""
+    return first_line(candidate) == first_line(reference)
+
+
+@dataclass(frozen=True)
+class CaseScore:
+    """One completion against its reference middle."""
+
+    first_line: bool
+    """``first_line_match``: offline, a single-line developer would have accepted it."""
+    exact: bool
+    """``exact_match`` of the whole middle."""
+    similarity: float
+    """``edit_similarity`` to the whole middle."""
+
+
+def case_scores(candidates: Sequence[str], references: Sequence[str]) -> list[CaseScore]:
+    """Each candidate scored against its reference, in order."""
+    return [
+        CaseScore(first_line_match(c, r), exact_match(c, r), edit_similarity(c, r))
+        for c, r in zip(candidates, references, strict=True)
+    ]
+
+
+def means(scores: Sequence[CaseScore]) -> dict[str, float]:
+    """Mean exact match and edit similarity over ``scores`` (not empty)."""
+    return {
+        "exact_match": sum(s.exact for s in scores) / len(scores),
+        "edit_similarity": sum(s.similarity for s in scores) / len(scores),
+    }
+
+
 def mean_scores(candidates: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     """Mean exact match and edit similarity of ``candidates`` to their ``references``."""
-    exact, similarity = 0, 0.0
-    for candidate, reference in zip(candidates, references, strict=True):
-        exact += exact_match(candidate, reference)
-        similarity += edit_similarity(candidate, reference)
-    return {"exact_match": exact / len(references), "edit_similarity": similarity / len(references)}
+    return means(case_scores(candidates, references))

@@ -45,6 +45,7 @@ WITH_IDS = {
     "completions",
     "chat-completions",
     "adapter-versions",
+    "adapter-version-detail",
     "adapter-version-promote",
     "adapter-version-purge",
     "end-user-detail",
@@ -198,10 +199,12 @@ def test_b_cannot_list_or_promote_a_adapter_versions(world):
     assert b.get("/v1/models").json()["data"] == []
     assert [m["id"] for m in a.get("/v1/models").json()["data"]] == ["a-model"]
     assert b.get("/v1/adapters/a-model/versions").status_code == 404
+    assert b.get("/v1/adapters/a-model/versions/1").status_code == 404
     assert b.post("/v1/adapters/a-model/versions/1/promote").status_code == 404
     assert b.post("/v1/adapters/a-model/versions/1/purge").status_code == 404
     adapter.refresh_from_db()
     assert adapter.production_version is None and AdapterVersion.objects.get(pk=version.pk).status == "candidate"
+    assert a.get("/v1/adapters/a-model/versions/1").json()["number"] == 1
     assert a.post("/v1/adapters/a-model/versions/1/promote").status_code == 200
 
 

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from typing import Any
+
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,11 +18,49 @@ from apps.adapters.selectors import (
 from apps.adapters.services import adapter_version_promote
 from apps.common.apis import ScopedApi
 from apps.common.exception_handler import public_text
+from learning_shared.offline_eval import offline_eval_of
+
+
+class EstimateOut(serializers.Serializer):
+    value = serializers.FloatField(allow_null=True)
+    low = serializers.FloatField(allow_null=True, help_text="95 % interval; null where there are too few cases")
+    high = serializers.FloatField(allow_null=True)
+    n = serializers.IntegerField(help_text="cases")
+
+
+class FiguresOut(serializers.Serializer):
+    first_line_match = EstimateOut(
+        allow_null=True, help_text="share of cases whose first line is right, whitespace aside (Wilson interval)"
+    )
+    exact_match = EstimateOut(allow_null=True, help_text="share whose whole middle is right (Wilson interval)")
+    edit_similarity = EstimateOut(allow_null=True, help_text="mean edit similarity to the middle (normal interval)")
+
+
+class EvalSetRefOut(serializers.Serializer):
+    cases = serializers.IntegerField(help_text="cases in the eval set when the run read it")
+    uploaded_at = serializers.DateTimeField()
+
+
+class OfflineEvalOut(serializers.Serializer):
+    cases = serializers.IntegerField(help_text="cases decoded (the first max_fim_samples of the set)")
+    eval_set = EvalSetRefOut(allow_null=True)
+    check = serializers.CharField(allow_null=True, help_text="the gate's FIM check: passed, failed or skipped")
+    base = FiguresOut(allow_null=True, help_text="the base model; null where the parent is the base model")
+    parent = FiguresOut(allow_null=True)
+    candidate = FiguresOut(allow_null=True)
+    lift = FiguresOut(allow_null=True, help_text="candidate − parent, paired by case")
 
 
 class AdapterVersionOut(serializers.ModelSerializer):
     parent = serializers.IntegerField(source="parent.number", allow_null=True, default=None)
     status_message = serializers.SerializerMethodField(help_text="why the version failed to load, if it did")
+    offline_eval = serializers.SerializerMethodField(
+        help_text="the gate's evaluation of this version on the adapter's eval set; null without one"
+    )
+
+    @extend_schema_field(OfflineEvalOut(allow_null=True))
+    def get_offline_eval(self, version: AdapterVersion) -> dict[str, Any] | None:
+        return offline_eval_of((version.metrics or {}).get("gate"))
 
     def get_status_message(self, version: AdapterVersion) -> str:
         # Rows written before messages were cleaned may hold a replica's address or a path.
@@ -36,6 +76,7 @@ class AdapterVersionOut(serializers.ModelSerializer):
             "parent",
             "lora_rank",
             "metrics",
+            "offline_eval",
             "show_gate",
             "created_at",
             "loaded_at",
@@ -70,6 +111,18 @@ class AdapterVersionListApi(ScopedApi):
         adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
         versions = adapter_version_list(self.tenant, adapter=adapter).select_related("parent")
         return Response(AdapterVersionOut(versions, many=True).data)
+
+
+class AdapterVersionDetailApi(ScopedApi):
+    """One version, with its gate numbers and its offline evaluation."""
+
+    required_scope = "admin"
+
+    @extend_schema(responses={200: AdapterVersionOut})
+    def get(self, request: Request, adapter_name: str, number: str) -> Response:
+        adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
+        version = adapter_version_get_for_tenant(self.tenant, adapter=adapter, number=number)
+        return Response(AdapterVersionOut(version).data)
 
 
 class AdapterVersionPromoteApi(ScopedApi):

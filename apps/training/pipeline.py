@@ -27,9 +27,9 @@ from apps.common.tasks import enqueue
 from apps.engines.vllm_client import VLLMUnavailable
 from apps.training.dataset import Window, dataset_export
 from apps.training.erasure import training_run_erased
-from apps.training.models import EvalSet, TrainingPolicy, TrainingRun
+from apps.training.models import TrainingPolicy, TrainingRun
 from apps.training.overrides import overrides_checked
-from apps.training.selectors import training_policy_get
+from apps.training.selectors import eval_set_get, training_policy_get
 from apps.training.services import (
     training_run_advance,
     training_run_claim,
@@ -215,7 +215,7 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     _advance(run, TrainingRun.Status.EVALUATING, trainer_summary=result.summary, stage_seconds=seconds)
 
     started = time.perf_counter()
-    eval_set = EvalSet.objects.filter(adapter=run.adapter).first()
+    eval_set = eval_set_get(run.adapter)
     # The candidate is judged as it will be served: with its show filter, against production with
     # production's own gate.
     verdict = evaluate_candidate(
@@ -232,6 +232,9 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
         silence_reward=policy.reward_not_shown,
     )
     seconds["gate"] = time.perf_counter() - started
+    if eval_set is not None and verdict.fim_count:
+        # What the version's offline evaluation names: the set as it was when this run read it.
+        verdict.fim_eval_set = {"cases": len(eval_set.cases), "uploaded_at": eval_set.uploaded_at.isoformat()}
     gate = verdict.as_dict()
     if not verdict.passed:
         _advance(

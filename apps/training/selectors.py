@@ -16,7 +16,7 @@ from apps.common.exceptions import NotFound
 from apps.common.parsing import parse_id
 from apps.interactions.models import Feedback
 from apps.tenants.models import Tenant
-from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
+from apps.training.models import EvalSet, TrainingPolicy, TrainingRun, TrainingRunEvent
 
 GOOD_VERSION_STATUSES = (
     AdapterVersion.Status.CANDIDATE,
@@ -105,6 +105,11 @@ def training_events_new(adapter: Adapter, *, parent: AdapterVersion | None) -> Q
         "feedback_id"
     )
     return training_events_eligible(adapter, parent=parent).exclude(id__in=seen_from_parent)
+
+
+def eval_set_get(adapter: Adapter) -> EvalSet | None:
+    """The adapter's FIM eval set, None until one is uploaded."""
+    return EvalSet.objects.filter(adapter=adapter).first()
 
 
 def training_policy_get(adapter: Adapter) -> TrainingPolicy:

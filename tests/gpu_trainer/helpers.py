@@ -10,6 +10,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from learning_shared.samples import Sample
 
 FIM_PROMPT_TEXT = "<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>"
+# FIM cases whose middles a test fills in (with the base model's own greedy middles, say).
+FIM_CASES = [
+    {"prefix": "def add(a, b):\n    ", "suffix": "\n\nprint(add(1, 2))\n", "middle": ""},
+    {"prefix": "import os\n\ndef read(path):\n    with open(path) as fh:\n        ", "suffix": "\n    return data\n",
+     "middle": ""},
+    {"prefix": "class Stack:\n    def __init__(self):\n        ", "suffix": "\n\n    def push(self, x):\n",
+     "middle": ""},
+    {"prefix": "for i in range(10):\n    ", "suffix": "\n", "middle": ""},
+]
 
 
 def load(base: Path, adapter: Path | None = None):

@@ -20,18 +20,10 @@ from gpu_trainer.model_loading import load_tokenizer, special_token_ids
 from gpu_trainer.ppo import train_ppo
 from learning_shared.fim import build_fim_prompt
 from tests.fixtures.vllm import write_random_lora
-from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids, typed, without_fim_tokens
+from tests.gpu_trainer.helpers import FIM_CASES, load, next_token_probs, prompt_ids, typed, without_fim_tokens
 
 ACCEPTED, REJECTED = 0.75, -0.25
 WEIGHTS = "adapter_model.safetensors"
-FIM_CASES = [
-    {"prefix": "def add(a, b):\n    ", "suffix": "\n\nprint(add(1, 2))\n", "middle": ""},
-    {"prefix": "import os\n\ndef read(path):\n    with open(path) as fh:\n        ", "suffix": "\n    return data\n",
-     "middle": ""},
-    {"prefix": "class Stack:\n    def __init__(self):\n        ", "suffix": "\n\n    def push(self, x):\n",
-     "middle": ""},
-    {"prefix": "for i in range(10):\n    ", "suffix": "\n", "middle": ""},
-]
 
 
 @pytest.fixture(scope="module")

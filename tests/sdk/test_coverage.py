@@ -70,6 +70,7 @@ OPERATIONS: dict[tuple[str, str], Method] = {
     # adapters and training
     ("get", "/v1/adapters"): sdk("adapters.list"),
     ("get", "/v1/adapters/{adapter_name}/versions"): sdk("adapters.versions.list", "tab"),
+    ("get", "/v1/adapters/{adapter_name}/versions/{number}"): sdk("adapters.versions.get", "tab", 1),
     ("post", "/v1/adapters/{adapter_name}/versions/{number}/promote"): sdk("adapters.versions.promote", "tab", 1),
     ("post", "/v1/adapters/{adapter_name}/versions/{number}/purge"): sdk("adapters.versions.purge", "tab", 1),
     ("post", "/v1/adapters/{adapter_name}/rollback"): sdk("adapters.rollback", "tab", version=1),

@@ -14,6 +14,7 @@ from apps.adapters.services import adapter_version_promote
 from apps.common.exceptions import ApplicationError, ValidationFailed
 from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.forms import attach_service_error
+from apps.dashboard.offline_eval import version_offline_eval
 from apps.dashboard.policy_form import TrainingPolicyForm
 from apps.dashboard.selectors import adapter_lineage, adapter_serves_agents
 from apps.dashboard.views.common import tenant_render
@@ -21,7 +22,7 @@ from apps.experiments.selectors import experiment_running_for
 from apps.experiments.services import adapter_rollback
 from apps.privacy.purge import adapter_version_purge, version_purge_states
 from apps.training.erasure import erased_users_per_version, retrain_parent, training_lineage_retrain
-from apps.training.selectors import training_policy_get
+from apps.training.selectors import eval_set_get, training_policy_get
 from apps.training.services import training_policy_update, training_run_start
 
 PROMOTABLE = (AdapterVersion.Status.CANDIDATE, AdapterVersion.Status.IN_EXPERIMENT)
@@ -30,9 +31,13 @@ PROMOTABLE = (AdapterVersion.Status.CANDIDATE, AdapterVersion.Status.IN_EXPERIME
 @tenant_page()
 def versions(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> HttpResponse:
     adapter = ctx.adapter(adapter_name)
+    nodes = adapter_lineage(ctx.tenant, adapter=adapter)
     context = {
         "adapter": adapter,
-        "nodes": adapter_lineage(ctx.tenant, adapter=adapter),
+        "nodes": nodes,
+        # Each gated version's figures on the eval set; the empty state asks for a set when there is none.
+        "offline_eval": {node.version.pk: version_offline_eval(node.gate, node.version) for node in nodes},
+        "eval_set": eval_set_get(adapter),
         "erased": erased_users_per_version(adapter),
         "purge_states": version_purge_states(adapter),  # versions that learned from an erased user
         # Offered while the lineage the next run trains from holds a marked version (not after a retrain).

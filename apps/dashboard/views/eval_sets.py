@@ -20,7 +20,7 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from apps.common.exceptions import ValidationFailed
 from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.views.common import tenant_render
-from apps.training.models import EvalSet
+from apps.training.selectors import eval_set_get
 from apps.training.services import eval_set_upload
 
 # Room for the multipart framing and the form's other fields around a file of the largest size.
@@ -127,6 +127,6 @@ def _eval_set_replace(request: HttpRequest, ctx: TenantContext, adapter: Any) ->
 def _page(
     request: HttpRequest, ctx: TenantContext, adapter: Any, form: EvalSetForm, *, status: int = 200, refusal: str = ""
 ) -> HttpResponse:
-    current = EvalSet.objects.filter(adapter=adapter).first()
+    current = eval_set_get(adapter)
     context = {"form": form, "adapter": adapter, "nav_adapter": adapter, "current": current, "refusal": refusal}
     return tenant_render(request, ctx, "dashboard/training/eval_set.html", context, section="runs", status=status)

@@ -4,6 +4,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from apps.dashboard.access import TenantContext, tenant_page
+from apps.dashboard.offline_eval import run_offline_eval
 from apps.dashboard.selectors import CURVES, training_run_step_metrics
 from apps.dashboard.views.common import page_of, tenant_render
 from apps.training.models import TrainingRun
@@ -46,6 +47,7 @@ def run_detail(request: HttpRequest, ctx: TenantContext, run_id: int) -> HttpRes
         "stages": _stages(run),
         "curves": curves,
         "curve_series": [(label, curves.series(name)) for name, label in CURVES] if curves.steps else [],
+        "offline_eval": run_offline_eval(run),
         "nav_adapter": run.adapter,
     }
     return tenant_render(request, ctx, "dashboard/training/run.html", context, section="runs")

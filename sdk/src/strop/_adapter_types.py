@@ -35,7 +35,11 @@ class AdapterVersion:
     why) or ``purged`` (its weights deleted: it learned from an erased end user; ``purged_at``).
     ``vllm_name`` is the model name vLLM serves it under (a completion's ``strop.version``);
     ``parent`` the version it was trained from (None: the base model); ``metrics`` the trainer's
-    and the gate's figures; ``loaded_at`` when vLLM loaded it."""
+    and the gate's figures; ``offline_eval`` the gate's evaluation of it on the adapter's eval set
+    (None without one): ``cases``, ``eval_set``, and for ``base`` (None where the parent is the
+    base model), ``parent``, ``candidate`` and ``lift`` (candidate − parent, paired by case) the
+    figures ``first_line_match``, ``exact_match`` and ``edit_similarity``, each ``{"value", "low",
+    "high", "n"}`` with its 95 % interval; ``loaded_at`` when vLLM loaded it."""
 
     number: int
     vllm_name: str | None
@@ -48,6 +52,7 @@ class AdapterVersion:
     created_at: datetime | None
     loaded_at: datetime | None
     purged_at: datetime | None = None
+    offline_eval: dict[str, Any] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod

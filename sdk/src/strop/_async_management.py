@@ -99,8 +99,8 @@ class AsyncAdapterVersions(AsyncAPIResource):
         return await self._client._run(api.adapter_version_list(adapter))
 
     async def get(self, adapter: str, number: int) -> AdapterVersion:
-        """One version (read from the list: the API has no read of one version);
-        ``NotFoundError`` when there is none of that number."""
+        """One version, with its gate numbers and its ``offline_eval``; ``NotFoundError`` when
+        there is none of that number."""
         return await self._client._run(api.adapter_version_get(adapter, number))
 
     async def promote(self, adapter: str, number: int) -> Adapter:

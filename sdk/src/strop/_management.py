@@ -98,8 +98,8 @@ class AdapterVersions(APIResource):
         return self._client._run(api.adapter_version_list(adapter))
 
     def get(self, adapter: str, number: int) -> AdapterVersion:
-        """One version (read from the list: the API has no read of one version);
-        ``NotFoundError`` when there is none of that number."""
+        """One version, with its gate numbers and its ``offline_eval``; ``NotFoundError`` when
+        there is none of that number."""
         return self._client._run(api.adapter_version_get(adapter, number))
 
     def promote(self, adapter: str, number: int) -> Adapter:

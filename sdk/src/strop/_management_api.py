@@ -27,7 +27,7 @@ def _one(parse: Callable[[Any], T]) -> Callable[[httpx.Response], T]:
 
 def _found_in_list(parse: Callable[[Any], T], matches: Callable[[T], bool], what: str) -> Callable[[httpx.Response], T]:
     """Read one object out of a list answer, for the objects the API has no read of their own
-    (an adapter, a version): the list is one request too. None matching raises the
+    (an adapter): the list is one request too. None matching raises the
     ``NotFoundError`` the API would have."""
 
     def parse_list(response: httpx.Response) -> T:
@@ -112,10 +112,8 @@ def adapter_version_list(adapter: str) -> Call[list[AdapterVersion]]:
 
 
 def adapter_version_get(adapter: str, number: int) -> Call[AdapterVersion]:
-    parse = _found_in_list(
-        AdapterVersion.from_json, lambda found: found.number == number, f"version {number} of adapter {adapter!r}"
-    )
-    return Call("GET", adapter_path(adapter, "/versions"), parse=parse)
+    path = adapter_path(adapter, f"/versions/{path_id(number, 'number')}")
+    return Call("GET", path, parse=_one(AdapterVersion.from_json))
 
 
 def adapter_version_promote(adapter: str, number: int) -> Call[Adapter]:
