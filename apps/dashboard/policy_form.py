@@ -128,6 +128,12 @@ class TrainingPolicyForm(forms.Form):
         label="Test each new version on some users first",
         help_text="Start an A/B experiment with each candidate that passes its checks.",
     )
+    credit_retained = forms.BooleanField(
+        required=False,
+        label="Reward what developers keep",
+        help_text="An accepted suggestion earns its reward only for the characters still in the file at its "
+        "latest persistence report, token by token (editors that send persistence reports).",
+    )
     heldout_fraction = forms.FloatField(
         label="Feedback kept aside to check a new version",
         help_text="Share of each run's feedback not trained on, for the eval gate, 0–0.9.",

@@ -20,6 +20,16 @@ def test_the_show_gate_and_automatic_experiments_are_set_on_the_policy_page(logi
     assert (policy.show_gate, policy.show_gate_recall, policy.auto_experiment) == (False, 0.9, True)
 
 
+def test_rewarding_what_developers_keep_is_set_on_the_policy_page(login, world):
+    client = login(world.users["admin"])
+    page = client.get(url_for("training-policy", world)).content.decode()
+    assert 'name="credit_retained"' in page
+    client.post(url_for("training-policy", world), {**ACTIONS["training-policy"][1], "credit_retained": "on"})
+    assert TrainingPolicy.objects.get(adapter=world.adapter).credit_retained is True
+    client.post(url_for("training-policy", world), ACTIONS["training-policy"][1])
+    assert TrainingPolicy.objects.get(adapter=world.adapter).credit_retained is False
+
+
 def test_a_recall_out_of_range_is_named_beside_its_field_and_nothing_is_saved(login, world):
     client = login(world.users["admin"])
     before = TrainingPolicy.objects.filter(adapter=world.adapter).values().first()
