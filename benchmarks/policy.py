@@ -17,7 +17,7 @@ from typing import Any
 
 from benchmarks.expected import Expected, expected_outcomes
 from benchmarks.sampling import Served, sample_suggestions
-from benchmarks.simdev import REWARDS, Request, Task, respond
+from benchmarks.simdev import REWARDS, Decision, Request, Task, respond
 from learning_shared.credit import event_credit
 from learning_shared.samples import Sample
 from learning_shared.show_filter import SHOW_ACCEPTED, ShowEvent, suggestion_score, withholds
@@ -191,6 +191,12 @@ def gated(requests: Sequence[Request], served: Sequence[Served], threshold: floa
           tasks: Sequence[Task]) -> list[Request]:
     """The same requests behind a show filter: a suggestion scoring below ``threshold`` reaches the
     developer as nothing (``not_shown``), as serving withholds it (no exploration here)."""
-    return [replace(r, text="", outcome=respond(population, "", task).outcome, accepted_chars=None, kept_text=None)
-            if withholds(suggestion_score(s.logprobs), threshold) else r
+    return [withheld(r, respond(population, "", task)) if withholds(suggestion_score(s.logprobs), threshold) else r
             for r, s, task in zip(requests, served, tasks, strict=True)]
+
+
+def withheld(request: Request, nothing: Decision) -> Request:
+    """``request`` as it is when serving withholds its suggestion: nothing shown, nothing taken, and
+    so nothing in the file to keep."""
+    return replace(request, text="", outcome=nothing.outcome, accepted_chars=None, kept_text=None,
+                   accepted_text_chars=nothing.accepted_text_chars, retained_chars=nothing.retained_chars)

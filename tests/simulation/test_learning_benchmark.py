@@ -230,3 +230,20 @@ def test_a_partial_accept_and_an_edit_train_with_the_exporters_token_credit(tiny
     # An edit's kept text is its preferred continuation, as the exporter gives it; nothing else has one.
     assert list(second.preferred_token_ids) == tokenizer.encode(meant, add_special_tokens=False)
     assert first.preferred_token_ids is None and third.preferred_token_ids is None
+
+
+def test_a_withheld_suggestion_leaves_nothing_shown_taken_or_kept():
+    from benchmarks.sampling import Served
+    from benchmarks.simdev import Request, respond
+
+    task = load_tasks("train", 1, seed=0)[0]
+    typed = task.line_rest[: max(1, len(task.line_rest) // 2)]  # a right start: taken in part, kept
+    request = Request.decided(respond("line", typed + " ???", task), index=0, task_id=task.id, interaction_id="",
+                              version="v", user="", text=typed + " ???", finish_reason="stop", latency_s=0.0)
+    assert request.retained_chars > 0
+    served = Served([1, 2], [3, 4], [-5.0, -5.0], request.text, "stop")
+    kept, = policy.gated([request], [served], threshold=-1.0, population="line", tasks=[task])
+    assert (kept.outcome, kept.text, kept.accepted_chars, kept.accepted_text_chars, kept.retained_chars) == (
+        "not_shown", "", None, 0, 0)
+    shown, = policy.gated([request], [served], threshold=-20.0, population="line", tasks=[task])
+    assert shown == request
