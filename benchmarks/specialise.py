@@ -286,7 +286,8 @@ def run_rounds(tenant: Tenant, model_dir: Path, tokenizer: Any, config: Any, arg
             base_model_dir=model_dir, parent_adapter_dir=tenant.adapter, candidate_adapter_dir=result.out_dir,
             heldout=heldout + history[-args.gate_history:] if args.gate_history else heldout,
             fim_eval=eval_set or None,
-            config=GateConfig.from_dict({"seed": args.seed + number, "device": args.device,
+            # float32 as the policies are served and trained here (the gate's own default on a GPU is bf16)
+            config=GateConfig.from_dict({"seed": args.seed + number, "device": args.device, "dtype": "float32",
                                          "max_tokens_per_pass": args.pass_tokens}),
             kl_prompts=[list(s.prompt_token_ids) for s in train_samples[:32]],
             candidate_show_threshold=threshold, parent_show_threshold=tenant.threshold, silence_reward=0.0,
