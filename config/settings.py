@@ -319,6 +319,9 @@ VLLM_MAX_LORA_RANK = env_int("VLLM_MAX_LORA_RANK", 16)
 VLLM_MAX_LORAS = env_int("VLLM_MAX_LORAS", 4)
 VLLM_MAX_CPU_LORAS = env_int("VLLM_MAX_CPU_LORAS", 16)
 VLLM_TIMEOUT_S = float(os.environ.get("VLLM_TIMEOUT_S", "30"))
+# Opening a connection to a replica, and waiting for a free one in the API process's pool: short, so a
+# dead replica fails over fast; raise it where bursts of hundreds of new streams open connections at once.
+VLLM_CONNECT_TIMEOUT_S = float(os.environ.get("VLLM_CONNECT_TIMEOUT_S", "1"))
 # Sent as "Authorization: Bearer" on every call to every replica; platform/vllm.sh starts vLLM with
 # the same key. Required when deployed; empty only on the embedded default (a vLLM on loopback).
 VLLM_API_KEY = os.environ.get("VLLM_API_KEY", "")

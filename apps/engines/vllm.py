@@ -20,12 +20,13 @@ VLLM_HEALTH_CACHE_S = 5.0
 
 
 @functools.cache
-def _client(urls: tuple[str, ...], timeout: float, api_key: str) -> VLLMClient:
-    return VLLMClient(list(urls), timeout=timeout, api_key=api_key)
+def _client(urls: tuple[str, ...], timeout: float, api_key: str, connect_timeout: float) -> VLLMClient:
+    return VLLMClient(list(urls), timeout=timeout, api_key=api_key, connect_timeout=connect_timeout)
 
 
 def vllm_client() -> VLLMClient:
-    return _client(tuple(settings.VLLM_BASE_URLS), settings.VLLM_TIMEOUT_S, settings.VLLM_API_KEY)
+    return _client(tuple(settings.VLLM_BASE_URLS), settings.VLLM_TIMEOUT_S, settings.VLLM_API_KEY,
+                   settings.VLLM_CONNECT_TIMEOUT_S)
 
 
 _health_lock = threading.Lock()
@@ -46,10 +47,11 @@ def vllm_health() -> dict[str, bool]:
 
 
 @functools.cache
-def _async_client(urls: tuple[str, ...], timeout: float, api_key: str) -> AsyncVLLMClient:
-    return AsyncVLLMClient(list(urls), timeout=timeout, api_key=api_key)
+def _async_client(urls: tuple[str, ...], timeout: float, api_key: str, connect_timeout: float) -> AsyncVLLMClient:
+    return AsyncVLLMClient(list(urls), timeout=timeout, api_key=api_key, connect_timeout=connect_timeout)
 
 
 def vllm_async_client() -> AsyncVLLMClient:
     """The serving endpoints' client (its connection pool is per event loop)."""
-    return _async_client(tuple(settings.VLLM_BASE_URLS), settings.VLLM_TIMEOUT_S, settings.VLLM_API_KEY)
+    return _async_client(tuple(settings.VLLM_BASE_URLS), settings.VLLM_TIMEOUT_S, settings.VLLM_API_KEY,
+                         settings.VLLM_CONNECT_TIMEOUT_S)

@@ -341,3 +341,20 @@ def test_adding_a_replica_moves_only_the_tenants_it_takes() -> None:
     assert all(after[t] == "http://c:1" for t in moved)
     assert 60 < len(moved) < 140  # about a third
     assert all(three._order(t) == three._order(t) for t in tenants[:10])  # the same order every time
+
+
+def test_the_connect_timeout_is_a_setting_both_clients_take(settings):
+    import asyncio
+
+    import httpx
+
+    from apps.engines.vllm import vllm_async_client, vllm_client
+
+    settings.VLLM_BASE_URLS = ["http://127.0.0.1:9"]  # nothing listens: a connection is refused at once
+    settings.VLLM_CONNECT_TIMEOUT_S = 2.5
+    for client in (vllm_client(), vllm_async_client()):
+        timeouts = client._timeouts(read=30.0)
+        assert (timeouts.connect, timeouts.pool, timeouts.read) == (2.5, 2.5, 30.0)
+    settings.VLLM_CONNECT_TIMEOUT_S = 1.0
+    assert vllm_client()._timeouts(read=5.0).connect == 1.0
+    assert isinstance(asyncio.run(asyncio.sleep(0, result=httpx.Timeout(1.0))), httpx.Timeout)
