@@ -106,10 +106,10 @@ bench-learning: venv
 
 # Specialisation: two tenants, each its own codebase (Django, NetworkX: pinned in requirements.lock), each
 # adapter trained on its training files and judged on unseen files of its own and of the other (SmolLM2;
-# on a GPU when there is one, see docs/learning.md "Specialisation").
+# ~42 min on 2 cores; on a GPU when there is one, see docs/learning.md "Specialisation").
 SPECIALISE_CODEBASES ?= --codebase web=$$($(PY) -c 'import django, os; print(os.path.dirname(django.__file__))') \
 	--codebase graphs=$$($(PY) -c 'import networkx, os; print(os.path.dirname(networkx.__file__))')
-SPECIALISE_ARGS ?= --population line --stop '\n' --train-tasks 256 --eval-tasks 400 --rounds 3 --threads 2
+SPECIALISE_ARGS ?= --population line --stop '\n' --train-tasks 192 --eval-tasks 200 --rounds 2 --threads 2
 bench-specialise: venv
 	$(PY) benchmarks/specialise.py $(SPECIALISE_CODEBASES) $(SPECIALISE_ARGS)
 

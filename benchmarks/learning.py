@@ -274,13 +274,17 @@ def main(argv: list[str] | None = None) -> int:
             # (each round, below).
             defaults = config
             gate_decides_silence = not args.no_gate and "silence_gated" not in overrides
+            own_silence: set[str] = set()  # variants that set silence_gated themselves
             variants = {"trained": defaults, "raw": config.replace(baseline="none", silence_counterfactual=False)}
             if args.skip_raw:
                 del variants["raw"]
             for spec in args.variant:
                 name, _, pairs = spec.partition(":")
                 try:
-                    variants[name] = defaults.replace(**parse_overrides([p for p in pairs.split(",") if p]))
+                    variant_overrides = parse_overrides([p for p in pairs.split(",") if p])
+                    variants[name] = defaults.replace(**variant_overrides)
+                    if "silence_gated" in variant_overrides:
+                        own_silence.add(name)
                 except (TrainerInputError, TypeError) as exc:
                     raise SystemExit(f"error: --variant {spec}: {exc}") from None
             current: dict[str, Path | None] = {name: None for name in variants}
@@ -305,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                         "".join(json.dumps(s.to_dict()) + "\n" for s in samples))
                     print(f"round {round_no} {name} events: {summarise(requests)}", flush=True)
                     out_dir = work / f"{name}-round{round_no}"
-                    if gate_decides_silence:
+                    if gate_decides_silence and name not in own_silence:
                         variant = variant.replace(silence_gated=fit_show_threshold(
                             window[name], recall=args.gate_recall) is not None)
                     current[name] = train(model_dir, samples, variant.replace(seed=args.seed + round_no - 1),

@@ -139,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval-each-round", action="store_true",
                         help="evaluate each tenant's own unseen files after every round")
     parser.add_argument("--poison-round", type=int, default=0,
-                        help="invert the feedback of this round (every tenant): the eval gate should reject it")
+                        help="invert the feedback of this round, held-out events included (every tenant), as a client "
+                             "that reports every outcome the wrong way round: what the eval gate makes of it")
     parser.add_argument("--eval-set-cases", type=int, default=0,
                         help="give each tenant an uploaded eval set for the gate's FIM check: this many tasks of its "
                              "training files that no round trains on (default 0: none, as a tenant that uploaded none)")

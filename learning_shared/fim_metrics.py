@@ -40,9 +40,17 @@ def first_line(text: str) -> str:
     return ""
 
 
+def starts_on_the_cursors_line(text: str) -> bool:
+    """Whether ``text`` puts something on the line the cursor is on (else it opens a new line first)."""
+    return bool(text.split("\n", 1)[0].strip())
+
+
 def first_line_match(candidate: str, reference: str) -> bool:
-    """The same first line, whitespace aside (an empty middle matches an empty completion)."""
-    return first_line(candidate) == first_line(reference)
+    """The same first line, whitespace aside, on the same line: a completion that writes on the
+    cursor's line what belongs on the next one is wrong code (an empty middle matches an empty
+    completion)."""
+    return (first_line(candidate) == first_line(reference)
+            and starts_on_the_cursors_line(candidate) == starts_on_the_cursors_line(reference))
 
 
 @dataclass(frozen=True)

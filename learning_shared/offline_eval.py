@@ -8,10 +8,11 @@ the same cases:
   whitespace aside: what a developer taking one line at a time accepts ("accepted per request",
   offline). Wilson 95 % interval.
 - ``exact_match``: the share whose whole middle is right. Wilson 95 % interval.
-- ``edit_similarity``: the mean edit similarity to the whole middle. Normal 95 % interval.
+- ``edit_similarity``: the mean edit similarity to the whole middle. Student's t 95 % interval.
 
 ``lift`` is candidate − parent, paired by case: the mean of the per-case differences with its
-normal 95 % interval (for the shares, in share units: 0.05 is 5 points).
+Student's t 95 % interval, kept within [−1, 1] (for the shares, in share units: 0.05 is 5 points);
+under 5 cases a mean has no interval (``intervals.MIN_MEAN_INTERVAL_N``).
 
 Each figure is ``{"value", "low", "high", "n"}`` (``intervals.Estimate``). Pure Python.
 """
@@ -19,6 +20,7 @@ Each figure is ``{"value", "low", "high", "n"}`` (``intervals.Estimate``). Pure 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from learning_shared.fim_metrics import CaseScore
@@ -50,7 +52,10 @@ def paired_lift(candidate: Sequence[CaseScore], parent: Sequence[CaseScore]) -> 
     lift = {}
     for figure in FIGURES:
         differences = [c - p for c, p in zip(_per_case(candidate, figure), _per_case(parent, figure), strict=True)]
-        lift[figure] = mean_interval(differences).as_dict()
+        estimate = mean_interval(differences)
+        if estimate.low is not None and estimate.high is not None:  # a difference of two figures in [0, 1]
+            estimate = replace(estimate, low=max(-1.0, estimate.low), high=min(1.0, estimate.high))
+        lift[figure] = estimate.as_dict()
     return lift
 
 

@@ -20,6 +20,12 @@ from tests.fixtures.vllm import write_random_lora
 from tests.gpu_trainer.helpers import FIM_CASES, load
 
 CONFIG = GateConfig(max_new_tokens=8, batch_size=3)
+# Enough cases for the paired lift's interval (learning_shared.intervals.MIN_MEAN_INTERVAL_N).
+CASES = [
+    *FIM_CASES,
+    {"prefix": "def mean(values):\n    ", "suffix": "\n    return total / len(values)\n", "middle": ""},
+    {"prefix": "while queue:\n    ", "suffix": "\n    seen.add(item)\n", "middle": ""},
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +34,10 @@ def base_cases(tiny_starter_model) -> list[dict]:
     tokenizer = load_tokenizer(tiny_starter_model)
     model = load(tiny_starter_model)
     eos_id, pad_id = special_token_ids(tokenizer, model)
-    prompts = [build_fim_prompt("qwen", case["prefix"], case["suffix"]) for case in FIM_CASES]
+    prompts = [build_fim_prompt("qwen", case["prefix"], case["suffix"]) for case in CASES]
     middles = greedy_completions(model, tokenizer, prompts, family="qwen", eos_id=eos_id, pad_id=pad_id,
                                  max_new_tokens=8, max_tokens_per_pass=2048, device="cpu")
-    return [{**case, "middle": middle} for case, middle in zip(FIM_CASES, middles, strict=True)]
+    return [{**case, "middle": middle} for case, middle in zip(CASES, middles, strict=True)]
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +103,10 @@ def test_the_first_line_is_the_first_non_blank_one_whitespace_aside():
     assert first_line_match("return a + b\nx = 1", "  return a  + b\n\ny = 2")
     assert not first_line_match("return a - b", "return a + b")
     assert first_line_match("", "   \n") and not first_line_match("x", "")
+    # A middle that opens a new line is not matched by the same text on the cursor's line.
+    assert first_line_match("\n    return x", "\n  return x\n")
+    assert not first_line_match("return x", "\n    return x")
+    assert not first_line_match("\nreturn x", "return x")
 
 
 def test_wilson_and_the_normal_interval_match_reference_values():
@@ -106,9 +116,12 @@ def test_wilson_and_the_normal_interval_match_reference_values():
     assert wilson(0, 0).value is None
     with pytest.raises(ValueError):
         wilson(3, 2)
-    interval = mean_interval([0.0, 1.0, 1.0, 0.0])
-    assert interval.value == 0.5 and interval.high - 0.5 == pytest.approx(1.959963984540054 * math.sqrt(1 / 3) / 2)
+    interval = mean_interval([0.0, 1.0, 1.0, 0.0, 1.0, 0.0])  # Student's t, 5 degrees of freedom
+    assert interval.value == 0.5 and interval.high - 0.5 == pytest.approx(2.571 * math.sqrt(0.3) / math.sqrt(6))
+    assert mean_interval([0.0, 1.0] * 40).high - 0.5 == pytest.approx(1.959963984540054 * math.sqrt(80 / 79 / 4 / 80))
     assert mean_interval([0.4]).low is None
+    # A handful of equal differences is no certainty: no interval below five cases.
+    assert (mean_interval([1.0, 1.0]).low, mean_interval([1.0, 1.0, 1.0, 1.0]).high) == (None, None)
     every = [wilson(k, n) for n in range(1, 80) for k in range(n + 1)]
     assert all(0.0 <= e.low <= e.value <= e.high <= 1.0 for e in every)  # no rounding error outside the value
 
@@ -117,11 +130,15 @@ def test_the_lift_is_paired_by_case():
     """The same cases won and lost in another order: unpaired means agree, the paired lift sees
     every case change."""
     yes, no = CaseScore(True, True, 1.0), CaseScore(False, False, 0.0)
-    figures = fim_figures({"candidate": [yes, no, yes, no], "parent": [no, yes, no, yes]})
+    figures = fim_figures({"candidate": [yes, no] * 3, "parent": [no, yes] * 3})
     lift = figures["lift"]["first_line_match"]
     assert lift["value"] == 0.0 and lift["high"] - lift["low"] > 1.5
-    same = fim_figures({"candidate": [yes, no], "parent": [yes, no]})["lift"]["exact_match"]
+    assert (lift["low"], lift["high"]) == (-1.0, 1.0)  # a difference of shares stays within [-1, 1]
+    same = fim_figures({"candidate": [yes, no] * 3, "parent": [yes, no] * 3})["lift"]["exact_match"]
     assert (same["value"], same["low"], same["high"]) == (0.0, 0.0, 0.0)
+    # Two cases both fixed: no interval, so the page claims no direction.
+    few = fim_figures({"candidate": [yes, yes], "parent": [no, no]})["lift"]["first_line_match"]
+    assert (few["value"], few["low"], few["high"]) == (1.0, None, None)
 
 
 def test_a_verdict_stored_before_the_figures_reads_back_as_means_without_intervals():

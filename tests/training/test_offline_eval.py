@@ -15,6 +15,8 @@ CASES = [
     {"prefix": "def add(a, b):\n    ", "suffix": "\n", "middle": "return a + b\n"},
     {"prefix": "def sub(a, b):\n    ", "suffix": "\n", "middle": "return a - b"},
     {"prefix": "for i in range(3):\n    ", "suffix": "\n", "middle": "print(i)"},
+    {"prefix": "def neg(a):\n    ", "suffix": "\n", "middle": "return -a"},
+    {"prefix": "while items:\n    ", "suffix": "\n", "middle": "items.pop()"},
 ]
 
 
