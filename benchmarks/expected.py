@@ -40,13 +40,21 @@ class Expected:
 
 
 def ending_token_ids(tokenizer, *, line_stop: bool) -> list[int]:
-    """EOS, and with a line-break stop every token whose text starts a new line (blanks first allowed)."""
-    ids = {int(tokenizer.eos_token_id)}
-    if line_stop:
-        for token_id in range(len(tokenizer)):
-            if tokenizer.decode([token_id]).lstrip(" \t").startswith(("\n", "\r")):
-                ids.add(token_id)
-    return sorted(ids)
+    """EOS, and with a line-break stop every token whose text starts a new line (blanks first allowed).
+    Read once per tokenizer: the line-break scan decodes the whole vocabulary, and every evaluated
+    model of a run shares its tokenizer."""
+    key = (tokenizer.name_or_path, len(tokenizer), int(tokenizer.eos_token_id), line_stop)
+    if key not in _ENDING_IDS:
+        ids = {int(tokenizer.eos_token_id)}
+        if line_stop:
+            for token_id in range(len(tokenizer)):
+                if tokenizer.decode([token_id]).lstrip(" \t").startswith(("\n", "\r")):
+                    ids.add(token_id)
+        _ENDING_IDS[key] = sorted(ids)
+    return _ENDING_IDS[key]
+
+
+_ENDING_IDS: dict[tuple[str, int, int, bool], list[int]] = {}
 
 
 def expected_outcomes(model, tokenizer, prompts: Sequence[str], tasks: Sequence[Task], *, line_stop: bool,
