@@ -107,9 +107,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of (c) and (d)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--db-name", default="strop_bench", help="the fresh database it makes (dropped first)")
     args = parser.parse_args()
 
-    db_url, key = setup_database(args.database_url, "strop_bench")
+    db_url, key = setup_database(args.database_url, args.db_name)
     run = uuid.uuid4().hex[:8]
     events = [event(n, run) for n in range(args.events)]
 

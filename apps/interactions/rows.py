@@ -56,9 +56,10 @@ def _table_and_columns() -> tuple[str, str]:
 
 
 def interactions_copy(rows: list[tuple]) -> None:
-    """``COPY`` the rows (Postgres): a batch in one stream."""
+    """``COPY`` the rows (Postgres): a batch in one stream. A client id already stored raises
+    Django's ``IntegrityError``, as any statement does (the raw cursor's own errors are translated)."""
     table, columns = _table_and_columns()
-    with connection.cursor() as cursor:
+    with connection.cursor() as cursor, connection.wrap_database_errors:
         with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
