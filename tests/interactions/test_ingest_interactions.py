@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -9,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from apps.cohorts.models import ConsentChange, EndUser
 from apps.interactions.models import Interaction
+from apps.interactions.rows import fresh_ids
 
 pytestmark = pytest.mark.django_db
 
@@ -150,3 +152,12 @@ def test_fim_and_plain_prompts_and_empty_completions_are_accepted(client_a):
     body = client_a.post("/v1/interactions", {"items": items}, format="json").json()
     assert body["created"] == 3
     assert Interaction.objects.get(client_id="silent").completion == ""
+
+
+def test_fresh_ids_are_distinct_random_uuids_as_uuid4_writes_them():
+    ids = fresh_ids(2000)
+    assert len(set(ids)) == 2000
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
+    assert fresh_ids(0) == []

@@ -20,7 +20,13 @@ from apps.common.lookups import ids_by_client_id
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.arms import arms_of_logged
 from apps.interactions.models import Interaction
-from apps.interactions.rows import INTERACTION_COLUMNS, interactions_bulk_insert, interactions_copy, json_text
+from apps.interactions.rows import (
+    INTERACTION_COLUMNS,
+    fresh_ids,
+    interactions_bulk_insert,
+    interactions_copy,
+    json_text,
+)
 from apps.interactions.services.batches import ItemResult, batch_check_size
 from apps.interactions.services.feedback import training_check_on_commit
 from apps.interactions.services.pending import feedback_attach_pending, pending_kinds
@@ -34,7 +40,7 @@ def _interaction_row(
     tenant: Tenant,
     item: InteractionIn,
     *,
-    new_id: uuid.UUID,
+    new_id: uuid.UUID | str,
     source: str,
     now: datetime,
     opted_in: bool,
@@ -159,13 +165,14 @@ def _interactions_store(
     client_ids = [item.client_id for _, item in valid]
     known = {} if optimistic else ids_by_client_id(Interaction, tenant.pk, client_ids)
     new: list[tuple[int, InteractionIn]] = []
-    new_ids: dict[str, uuid.UUID] = {}
+    new_ids: dict[str, str] = {}
+    fresh = iter(fresh_ids(len(valid)))
     for index, item in valid:
         if item.client_id in known or item.client_id in new_ids:
             existing = known.get(item.client_id) or new_ids[item.client_id]
             results[index] = ItemResult(index=index, status="duplicate", id=str(existing), client_id=item.client_id)
             continue
-        new_ids[item.client_id] = uuid.uuid4()
+        new_ids[item.client_id] = next(fresh)
         new.append((index, item))
     if not new:
         return
@@ -194,7 +201,7 @@ def _interactions_store(
                 experiment=arm if opted_in else None,
             )
         )
-        results[index] = ItemResult(index=index, status="created", id=str(new_id), client_id=item.client_id)
+        results[index] = ItemResult(index=index, status="created", id=new_id, client_id=item.client_id)
     # In client id order: two batches that share client ids then wait on each other's rows in the
     # same order (one waits, the other finishes), never each on the other's (a deadlock).
     rows.sort(key=_CLIENT_ID)
