@@ -9,11 +9,11 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.common.apis import ScopedApi, batch_items, batch_response
-from apps.interactions.apis import _batch_result, _one_or_batch, _raise_item_error
+from apps.common.apis import ScopedApi
+from apps.interactions.apis import _batch_result, _one_or_batch, label_ingest
 from apps.interactions.contract import PersistenceReportInSchema
 from apps.interactions.services import persistence_ingest
-from apps.tenants.permissions import acts_as_editor, batch_size
+from apps.tenants.permissions import batch_size
 
 
 class PersistenceReportResultOut(serializers.Serializer):
@@ -51,12 +51,4 @@ class PersistenceReportIngestApi(ScopedApi):
         "pending (202) and measured when the interaction arrives, as feedback is.",
     )
     def post(self, request: Request) -> Response:
-        items = batch_items(request.data)
-        served_by = request.auth.prefix if acts_as_editor(request.user, self.required_scope) else None
-        if items is not None:
-            results = persistence_ingest(self.tenant, items=items, served_by=served_by)
-            return batch_response(results, ("recorded", "pending", "rejected"))
-        (result,) = persistence_ingest(self.tenant, items=[request.data], served_by=served_by)
-        if result.status == "rejected":
-            _raise_item_error(result)
-        return Response(result.as_dict(), status=200 if result.status == "recorded" else 202)
+        return label_ingest(self, request, persistence_ingest)
