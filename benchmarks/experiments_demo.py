@@ -35,8 +35,10 @@ RULE_ACCEPT = 0.11
 
 
 def _propensity_beta() -> tuple[float, float]:
-    from simdev.traits import PROPENSITY_BETA
-
+    try:  # run as a benchmark script (benchmarks/ on the path) or imported by the tests
+        from simdev.traits import PROPENSITY_BETA
+    except ImportError:
+        from benchmarks.simdev.traits import PROPENSITY_BETA
     return PROPENSITY_BETA
 
 

@@ -33,3 +33,22 @@ def test_only_accepts_change_and_a_high_propensity_takes_more() -> None:
         )
 
     assert taken(high) > taken(low) + 300  # of 1,000 accepts each: about 930 against 400
+
+
+def test_the_experiments_benchmark_simulates_the_demos_population_with_the_same_spread() -> None:
+    import numpy as np
+
+    from benchmarks.experiments_demo import COHORT, PRE_REQUESTS_TOTAL, RULE_ACCEPT, demo_behaviour, demo_correlation
+
+    behaviour, history = demo_behaviour()
+    assert behaviour.accept_rate == RULE_ACCEPT * 4.0 / 5.5  # the rule's rate × the mean propensity
+    kappa, p = behaviour.accept_concentration, behaviour.accept_rate
+    spread = np.sqrt(p * (1 - p) / (kappa + 1))  # the Beta's standard deviation
+    assert abs(spread - RULE_ACCEPT * 0.1747) < 1e-4  # 0.11 × the propensities' standard deviation
+    assert history.share == PRE_REQUESTS_TOTAL / COHORT and history.mean_requests == 1.0
+    longer = demo_behaviour(200.0)[1]
+    assert (longer.share, longer.mean_requests) == (1.0, 200.0)
+    # Seeded: the same figure on every run, and as small as the benchmark reports.
+    first = demo_correlation(np.random.default_rng(7), cohorts=100)
+    assert first == demo_correlation(np.random.default_rng(7), cohorts=100)
+    assert -0.05 < first < 0.08
