@@ -207,8 +207,17 @@ def snapshot_seconds_db_aggregation(users: int, seed: int) -> float | None:
         arms = {user.pk: ("candidate" if rng.random() < 0.5 else "control") for user in created}
         ExperimentExposure.objects.bulk_create(
             [
-                ExperimentExposure(
-                    tenant=tenant, experiment=experiment, end_user=user, arm=arms[user.pk], first_exposed_at=now
+                ExperimentExposure(  # as serving records them: history frozen at exposure (none here)
+                    tenant=tenant,
+                    experiment=experiment,
+                    end_user=user,
+                    arm=arms[user.pk],
+                    first_exposed_at=now,
+                    history_requests=0,
+                    history_shown=0,
+                    history_accepted=0,
+                    history_reward=0.0,
+                    history_frozen_at=now,
                 )
                 for user in created
             ]

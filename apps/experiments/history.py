@@ -27,6 +27,7 @@ from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
 from apps.interactions.rewards import reward_expression, reward_table_for
 
 HISTORY_WINDOW = timedelta(days=14)
+_BATCH = 5000  # exposures written per statement
 
 
 def history_freeze(experiment: Experiment, *, end_user_id: int | None = None) -> int:
@@ -61,20 +62,32 @@ def history_freeze(experiment: Experiment, *, end_user_id: int | None = None) ->
         )
     )
     now = timezone.now()
-    for exposure in exposures.values():
-        exposure.history_requests = exposure.history_shown = exposure.history_accepted = 0
-        exposure.history_reward = 0.0
-        exposure.history_frozen_at = now
-    for row in rows:
-        exposure = exposures[row["end_user_id"]]
-        exposure.history_requests, exposure.history_shown = row["requests"], row["shown"]
-        exposure.history_accepted, exposure.history_reward = row["accepted"], float(row["reward"] or 0.0)
-    fields = ["history_requests", "history_shown", "history_accepted", "history_reward", "history_frozen_at"]
-    # Only rows still unfrozen: a concurrent freeze of the same user wrote the same sums first.
+    sums = {row["end_user_id"]: row for row in rows}
     frozen = 0
-    for exposure in exposures.values():
-        frozen += ExperimentExposure.objects.filter(pk=exposure.pk, history_frozen_at__isnull=True).update(
-            **{name: getattr(exposure, name) for name in fields}
+    # Only rows still unfrozen are written: a concurrent freeze of the same user got there first.
+    # Users without history (often most): one UPDATE per batch.
+    without = [e.pk for user, e in exposures.items() if user not in sums]
+    for start in range(0, len(without), _BATCH):
+        frozen += ExperimentExposure.objects.filter(
+            pk__in=without[start : start + _BATCH], history_frozen_at__isnull=True
+        ).update(history_requests=0, history_shown=0, history_accepted=0, history_reward=0.0, history_frozen_at=now)
+    with_history = [e for user, e in exposures.items() if user in sums]
+    for start in range(0, len(with_history), _BATCH):
+        batch = with_history[start : start + _BATCH]
+        still = set(
+            ExperimentExposure.objects.filter(pk__in=[e.pk for e in batch], history_frozen_at__isnull=True).values_list(
+                "pk", flat=True
+            )
+        )
+        for exposure in batch:
+            row = sums[exposure.end_user.external_id]
+            exposure.history_requests, exposure.history_shown = row["requests"], row["shown"]
+            exposure.history_accepted, exposure.history_reward = row["accepted"], float(row["reward"] or 0.0)
+            exposure.history_frozen_at = now
+        frozen += ExperimentExposure.objects.bulk_update(
+            [e for e in batch if e.pk in still],
+            ["history_requests", "history_shown", "history_accepted", "history_reward", "history_frozen_at"],
+            batch_size=1000,
         )
     return frozen
 
