@@ -245,6 +245,20 @@ def test_with_few_users_with_history_the_adjusted_lift_still_decides(login, worl
     assert "adjusted for pre-exposure behaviour" in body  # the decision rests on the adjusted lift
 
 
+def test_with_nobody_with_history_the_page_says_the_adjusted_lift_is_the_unadjusted_one(login, world):
+    from apps.experiments.models import ExperimentExposure
+    from apps.experiments.services import experiment_snapshot_take
+
+    feed_experiment(world)
+    ExperimentExposure.objects.filter(experiment=world.experiment).update(
+        history_requests=0, history_shown=0, history_accepted=0, history_reward=0.0
+    )  # the frozen sums are what snapshots read
+    experiment_snapshot_take(world.experiment.pk)
+    body = login(world.users["viewer"]).get(url_for("experiment", world)).content.decode()
+    assert "the adjusted lift, which decides, equals the unadjusted one" in body
+    assert "adjusted for pre-exposure behaviour" not in body
+
+
 def test_the_experiments_pages_show_alarms_and_the_lineage_against_its_holdout(login, world):
     from apps.adapters.models import Adapter
     from apps.experiments.models import PromotionAlarm
