@@ -100,6 +100,16 @@ def test_batch_of_stored_and_new_client_ids_stores_the_new_ones_once(client_a):
     assert ConsentChange.objects.filter(end_user__external_id="newcomer").count() == 1
 
 
+def post_and_close(pair) -> dict:
+    """One batch posted from a worker thread, whose database connection is closed after it (the
+    test database is dropped at the end of the run, which open connections would block)."""
+    client, items = pair
+    try:
+        return client.post("/v1/interactions", {"items": items}, format="json").json()
+    finally:
+        connections.close_all()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_batches_sharing_client_ids_store_each_once(tenant, make_client):
     """Two clients send overlapping batches at once: each client id is stored once, created for one
@@ -111,13 +121,7 @@ def test_concurrent_batches_sharing_client_ids_store_each_once(tenant, make_clie
         random.Random(attempt).shuffle(batches[0])  # in any order: rows are written in client id order
         Interaction.objects.filter(client_id__in=[f"c-{n}" for n in range(450)]).delete()
         with ThreadPoolExecutor(2) as pool:
-            bodies = list(
-                pool.map(
-                    lambda pair: pair[0].post("/v1/interactions", {"items": pair[1]}, format="json").json(),
-                    zip(clients, batches, strict=True),
-                )
-            )
-        connections.close_all()
+            bodies = list(pool.map(post_and_close, zip(clients, batches, strict=True)))
         verdicts: dict[str, list[tuple[str, str]]] = {}
         for body in bodies:
             for result in body["results"]:
