@@ -267,7 +267,7 @@ def _fim_check(verdict: GateVerdict, model, tokenizer, prompts: list[str], cases
     verdict.fim_rule, verdict.fim_check, reason = fim_decision(
         difference, candidate=verdict.fim_candidate["edit_similarity"],
         parent=verdict.fim_parent["edit_similarity"], config=config)
-    bound = 0.0 - (config.fim_tolerance if verdict.fim_rule == PAIRED else config.fim_margin)  # 0.0, not −0.0
+    bound = 0.0 - config.fim_margin  # 0.0, not −0.0
     verdict.fim_interval = {**difference, "bound": bound}
     if reason:
         verdict.reasons.append(reason)
@@ -281,7 +281,7 @@ def fim_decision(difference: dict[str, Any], *, candidate: float, parent: float,
     """(rule, check, the reason when it fails) of the FIM check, from the paired edit-similarity
     difference candidate − parent (``{"value", "low", "high", "n"}``) and the two means.
 
-    Paired: fails only when the difference's 95 % interval lies wholly below −``fim_tolerance``.
+    Paired: fails only when the difference's 95 % interval lies wholly below −``fim_margin``.
     A fixed margin on the means ignores how many cases there are and how much they vary: at a few
     dozen cases a 0.02 margin is inside the noise and stops sound rounds as often as bad ones,
     while the interval narrows with the cases and with how alike the two models' answers are
@@ -294,9 +294,14 @@ def fim_decision(difference: dict[str, Any], *, candidate: float, parent: float,
             return MARGIN, FAILED, (f"FIM edit similarity {candidate:.3f} is below the parent's {parent:.3f} "
                                     f"by more than the margin {config.fim_margin:.3f}")
         return MARGIN, PASSED, None
-    if high < -config.fim_tolerance:
+    if high < -config.fim_margin:
         return PAIRED, FAILED, (
             f"FIM edit similarity {candidate:.3f} is below the parent's {parent:.3f} on the eval set: the "
             f"paired difference {difference['value']:+.3f} [{difference['low']:+.3f}, {high:+.3f}] over "
-            f"{difference['n']} cases lies wholly below −{config.fim_tolerance:.3f}")
+            f"{difference['n']} cases lies wholly below {_below(config.fim_margin)}")
     return PAIRED, PASSED, None
+
+
+def _below(margin: float) -> str:
+    """What the interval was held to, in words: "0", or "-0.020" (a margin below the parent)."""
+    return "0" if margin == 0 else f"-{margin:.3f}"

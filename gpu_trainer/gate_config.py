@@ -31,14 +31,13 @@ class GateConfig:
     min_heldout: int = 8
     """With fewer held-out samples the reward check is recorded as skipped, not failed: too few
     to tell a better candidate from noise. KL is still measured on whatever there is."""
-    fim_tolerance: float = 0.0
-    """The FIM check's paired rule: the candidate fails when the 95 % interval of its edit
-    similarity minus its parent's, paired by case over the eval set, lies wholly below
-    −fim_tolerance (clearly worse on the tenant's own cases). 0: any loss the set can tell from noise."""
     fim_margin: float = 0.02
-    """The FIM check's fallback, under ``learning_shared.intervals.MIN_MEAN_INTERVAL_N`` (5) cases,
-    where the paired difference has no interval: the candidate's mean edit similarity may be at
-    most this much below the parent's."""
+    """How much worse than its parent the candidate may fill the eval set (edit similarity, 0–1).
+    It fails when the 95 % interval of its edit similarity minus its parent's, paired by case,
+    lies wholly below −fim_margin (clearly worse, by more than this, on the tenant's own cases);
+    under ``learning_shared.intervals.MIN_MEAN_INTERVAL_N`` (5) cases, where the difference has no
+    interval, when the mean difference is below −fim_margin. 1 turns the check off; 0 stops any
+    loss the set can tell from noise."""
     max_fim_samples: int = 64
     """Evaluate at most the first this many FIM cases (greedy decoding is the gate's slow part)."""
     max_new_tokens: int = 32
@@ -68,7 +67,6 @@ class GateConfig:
             (self.reward_margin >= 0, "reward_margin must be >= 0"),
             (self.importance_cap >= 1, "importance_cap must be >= 1"),
             (self.min_heldout >= 1, "min_heldout must be >= 1"),
-            (self.fim_tolerance >= 0, "fim_tolerance must be >= 0"),
             (self.fim_margin >= 0, "fim_margin must be >= 0"),
             (self.max_fim_samples >= 1, "max_fim_samples must be >= 1"),
             (self.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
@@ -131,13 +129,14 @@ class GateVerdict:
     fim_parent: dict[str, float] | None = None
     fim_check: str = SKIPPED
     fim_rule: str | None = None
-    """How the FIM check decided: ``paired`` (``fim_interval`` against −fim_tolerance) or ``margin``
-    (too few cases for an interval: the means against fim_margin); None without FIM cases."""
+    """How the FIM check decided: ``paired`` (``fim_interval``'s upper bound against
+    −fim_margin) or ``margin`` (too few cases for an interval: the mean difference against it);
+    None without FIM cases."""
     fim_interval: dict[str, Any] | None = None
     """What the FIM check decided on: the candidate's edit similarity minus its parent's, paired by
     case (``fim_figures["lift"]["edit_similarity"]``: ``{"value", "low", "high", "n"}``, bounds None
     under 5 cases), and the ``bound`` it was held to: the check failed where ``high`` (``paired``)
-    or ``value`` (``margin``) is below it (−fim_tolerance or −fim_margin)."""
+    or ``value`` (``margin``) is below it (−fim_margin)."""
     fim_count: int = 0
     fim_figures: dict[str, Any] | None = None
     """The offline evaluation a tenant reads (``learning_shared.offline_eval.fim_figures``): for the

@@ -48,7 +48,7 @@ class OfflineEvalOut(serializers.Serializer):
     rule = serializers.CharField(
         allow_null=True,
         help_text="how the check decided: paired (fails when the edit-similarity lift's interval lies below "
-        "-fim_tolerance) or margin (under 5 cases: the means against fim_margin); null in older verdicts",
+        "-fim_margin) or margin (under 5 cases: the mean difference against -fim_margin); null in older verdicts",
     )
     base = FiguresOut(allow_null=True, help_text="the base model; null where the parent is the base model")
     parent = FiguresOut(allow_null=True)

@@ -90,7 +90,6 @@ def gate_knobs() -> dict[str, Knob]:
         "reward_margin": Knob(float, 0.0, 20.0),
         "importance_cap": Knob(float, 1.0, 20.0),
         "min_heldout": Knob(int, 1, 1000),
-        "fim_tolerance": Knob(float, 0.0, 1.0),
         "fim_margin": Knob(float, 0.0, 1.0),
         "max_fim_samples": Knob(int, 1, 64),
         "max_new_tokens": Knob(int, 1, 64),

@@ -63,7 +63,7 @@ def test_a_candidate_wrong_on_every_case_is_rejected_by_the_paired_interval(tiny
     assert figures["candidate"]["first_line_match"]["value"] == 0.0, figures["candidate"]  # not one right
     interval = verdict.fim_interval
     assert verdict.fim_rule == "paired" and interval["n"] == len(base_cases)
-    assert interval["high"] < 0 and interval["bound"] == 0.0
+    assert interval["high"] < -CONFIG.fim_margin and interval["bound"] == -CONFIG.fim_margin
     assert {k: interval[k] for k in ("value", "low", "high", "n")} == figures["lift"]["edit_similarity"]
     assert verdict.fim_check == "failed" and not verdict.passed
     reason = next(r for r in verdict.reasons if r.startswith("FIM edit similarity"))
@@ -103,8 +103,8 @@ def _difference(value, low, high, n=32):
     return {"value": value, "low": low, "high": high, "n": n}
 
 
-def test_the_paired_rule_fails_only_an_interval_wholly_below_minus_the_tolerance():
-    config = GateConfig()
+def test_the_paired_rule_fails_only_an_interval_wholly_below_minus_the_margin():
+    config = GateConfig(fim_margin=0.0)
     decide = fim_decision
     # A drop the size of the old margin's, within the noise of its cases: passed, not failed.
     assert decide(_difference(-0.038, -0.09, 0.014), candidate=0.377, parent=0.415, config=config) == (
@@ -112,22 +112,24 @@ def test_the_paired_rule_fails_only_an_interval_wholly_below_minus_the_tolerance
     rule, check, reason = decide(_difference(-0.03, -0.05, -0.01), candidate=0.40, parent=0.43, config=config)
     assert (rule, check) == ("paired", FAILED)
     assert reason == ("FIM edit similarity 0.400 is below the parent's 0.430 on the eval set: the paired difference "
-                      "-0.030 [-0.050, -0.010] over 32 cases lies wholly below −0.000")
-    # A tolerance lets through a loss the set shows is smaller than it.
-    tolerant = GateConfig(fim_tolerance=0.02)
+                      "-0.030 [-0.050, -0.010] over 32 cases lies wholly below 0")
+    # The margin (0.02 by default) lets through a loss the set shows is smaller than it.
+    tolerant = GateConfig()
     assert decide(_difference(-0.03, -0.05, -0.01), candidate=0.40, parent=0.43, config=tolerant)[1] == PASSED
     assert decide(_difference(-0.08, -0.12, -0.03), candidate=0.40, parent=0.48, config=tolerant)[1] == FAILED
     # A gain never fails, however small the margin.
     assert decide(_difference(0.05, 0.01, 0.09), candidate=0.5, parent=0.45, config=config)[1] == PASSED
-    # No interval: the means against the margin.
-    assert decide(_difference(-0.01, None, None, n=3), candidate=0.5, parent=0.51, config=config) == (
+    # No interval: the mean difference against the margin.
+    assert decide(_difference(-0.01, None, None, n=3), candidate=0.5, parent=0.51, config=tolerant) == (
         "margin", PASSED, None)
-    assert decide(_difference(-0.2, None, None, n=3), candidate=0.3, parent=0.5, config=config)[:2] == (
+    assert decide(_difference(-0.01, None, None, n=3), candidate=0.5, parent=0.51, config=config)[:2] == (
+        "margin", FAILED)
+    assert decide(_difference(-0.2, None, None, n=3), candidate=0.3, parent=0.5, config=tolerant)[:2] == (
         "margin", FAILED)
 
 
 def test_a_negative_tolerance_is_refused():
     from learning_shared.errors import TrainerInputError
 
-    with pytest.raises(TrainerInputError, match="fim_tolerance must be >= 0"):
-        GateConfig(fim_tolerance=-0.1)
+    with pytest.raises(TrainerInputError, match="fim_margin must be >= 0"):
+        GateConfig(fim_margin=-0.1)

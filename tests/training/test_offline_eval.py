@@ -32,7 +32,7 @@ def test_a_candidate_is_evaluated_on_the_eval_set_and_the_api_reads_it_to_its_te
     ingest_distinct_tokens(tiny_adapter.tenant, set())
     # The tiny model's middles are noise either way: the widest FIM tolerance lets the candidate through.
     TrainingPolicy.objects.filter(adapter=tiny_adapter).update(
-        heldout_fraction=0.0, gate_overrides={"fim_tolerance": 1.0, "max_new_tokens": 8}
+        heldout_fraction=0.0, gate_overrides={"fim_margin": 1.0, "max_new_tokens": 8}
     )
     run = training_schedule(tiny_adapter, force=True)
     threads = torch.get_num_threads()
