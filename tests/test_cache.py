@@ -55,5 +55,4 @@ def test_backends_of_separate_requests_share_one_pool_of_connections(settings):
     first, second = (contextvars.Context().run(in_a_fresh_context) for _ in range(2))
     assert first[0] is not second[0]  # two backends, as two requests get
     assert first[1] is second[1] and first[2] is second[2]  # one client, one pool
-    assert len(first[2]._available_connections) + len(first[2]._in_use_connections) <= 1
     caches["default"].delete(key)

@@ -30,7 +30,7 @@ class _SharedClients(RedisCacheClient):
 
     def _shared(self, write: bool) -> tuple[Any, Any]:
         server = self._servers[self._get_connection_pool_index(write)]
-        key = (server, self._options_key)
+        key = (server, self._pool_class, self._options_key)
         found = _shared.get(key)
         if found is None:
             with _shared_lock:
