@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import numpy as np
+from django.db import transaction
 from django.db.models import Count, F, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
@@ -39,21 +40,26 @@ def history_freeze(experiment: Experiment, *, end_user_id: int | None = None) ->
     exposures = {e.end_user.external_id: e for e in pending.select_related("end_user")}
     if not exposures:
         return 0
-    exposed_at = ExperimentExposure.objects.filter(
-        experiment=experiment, end_user__external_id=OuterRef("end_user_id")
-    ).values("first_exposed_at")[:1]
     since = (experiment.started_at or experiment.created_at) - HISTORY_WINDOW
     reward = reward_expression(reward_table_for(experiment.adapter))
+    rows = Interaction.objects.filter(
+        tenant_id=experiment.tenant_id,
+        experiment__isnull=True,
+        served_at__gte=since,
+        end_user_id__in=list(exposures),
+    )
+    if len(exposures) == 1:  # the serving path: one user, whose exposure time is known
+        (exposure,) = exposures.values()
+        rows = rows.filter(served_at__lt=exposure.first_exposed_at)
+    else:  # each user's own exposure time, found through the (tenant, external_id) index
+        exposed_at = ExperimentExposure.objects.filter(
+            experiment=experiment,
+            end_user__tenant_id=experiment.tenant_id,
+            end_user__external_id=OuterRef("end_user_id"),
+        ).values("first_exposed_at")[:1]
+        rows = rows.annotate(exposed_at=Subquery(exposed_at)).filter(served_at__lt=F("exposed_at"))
     rows = (
-        Interaction.objects.filter(
-            tenant_id=experiment.tenant_id,
-            experiment__isnull=True,
-            served_at__gte=since,
-            end_user_id__in=list(exposures),
-        )
-        .annotate(exposed_at=Subquery(exposed_at))
-        .filter(served_at__lt=F("exposed_at"))
-        .values("end_user_id")
+        rows.values("end_user_id")
         .annotate(
             requests=Count("id"),
             shown=Count("id", filter=~Q(completion="") & Q(feedback__outcome__in=SHOWN_OUTCOMES)),
@@ -74,21 +80,24 @@ def history_freeze(experiment: Experiment, *, end_user_id: int | None = None) ->
     with_history = [e for user, e in exposures.items() if user in sums]
     for start in range(0, len(with_history), _BATCH):
         batch = with_history[start : start + _BATCH]
-        still = set(
-            ExperimentExposure.objects.filter(pk__in=[e.pk for e in batch], history_frozen_at__isnull=True).values_list(
-                "pk", flat=True
+        with transaction.atomic():
+            # The rows still unfrozen, locked: a concurrent freeze (the serving path, a snapshot)
+            # skips them and, once this commits, finds them frozen; none is written twice.
+            still = set(
+                ExperimentExposure.objects.filter(pk__in=[e.pk for e in batch], history_frozen_at__isnull=True)
+                .select_for_update(skip_locked=True)
+                .values_list("pk", flat=True)
             )
-        )
-        for exposure in batch:
-            row = sums[exposure.end_user.external_id]
-            exposure.history_requests, exposure.history_shown = row["requests"], row["shown"]
-            exposure.history_accepted, exposure.history_reward = row["accepted"], float(row["reward"] or 0.0)
-            exposure.history_frozen_at = now
-        frozen += ExperimentExposure.objects.bulk_update(
-            [e for e in batch if e.pk in still],
-            ["history_requests", "history_shown", "history_accepted", "history_reward", "history_frozen_at"],
-            batch_size=1000,
-        )
+            for exposure in batch:
+                row = sums[exposure.end_user.external_id]
+                exposure.history_requests, exposure.history_shown = row["requests"], row["shown"]
+                exposure.history_accepted, exposure.history_reward = row["accepted"], float(row["reward"] or 0.0)
+                exposure.history_frozen_at = now
+            frozen += ExperimentExposure.objects.bulk_update(
+                [e for e in batch if e.pk in still],
+                ["history_requests", "history_shown", "history_accepted", "history_reward", "history_frozen_at"],
+                batch_size=1000,
+            )
     return frozen
 
 

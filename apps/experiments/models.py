@@ -68,9 +68,11 @@ class ExperimentExposure(models.Model):
     first_exposed_at = models.DateTimeField()
     # Production behaviour before the first exposure, frozen when it is recorded
     # (apps.experiments.history): the covariates of the adjusted lift never move afterwards.
-    history_requests = models.PositiveIntegerField(null=True, blank=True)
-    history_shown = models.PositiveIntegerField(null=True, blank=True)
-    history_accepted = models.PositiveIntegerField(null=True, blank=True)
+    # Plain integers, nullable, no default: adding them to a large exposures table is a catalogue
+    # change (a CHECK constraint would scan every row under an exclusive lock).
+    history_requests = models.IntegerField(null=True, blank=True)
+    history_shown = models.IntegerField(null=True, blank=True)
+    history_accepted = models.IntegerField(null=True, blank=True)
     history_reward = models.FloatField(null=True, blank=True)
     history_frozen_at = models.DateTimeField(null=True, blank=True, help_text="empty: not frozen yet")
 

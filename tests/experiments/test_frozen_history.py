@@ -126,3 +126,41 @@ def test_a_user_without_production_history_is_frozen_with_zero_sums(tenant, expe
     assert row.history_frozen_at is not None
     assert (row.history_requests, row.history_shown, row.history_accepted, row.history_reward) == (0, 0, 0, 0.0)
     assert covariates_of(experiment, "new")[-1] == 0.0  # no history
+
+
+def test_a_snapshot_freezes_many_users_each_up_to_their_own_exposure(tenant, experiment) -> None:
+    now = timezone.now()
+    early = EndUser.objects.create(tenant=tenant, external_id="early", opted_in=True)
+    later = EndUser.objects.create(tenant=tenant, external_id="later", opted_in=True)
+    for user in ("early", "later"):
+        production(tenant, user, at=now - timedelta(days=2), outcome="accepted")
+        production(tenant, user, at=now - timedelta(hours=3), outcome="rejected")  # between the two exposures
+    for user, at in ((early, now - timedelta(days=1)), (later, now)):
+        ExperimentExposure.objects.create(  # as recorded before the columns: the snapshot freezes both at once
+            tenant=tenant, experiment=experiment, end_user=user, arm="control", first_exposed_at=at
+        )
+    assert history_freeze(experiment) == 2
+    rows = ExperimentExposure.objects.filter(experiment=experiment)
+    sums = dict(rows.values_list("end_user__external_id", "history_requests"))
+    assert sums == {"early": 1, "later": 2}
+
+
+def test_a_failed_freeze_at_exposure_still_records_the_exposure(tenant, experiment, monkeypatch) -> None:
+    """The serving path records the exposure whatever the freeze does; the next snapshot freezes it."""
+    from django.db import DatabaseError
+
+    from apps.experiments.services import exposures
+
+    def broken(*args, **kwargs):
+        raise DatabaseError("canceling statement due to statement timeout")
+
+    EndUser.objects.create(tenant=tenant, external_id="unlucky", opted_in=True)
+    production(tenant, "unlucky", at=timezone.now() - timedelta(days=1), outcome="accepted")
+    monkeypatch.setattr(exposures, "history_freeze", broken)
+    exposure_record(experiment, external_id="unlucky", arm="candidate")
+    row = ExperimentExposure.objects.get(experiment=experiment, end_user__external_id="unlucky")
+    assert row.history_frozen_at is None
+    monkeypatch.undo()
+    covariates_of(experiment, "unlucky")  # a snapshot
+    row.refresh_from_db()
+    assert row.history_frozen_at is not None and row.history_requests == 1

@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='experimentexposure',
             name='history_accepted',
-            field=models.PositiveIntegerField(blank=True, null=True),
+            field=models.IntegerField(blank=True, null=True),
         ),
         migrations.AddField(
             model_name='experimentexposure',
@@ -23,7 +23,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='experimentexposure',
             name='history_requests',
-            field=models.PositiveIntegerField(blank=True, null=True),
+            field=models.IntegerField(blank=True, null=True),
         ),
         migrations.AddField(
             model_name='experimentexposure',
@@ -33,6 +33,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='experimentexposure',
             name='history_shown',
-            field=models.PositiveIntegerField(blank=True, null=True),
+            field=models.IntegerField(blank=True, null=True),
         ),
     ]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
+from django.db import transaction
 from django.utils import timezone
 
 from apps.cohorts.models import EndUser
 from apps.experiments.history import history_freeze
 from apps.experiments.models import Experiment, ExperimentExposure
 
+logger = logging.getLogger(__name__)
 _exposed: dict[tuple[int, str], None] = {}  # per process: exposures already recorded (bounded below)
 _EXPOSED_MAX = 200_000
 
@@ -37,7 +41,11 @@ def exposure_record(experiment: Experiment, *, external_id: str, arm: str) -> No
         ],
         ignore_conflicts=True,
     )
-    history_freeze(experiment, end_user_id=user_id)  # nothing to do when the row was there, frozen
+    try:
+        with transaction.atomic():  # a failure here must not fail the completion or its transaction
+            history_freeze(experiment, end_user_id=user_id)  # nothing to do when the row was there, frozen
+    except Exception:  # noqa: BLE001 - the next snapshot freezes it (apps.experiments.history)
+        logger.exception("experiment %s: freezing a user's history at exposure failed", experiment.pk)
     if len(_exposed) >= _EXPOSED_MAX:
         _exposed.clear()
     _exposed[key] = None
