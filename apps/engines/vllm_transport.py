@@ -97,8 +97,9 @@ def mark_down(replica: str) -> None:
 class Replicas:
     """The replicas of one base model, the key, the timeouts; what both clients are built on.
 
-    ``connect_timeout`` bounds opening a connection (a dead replica fails fast and the next one
-    is tried); ``timeout`` bounds the wait for a completion (for a stream: between two chunks);
+    ``connect_timeout`` bounds opening a connection when another replica is left to try (a
+    replica that does not answer is left fast for the next one; see :meth:`_timeouts`);
+    ``timeout`` bounds the wait for a completion (for a stream: between two chunks);
     ``admin_timeout`` bounds adapter loads and listings. ``api_key``: vLLM's key (None: read
     ``$VLLM_API_KEY``; empty: send none).
     """
@@ -124,8 +125,24 @@ class Replicas:
         self._admin_timeout = admin_timeout
         self._next = itertools.count()
 
-    def _timeouts(self, read: float) -> httpx.Timeout:
-        return httpx.Timeout(connect=self._connect_timeout, read=read, write=10.0, pool=self._connect_timeout)
+    def _timeouts(self, read: float, *, fail_over: bool = True) -> httpx.Timeout:
+        """The deadlines of one call; ``fail_over``: another replica is left to try after this one.
+
+        The short connect deadline is there to move on to that replica fast. The last one (one
+        replica, or the others tried) may take as long to connect as to answer: the deadline runs
+        on this process's clock, and a process busy with a burst of new requests (hundreds of
+        streams opening at once) reaches a handshake the kernel finished long ago only after it,
+        and would read its own wait as a dead replica. A dead server still fails at once: its
+        connection is refused. Waiting for a free connection in this process's pool is this
+        process's own queue (bounded by ``STROP_SERVING_MAX_IN_FLIGHT``), never the replica's:
+        as long as the answer, too."""
+        connect = self._connect_timeout if fail_over else max(self._connect_timeout, read)
+        return httpx.Timeout(connect=connect, read=read, write=10.0, pool=read)
+
+    def _attempts(self, affinity: str | None, read: float) -> list[tuple[str, httpx.Timeout]]:
+        """Each replica to try, in order (:meth:`_order`), with its deadlines (:meth:`_timeouts`)."""
+        order = self._order(affinity)
+        return [(replica, self._timeouts(read, fail_over=i < len(order) - 1)) for i, replica in enumerate(order)]
 
     def _order(self, affinity: str | None = None) -> list[str]:
         """Replicas in the order to try: by rendezvous hash of ``affinity`` (its home first, the
