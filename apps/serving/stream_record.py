@@ -17,6 +17,7 @@ otherwise be free to run the older write after the newer one.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
@@ -85,7 +86,8 @@ class _Flusher:
     def add(self, record: StreamRecord) -> None:
         self.records[record] = None
         if self.task is None or self.task.done():
-            self.task = asyncio.ensure_future(self._run())
+            # A context of its own: not the request's that happened to start it (its id, its tenant).
+            self.task = asyncio.get_running_loop().create_task(self._run(), context=contextvars.Context())
 
     def remove(self, record: StreamRecord) -> None:
         self.records.pop(record, None)
