@@ -21,6 +21,7 @@ import asyncio
 import os
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -53,8 +54,18 @@ class Side:
     latencies: list[float] = field(default_factory=list)
     overheads: list[float] = field(default_factory=list)
     refusals: int = 0
+    refused: Counter[str] = field(default_factory=Counter)  # by status, code and message
     elapsed: float = 0.0
     held_max: int = 0
+
+    def refuse(self, response: httpx.Response) -> None:
+        self.refusals += 1
+        try:
+            error = response.json()["error"]
+            why = f"{error.get('code')}: {error.get('message', '')[:160]}"
+        except (ValueError, KeyError, TypeError):
+            why = response.text[:160]
+        self.refused[f"{response.status_code} {why}"] += 1
 
 
 async def run_side(
@@ -71,7 +82,7 @@ async def run_side(
             async with http.stream("POST", url, json=body, headers=headers) as response:
                 if response.status_code != 200:
                     await response.aread()
-                    side.refusals += 1
+                    side.refuse(response)
                     return
                 held += 1
                 side.held_max = max(side.held_max, held)
@@ -83,7 +94,7 @@ async def run_side(
         else:
             response = await http.post(url, json=body, headers=headers)
             if response.status_code != 200:
-                side.refusals += 1
+                side.refuse(response)
                 return
         side.latencies.append(time.perf_counter() - start)
         if "x-strop-overhead-ms" in response.headers:
@@ -154,10 +165,13 @@ async def sweep(
 
 
 async def hold_streams(url: str, body: dict, headers: dict, count: int) -> tuple[int, int]:
-    """``count`` streams opened at once; (most open at the same time, refusals)."""
+    """``count`` streams opened at once; (most open at the same time, refusals). Prints why each
+    kind of refusal was refused."""
     limits = httpx.Limits(max_connections=count + 64, max_keepalive_connections=count)
     async with httpx.AsyncClient(timeout=300, limits=limits) as http:
         side = await run_side(http, url, [{**body, "stream": True}] * count, headers, count, True)
+    for why, times in side.refused.most_common(5):
+        print(f"mock_hold_refused_why: {times} x {why}")
     return side.held_max, side.refusals
 
 
@@ -252,3 +266,49 @@ def run_sweeps(
         if api is not None:
             stop(api)
         stop(mock)
+
+
+def main() -> None:
+    """The mock upstream's sweep and hold alone (no vLLM, minutes instead of the whole
+    ``make bench-serving``): ``python benchmarks/serving_sweep.py [--levels 64,256] [--hold 512]``."""
+    import argparse
+    import importlib
+    import math
+
+    from common import DEFAULT_DATABASE_URL, fresh_database
+    from serving import bench_adapter, prompts_from_stdlib  # and the checkout on sys.path
+
+    starter = importlib.import_module("model_supply.starter")
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL))
+    parser.add_argument("--levels", default="1,16,64,256", help="the sweep's concurrencies (empty: the hold alone)")
+    parser.add_argument("--token-delay-ms", type=float, default=50.0)
+    parser.add_argument("--max-tokens", type=int, default=20)
+    parser.add_argument("--hold", type=int, default=512, help="streams opened at once on one API process")
+    args = parser.parse_args()
+    db_url = fresh_database(args.database_url, "strop_bench_serving_mock")
+    key, _, _ = bench_adapter(starter.ensure_starter_model("tiny"), db_url)  # the mock answers any model
+    prompts = prompts_from_stdlib(160)
+    common = {"temperature": 0.0, "seed": 1}
+    direct = {"model": "base", "logprobs": 1, "return_token_ids": True, **common}
+    run_sweeps(
+        db_url=db_url,
+        extra_env={},
+        vllm_url="",
+        api_port=0,
+        api_pid=0,
+        direct_bodies=[{"prompt": p, **direct} for p in prompts],
+        strop_bodies=[{"prompt": p, "user": f"dev-{i % 20}", **common} for i, p in enumerate(prompts)],
+        headers={"Authorization": f"Bearer {key}"},
+        real_c1_added_ms=math.nan,
+        levels=tuple(int(c) for c in args.levels.split(",") if c),
+        token_delay_ms=args.token_delay_ms,
+        max_tokens=args.max_tokens,
+        hold=args.hold,
+        real=False,
+    )
+
+
+if __name__ == "__main__":
+    main()

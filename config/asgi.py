@@ -31,6 +31,15 @@ from django.http.response import HttpResponseBase  # noqa: E402
 
 SERVING_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
 
+# Threads kept for the completions' middleware chains once they are done (one per completion in the
+# chain at once: a whole completion holds its own until its answer is ready, a stream until it starts).
+IDLE_CHAIN_THREADS = 256
+
+
+def _chain_thread() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="serving-chain")
+
+
 # The tasks Django starts for one serving request (its answer's): cancelled with the request.
 _request_tasks: contextvars.ContextVar[list[asyncio.Task[Any]]] = contextvars.ContextVar("strop_request_tasks")
 
@@ -48,6 +57,7 @@ class StropASGIHandler(ASGIHandler):
     def __init__(self) -> None:
         super().__init__()
         self._lanes: asyncio.Queue[ThreadPoolExecutor] | None = None
+        self._idle_chains: list[ThreadPoolExecutor] = []  # touched on the event loop only
         self._serving_chain = BaseHandler()
         self._serving_chain.load_middleware(is_async=False)
 
@@ -83,8 +93,12 @@ class StropASGIHandler(ASGIHandler):
         the stream ends, closes its upstream and records what it served."""
         tasks: list[asyncio.Task[Any]] = []
         token = _request_tasks.set(tasks)
+        # Django's own __call__ makes a thread for each request's chain and another to join it
+        # after: two thread starts a completion. The chain's thread is taken from the idle ones here.
+        chain = self._idle_chains.pop() if self._idle_chains else _chain_thread()
         try:
-            await super().__call__(scope, receive, send)
+            async with ThreadSensitiveContext(executor=chain):
+                await self.handle(scope, receive, send)
         except asyncio.CancelledError:
             for task in tasks:
                 task.cancel()
@@ -92,6 +106,10 @@ class StropASGIHandler(ASGIHandler):
             raise
         finally:
             _request_tasks.reset(token)
+            if len(self._idle_chains) < IDLE_CHAIN_THREADS:
+                self._idle_chains.append(chain)
+            else:
+                chain.shutdown(wait=False)
 
     def _lane_queue(self) -> asyncio.Queue[ThreadPoolExecutor]:
         if self._lanes is None:  # made on the worker's event loop, after the fork

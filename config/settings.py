@@ -319,8 +319,11 @@ VLLM_MAX_LORA_RANK = env_int("VLLM_MAX_LORA_RANK", 16)
 VLLM_MAX_LORAS = env_int("VLLM_MAX_LORAS", 4)
 VLLM_MAX_CPU_LORAS = env_int("VLLM_MAX_CPU_LORAS", 16)
 VLLM_TIMEOUT_S = float(os.environ.get("VLLM_TIMEOUT_S", "30"))
-# Opening a connection to a replica, and waiting for a free one in the API process's pool: short, so a
-# dead replica fails over fast; raise it where bursts of hundreds of new streams open connections at once.
+# Opening a connection to a replica while another is left to try: short, so one that does not answer
+# is left fast (a refused connection fails at once). The last replica to try gets VLLM_TIMEOUT_S to
+# connect, and a wait for a free connection in the API process's pool is as long: under a burst of
+# hundreds of new streams the process's own busy loop must not read as a dead replica
+# (apps.engines.vllm_transport.Replicas._timeouts).
 VLLM_CONNECT_TIMEOUT_S = float(os.environ.get("VLLM_CONNECT_TIMEOUT_S", "1"))
 # Sent as "Authorization: Bearer" on every call to every replica; platform/vllm.sh starts vLLM with
 # the same key. Required when deployed; empty only on the embedded default (a vLLM on loopback).

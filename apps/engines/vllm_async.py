@@ -80,9 +80,9 @@ class AsyncVLLMClient(Replicas):
     ) -> tuple[httpx.Response, str]:
         """POST to the first replica that takes the connection; an error status is raised as its
         typed error (the body read and the connection closed)."""
-        http, timeouts = shared_async_http(), self._timeouts(timeout or self._timeout)
+        http = shared_async_http()
         tried: list[str] = []
-        for replica in self._order(affinity):
+        for replica, timeouts in self._attempts(affinity, timeout or self._timeout):
             request = http.build_request("POST", f"{replica}{path}", json=body, headers=self._headers, timeout=timeouts)
             try:
                 response = await http.send(request, stream=stream)

@@ -123,9 +123,9 @@ class VLLMClient(ReplicaAdmin):
         a timeout or a dropped connection after sending is VLLMUnavailable, never retried.
         An error status is raised as its typed error, the body read and the connection closed.
         """
-        http, timeouts = shared_http(), self._timeouts(timeout or self._timeout)
+        http = shared_http()
         tried: list[str] = []
-        for replica in self._order(affinity):
+        for replica, timeouts in self._attempts(affinity, timeout or self._timeout):
             request = http.build_request("POST", f"{replica}{path}", json=body, headers=self._headers, timeout=timeouts)
             try:
                 response = http.send(request, stream=stream)

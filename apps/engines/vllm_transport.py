@@ -8,8 +8,8 @@ Plain Python (httpx), no Django models.
   replica moves only the tenants it takes; without one, round-robin. Either way a completion fails
   over to the next replica only when the connection could not be opened (nothing was sent).
 - A replica that refused a connection is tried last for ``REPLICA_COOL_OFF_S`` (per process).
-- One ``httpx.Client`` per process (rebuilt after a fork) for the synchronous client, and one
-  ``httpx.AsyncClient`` per event loop for the asynchronous one (the serving path).
+- One ``httpx.Client`` per process (rebuilt after a fork) for the synchronous client, and a few
+  ``httpx.AsyncClient`` per event loop, taken in turn, for the asynchronous one (the serving path).
 """
 
 from __future__ import annotations
@@ -35,11 +35,16 @@ _down_until: dict[str, float] = {}
 
 # The asynchronous pool holds a stream per connection: as many as one API process may serve at once.
 ASYNC_MAX_CONNECTIONS = 2048
+# ... split over this many clients, taken in turn. httpcore's pool walks every connection it holds
+# (and asks the kernel about each idle one) whenever a request starts or ends: one pool of hundreds
+# of connections was a third of the API's CPU at 64 completions at once (py-spy, 2026-11-27).
+ASYNC_POOL_SHARDS = 16
 
 _http_lock = threading.Lock()
 _http: httpx.Client | None = None
 _http_pid: int | None = None
-_async_http: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+_async_http: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[httpx.AsyncClient]] = weakref.WeakKeyDictionary()
+_async_turn = itertools.count()
 
 
 def rendezvous(affinity: str, replica: str) -> bytes:
@@ -61,20 +66,25 @@ def shared_http() -> httpx.Client:
 
 
 def shared_async_http() -> httpx.AsyncClient:
-    """The running event loop's keep-alive pool (an API worker has one loop, so one pool)."""
+    """One of the running event loop's keep-alive pools, in turn (an API worker has one loop)."""
     loop = asyncio.get_running_loop()
-    client = _async_http.get(loop)
-    if client is None:
-        limits = httpx.Limits(max_connections=ASYNC_MAX_CONNECTIONS, max_keepalive_connections=512, keepalive_expiry=30)
-        client = _async_http[loop] = httpx.AsyncClient(limits=limits, http1=True, trust_env=False)
-    return client
+    clients = _async_http.get(loop)
+    if clients is None:
+        limits = httpx.Limits(
+            max_connections=ASYNC_MAX_CONNECTIONS // ASYNC_POOL_SHARDS,
+            max_keepalive_connections=512 // ASYNC_POOL_SHARDS,
+            keepalive_expiry=30,
+        )
+        clients = _async_http[loop] = [
+            httpx.AsyncClient(limits=limits, http1=True, trust_env=False) for _ in range(ASYNC_POOL_SHARDS)
+        ]
+    return clients[next(_async_turn) % len(clients)]
 
 
 async def async_http_close() -> None:
     """Close the running loop's pool: for a loop made for one request (Django's test client, a
     WSGI server running an asynchronous view), whose connections must not outlive it."""
-    client = _async_http.pop(asyncio.get_running_loop(), None)
-    if client is not None:
+    for client in _async_http.pop(asyncio.get_running_loop(), []):
         await client.aclose()
 
 
@@ -97,8 +107,9 @@ def mark_down(replica: str) -> None:
 class Replicas:
     """The replicas of one base model, the key, the timeouts; what both clients are built on.
 
-    ``connect_timeout`` bounds opening a connection (a dead replica fails fast and the next one
-    is tried); ``timeout`` bounds the wait for a completion (for a stream: between two chunks);
+    ``connect_timeout`` bounds opening a connection when another replica is left to try (a
+    replica that does not answer is left fast for the next one; see :meth:`_timeouts`);
+    ``timeout`` bounds the wait for a completion (for a stream: between two chunks);
     ``admin_timeout`` bounds adapter loads and listings. ``api_key``: vLLM's key (None: read
     ``$VLLM_API_KEY``; empty: send none).
     """
@@ -124,8 +135,24 @@ class Replicas:
         self._admin_timeout = admin_timeout
         self._next = itertools.count()
 
-    def _timeouts(self, read: float) -> httpx.Timeout:
-        return httpx.Timeout(connect=self._connect_timeout, read=read, write=10.0, pool=self._connect_timeout)
+    def _timeouts(self, read: float, *, fail_over: bool = True) -> httpx.Timeout:
+        """The deadlines of one call; ``fail_over``: another replica is left to try after this one.
+
+        The short connect deadline is there to move on to that replica fast. The last one (one
+        replica, or the others tried) may take as long to connect as to answer: the deadline runs
+        on this process's clock, and a process busy with a burst of new requests (hundreds of
+        streams opening at once) reaches a handshake the kernel finished long ago only after it,
+        and would read its own wait as a dead replica. A dead server still fails at once: its
+        connection is refused. Waiting for a free connection in this process's pool is this
+        process's own queue (bounded by ``STROP_SERVING_MAX_IN_FLIGHT``), never the replica's:
+        as long as the answer, too."""
+        connect = self._connect_timeout if fail_over else max(self._connect_timeout, read)
+        return httpx.Timeout(connect=connect, read=read, write=10.0, pool=read)
+
+    def _attempts(self, affinity: str | None, read: float) -> list[tuple[str, httpx.Timeout]]:
+        """Each replica to try, in order (:meth:`_order`), with its deadlines (:meth:`_timeouts`)."""
+        order = self._order(affinity)
+        return [(replica, self._timeouts(read, fail_over=i < len(order) - 1)) for i, replica in enumerate(order)]
 
     def _order(self, affinity: str | None = None) -> list[str]:
         """Replicas in the order to try: by rendezvous hash of ``affinity`` (its home first, the

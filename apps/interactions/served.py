@@ -11,7 +11,7 @@ from typing import Any
 from django.utils import timezone
 
 from apps.interactions.models import Interaction
-from apps.interactions.rows import interactions_insert, json_text
+from apps.interactions.rows import interactions_insert, interactions_upsert, json_text
 from apps.tenants.models import Tenant
 
 # What a served interaction's metadata records of the key that asked for it: its public prefix, so
@@ -42,7 +42,17 @@ class ServedConversation:
     turn: int | None
 
 
-def interactions_record_served(
+def interactions_record_served(tenant: Tenant, *, so_far: bool = False, **fields: Any) -> None:
+    """Record what the completion endpoint served (``fields``: as :func:`served_rows` takes them):
+    one interaction per choice, in one plain autocommitted INSERT (no transaction round trips, no
+    ORM compile) on the serving hot path. ``so_far``: a stream's record as it is served, written
+    more than once (``apps.serving.stream_record``): the first write inserts, each later one brings
+    the served text, tokens, latency and metadata up to date; still one row per choice."""
+    rows = served_rows(tenant, **fields)
+    (interactions_upsert if so_far else interactions_insert)(rows)
+
+
+def served_rows(
     tenant: Tenant,
     *,
     choices: Sequence[ServedCompletion],
@@ -61,13 +71,10 @@ def interactions_record_served(
     latency_ms: float,
     metadata: dict[str, Any],
     conversation: ServedConversation | None = None,
-) -> None:
-    """Record what the completion endpoint served: one interaction per choice, in one INSERT.
-
-    One plain autocommitted INSERT (no transaction round trips, no ORM compile) on the serving
-    hot path."""
+) -> list[tuple]:
+    """The interaction rows of what was served, one per choice (``apps.interactions.rows``)."""
     now = timezone.now()
-    rows = [
+    return [
         (
             choice.interaction_id,
             tenant.pk,
@@ -100,7 +107,12 @@ def interactions_record_served(
         )
         for choice in choices
     ]
-    interactions_insert(rows)
+
+
+def interactions_served_discard(tenant: Tenant, *, ids: Sequence[uuid.UUID]) -> None:
+    """Drop a stream's interactions written so far: vLLM failed it mid-way, and a failed stream is
+    recorded as a failure, never as half an interaction."""
+    Interaction.objects.filter(tenant=tenant, pk__in=list(ids)).delete()
 
 
 def _choice_metadata(metadata: dict[str, Any], choice: ServedCompletion) -> dict[str, Any]:

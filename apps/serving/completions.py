@@ -24,9 +24,10 @@ waits for tokens.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,13 +44,14 @@ from apps.engines.vllm_client import (
     Usage,
     merge_chunks,
 )
-from apps.interactions.served import ServedCompletion, interactions_record_served
+from apps.interactions.served import ServedCompletion, interactions_record_served, served_rows
 from apps.serving.completion_requests import CompletionRequest, completion_request_build, suffix_shown, vllm_kwargs
 from apps.serving.selectors import ReadAhead
 from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.show_gate import show_gate_decisions, show_gate_of, withheld_choice
+from apps.serving.stream_record import StreamRecord
 from apps.serving.sync_work import in_db_thread
-from apps.serving.vllm_calls import serving_failure_record, serving_failure_recorded, with_load_on_demand
+from apps.serving.vllm_calls import serving_failure_recorded, serving_stream_failure_record, with_load_on_demand
 from apps.tenants.models import ApiKey, Tenant
 
 
@@ -59,8 +61,15 @@ def _apply_stops(choice: CompletionChoice, stops: list[str]) -> CompletionChoice
     return choice.cut(hit[0], hit[1]) if hit is not None else choice
 
 
-def _record(
-    tenant: Tenant,
+def _record(tenant: Tenant, *args: Any, stream_end: bool | None = None, **kwargs: Any) -> None:
+    """Record what was served (as :func:`_served_fields` takes it). ``stream_end``: None for a
+    whole answer (one insert); True for a stream's last write (it completes the rows its batches
+    wrote as it went: :mod:`apps.serving.stream_record`)."""
+    fields = _served_fields(*args, stream_open=False, **kwargs)
+    interactions_record_served(tenant, so_far=stream_end is not None, **fields)
+
+
+def _served_fields(
     route: Route,
     request: CompletionRequest,
     completion: Completion,
@@ -69,7 +78,9 @@ def _record(
     served_at: Any,
     started: float,
     gates: dict[int, dict[str, Any]] | None = None,
-) -> None:
+    stream_open: bool,
+) -> dict[str, Any]:
+    """What :func:`apps.interactions.served.served_rows` takes of a served completion."""
     gates = gates or {}
     metadata: dict[str, Any] = {
         "temperature": request.temperature,
@@ -82,8 +93,9 @@ def _record(
         metadata["fim_convention"] = request.fim_convention
     if request.is_fim and not suffix_shown(route.adapter.base_model, request):
         metadata["suffix_shown_to_model"] = False
-    interactions_record_served(
-        tenant,
+    if stream_open:
+        metadata["stream_open"] = True  # kept if the worker died before the stream's end
+    return dict(
         choices=[
             ServedCompletion(
                 ids[c.index], c.text, c.token_ids, c.logprobs, c.finish_reason, show_gate=gates.get(c.index)
@@ -145,9 +157,10 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
     to the client) and return an iterator of the chunks the client gets.
 
     With more stop strings than vLLM takes, the text is released through a stop scanner and the
-    upstream stream is closed as soon as every choice has stopped. At the end what was served is
-    recorded: the whole completion, or what the client received if it hung up early. If vLLM
-    fails mid-stream, the failure is recorded instead and the error re-raised for the client."""
+    upstream stream is closed as soon as every choice has stopped. What was served is recorded as
+    it goes (:mod:`apps.serving.stream_record`) and completed at the end: the whole completion, or
+    what the client received if it hung up early. If vLLM fails mid-stream, the failure is recorded
+    instead (what was written so far dropped) and the error re-raised for the client."""
     tenant, route, request = plan.tenant, plan.route, plan.request
     if plan.gate is not None:
         completion = await completion_serve(plan)
@@ -175,8 +188,25 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
             text += state.scanner.finish()
         return replace(choice, text=text)
 
+    seen: list[CompletionChunk] = []
+
+    def so_far() -> Callable[[], list[tuple]]:  # the snapshot taken here, on the event loop
+        served = _served_from_stream(seen, states)
+        fields = functools.partial(
+            _served_fields, route, request, served, plan.ids, served_at=served_at, started=started, stream_open=True
+        )
+        return lambda: served_rows(tenant, **fields())
+
+    def last() -> Awaitable[None]:
+        served = _served_from_stream(seen, states)
+        return in_db_thread(
+            _record, tenant, route, request, served, plan.ids, served_at=served_at, started=started, stream_end=True
+        )
+
+    record = StreamRecord(so_far, last)
+
     async def chunks() -> AsyncIterator[CompletionChunk]:
-        seen: list[CompletionChunk] = []
+        nonlocal seen
         try:
             async for chunk in upstream:
                 seen.append(chunk)
@@ -187,41 +217,34 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
                 out = [client_choice(c, states[c.index]) for c in chunk.choices if not states[c.index].finished]
                 if out:
                     yield replace(chunk, choices=out, usage=None)
+                    record.served()
                 if scanning and all(s.finished for s in states.values()):
                     if request.include_usage:
                         yield replace(chunk, choices=[], usage=_usage_of(seen, request, states))
                     break  # closing the upstream iterator closes the connection: vLLM stops generating
         except ApplicationError as exc:
-            failure = asyncio.ensure_future(
-                in_db_thread(
-                    serving_failure_record,
-                    tenant,
-                    route=route,
-                    user=request.user,
-                    error=exc,
-                    started=started,
-                    streamed=True,
-                )
+            failed = in_db_thread(
+                serving_stream_failure_record,
+                tenant,
+                route=route,
+                user=request.user,
+                error=exc,
+                started=started,
+                ids=plan.ids,
             )
+            failure = record.then(lambda: failed)
             seen = []  # nothing half-served is recorded as an interaction
             await asyncio.shield(failure)
             raise
         finally:
             # Submitted before anything else is awaited: a client that left (this task cancelled)
             # still gets what it was served recorded, on its database thread.
-            record = None
-            if seen:
-                served = _served_from_stream(seen, states)
-                record = asyncio.ensure_future(
-                    in_db_thread(
-                        _record, tenant, route, request, served, plan.ids, served_at=served_at, started=started
-                    )
-                )
+            last = record.final() if seen else None
             try:
                 await upstream.aclose()  # type: ignore[attr-defined]
             finally:
-                if record is not None:
-                    await asyncio.shield(record)
+                if last is not None:
+                    await asyncio.shield(last)
 
     return ClosingStream(chunks(), upstream.aclose)  # type: ignore[attr-defined]  # closed even if never started
 

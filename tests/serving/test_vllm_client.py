@@ -354,7 +354,22 @@ def test_the_connect_timeout_is_a_setting_both_clients_take(settings):
     settings.VLLM_CONNECT_TIMEOUT_S = 2.5
     for client in (vllm_client(), vllm_async_client()):
         timeouts = client._timeouts(read=30.0)
-        assert (timeouts.connect, timeouts.pool, timeouts.read) == (2.5, 2.5, 30.0)
+        assert (timeouts.connect, timeouts.pool, timeouts.read) == (2.5, 30.0, 30.0)
     settings.VLLM_CONNECT_TIMEOUT_S = 1.0
     assert vllm_client()._timeouts(read=5.0).connect == 1.0
     assert isinstance(asyncio.run(asyncio.sleep(0, result=httpx.Timeout(1.0))), httpx.Timeout)
+
+
+def test_only_a_replica_with_another_after_it_gets_the_short_connect_deadline():
+    """The short deadline is for failing over; the last replica to try (and a wait for a free
+    connection in the process's own pool) gets as long as the answer: a process busy with a burst
+    of new streams must not read its own wait as a dead replica."""
+    from apps.engines.vllm_client import VLLMClient
+
+    two = VLLMClient(["http://a:1", "http://b:1"], connect_timeout=1.0, timeout=30.0)
+    (first, early), (last, late) = two._attempts("tenant-1", 30.0)
+    assert {first, last} == {"http://a:1", "http://b:1"}
+    assert (early.connect, early.pool, early.read) == (1.0, 30.0, 30.0)
+    assert (late.connect, late.pool, late.read) == (30.0, 30.0, 30.0)
+    ((only, alone),) = VLLMClient("http://a:1", connect_timeout=1.0)._attempts(None, 5.0)
+    assert (only, alone.connect, alone.pool) == ("http://a:1", 5.0, 5.0)
