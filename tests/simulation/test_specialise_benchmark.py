@@ -74,7 +74,8 @@ def test_two_tenants_run_the_loop_and_every_tenant_gets_its_figures(tiny_starter
             "--codebase", f"south={write_codebase(tmp_path / 'south', 24)}", "--train-tasks", "6",
             "--eval-tasks", "5", "--rounds", "2", "--set", "epochs=1", "--set", "num_minibatches=1",
             "--max-tokens", "6", "--heldout-fraction", "0.3", "--eval-each-round", "--poison-round", "2",
-            "--eval-set-cases", "3", "--gate-history", "4", "--jobs", "2", "--device", "cpu", "--out", str(tmp_path / "out")]
+            "--eval-set-cases", "3", "--gate-history", "4", "--jobs", "2", "--device", "cpu",
+            "--out", str(tmp_path / "out")]
     assert specialise.main(argv) == 0
     text = capsys.readouterr().out
     values = {}
