@@ -55,8 +55,10 @@ HISTORY_WINDOW = timedelta(days=14)
 def _history(experiment: Experiment, reward: object, users: dict[str, dict[str, int]]) -> dict[str, np.ndarray]:
     """Per arm, (users, k) covariates from each user's production traffic in the window before
     their first exposure: one grouped query."""
+    # The tenant named too, so each row finds its user by the (tenant, external_id) index, then the
+    # exposure by (experiment, end_user): not a scan of the experiment's exposures per row.
     exposed_at = ExperimentExposure.objects.filter(
-        experiment=experiment, end_user__external_id=OuterRef("end_user_id")
+        experiment=experiment, end_user__tenant_id=experiment.tenant_id, end_user__external_id=OuterRef("end_user_id")
     ).values("first_exposed_at")[:1]
     since = (experiment.started_at or experiment.created_at) - HISTORY_WINDOW
     rows = (
@@ -71,11 +73,15 @@ def _history(experiment: Experiment, reward: object, users: dict[str, dict[str, 
             reward=Sum(reward),  # type: ignore[arg-type]
         )
     )
-    order = [(arm, user) for arm, members in users.items() for user in members]
-    position = {key[1]: i for i, key in enumerate(order)}
-    sums = np.zeros((4, len(order)))
+    # Each arm's users after the previous arm's, in their order: a user's column is their arm's
+    # offset plus their number in it (no second map of every exposed user).
+    offsets, start = [], 0
+    for members in users.values():
+        offsets.append((start, members))
+        start += len(members)
+    sums = np.zeros((4, start))
     for row in rows:
-        i = position.get(row["end_user_id"])
+        i = next((at + members[row["end_user_id"]] for at, members in offsets if row["end_user_id"] in members), None)
         if i is not None:
             sums[:, i] = (row["requests"], row["shown"], row["accepted"], row["reward"] or 0.0)
     z = history_covariates(*sums)  # all users together: the fallback is the pooled value
@@ -109,11 +115,15 @@ def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
         .values("experiment_arm", "end_user_id")
         .annotate(errors=Count("id"), slow=Count("id", filter=Q(latency_ms__gt=threshold)) if threshold else Value(0))
     )
-    arms: dict[str, dict[str, int]] = {CONTROL: {}, CANDIDATE: {}}
-    for arm, user in ExperimentExposure.objects.filter(experiment=experiment).values_list(
-        "arm", F("end_user__external_id")
-    ):
-        arms[arm][user] = len(arms[arm])
+    # Each arm's users, numbered in the order read: built from the raw rows (a million exposures
+    # are a million tuples; a loop in Python per row costs seconds).
+    exposures = list(
+        ExperimentExposure.objects.filter(experiment=experiment).values_list("arm", F("end_user__external_id"))
+    )
+    arms: dict[str, dict[str, int]] = {}
+    for arm in (CONTROL, CANDIDATE):
+        members = [user for row_arm, user in exposures if row_arm == arm]
+        arms[arm] = dict(zip(members, range(len(members)), strict=True))
     columns = USER_COLUMNS
     sums = {arm: {c: np.zeros(len(users)) for c in columns} for arm, users in arms.items()}
     for row in per_user:
