@@ -68,16 +68,18 @@ FEEDBACK_COLUMNS = (
 
 
 def _load_tenant(cursor, rng, *, tenant, adapter, version, count, now, experiment=None, exposed=()):  # type: ignore[no-untyped-def]
-    """``count`` interactions spread over the year (70 % with feedback); those of the last 3 days
-    from an exposed user carry the experiment's arm."""
+    """``count`` interactions spread over the year (70 % with feedback), written oldest first as
+    traffic arrives (a month's rows are neighbours on disk, as in production); those of the last 3
+    days from an exposed user carry the experiment's arm."""
     token_ids = orjson.dumps(list(range(900, 912))).decode()
     logprobs = orjson.dumps([-0.12] * 12).decode()
     prompt_ids = orjson.dumps(list(range(300))).decode()
+    ages = sorted((rng.uniform(0, DAYS * 86400) for _ in range(count)), reverse=True)
     for start in range(0, count, CHUNK):
         interactions, feedback = [], []
-        for _ in range(min(CHUNK, count - start)):
+        for age in ages[start : start + CHUNK]:
             pk = uuid.uuid4()
-            served = now - timedelta(seconds=rng.uniform(0, DAYS * 86400))
+            served = now - timedelta(seconds=age)
             user = f"dev-{rng.randrange(DEVELOPERS):03d}"
             arm, exp_id, version_id = "", None, version.pk
             if experiment is not None and served > now - timedelta(days=3) and rng.random() < 0.5:
