@@ -252,10 +252,10 @@ def retention_with_ingest(tenant) -> tuple[float, int, int, int]:  # type: ignor
     stop = threading.Event()
 
     def ingest() -> None:
-        n = 0
+        n, run = 0, uuid.uuid4().hex[:8]  # ids of their own: a --reuse run's are not duplicates of the last one's
         while not stop.is_set():
             items = [
-                {"client_id": f"live-{n}-{i}", "prefix": PREFIX, "completion": "return 1", "model": "tab",
+                {"client_id": f"live-{run}-{n}-{i}", "prefix": PREFIX, "completion": "return 1", "model": "tab",
                  "end_user_id": "dev-001", "opted_in": True}
                 for i in range(50)
             ]  # fmt: skip
