@@ -78,31 +78,26 @@ def retention_cutoff(tenant_id: int, *, now: datetime | None = None) -> datetime
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
-def rollups_refresh(tenant_id: int, *, before: datetime | None = None) -> int:
-    """Recompute the tenant's marked hours from raw rows; returns how many hours. With ``before``
-    (a retention pass about to delete the rows served before it): only the marks of those hours,
-    recomputed while their rows are still there; the later ones wait for beat.
+def rollups_refresh(tenant_id: int) -> int:
+    """Recompute the tenant's marked hours from raw rows; returns how many hours.
 
     One transaction per pass, each bounded: it takes the window of ``HOURS_PER_PASS`` hours from the
     earliest marked hour, reads at most ``MARK_CHUNK`` of its marks (by id), recomputes their hours
     and deletes them; the rest wait for the next pass. Marks written after the run began are left to
     the next run, so a run ends under steady ingest."""
-    marks = RollupDirty.objects.filter(tenant_id=tenant_id)
-    if before is not None:
-        marks = marks.filter(hour__lt=before)
-    last = marks.order_by("-id").values_list("id", flat=True).first()
+    last = RollupDirty.objects.filter(tenant_id=tenant_id).order_by("-id").values_list("id", flat=True).first()
     done = 0
     while last is not None:
         with transaction.atomic():
             _lock(tenant_id)
-            pending = marks.filter(id__lte=last)
+            pending = RollupDirty.objects.filter(tenant_id=tenant_id, id__lte=last)
             first = pending.aggregate(first=Min("hour"))["first"]
             if first is None:
                 break
             end = _hour(first) + timedelta(hours=HOURS_PER_PASS)
             window = pending.filter(hour__lt=end).order_by("id").values_list("id", "hour")[:MARK_CHUNK]
             taken = [(mark_id, _hour(hour)) for mark_id, hour in window]
-            cutoff = None if before is not None else retention_cutoff(tenant_id)
+            cutoff = retention_cutoff(tenant_id)
             hours = sorted({hour for _, hour in taken if cutoff is None or hour >= cutoff})
             _recompute(tenant_id, hours)
             RollupDirty.objects.filter(id__in=[mark_id for mark_id, _ in taken]).delete()
@@ -142,10 +137,9 @@ def rollups_rebuild(tenant_id: int) -> int:
 def rollups_settle(tenant_id: int, cutoff: datetime) -> int:
     """Before retention deletes the raw rows served before ``cutoff``: roll up every such hour that
     has no rollup yet (an install upgraded from before rollups whose refresh has not reached it), as
-    refresh never recomputes hours before the cutoff. The pending marks of those hours are refreshed
-    first (late feedback, an erase); marks of later hours are left to beat. Returns how many hours
-    were rolled up here."""
-    rollups_refresh(tenant_id, before=cutoff)
+    refresh never recomputes hours before the cutoff. Pending marks are beat's: those of later hours
+    wait for its refresh (an erase marks hundreds across the year), and refresh drops those of hours
+    before the cutoff as it always has. Returns how many hours were rolled up here."""
     raw = (
         Interaction.objects.filter(tenant_id=tenant_id, served_at__lt=cutoff)
         .annotate(hour=TruncHour("served_at", tzinfo=UTC))

@@ -16,9 +16,9 @@ must never delete is theirs:
 Each pass deletes in batches (short transactions: ingest goes on beside it) and records what it
 removed in the audit log (``retention.prune``) and in ``strop_retention_deleted`` on ``/metrics``.
 Before deleting, the pass rolls up every old hour that has no rollup yet (``rollups_settle``: an
-install upgraded from before rollups) after refreshing pending marks; rollups are never deleted and
-the hours before the cutoff are never recomputed again (``apps.interactions.rollups``), so the
-charts keep their history.
+install upgraded from before rollups); pending marks are left to beat's refresh; rollups are never
+deleted and the hours before the cutoff are never recomputed again
+(``apps.interactions.rollups``), so the charts keep their history.
 """
 
 from __future__ import annotations

@@ -249,17 +249,19 @@ def test_what_hangs_off_an_old_interaction_goes_with_it_set_by_set(tenant, adapt
     assert [str(e.feedback.interaction_id) for e in TrainingRunEvent.objects.filter(run=run)] == recent
 
 
-def test_the_pass_makes_an_old_hour_exact_before_its_rows_go_and_leaves_later_marks_to_beat(tenant, adapter):
+def test_the_pass_leaves_later_hours_marks_to_beat_and_old_hours_keep_their_rollups(tenant, adapter):
+    # An erase (or late feedback) marks hours across the year: the pass recomputes none of them (a
+    # pass must not wait for a year of hours), beat's refresh does; the dropped hour stays charted.
     old, recent = _log(tenant, prefix="old", days_ago=40), _log(tenant, prefix="new", days_ago=2)
     rollups_refresh(tenant.pk)
-    # Late news on both hours after their rollups were built: one event of each is now a reject.
-    Feedback.objects.filter(interaction_id__in=[old[0], recent[0]]).update(outcome="rejected")
+    Feedback.objects.filter(interaction_id=recent[0]).update(outcome="rejected")
     tenant.retention_days = 30
     tenant.save()
     assert retention_prune(tenant).deleted["interactions"] == 3
     cutoff = timezone.now() - timedelta(days=30)
     hourly = InteractionRollup.objects.filter(tenant=tenant, period="hour")
-    assert {r.outcome: r.requests for r in hourly.filter(bucket_start__lt=cutoff)} == {"accepted": 2, "rejected": 1}
     assert RollupDirty.objects.filter(tenant_id=tenant.pk, hour__gte=cutoff).exists()  # beat's to refresh
     rollups_refresh(tenant.pk)
+    assert {r.outcome: r.requests for r in hourly.filter(bucket_start__lt=cutoff)} == {"accepted": 3}
     assert {r.outcome: r.requests for r in hourly.filter(bucket_start__gte=cutoff)} == {"accepted": 2, "rejected": 1}
+    assert not Interaction.objects.filter(id__in=old).exists()
