@@ -10,13 +10,18 @@ users each (assigned 50/50 at random, users that look like the product), looked 
 - detection_rate: share of experiments with a true relative lift of ``--lift`` in reward per
   request (the accept rate of shown suggestions rising as printed) ever declared better.
 - pre_post_correlation: over users with history, the correlation of reward per request in the
-  pre-exposure window and in the experiment, in the simulated product (``simulate.History``:
-  users keep their own accept probability and activity; 80 % have history).
+  pre-exposure window and in the experiment, in the demo's population (``experiments_demo``: the
+  simulated developers' own propensity, 44 % of the cohort with one production request before
+  exposure, 4 requests in the experiment); ``pre_post_correlation_demo_as_run`` measures it with
+  the demo's fixed request counts, the headline with the simulation's geometric ones.
 - fpr_peeking_adjusted: as false_positive_rate, deciding on the lift adjusted by that history.
 - users_to_decision_ratio: median users (both arms) to the first look declared better, adjusted ÷
-  unadjusted, true lift ``--lift``, looking every ``--decision-step`` users.
-- the same ratio for users far more different from one another (Beta κ = 2), where the history
-  predicts more: ``..._heterogeneous_users``.
+  unadjusted, true lift ``--demo-lift`` of the accept rate, looking every ``--decision-step`` users.
+- the same with better covariates, a longer pre-period (every user with 20 or 200 production
+  requests before exposure: ``..._pre_requests_20``, ``..._pre_requests_200``); in the earlier
+  product model (``simulate.History``: activity and accept probability carried over, 80 % with
+  history, true lift ``--lift`` of reward per request: ``..._product_model``); and for users far
+  more different from one another (Beta κ = 2, lift 2 × ``--lift``: ``..._heterogeneous_users``).
 - snapshot_seconds_100k_users_stats_only: median time of ``analyze()`` on 100,000 users in all,
   from per-user sums already in memory.
 
@@ -49,6 +54,9 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--n-star", type=float, default=5000.0, help="tuning sample size of the confidence sequence")
     parser.add_argument("--decision-step", type=int, default=25, help="users between looks, for users to a decision")
+    parser.add_argument(
+        "--demo-lift", type=float, default=1.0, help="true relative lift of the accept rate, in the demo's population"
+    )
     args = parser.parse_args()
 
     from apps.experiments.stats.simulate import UserBehaviour, peeking_simulation
@@ -86,8 +94,12 @@ def main() -> None:
 
 
 def adjusted_figures(args: argparse.Namespace, scenario: dict) -> None:
-    """Variance reduction by the users' pre-exposure behaviour: its error rate and what it saves."""
+    """Variance reduction by the users' pre-exposure behaviour: its error rate and what it saves,
+    first in the demo's population (the headline figures), then with longer pre-periods and in
+    the earlier product model."""
     import dataclasses
+
+    from experiments_demo import demo_behaviour, demo_correlation
 
     from apps.experiments.stats.simulate import (
         History,
@@ -98,25 +110,30 @@ def adjusted_figures(args: argparse.Namespace, scenario: dict) -> None:
     )
 
     rng = np.random.default_rng(args.seed + 1)
-    history = History()
-    for label, control, lift in (
-        ("", UserBehaviour(), args.lift),
+    print(f"pre_post_correlation_demo_as_run: {demo_correlation(rng):.3f}  # fixed counts, as demo/loop.py")
+    product = UserBehaviour()
+    heterogeneous = dataclasses.replace(product, accept_concentration=2.0)
+    scenarios = (
+        # label, (behaviour, history), candidate
+        ("", demo_behaviour(), lambda b: b.with_accept_lift(args.demo_lift)),
+        ("_pre_requests_20", demo_behaviour(20.0), lambda b: b.with_accept_lift(args.demo_lift)),
+        ("_pre_requests_200", demo_behaviour(200.0), lambda b: b.with_accept_lift(args.demo_lift)),
+        ("_product_model", (product, History()), lambda b: b.with_reward_lift(args.lift)),
         # Users this different need a larger lift to decide within --users at all.
-        ("_heterogeneous_users", dataclasses.replace(UserBehaviour(), accept_concentration=2.0), 2 * args.lift),
-    ):
+        ("_heterogeneous_users", (heterogeneous, History()), lambda b: b.with_reward_lift(2 * args.lift)),
+    )
+    for label, (control, history), lifted_behaviour in scenarios:
         pre, (during,) = simulate_users_with_history(control, (control,), history, 100_000, rng)
         print(f"pre_post_correlation{label}: {pre_post_correlation(pre, during):.3f}")
-        if not label:
+        if label in ("", "_product_model"):
             null = peeking_simulation(control, control, rng=rng, history=history, **scenario)
-            print(f"false_positive_rate_unadjusted_with_history: {null.ever_significant.mean():.4f}")
-            print(f"fpr_peeking_adjusted: {null.ever_significant_adjusted.mean():.4f}")
+            print(f"false_positive_rate_unadjusted_with_history{label}: {null.ever_significant.mean():.4f}")
+            print(f"fpr_peeking_adjusted{label}: {null.ever_significant_adjusted.mean():.4f}")
         looks = dict(scenario, peeks=max(1, args.users // args.decision_step))
-        lifted = peeking_simulation(control, control.with_reward_lift(lift), rng=rng, history=history, **looks)
+        lifted = peeking_simulation(control, lifted_behaviour(control), rng=rng, history=history, **looks)
         assert lifted.users_to_better is not None and lifted.users_to_better_adjusted is not None
         unadjusted = float(np.median(lifted.users_to_better))
         adjusted = float(np.median(lifted.users_to_better_adjusted))
-        if label:
-            print(f"true_relative_lift{label}: {lift}")
         print(f"users_to_decision_median_unadjusted{label}: {unadjusted:.0f}")
         print(f"users_to_decision_median_adjusted{label}: {adjusted:.0f}")
         print(f"users_to_decision_ratio{label}: {adjusted / unadjusted:.3f}")
@@ -190,8 +207,17 @@ def snapshot_seconds_db_aggregation(users: int, seed: int) -> float | None:
         arms = {user.pk: ("candidate" if rng.random() < 0.5 else "control") for user in created}
         ExperimentExposure.objects.bulk_create(
             [
-                ExperimentExposure(
-                    tenant=tenant, experiment=experiment, end_user=user, arm=arms[user.pk], first_exposed_at=now
+                ExperimentExposure(  # as serving records them: history frozen at exposure (none here)
+                    tenant=tenant,
+                    experiment=experiment,
+                    end_user=user,
+                    arm=arms[user.pk],
+                    first_exposed_at=now,
+                    history_requests=0,
+                    history_shown=0,
+                    history_accepted=0,
+                    history_reward=0.0,
+                    history_frozen_at=now,
                 )
                 for user in created
             ]

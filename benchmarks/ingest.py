@@ -2,7 +2,8 @@
 
 Starts the API under gunicorn on a fresh Postgres database and, in one run, measures
   (a) raw psycopg COPY of the same rows into the same table, in the same batches (the ceiling),
-  (b) events/s through POST /v1/interactions with concurrent clients,
+  (b) events/s through POST /v1/interactions with concurrent clients, in rounds alternating with
+      (a) (each a share of the batches), so both see the same load and table size,
   (c) single POST /v1/feedback requests/s with p50/p99 latency (a Celery worker takes the training
       checks they ask for, as in production), and
   (d) the same bodies to a bare Django view in the same gunicorn running the same upsert once
@@ -62,23 +63,24 @@ def setup_database(base_url: str, dbname: str) -> tuple[str, str]:
     return db_url, key
 
 
-def copy_ceiling(db_url: str, rows: list[tuple], columns: tuple[str, ...], batch: int) -> float:
+def copy_ceiling(conn: psycopg.Connection, rows: list[tuple], columns: tuple[str, ...], batch: int) -> float:
     """COPY the same rows, in the API's batch size, into the interactions table itself (its
-    indexes, unique constraint and foreign keys), one transaction per batch; then remove them."""
-    with psycopg.connect(db_url) as conn:
-        start = time.perf_counter()
-        for offset in range(0, len(rows), batch):
-            with conn.cursor() as cur:
-                with cur.copy(f"COPY interactions_interaction ({', '.join(columns)}) FROM STDIN") as copy:
-                    for row in rows[offset : offset + batch]:
-                        copy.write_row(row)
-            conn.commit()
-        elapsed = time.perf_counter() - start
-        conn.execute("DELETE FROM interactions_interaction WHERE client_id LIKE 'ceil-%'")
+    indexes, unique constraint, foreign keys and rollup triggers), one transaction per batch;
+    returns the seconds it took. ``ceiling_remove`` takes them out again."""
+    start = time.perf_counter()
+    for offset in range(0, len(rows), batch):
+        with conn.cursor() as cur:
+            with cur.copy(f"COPY interactions_interaction ({', '.join(columns)}) FROM STDIN") as copy:
+                for row in rows[offset : offset + batch]:
+                    copy.write_row(row)
         conn.commit()
-        conn.autocommit = True
+    return time.perf_counter() - start
+
+
+def ceiling_remove(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM interactions_interaction WHERE client_id LIKE 'ceil-%'")
         conn.execute("VACUUM ANALYZE interactions_interaction")
-    return len(rows) / elapsed
 
 
 def _post_all(args: tuple[str, str, str, int, list[bytes]]) -> list[float]:
@@ -104,16 +106,17 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--feedback", type=int, default=3_000)
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of (c) and (d)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of (a) and (b), of (c) and (d)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--db-name", default="strop_bench", help="the fresh database it makes (dropped first)")
     args = parser.parse_args()
 
-    db_url, key = setup_database(args.database_url, "strop_bench")
+    db_url, key = setup_database(args.database_url, args.db_name)
     run = uuid.uuid4().hex[:8]
     events = [event(n, run) for n in range(args.events)]
 
-    # (a) the ceiling: the same rows as the API writes them, straight into Postgres.
+    # (a) the ceiling's rows: the same rows as the API writes them, to go straight into Postgres.
     setup_django(db_url)
     from django.utils import timezone
 
@@ -124,20 +127,21 @@ def main() -> None:
 
     tenant = Tenant.objects.get(slug="bench")
     now = timezone.now()
-    ceiling_rows = [
-        _interaction_row(
-            tenant,
-            interaction_validate({**e, "client_id": "ceil-" + e["client_id"]}),
-            new_id=uuid.uuid4(),
-            source="logged",
-            now=now,
-            opted_in=e["opted_in"],
-            experiment=None,
-        )
-        for e in events
+    ceiling_rows = [  # per batch
+        [
+            _interaction_row(
+                tenant,
+                interaction_validate({**e, "client_id": "ceil-" + e["client_id"]}),
+                new_id=uuid.uuid4(),
+                source="logged",
+                now=now,
+                opted_in=e["opted_in"],
+                experiment=None,
+            )
+            for e in events[i : i + args.batch]
+        ]
+        for i in range(0, len(events), args.batch)
     ]
-    copy_rate = copy_ceiling(db_url, ceiling_rows, INTERACTION_COLUMNS, args.batch)
-    del ceiling_rows
 
     base = f"http://127.0.0.1:{args.port}"
     # Feedback asks for a training check; a worker takes it and clears the debounce, as in production.
@@ -157,13 +161,24 @@ def main() -> None:
             BENCH_BARE_TENANT_ID=str(tenant.pk),
         )
         bodies = [orjson.dumps({"items": events[i : i + args.batch]}) for i in range(0, len(events), args.batch)]
-        shards = [(base, key, "/v1/interactions", 207, bodies[c :: args.clients]) for c in range(args.clients)]
-        with ProcessPoolExecutor(args.clients) as pool:
-            _post_all((base, key, "/v1/interactions", 207, bodies[:1]))  # warm every import path once
-            start = time.perf_counter()
-            batch_latencies = [x for part in pool.map(_post_all, shards) for x in part]
-            api_elapsed = time.perf_counter() - start
-        api_rate = (len(events) - args.batch) / api_elapsed  # the warm-up batch was not timed
+        # (a) and (b) in alternating rounds, a share of the batches each, so that both see the
+        # same load on a shared machine and the same table size; the first batch warms up, untimed.
+        _post_all((base, key, "/v1/interactions", 207, bodies[:1]))  # warm every import path once
+        batch_latencies: list[float] = []
+        copy_elapsed = api_elapsed = 0.0
+        with ProcessPoolExecutor(args.clients) as pool, psycopg.connect(db_url) as ceiling:
+            for r in range(args.rounds):
+                part = bodies[1 + r :: args.rounds]
+                rows = [row for n in range(1 + r, len(bodies), args.rounds) for row in ceiling_rows[n]]
+                copy_elapsed += copy_ceiling(ceiling, rows, INTERACTION_COLUMNS, args.batch)
+                shards = [(base, key, "/v1/interactions", 207, part[c :: args.clients]) for c in range(args.clients)]
+                start = time.perf_counter()
+                batch_latencies += [x for chunk in pool.map(_post_all, shards) for x in chunk]
+                api_elapsed += time.perf_counter() - start
+        del ceiling_rows
+        ceiling_remove(db_url)
+        timed = len(events) - args.batch  # the warm-up batch was not timed, by either
+        copy_rate, api_rate = timed / copy_elapsed, timed / api_elapsed
 
         feedback_bodies = [
             orjson.dumps({"client_id": f"{run}-{n % args.events}", "outcome": "accepted" if n % 3 else "rejected"})

@@ -49,17 +49,21 @@ class Tenant:
 
 def gate_numbers(verdict: Any) -> dict[str, float]:
     """The verdict's numbers worth a figure: KL to the parent, the off-policy reward gain and the
-    eval set's edit-similarity gain (candidate − parent), ``nan`` where a check was skipped."""
+    eval set's edit-similarity gain (candidate − parent) with the paired interval the FIM check
+    decided on (``_low``, ``_high``), ``nan`` where a check was skipped."""
     nan = float("nan")
 
     def gain(new: float | None, old: float | None) -> float:
         return nan if new is None or old is None else new - old
 
     fim_new, fim_old = verdict.fim_candidate or {}, verdict.fim_parent or {}
+    interval = verdict.fim_interval or {}
     return {
         "kl_to_parent": nan if verdict.kl_to_parent is None else float(verdict.kl_to_parent),
         "reward_gain": gain(verdict.reward_candidate, verdict.reward_parent),
         "eval_set_similarity_gain": gain(fim_new.get("edit_similarity"), fim_old.get("edit_similarity")),
+        "eval_set_similarity_gain_low": nan if interval.get("low") is None else float(interval["low"]),
+        "eval_set_similarity_gain_high": nan if interval.get("high") is None else float(interval["high"]),
     }
 
 

@@ -30,7 +30,7 @@ from apps.interactions.apis import (
     InteractionCollectionApi,
     InteractionDetailApi,
 )
-from apps.interactions.persistence_apis import PersistenceReportIngestApi
+from apps.interactions.persistence_apis import InteractionPersistenceApi, PersistenceReportIngestApi
 from apps.privacy.apis import AdapterVersionPurgeApi, EndUserDetailApi
 from apps.serving.apis import CompletionApi, ModelListApi
 from apps.serving.assignment_apis import AssignmentApi
@@ -57,6 +57,11 @@ urlpatterns = [
     path("v1/audit-events", AuditEventListApi.as_view(), name="audit-events"),
     path("v1/interactions", InteractionCollectionApi.as_view(), name="interactions"),
     path("v1/interactions/<str:interaction_id>", InteractionDetailApi.as_view(), name="interaction-detail"),
+    path(
+        "v1/interactions/<str:interaction_id>/persistence",
+        InteractionPersistenceApi.as_view(),
+        name="interaction-persistence",
+    ),
     path("v1/feedback", FeedbackIngestApi.as_view(), name="feedback"),
     path("v1/feedback/persistence", PersistenceReportIngestApi.as_view(), name="feedback-persistence"),
     path("v1/editor/autocomplete", EditorOutcomeApi.as_view(), name="editor-autocomplete"),

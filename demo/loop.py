@@ -4,7 +4,9 @@
 Each tenant has its own simulated developers (``benchmarks/simdev``):
 they ask for completions at cursors inside lines of real code (installed packages the base
 model was not tuned on), take an empty suggestion as nothing shown, and accept a shown one only
-by their population's rule ("line": exactly the rest of the line; "block": the right next lines).
+by their population's rule ("line": exactly the rest of the line; "block": the right next lines),
+each with their own propensity to take what the rule accepts (``simdev.traits``). A round's
+developers work on production first, so a share of its A/B users carry history from before it.
 Their feedback trains the tenant's adapter; the gate checks the candidate; an A/B experiment on
 the opted-in developers compares it with production on packages held out from training; the demo
 acts on the experiment's decision the way an admin would (promote, roll back, or keep production
@@ -32,7 +34,6 @@ from simdev import Context, SessionResult, Summary, Task, load_tasks, run_sessio
 from demo.report import Row, write_report  # noqa: E402
 
 ADAPTER = "tab"
-DEVELOPERS = 8  # opted-in developers whose feedback trains the adapter
 # The experiment's cohort arrives in waves of new opted-in developers, each making a few requests;
 # Strop's always-valid statistics may be read after every wave, and the demo acts as soon as they
 # decide, after the last wave, or when the budget leaves no time for another (a later tenant's
@@ -77,6 +78,12 @@ class Tenant:
     def users(self, prefix: str, count: int) -> list[str]:
         return [f"{self.slug}-{prefix}-{i}" for i in range(count)]
 
+    def cohort(self, round_no: int) -> list[str]:
+        """The round's developers: on production first (training the round's run), then in its
+        A/B waves with that history; each wave's first ones first, so waves share it evenly."""
+        waves = [self.users(f"ab{round_no}w{wave}", WAVE_USERS) for wave in range(WAVES)]
+        return [wave[i] for i in range(WAVE_USERS) for wave in waves]
+
 
 def describe(summary: Summary) -> str:
     rate = f"{summary.accept_rate.value:.0%}" if summary.shown else "none"
@@ -110,10 +117,11 @@ def serve(tenant: Tenant, tasks: list[Task], round_no: int) -> None:
         tenant.client,
         tasks,
         tenant.population,
-        users=tenant.users("dev", DEVELOPERS),
+        users=tenant.cohort(round_no),
         concurrency=CONCURRENCY,
         seed=round_no * 100_000,
         progress=label,
+        traits=True,
         **REQUEST[tenant.population],
     )
     summary = result.summary()
@@ -234,6 +242,7 @@ def experiment(
             concurrency=CONCURRENCY,
             seed=round_no * 100_000 + 50_000 + wave * per_wave,
             progress=f"{tenant.slug}: A/B experiment, wave {wave + 1} of {WAVES}",
+            traits=True,
             **REQUEST[tenant.population],
         )
         wave_s = max(wave_s, time.monotonic() - wave_started)

@@ -14,10 +14,12 @@ Four checks, every one recorded on the verdict with its numbers:
    a logged suggestion that a version's show filter withholds (its log-probability under that
    version below the gate's threshold) earns that version silence's reward instead.
 4. **FIM** (when the tenant has a set): greedy decode of each middle with candidate and parent
-   (prefix alone for a ``plain`` model); the candidate's edit similarity may be at most a
-   margin below the parent's. The same decodes, and one of the base model where the parent is
-   an adapter, make the tenant's offline evaluation (``fim_figures``: first-line and whole-middle
-   matches and edit similarity with 95 % intervals, and the paired lift over the parent).
+   (prefix alone for a ``plain`` model); the candidate fails when its edit similarity minus the
+   parent's, paired by case, has a 95 % interval wholly below −tolerance (``fim_decision``;
+   under 5 cases, the means against a fixed margin). The same decodes, and one of the base model
+   where the parent is an adapter, make the tenant's offline evaluation (``fim_figures``:
+   first-line and whole-middle matches and edit similarity with 95 % intervals, and the paired
+   lift over the parent).
 
 Memory holds one base model: the candidate and the parent are two named peft adapters on it,
 switched with ``set_adapter``; a parent that is the base model alone is ``disable_adapter()``.
@@ -47,14 +49,17 @@ from learning_shared.errors import AdapterInvalidError, TrainerInputError
 from learning_shared.fim import build_fim_prompt, detect_family
 from learning_shared.fim_metrics import means
 from learning_shared.fingerprint import base_model_fingerprint
+from learning_shared.intervals import MIN_MEAN_INTERVAL_N
 from learning_shared.offline_eval import fim_figures
 from learning_shared.samples import Sample, check_samples_against_vocab, require_samples
 
 # What callers import from here: the gate's API in one place.
-__all__ = ["GateConfig", "GateVerdict", "evaluate_candidate", "off_policy_value", "PASSED", "FAILED", "SKIPPED"]
+__all__ = ["GateConfig", "GateVerdict", "evaluate_candidate", "fim_decision", "off_policy_value", "PASSED", "FAILED",
+           "SKIPPED"]
 
 CANDIDATE = "candidate"
 PARENT = "parent"
+PAIRED, MARGIN = "paired", "margin"  # the FIM check's rules (GateVerdict.fim_rule)
 
 
 def evaluate_candidate(
@@ -258,10 +263,45 @@ def _fim_check(verdict: GateVerdict, model, tokenizer, prompts: list[str], cases
         per_case[name] = fim_case_scores(middles, cases, family)
     verdict.fim_candidate, verdict.fim_parent = means(per_case["candidate"]), means(per_case["parent"])
     verdict.fim_count, verdict.fim_figures = len(cases), fim_figures(per_case)
-    candidate, parent_score = verdict.fim_candidate["edit_similarity"], verdict.fim_parent["edit_similarity"]
-    if candidate < parent_score - config.fim_margin:
-        verdict.fim_check = FAILED
-        verdict.reasons.append(f"FIM edit similarity {candidate:.3f} is below the parent's {parent_score:.3f} "
-                               f"by more than the margin {config.fim_margin:.3f}")
-    else:
-        verdict.fim_check = PASSED
+    difference = verdict.fim_figures["lift"]["edit_similarity"]
+    verdict.fim_rule, verdict.fim_check, reason = fim_decision(
+        difference, candidate=verdict.fim_candidate["edit_similarity"],
+        parent=verdict.fim_parent["edit_similarity"], config=config)
+    bound = 0.0 - config.fim_margin  # 0.0, not −0.0
+    verdict.fim_interval = {**difference, "bound": bound}
+    if reason:
+        verdict.reasons.append(reason)
+    if verdict.fim_rule == MARGIN:
+        verdict.notes.append(f"FIM check by the fixed margin {config.fim_margin:.3f}, not the paired interval: "
+                             f"{len(cases)} case(s), fewer than {MIN_MEAN_INTERVAL_N}")
+
+
+def fim_decision(difference: dict[str, Any], *, candidate: float, parent: float,
+                 config: GateConfig) -> tuple[str, str, str | None]:
+    """(rule, check, the reason when it fails) of the FIM check, from the paired edit-similarity
+    difference candidate − parent (``{"value", "low", "high", "n"}``) and the two means.
+
+    Paired: fails only when the difference's 95 % interval lies wholly below −``fim_margin``.
+    A fixed margin on the means ignores how many cases there are and how much they vary: at a few
+    dozen cases a 0.02 margin is inside the noise and stops sound rounds as often as bad ones,
+    while the interval narrows with the cases and with how alike the two models' answers are
+    (a candidate that changes a few cases moves little and is judged on those). Without an
+    interval (under ``MIN_MEAN_INTERVAL_N`` cases) it falls back to the margin.
+    """
+    high = difference["high"]
+    if high is None:
+        if candidate < parent - config.fim_margin:
+            return MARGIN, FAILED, (f"FIM edit similarity {candidate:.3f} is below the parent's {parent:.3f} "
+                                    f"by more than the margin {config.fim_margin:.3f}")
+        return MARGIN, PASSED, None
+    if high < -config.fim_margin:
+        return PAIRED, FAILED, (
+            f"FIM edit similarity {candidate:.3f} is below the parent's {parent:.3f} on the eval set: the "
+            f"paired difference {difference['value']:+.3f} [{difference['low']:+.3f}, {high:+.3f}] over "
+            f"{difference['n']} cases lies wholly below {_below(config.fim_margin)}")
+    return PAIRED, PASSED, None
+
+
+def _below(margin: float) -> str:
+    """What the interval was held to, in words: "0", or "-0.020" (a margin below the parent)."""
+    return "0" if margin == 0 else f"-{margin:.3f}"

@@ -32,7 +32,12 @@ class GateConfig:
     """With fewer held-out samples the reward check is recorded as skipped, not failed: too few
     to tell a better candidate from noise. KL is still measured on whatever there is."""
     fim_margin: float = 0.02
-    """The candidate's mean FIM edit similarity may be at most this much below the parent's."""
+    """How much worse than its parent the candidate may fill the eval set (edit similarity, 0–1).
+    It fails when the 95 % interval of its edit similarity minus its parent's, paired by case,
+    lies wholly below −fim_margin (clearly worse, by more than this, on the tenant's own cases);
+    under ``learning_shared.intervals.MIN_MEAN_INTERVAL_N`` (5) cases, where the difference has no
+    interval, when the mean difference is below −fim_margin. 1 turns the check off; 0 stops any
+    loss the set can tell from noise."""
     max_fim_samples: int = 64
     """Evaluate at most the first this many FIM cases (greedy decoding is the gate's slow part)."""
     max_new_tokens: int = 32
@@ -123,6 +128,15 @@ class GateVerdict:
     """{"exact_match", "edit_similarity"}, means over the FIM cases."""
     fim_parent: dict[str, float] | None = None
     fim_check: str = SKIPPED
+    fim_rule: str | None = None
+    """How the FIM check decided: ``paired`` (``fim_interval``'s upper bound against
+    −fim_margin) or ``margin`` (too few cases for an interval: the mean difference against it);
+    None without FIM cases."""
+    fim_interval: dict[str, Any] | None = None
+    """What the FIM check decided on: the candidate's edit similarity minus its parent's, paired by
+    case (``fim_figures["lift"]["edit_similarity"]``: ``{"value", "low", "high", "n"}``, bounds None
+    under 5 cases), and the ``bound`` it was held to: the check failed where ``high`` (``paired``)
+    or ``value`` (``margin``) is below it (−fim_margin)."""
     fim_count: int = 0
     fim_figures: dict[str, Any] | None = None
     """The offline evaluation a tenant reads (``learning_shared.offline_eval.fim_figures``): for the

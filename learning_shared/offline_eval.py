@@ -79,9 +79,11 @@ def _means_only(means: Mapping[str, Any], n: int) -> dict[str, Any]:
 def offline_eval_of(gate: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The offline evaluation in a stored gate verdict, or None when the gate decoded no FIM case.
 
-    ``{"cases", "eval_set", "check", "base", "parent", "candidate", "lift"}``; ``base`` is None
-    where the parent is the base model. A verdict stored before the figures existed holds means
-    only: it reads back with those values, no intervals, and no first-line figure.
+    ``{"cases", "eval_set", "check", "rule", "base", "parent", "candidate", "lift"}``; ``base`` is
+    None where the parent is the base model; ``rule`` is how the check decided (``paired``: the
+    lift's edit-similarity interval; ``margin``: under 5 cases), None in verdicts stored before it.
+    A verdict stored before the figures existed holds means only: it reads back with those values,
+    no intervals, and no first-line figure.
     """
     if not gate:
         return None
@@ -105,6 +107,7 @@ def offline_eval_of(gate: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     record["eval_set"] = gate.get("fim_eval_set")
     record["check"] = gate.get("fim_check")
+    record["rule"] = gate.get("fim_rule")
     return record
 
 

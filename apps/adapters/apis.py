@@ -45,6 +45,11 @@ class OfflineEvalOut(serializers.Serializer):
     cases = serializers.IntegerField(help_text="cases decoded (the first max_fim_samples of the set)")
     eval_set = EvalSetRefOut(allow_null=True)
     check = serializers.CharField(allow_null=True, help_text="the gate's FIM check: passed, failed or skipped")
+    rule = serializers.CharField(
+        allow_null=True,
+        help_text="how the check decided: paired (fails when the edit-similarity lift's interval lies below "
+        "-fim_margin) or margin (under 5 cases: the mean difference against -fim_margin); null in older verdicts",
+    )
     base = FiguresOut(allow_null=True, help_text="the base model; null where the parent is the base model")
     parent = FiguresOut(allow_null=True)
     candidate = FiguresOut(allow_null=True)

@@ -79,7 +79,7 @@ def end_users_observe(
                     opted_in=default if first_flag[external_id] is None else bool(first_flag[external_id]),
                     opted_in_changed_at=now,
                 )
-                for external_id in missing
+                for external_id in sorted(missing)  # one lock order for every request: no deadlock
             ],
             ignore_conflicts=True,  # another request created some of them first: theirs stand
         )
@@ -103,7 +103,7 @@ def end_users_observe(
             changed.add(external_id)
             history.append(_history(tenant, users[external_id][0], flag, source=source, actor=actor, at=now))
         states.append(state[external_id])
-    for external_id in changed:
+    for external_id in sorted(changed):  # locks taken in one order, as the inserts above
         pk, opted_in = users[external_id]
         if state[external_id] != opted_in:
             EndUser.objects.filter(pk=pk).update(

@@ -1,30 +1,50 @@
-"""Django's Redis cache, keeping one client per connection pool.
+"""Django's Redis cache, keeping one connection pool and one client per server for the process.
 
 Django's backend builds a new ``redis.Redis`` object for every cache call; on the ingest path
-(the training-check debounce on every feedback request) that construction cost more than the
-Redis round trip. A client only wraps the pool and is safe to share between threads.
+(the training-check debounce on feedback requests) that construction cost more than the Redis round
+trip. And Django's cache handler keeps a backend per async context: under the ASGI server every
+request got a backend, so a connection pool, of its own, and each cache call it made opened a new
+connection to Redis (connect, handshake) to send one command. So the pools and their clients belong
+to the process, shared by every backend of the same server and options: a client only wraps the
+pool and is safe to share between threads, and a pool starts afresh in a forked process.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.cache.backends.redis import RedisCacheClient
 
+# (server, options) -> (pool, client), for the whole process.
+_shared: dict[tuple[str, str], tuple[Any, Any]] = {}
+_shared_lock = threading.Lock()
+
 
 class _SharedClients(RedisCacheClient):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._clients: dict[int, Any] = {}
+        self._options_key = repr(sorted((name, repr(value)) for name, value in self._pool_options.items()))
+
+    def _shared(self, write: bool) -> tuple[Any, Any]:
+        server = self._servers[self._get_connection_pool_index(write)]
+        key = (server, self._pool_class, self._options_key)
+        found = _shared.get(key)
+        if found is None:
+            with _shared_lock:
+                found = _shared.get(key)
+                if found is None:
+                    pool = self._pool_class.from_url(server, **self._pool_options)
+                    found = _shared[key] = (pool, self._client(connection_pool=pool))
+        return found
+
+    def _get_connection_pool(self, write: bool) -> Any:
+        return self._shared(write)[0]
 
     def get_client(self, key: Any = None, *, write: bool = False) -> Any:
-        pool = self._get_connection_pool(write)
-        client = self._clients.get(id(pool))
-        if client is None:
-            client = self._clients[id(pool)] = self._client(connection_pool=pool)
-        return client
+        return self._shared(write)[1]
 
 
 class RedisCache(DjangoRedisCache):

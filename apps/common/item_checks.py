@@ -3,7 +3,6 @@ ids, booleans, token ids and log-probabilities, bounded numbers, timestamps, met
 fields. Hand-written and fast: the ingest endpoints run them on batches of up to
 ``STROP_MAX_BATCH_ITEMS`` items, where a DRF serializer per item would cost more than the insert."""
 
-
 from __future__ import annotations
 
 import math
@@ -83,14 +82,17 @@ def item_bool(item: dict[str, Any], name: str) -> bool | None:
     return value
 
 
+_INT, _FLOAT = frozenset({int}), frozenset({float})
+
+
 def item_token_ids(item: dict[str, Any], name: str) -> list[int] | None:
     value = item.get(name)
     if value is None:
         return None
     if not isinstance(value, list):
         raise ItemError(name, "must be a list of token ids")
-    if not value or (all(type(t) is int for t in value) and min(value) >= 0 and max(value) <= MAX_TOKEN_ID):
-        return value  # the common case, checked without a Python-level loop body
+    if not value or (_INT.issuperset(map(type, value)) and min(value) >= 0 and max(value) <= MAX_TOKEN_ID):
+        return value  # the common case, checked without a Python-level loop (bool is not int here)
     for index, token in enumerate(value):
         if type(token) is not int or token < 0 or token > MAX_TOKEN_ID:
             raise ItemError(name, f"item {index} must be a token id (an integer from 0 to {MAX_TOKEN_ID})")
@@ -104,7 +106,7 @@ def item_logprobs(item: dict[str, Any], name: str) -> list[float] | None:
     if not isinstance(value, list):
         raise ItemError(name, "must be a list of numbers")
     if not value or (
-        all(type(x) is float for x in value)
+        _FLOAT.issuperset(map(type, value))
         and math.isfinite(sum(value))
         and max(value) <= MAX_LOGPROB
         and min(value) >= MIN_LOGPROB

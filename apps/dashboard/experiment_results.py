@@ -26,7 +26,6 @@ from apps.experiments.models import (
 )
 from apps.experiments.selectors import experiment_latest_snapshot
 from apps.experiments.stats import METRICS, PROMOTE, ROLLBACK
-from apps.experiments.stats.adjustment import MIN_USERS_WITH_HISTORY
 
 # Metrics that are shares of requests or of shown suggestions read best as percentages.
 PERCENT_METRICS = frozenset(METRICS) - {"reward_per_request", "retained_chars_per_request"}
@@ -80,7 +79,6 @@ class ExperimentResults:
     decision: dict[str, str] = field(default_factory=dict)
     lift_chart: SafeString | None = None
     primary_label: str = ""
-    min_users_with_history: int = MIN_USERS_WITH_HISTORY
 
     @property
     def users_with_history(self) -> int | None:

@@ -47,7 +47,9 @@ GATE_KNOB_TEXT = {
     ),
     "fim_margin": (
         "How much worse it may fill in the eval set",
-        "Mean edit similarity on the eval set's cases, 0–1, against its parent.",
+        "Edit similarity, 0–1, against its parent, case by case: it is stopped only when it is clearly "
+        "worse by more than this (the 95 % interval of the difference lies wholly below minus this value; "
+        "under 5 cases, the mean difference). 1 turns the check off.",
     ),
     "max_fim_samples": ("Eval-set cases checked", "The first this many cases of the eval set."),
     "max_new_tokens": ("Longest eval-set answer (tokens)", "Each case's middle is decoded up to this length."),

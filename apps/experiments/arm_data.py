@@ -7,24 +7,23 @@ edited); *accepted* counts accepted ones; the reward is the adapter's reward pol
 the feedback (``apps.interactions.rewards``: no feedback yet is 0, as silence); *slow* requests
 are those above the control arm's pooled p95 latency.
 
-Each user also carries their behaviour before their first exposure (``_history``): the same sums
-over the tenant's production traffic (no experiment; logged interactions name no adapter, and any
-behaviour before exposure is a valid covariate) in the ``HISTORY_WINDOW`` before it, turned
-into the covariates of the regression-adjusted lift (``stats.adjustment``).
+Each user also carries their behaviour before their first exposure: the same sums over the
+tenant's production traffic (no experiment; logged interactions name no adapter, and any
+behaviour before exposure is a valid covariate), frozen on the exposure row when the user was
+exposed (``apps.experiments.history``), turned into the covariates of the regression-adjusted
+lift (``stats.adjustment``).
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import numpy as np
 from django.db import connection
-from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import Count, F, Q, QuerySet, Sum, Value
 
+from apps.experiments.history import history_of_arms
 from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentExposure
 from apps.experiments.retained import retained_per_user
 from apps.experiments.stats import ArmData
-from apps.experiments.stats.adjustment import history_covariates
 from apps.experiments.stats.metrics import USER_COLUMNS
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction, ServingFailure
 from apps.interactions.rewards import reward_expression, reward_table_for
@@ -47,49 +46,6 @@ def _p95(latencies: QuerySet[Interaction], experiment: Experiment, arm: str) -> 
         return float(value) if value is not None else None
     values = np.array(list(rows.values_list("latency_ms", flat=True)), dtype=np.float64)
     return float(np.percentile(values, 95)) if values.size else None
-
-
-HISTORY_WINDOW = timedelta(days=14)
-
-
-def _history(experiment: Experiment, reward: object, users: dict[str, dict[str, int]]) -> dict[str, np.ndarray]:
-    """Per arm, (users, k) covariates from each user's production traffic in the window before
-    their first exposure: one grouped query."""
-    # The tenant named too, so each row finds its user by the (tenant, external_id) index, then the
-    # exposure by (experiment, end_user): not a scan of the experiment's exposures per row.
-    exposed_at = ExperimentExposure.objects.filter(
-        experiment=experiment, end_user__tenant_id=experiment.tenant_id, end_user__external_id=OuterRef("end_user_id")
-    ).values("first_exposed_at")[:1]
-    since = (experiment.started_at or experiment.created_at) - HISTORY_WINDOW
-    rows = (
-        Interaction.objects.filter(tenant_id=experiment.tenant_id, experiment__isnull=True, served_at__gte=since)
-        .annotate(exposed_at=Subquery(exposed_at))
-        .filter(served_at__lt=F("exposed_at"))
-        .values("end_user_id")
-        .annotate(
-            requests=Count("id"),
-            shown=Count("id", filter=~Q(completion="") & Q(feedback__outcome__in=SHOWN_OUTCOMES)),
-            accepted=Count("id", filter=~Q(completion="") & Q(feedback__outcome=Feedback.Outcome.ACCEPTED)),
-            reward=Sum(reward),  # type: ignore[arg-type]
-        )
-    )
-    # Each arm's users after the previous arm's, in their order: a user's column is their arm's
-    # offset plus their number in it (no second map of every exposed user).
-    offsets, start = [], 0
-    for members in users.values():
-        offsets.append((start, members))
-        start += len(members)
-    sums = np.zeros((4, start))
-    for row in rows:
-        i = next((at + members[row["end_user_id"]] for at, members in offsets if row["end_user_id"] in members), None)
-        if i is not None:
-            sums[:, i] = (row["requests"], row["shown"], row["accepted"], row["reward"] or 0.0)
-    z = history_covariates(*sums)  # all users together: the fallback is the pooled value
-    out, start = {}, 0
-    for arm, members in users.items():
-        out[arm] = z[start : start + len(members)]
-        start += len(members)
-    return out
 
 
 def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
@@ -151,7 +107,7 @@ def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
         if index is not None:
             sums[arm]["accepted_chars"][index] += accepted_chars
             sums[arm]["retained_chars"][index] += retained_chars
-    history = _history(experiment, reward, arms)
+    history = history_of_arms(experiment, arms)
     control = ArmData(**sums[CONTROL], latency_p95_ms=threshold, covariates=history[CONTROL])
     candidate = ArmData(
         **sums[CANDIDATE], latency_p95_ms=_p95(interactions, experiment, CANDIDATE), covariates=history[CANDIDATE]

@@ -66,6 +66,13 @@ class ExperimentExposure(models.Model):
     end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="exposures")
     arm = models.CharField(max_length=16)
     first_exposed_at = models.DateTimeField()
+    # Production behaviour before the first exposure, frozen when it is recorded
+    # (apps.experiments.history): the covariates of the adjusted lift never move afterwards.
+    history_requests = models.PositiveIntegerField(null=True, blank=True)
+    history_shown = models.PositiveIntegerField(null=True, blank=True)
+    history_accepted = models.PositiveIntegerField(null=True, blank=True)
+    history_reward = models.FloatField(null=True, blank=True)
+    history_frozen_at = models.DateTimeField(null=True, blank=True, help_text="empty: not frozen yet")
 
     class Meta:
         constraints = [

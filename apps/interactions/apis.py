@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import (
@@ -110,6 +111,25 @@ def _raise_item_error(result: ItemResult) -> None:
     raise ValidationFailed(error.get("message", "invalid item"), code=error.get("code", "invalid"), details=error)
 
 
+LabelIngest = Callable[..., list[ItemResult]]
+
+
+def label_ingest(view: ScopedApi, request: Request, ingest: LabelIngest) -> Response:
+    """What the endpoints that label interactions (feedback, persistence reports) share: one item or
+    a batch under ``items`` through ``ingest(tenant, items=..., served_by=...)``. A batch is answered
+    207 with a verdict per item; one item 200 when recorded, 202 when kept as pending, or its error.
+    An editor key's prefix goes as ``served_by``: it labels only what it served."""
+    items = batch_items(request.data)
+    served_by = request.auth.prefix if acts_as_editor(request.user, view.required_scope) else None
+    if items is not None:
+        results = ingest(view.tenant, items=items, served_by=served_by)
+        return batch_response(results, ("recorded", "pending", "rejected"))
+    (result,) = ingest(view.tenant, items=[request.data], served_by=served_by)
+    if result.status == "rejected":
+        _raise_item_error(result)
+    return Response(result.as_dict(), status=200 if result.status == "recorded" else 202)
+
+
 class InteractionCollectionApi(ScopedApi):
     """Log interactions served elsewhere (one, or a batch under ``items``) and list them."""
 
@@ -185,15 +205,7 @@ class FeedbackIngestApi(ScopedApi):
         "`accepted_chars` outside 1 to its length - 1 is a 400 naming the field.",
     )
     def post(self, request: Request) -> Response:
-        items = batch_items(request.data)
-        served_by = request.auth.prefix if acts_as_editor(request.user, self.required_scope) else None
-        if items is not None:
-            results = feedback_ingest(self.tenant, items=items, served_by=served_by)
-            return batch_response(results, ("recorded", "pending", "rejected"))
-        (result,) = feedback_ingest(self.tenant, items=[request.data], served_by=served_by)
-        if result.status == "rejected":
-            _raise_item_error(result)
-        return Response(result.as_dict(), status=200 if result.status == "recorded" else 202)
+        return label_ingest(self, request, feedback_ingest)
 
 
 # Our field names in an error become the outcome's own.

@@ -1,6 +1,6 @@
-"""The persistence-report endpoint: what is left of an accepted completion at checkpoints after the
-accept, for retained characters. Its shape is declared in
-``contract.py``; validation in ``persistence_validation.py``."""
+"""The persistence-report endpoints: what is left of an accepted completion at checkpoints after the
+accept, for retained characters (the batch path); and, read side, an interaction's measured reports.
+The batch path's shape is declared in ``contract.py``; validation in ``persistence_validation.py``."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.common.apis import ScopedApi, batch_items, batch_response
-from apps.interactions.apis import _batch_result, _one_or_batch, _raise_item_error
+from apps.common.apis import ScopedApi
+from apps.interactions.apis import _batch_result, _one_or_batch, label_ingest
 from apps.interactions.contract import PersistenceReportInSchema
+from apps.interactions.models import PersistenceReport
+from apps.interactions.selectors import interaction_get_for_tenant, persistence_for_interaction
 from apps.interactions.services import persistence_ingest
-from apps.tenants.permissions import acts_as_editor, batch_size
+from apps.tenants.permissions import batch_size
 
 
 class PersistenceReportResultOut(serializers.Serializer):
@@ -51,12 +53,51 @@ class PersistenceReportIngestApi(ScopedApi):
         "pending (202) and measured when the interaction arrives, as feedback is.",
     )
     def post(self, request: Request) -> Response:
-        items = batch_items(request.data)
-        served_by = request.auth.prefix if acts_as_editor(request.user, self.required_scope) else None
-        if items is not None:
-            results = persistence_ingest(self.tenant, items=items, served_by=served_by)
-            return batch_response(results, ("recorded", "pending", "rejected"))
-        (result,) = persistence_ingest(self.tenant, items=[request.data], served_by=served_by)
-        if result.status == "rejected":
-            _raise_item_error(result)
-        return Response(result.as_dict(), status=200 if result.status == "recorded" else 202)
+        return label_ingest(self, request, persistence_ingest)
+
+class PersistenceCheckpointOut(serializers.ModelSerializer):
+    retained_share = serializers.SerializerMethodField(help_text="retained ÷ accepted characters (null: none accepted)")
+
+    class Meta:
+        model = PersistenceReport
+        fields = [
+            "checkpoint_s",
+            "accepted_chars",
+            "retained_chars",
+            "retained_share",
+            "reported_ratio",
+            "occurred_at",
+            "updated_at",
+            "events_received",
+        ]
+
+    def get_retained_share(self, report: PersistenceReport) -> float | None:
+        return report.retained_chars / report.accepted_chars if report.accepted_chars else None
+
+
+class InteractionPersistenceOut(serializers.Serializer):
+    interaction_id = serializers.UUIDField()
+    accepted_chars = serializers.IntegerField(allow_null=True, help_text="at the latest checkpoint; null: no report")
+    retained_chars = serializers.IntegerField(allow_null=True, help_text="at the latest checkpoint; null: no report")
+    latest_checkpoint_s = serializers.IntegerField(allow_null=True)
+    reports = PersistenceCheckpointOut(many=True, help_text="one per checkpoint, earliest first")
+
+
+class InteractionPersistenceApi(ScopedApi):
+    """What was left of an interaction's accepted completion at each checkpoint reported so far."""
+
+    required_scope = "ingest"  # as reading the interaction itself
+
+    @extend_schema(responses={200: InteractionPersistenceOut})
+    def get(self, request: Request, interaction_id: str) -> Response:
+        interaction = interaction_get_for_tenant(self.tenant, interaction_id=interaction_id)
+        reports = persistence_for_interaction(self.tenant, interaction=interaction)
+        latest = reports[-1] if reports else None
+        body = {
+            "interaction_id": interaction.pk,
+            "accepted_chars": latest.accepted_chars if latest else None,
+            "retained_chars": latest.retained_chars if latest else None,
+            "latest_checkpoint_s": latest.checkpoint_s if latest else None,
+            "reports": reports,
+        }
+        return Response(InteractionPersistenceOut(body).data)

@@ -6,6 +6,7 @@ that upserts feedback rows (``feedback_upsert_sql``)."""
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import orjson
@@ -17,6 +18,21 @@ from apps.interactions.models import Feedback, Interaction
 
 def json_text(value: Any) -> str | None:
     return None if value is None else orjson.dumps(value).decode()
+
+
+_VERSION_4 = bytes((b & 0x0F) | 0x40 for b in range(256))  # byte 6's high nibble: version 4
+_VARIANT = bytes((b & 0x3F) | 0x80 for b in range(256))  # byte 8's top bits: the RFC 4122 variant
+
+
+def fresh_ids(count: int) -> list[str]:
+    """``count`` new random (version 4) UUIDs as text, as ``str(uuid.uuid4())`` makes them, for a
+    batch's rows at a quarter of the cost: the random bytes drawn at once, marked in C."""
+    raw = bytearray(os.urandom(16 * count))
+    raw[6::16] = raw[6::16].translate(_VERSION_4)
+    raw[8::16] = raw[8::16].translate(_VARIANT)
+    h = raw.hex()
+    return [f"{h[i : i + 8]}-{h[i + 8 : i + 12]}-{h[i + 12 : i + 16]}-{h[i + 16 : i + 20]}-{h[i + 20 : i + 32]}"
+            for i in range(0, 32 * count, 32)]  # fmt: skip
 
 
 INTERACTION_COLUMNS = (
@@ -56,9 +72,10 @@ def _table_and_columns() -> tuple[str, str]:
 
 
 def interactions_copy(rows: list[tuple]) -> None:
-    """``COPY`` the rows (Postgres): a batch in one stream."""
+    """``COPY`` the rows (Postgres): a batch in one stream. A client id already stored raises
+    Django's ``IntegrityError``, as any statement does (the raw cursor's own errors are translated)."""
     table, columns = _table_and_columns()
-    with connection.cursor() as cursor:
+    with connection.cursor() as cursor, connection.wrap_database_errors:
         with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)

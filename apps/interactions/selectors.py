@@ -7,7 +7,7 @@ from django.db.models import Count, QuerySet
 
 from apps.common.exceptions import NotFound
 from apps.common.parsing import is_uuid
-from apps.interactions.models import Feedback, Interaction
+from apps.interactions.models import Feedback, Interaction, PersistenceReport
 from apps.tenants.models import Tenant
 
 
@@ -61,3 +61,13 @@ def feedback_pending_counts() -> dict[str, int]:
         .order_by()
     )
     return dict(rows)
+
+
+def persistence_for_interaction(tenant: Tenant, *, interaction: Interaction) -> list[PersistenceReport]:
+    """The interaction's measured persistence reports (pending ones name no interaction yet), by
+    checkpoint: what was left of the accepted text at each time after the accept."""
+    return list(
+        PersistenceReport.objects.filter(tenant=tenant, interaction=interaction, retained_chars__isnull=False).order_by(
+            "checkpoint_s"
+        )
+    )

@@ -35,8 +35,12 @@ from .tasks import (
     read_jsonl,
     write_jsonl,
 )
+from .traits import PROPENSITY_BETA, propensity, with_propensity
 
 __all__ = [
+    "PROPENSITY_BETA",
+    "propensity",
+    "with_propensity",
     "BLOCK_MIN_SIMILARITY",
     "EVAL_PACKAGES",
     "NEARLY_RIGHT",

@@ -24,6 +24,7 @@ from tqdm import tqdm
 from .developers import REWARDS, Decision, Outcome, respond
 from .stats import Estimate, mean_interval, wilson
 from .tasks import Population, Task
+from .traits import with_propensity
 
 FEEDBACK_BATCH = 500  # events per send_batch call (the API takes up to 1000)
 
@@ -175,6 +176,7 @@ def run_session(
     opted_in: bool = True,
     send_feedback: bool = True,
     progress: str | None = None,
+    traits: bool = False,
 ) -> SessionResult:
     """Serve every task for ``users`` (task i goes to ``users[i % len(users)]``), decide each
     suggestion as ``population`` would, and (``send_feedback``) send one event per request.
@@ -182,7 +184,8 @@ def run_session(
     ``stop`` is sent as a client sends it (a single-line client stops at "\\n").
     At most ``concurrency`` completions are in flight. Request i is sampled with ``seed + i``
     (None: unseeded). ``progress`` labels a tqdm bar. Raises the SDK's error if a completion
-    fails (after the SDK's own retries); no feedback is sent then.
+    fails (after the SDK's own retries); no feedback is sent then. ``traits``: each developer
+    takes a suggestion they would accept with their own propensity (``simdev.traits``).
     """
     if not users:
         raise ValueError("users: at least one end user id")
@@ -208,8 +211,11 @@ def run_session(
             opted_in=opted_in,
         )
         choice = completion.choices[0]
+        decision = respond(population, choice.text, task)
+        if traits:
+            decision = with_propensity(decision, user=user, request_key=f"{task.id}:{index}")
         request = Request.decided(
-            respond(population, choice.text, task),
+            decision,
             index=index,
             task_id=task.id,
             interaction_id=completion.id,

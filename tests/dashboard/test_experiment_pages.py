@@ -232,10 +232,31 @@ def test_the_page_shows_the_lift_adjusted_for_users_history_beside_the_unadjuste
     assert "variance −" in cell and 'data-adjusted-p="reward_per_request">adjusted ' in body
 
 
-def test_without_enough_users_with_history_the_page_says_the_lift_stands_unadjusted(login, world):
+def test_with_few_users_with_history_the_adjusted_lift_still_decides(login, world):
+    """One estimator at every look (docs/experiments.md): no switch at some count of users."""
+    from apps.experiments.arm_data import experiment_arm_data
+
     feed_experiment(world)
+    control, candidate = experiment_arm_data(world.experiment)
+    with_history = int(control.covariates[:, -1].sum() + candidate.covariates[:, -1].sum())
+    assert with_history == 1  # one of the world's own users used production before
     body = login(world.users["viewer"]).get(url_for("experiment", world)).content.decode()
-    assert "No adjusted lift: under 20 users had traffic on production" in body
+    assert "corrected for 1 user's reward per request" in body
+    assert "adjusted for pre-exposure behaviour" in body  # the decision rests on the adjusted lift
+
+
+def test_with_nobody_with_history_the_page_says_the_adjusted_lift_is_the_unadjusted_one(login, world):
+    from apps.experiments.models import ExperimentExposure
+    from apps.experiments.services import experiment_snapshot_take
+
+    feed_experiment(world)
+    ExperimentExposure.objects.filter(experiment=world.experiment).update(
+        history_requests=0, history_shown=0, history_accepted=0, history_reward=0.0
+    )  # the frozen sums are what snapshots read
+    experiment_snapshot_take(world.experiment.pk)
+    body = login(world.users["viewer"]).get(url_for("experiment", world)).content.decode()
+    assert "the adjusted lift, which decides, equals the unadjusted one" in body
+    assert "adjusted for pre-exposure behaviour" not in body
 
 
 def test_the_experiments_pages_show_alarms_and_the_lineage_against_its_holdout(login, world):

@@ -81,3 +81,26 @@ def test_a_rejected_candidate_has_no_version_and_its_runs_page_shows_its_evaluat
     assert run.parent_version == world.v2 and "Parent v2" in section and "Candidate</th>" in section
     assert "accept the candidate's first line on <strong>0.0 %</strong> of requests, against 50.0 % for v2" in section
     assert "−50.0 pp" in section and "offline-eval__lift--worse" in section
+
+
+def test_the_gate_numbers_show_the_paired_difference_the_fim_check_decided_on(login, world):
+    scores = {"candidate": [WRONG] * 6 + [HALF] * 2, "parent": [RIGHT] * 4 + [HALF] * 4}
+    figures = fim_figures(scores)
+    difference = figures["lift"]["edit_similarity"]
+    _store_gate(world, fim_check="failed", fim_count=8, fim_figures=figures, fim_rule="paired",
+                fim_interval={**difference, "bound": 0.0},
+                fim_candidate={"exact_match": 0.0, "edit_similarity": 0.3125},
+                fim_parent={"exact_match": 0.5, "edit_similarity": 0.75})
+    url = f"/dashboard/t/{world.a.slug}/runs/{world.run.pk}/"
+    body = login(world.users["viewer"]).get(url).content.decode()
+    assert difference["high"] < 0
+    assert "paired difference −0.438 [−0.728, −0.147]" in body
+    assert "stopped only when the interval lies wholly below 0)" in body
+    # Under 5 cases there is no interval: the row says the fixed margin decided.
+    few = fim_figures({"candidate": [WRONG] * 4, "parent": [RIGHT] * 4})
+    _store_gate(world, fim_check="failed", fim_count=4, fim_figures=few, fim_rule="margin",
+                fim_interval={**few["lift"]["edit_similarity"], "bound": -0.02},
+                fim_candidate={"exact_match": 0.0, "edit_similarity": 0.25},
+                fim_parent={"exact_match": 1.0, "edit_similarity": 1.0})
+    body = login(world.users["viewer"]).get(url).content.decode()
+    assert "paired difference −0.75" in body and "under 5 cases, no interval: held to the fixed margin, −0.02" in body

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -280,3 +281,25 @@ def test_a_version_that_learned_from_an_erased_user_is_marked_and_admins_can_ret
     run = TrainingRun.objects.filter(tenant=world.a).order_by("-pk").first()
     assert response.status_code == 302 and response.url.endswith(f"/runs/{run.pk}/")
     assert (run.status, run.parent_version, run.trigger) == ("queued", world.v1, "retrain without erased users")
+
+
+def test_the_interaction_page_shows_retained_characters_by_checkpoint(login, world):
+    from apps.interactions.services import persistence_ingest
+
+    client = login(world.users["viewer"])
+    assert "No persistence report yet" in client.get(url_for("interaction-detail", world)).content.decode()
+    persistence_ingest(
+        world.a,
+        items=[
+            {"interaction_id": str(world.interaction_id), "checkpoint_s": 600, "text": "return a"},
+            {"interaction_id": str(world.interaction_id), "checkpoint_s": 30, "text": "return a + b"},
+        ],
+    )
+    body = client.get(url_for("interaction-detail", world)).content.decode()
+    assert "Retained characters" in body
+    rows = re.findall(
+        r'<tr data-checkpoint="(\d+)"><th scope="row">\d+ s</th><td class="mono">(\d+)</td>'
+        r'<td class="mono">(\d+)</td><td class="mono">(\d+) %</td>',
+        body,
+    )
+    assert rows == [("30", "12", "12", "100"), ("600", "12", "8", "67")]

@@ -147,6 +147,24 @@ def test_only_opted_in_users_are_randomised_and_their_arm_is_sticky(
         assert (interaction.adapter_version_id == candidate.pk) == (arm == "candidate")
 
 
+def test_serving_freezes_a_users_production_history_when_it_exposes_them(
+    serving_tenant, serving_adapter, admin, probed_version
+):
+    candidate = probed_version(seed=43)
+    before = [serve(admin, "hist-1")[0] for _ in range(3)]  # production: nothing running yet
+    feedback = [{"interaction_id": i, "outcome": "accepted"} for i in before]
+    assert admin.post("/v1/feedback", {"items": feedback}, format="json").json()["rejected"] == 0
+    experiment = running(serving_tenant, serving_adapter, candidate)
+    serve(admin, "hist-1")  # the first exposure
+    row = ExperimentExposure.objects.get(experiment=experiment, end_user__external_id="hist-1")
+    assert row.history_frozen_at is not None and row.history_requests == 3
+    shown = sum(1 for i in Interaction.objects.filter(pk__in=before) if i.completion)
+    assert row.history_shown == row.history_accepted == shown
+    serve(admin, "hist-1")  # later requests are the experiment's, never its history
+    row.refresh_from_db()
+    assert row.history_requests == 3
+
+
 def test_an_opted_in_users_completion_reads_its_key_adapter_consent_and_arm_in_one_round_trip(
     serving_tenant, serving_adapter, admin, probed_version, settings
 ):

@@ -1,10 +1,16 @@
 from __future__ import annotations
 
+import random
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
+from apps.cohorts.models import ConsentChange, EndUser
 from apps.interactions.models import Interaction
+from apps.interactions.rows import fresh_ids
 
 pytestmark = pytest.mark.django_db
 
@@ -72,6 +78,61 @@ def test_replayed_batch_adds_nothing(client_a):
     assert Interaction.objects.count() == 50
 
 
+def test_batch_of_stored_and_new_client_ids_stores_the_new_ones_once(client_a):
+    """A batch is first written as if all its client ids were new; one already stored undoes that
+    attempt entirely (the new users it met, the consent it changed) and the batch is stored again."""
+    stored = client_a.post("/v1/interactions", {"items": [item(n) for n in range(0, 20, 2)]}, format="json").json()
+    first_ids = {r["client_id"]: r["id"] for r in stored["results"]}
+    # the stored items again, now opting out (a replay changes nothing), among new items of a new user
+    items = [item(n, opted_in=False) if n % 2 == 0 else item(n, end_user_id="newcomer") for n in range(20)]
+    body = client_a.post("/v1/interactions", {"items": items}, format="json").json()
+    assert (body["created"], body["duplicate"]) == (10, 10)
+    for result in body["results"]:
+        n = int(result["client_id"][2:])
+        assert result["status"] == ("duplicate" if n % 2 == 0 else "created")
+        if n % 2 == 0:
+            assert result["id"] == first_ids[result["client_id"]]
+    assert Interaction.objects.count() == 20
+    assert Interaction.objects.filter(client_id="c-1").get().end_user_id == "newcomer"
+    users = EndUser.objects.filter(tenant=client_a.tenant)
+    assert users.filter(opted_in=False).count() == 0  # the replayed items' users were not opted out
+    assert set(users.values_list("external_id", flat=True)) == {"user-0", "user-1", "user-2", "newcomer"}
+    assert ConsentChange.objects.filter(end_user__external_id="newcomer").count() == 1
+
+
+def post_and_close(pair) -> dict:
+    """One batch posted from a worker thread, whose database connection is closed after it (the
+    test database is dropped at the end of the run, which open connections would block)."""
+    client, items = pair
+    try:
+        return client.post("/v1/interactions", {"items": items}, format="json").json()
+    finally:
+        connections.close_all()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_batches_sharing_client_ids_store_each_once(tenant, make_client):
+    """Two clients send overlapping batches at once: each client id is stored once, created for one
+    of them and a duplicate of that same row for the other."""
+    clients = [make_client(tenant), make_client(tenant)]
+    clients[0].post("/v1/interactions", {"items": [item(n) for n in range(1000, 1003)]}, format="json")  # the users
+    batches = [[item(n) for n in range(0, 300)], [item(n) for n in range(150, 450)]]
+    for attempt in range(3):
+        random.Random(attempt).shuffle(batches[0])  # in any order: rows are written in client id order
+        Interaction.objects.filter(client_id__in=[f"c-{n}" for n in range(450)]).delete()
+        with ThreadPoolExecutor(2) as pool:
+            bodies = list(pool.map(post_and_close, zip(clients, batches, strict=True)))
+        verdicts: dict[str, list[tuple[str, str]]] = {}
+        for body in bodies:
+            for result in body["results"]:
+                verdicts.setdefault(result["client_id"], []).append((result["status"], result["id"]))
+        stored = dict(Interaction.objects.values_list("client_id", "id"))
+        assert len(stored) == 453
+        for client_id, seen in verdicts.items():
+            assert [status for status, _ in seen].count("created") == 1
+            assert {row_id for _, row_id in seen} == {str(stored[client_id])}
+
+
 def test_batch_costs_the_same_queries_whatever_its_size(client_a):
     def queries_for(start: int, size: int) -> int:
         with CaptureQueriesContext(connection) as ctx:
@@ -95,3 +156,12 @@ def test_fim_and_plain_prompts_and_empty_completions_are_accepted(client_a):
     body = client_a.post("/v1/interactions", {"items": items}, format="json").json()
     assert body["created"] == 3
     assert Interaction.objects.get(client_id="silent").completion == ""
+
+
+def test_fresh_ids_are_distinct_random_uuids_as_uuid4_writes_them():
+    ids = fresh_ids(2000)
+    assert len(set(ids)) == 2000
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
+    assert fresh_ids(0) == []

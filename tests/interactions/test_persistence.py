@@ -267,3 +267,38 @@ def test_a_batch_with_more_text_than_one_request_may_measure_is_refused_whole(cl
     response = client_a.post(URL, {"items": items}, format="json")
     assert response.status_code == 413 and response.json()["error"]["code"] == "payload_too_large"
     assert not PersistenceReport.objects.exists()
+
+
+def test_the_interaction_read_endpoint_gives_its_retained_characters_by_checkpoint(client_a, make_tenant, make_client):
+    interaction_id = log(client_a)
+    url = f"/v1/interactions/{interaction_id}/persistence"
+    empty = client_a.get(url)
+    assert empty.status_code == 200, empty.content
+    assert empty.json() == {
+        "interaction_id": interaction_id,
+        "accepted_chars": None,
+        "retained_chars": None,
+        "latest_checkpoint_s": None,
+        "reports": [],
+    }
+    report(client_a, interaction_id=interaction_id, checkpoint_s=600, text="return items")
+    report(client_a, interaction_id=interaction_id, checkpoint_s=30, text=COMPLETION)
+    report(
+        client_a,
+        interaction_id=interaction_id,
+        checkpoint_s=600,
+        text="return items",
+        occurred_at="2000-01-01T00:00:00Z",
+    )
+    body = client_a.get(url).json()
+    assert (body["accepted_chars"], body["retained_chars"], body["latest_checkpoint_s"]) == (
+        len(COMPLETION),
+        len("return items"),
+        600,
+    )
+    checkpoints = [(r["checkpoint_s"], r["retained_chars"], r["retained_share"]) for r in body["reports"]]
+    assert checkpoints == [(30, len(COMPLETION), 1.0), (600, 12, 12 / len(COMPLETION))]
+    # Tenants are walls: another tenant's key finds nothing there.
+    other = make_client(make_tenant("other-persist"), scopes=["ingest"])
+    assert other.get(url).status_code == 404
+    assert client_a.get("/v1/interactions/not-a-uuid/persistence").status_code in (400, 404)

@@ -55,6 +55,7 @@ OPERATIONS: dict[tuple[str, str], Method] = {
     ("post", "/v1/interactions"): sdk("interactions.log", client_id="coverage", prompt="x = ", completion="1"),
     ("get", "/v1/interactions"): sdk("interactions.list"),
     ("get", "/v1/interactions/{interaction_id}"): sdk("interactions.get", NO_ID),
+    ("get", "/v1/interactions/{interaction_id}/persistence"): sdk("interactions.persistence", NO_ID),
     ("post", "/v1/feedback"): sdk("feedback.send", client_id="coverage", outcome="accepted"),
     ("post", "/v1/feedback/persistence"): sdk("feedback.persistence", client_id="coverage", checkpoint_s=30, text="1"),
     ("post", "/v1/editor/autocomplete"): sdk(

@@ -44,6 +44,12 @@ def test_the_tracker_reports_at_30_s_2_min_and_10_min_what_is_left(strop_client,
     assert tracker.report_due() == 1 and tracker.tracked == 0
     reports = kept(api)
     assert reports[30] == len(COMPLETION) and reports[600] < reports[120] < reports[30]
+    # The same figures read back through the API, with the typed result.
+    read = strop_client.interactions.persistence(interaction.id)
+    assert read.interaction_id == interaction.id and read.latest_checkpoint_s == 600
+    assert read.retained_chars == reports[600] and read.accepted_chars == len(COMPLETION)
+    assert [(r.checkpoint_s, r.retained_chars) for r in read.reports] == sorted(reports.items())
+    assert read.reports[0].retained_share == 1.0 and read.reports[0].occurred_at is not None
 
 
 def test_a_late_tracker_sends_every_checkpoint_due_in_one_batch_even_before_the_interaction(strop_client, api):
@@ -120,6 +126,14 @@ def test_both_clients_send_one_report_and_read_what_was_measured(strop_client, a
             return await client.feedback.persistence(client_id="t-5", checkpoint_s=120, text="")
 
     later = asyncio.run(main())
+
+    async def read_back():
+        async with AsyncStrop(base_url=api.url, api_key=api.key, timeout=60) as client:
+            interaction = (await client.interactions.list()).results[0]
+            return await client.interactions.persistence(interaction.id)
+
+    back = asyncio.run(read_back())
+    assert [(r.checkpoint_s, r.retained_chars) for r in back.reports] == [(30, len(COMPLETION)), (120, 0)]
     assert (sync.status, sync.accepted_chars, sync.retained_chars) == ("recorded", len(COMPLETION), len(COMPLETION))
     assert (later.checkpoint_s, later.retained_chars) == (120, 0)
 

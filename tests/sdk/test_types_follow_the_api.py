@@ -18,6 +18,7 @@ from strop._management import TenantResource, TrainingPolicies
 from apps.adapters.apis import AdapterOut, AdapterVersionOut
 from apps.experiments.apis import ExperimentCreateIn, ExperimentOut, HoldoutIn, HoldoutOut, SnapshotOut
 from apps.interactions.apis import InteractionOut
+from apps.interactions.persistence_apis import InteractionPersistenceOut, PersistenceCheckpointOut
 from apps.serving.assignment import Assignment
 from apps.tenants.apis import ApiKeyCreatedOut, AuditEventOut, TenantOut, TenantSettingsIn
 from apps.training.apis import TrainingPolicyOut, TrainingRunOut
@@ -49,6 +50,8 @@ def keywords_of(method: Any, *positional: str) -> set[str]:
         (strop.Holdout, set(HoldoutOut().fields)),
         (strop.Assignment, {field.name for field in dataclasses.fields(Assignment)}),
         (strop.Interaction, {*InteractionOut().fields, "created"}),
+        (strop.InteractionPersistence, set(InteractionPersistenceOut().fields)),
+        (strop.PersistenceCheckpoint, set(PersistenceCheckpointOut().fields)),
     ],
     ids=lambda value: value.__name__ if isinstance(value, type) else "",
 )

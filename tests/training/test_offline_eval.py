@@ -30,7 +30,7 @@ def test_a_candidate_is_evaluated_on_the_eval_set_and_the_api_reads_it_to_its_te
     settings.STROP_RUN_ROOT = tmp_path
     assert client_a.put("/v1/adapters/tab/eval-set", {"cases": CASES}, format="json").status_code == 200
     ingest_distinct_tokens(tiny_adapter.tenant, set())
-    # The tiny model's middles are noise either way: a wide FIM margin lets the candidate through.
+    # The tiny model's middles are noise either way: the widest FIM tolerance lets the candidate through.
     TrainingPolicy.objects.filter(adapter=tiny_adapter).update(
         heldout_fraction=0.0, gate_overrides={"fim_margin": 1.0, "max_new_tokens": 8}
     )
@@ -49,6 +49,8 @@ def test_a_candidate_is_evaluated_on_the_eval_set_and_the_api_reads_it_to_its_te
     assert offline == client_a.get("/v1/adapters/tab/versions").json()[0]["offline_eval"]
     assert make_client(make_tenant("tenant-b")).get("/v1/adapters/tab/versions/1").status_code == 404
     assert offline["cases"] == len(CASES) and offline["eval_set"]["cases"] == len(CASES)
+    assert offline["check"] == "passed" and offline["rule"] == "paired"  # five cases: enough for an interval
+    assert run.gate["fim_interval"]["bound"] == -1.0
     assert offline["base"] is None  # the parent is the base model: no separate row
     for model in ("parent", "candidate"):
         figures = offline[model]

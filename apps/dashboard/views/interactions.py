@@ -10,7 +10,12 @@ from apps.dashboard.forms import InteractionFilterForm
 from apps.dashboard.selectors import interaction_page, interaction_search, version_choices
 from apps.dashboard.views.common import PER_PAGE, tenant_render
 from apps.interactions.models import Interaction
-from apps.interactions.selectors import conversation_turns, feedback_for_interaction, interaction_get_for_tenant
+from apps.interactions.selectors import (
+    conversation_turns,
+    feedback_for_interaction,
+    interaction_get_for_tenant,
+    persistence_for_interaction,
+)
 from apps.training.selectors import training_policy_get
 
 
@@ -27,7 +32,8 @@ def interaction_list(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
 @tenant_page()
 def interaction_detail(request: HttpRequest, ctx: TenantContext, interaction_id: str) -> HttpResponse:
     """One interaction whole: the prompt, the completion, its tokens (ids and logprobs, nothing
-    decoded) and the feedback, with the reward the adapter's policy gives it."""
+    decoded), the feedback, with the reward the adapter's policy gives it, and what of an accepted
+    completion was still there at each persistence checkpoint (retained characters)."""
     interaction = interaction_get_for_tenant(ctx.tenant, interaction_id=interaction_id)
     feedback = feedback_for_interaction(ctx.tenant, interaction=interaction)
     tokens = list(
@@ -52,6 +58,7 @@ def interaction_detail(request: HttpRequest, ctx: TenantContext, interaction_id:
         "tool_calls": (interaction.metadata or {}).get("tool_calls") or [],
         "turns": turns,
         "feedback": feedback,
+        "persistence": persistence_for_interaction(ctx.tenant, interaction=interaction),
         "tokens": tokens,
         "adapter": adapter,
         "reward": reward,

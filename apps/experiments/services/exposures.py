@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.utils import timezone
 
 from apps.cohorts.models import EndUser
+from apps.experiments.history import history_freeze
 from apps.experiments.models import Experiment, ExperimentExposure
 
 _exposed: dict[tuple[int, str], None] = {}  # per process: exposures already recorded (bounded below)
@@ -12,7 +13,8 @@ _EXPOSED_MAX = 200_000
 
 
 def exposure_record(experiment: Experiment, *, external_id: str, arm: str) -> None:
-    """Record that an opted-in user met the experiment, once per user (idempotent, race-safe)."""
+    """Record that an opted-in user met the experiment, once per user (idempotent, race-safe), with
+    their pre-exposure behaviour frozen beside it (``apps.experiments.history``)."""
     key = (experiment.pk, external_id)
     if key in _exposed:
         return
@@ -35,6 +37,7 @@ def exposure_record(experiment: Experiment, *, external_id: str, arm: str) -> No
         ],
         ignore_conflicts=True,
     )
+    history_freeze(experiment, end_user_id=user_id)  # nothing to do when the row was there, frozen
     if len(_exposed) >= _EXPOSED_MAX:
         _exposed.clear()
     _exposed[key] = None

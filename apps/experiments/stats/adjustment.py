@@ -24,10 +24,6 @@ from numpy.typing import ArrayLike, NDArray
 from .inference import FloatArray, RatioMoments, ratio_estimate, ratio_variance
 
 COVARIATE_NAMES = ("pre_reward_per_request", "pre_accept_rate", "pre_excess_reward", "has_history")
-MIN_USERS_WITH_HISTORY = 20
-"""Below this many users with history (both arms), the lift is not adjusted: a regression on a
-handful of users fits them rather than the population. With fewer users WITHOUT history than
-this, their indicator is dropped (they keep the pooled values, the classic fallback)."""
 _RCOND = 1e-10  # singular values below this share of the largest are dropped (a constant covariate)
 
 

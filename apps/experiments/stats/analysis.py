@@ -157,16 +157,18 @@ def _compare(
 def _adjusted(
     metric: MetricDefinition, control: ArmData, candidate: ArmData, config: ExperimentConfig
 ) -> AdjustedResult | None:
-    """The lift adjusted by pre-exposure covariates, or None when the arms carry none or too few
-    users have history (``adjustment.MIN_USERS_WITH_HISTORY``): then the unadjusted lift decides."""
+    """The lift adjusted by pre-exposure covariates, or None when the arms carry none.
+
+    Whenever the arms carry covariates this one estimator decides, from the first look to the
+    last, whatever the number of users with history: switching from the unadjusted lift to the
+    adjusted one at some count would peek on two sequences (up to about 2α). With nobody with
+    history the covariates are constant, the fit drops them and the adjusted lift is the
+    unadjusted one; with a few, the history indicator gives them their own level and the fitted
+    covariates cost their degrees of freedom (``adjustment.adjusted_lift``)."""
     za, zb = control.covariates, candidate.covariates
     if za is None or zb is None or za.shape[1] != zb.shape[1] or za.shape[1] == 0:
         return None
     with_history = int(za[:, -1].sum() + zb[:, -1].sum())  # the last column is the history indicator
-    if with_history < adjustment.MIN_USERS_WITH_HISTORY:
-        return None
-    if control.users + candidate.users - with_history < adjustment.MIN_USERS_WITH_HISTORY:
-        za, zb = za[:, :-1], zb[:, :-1]
     ya, xa = getattr(control, metric.numerator), getattr(control, metric.denominator)
     yb, xb = getattr(candidate, metric.numerator), getattr(candidate, metric.denominator)
     lift = adjustment.adjusted_lift(

@@ -88,7 +88,8 @@ def _numbers(m: MetricResult) -> str:
 
 
 def _adjusted_word(m: MetricResult) -> str:
-    adjusted = m.adjusted is not None and m.adjusted.p_always_valid is not None
+    # With nobody with history the adjusted lift is the unadjusted one: nothing to say.
+    adjusted = m.adjusted is not None and m.adjusted.p_always_valid is not None and m.adjusted.users_with_history > 0
     return "adjusted for pre-exposure behaviour, " if adjusted else ""
 
 

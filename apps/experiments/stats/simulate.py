@@ -242,13 +242,11 @@ def peeking_simulation(
     lift = adjustment.adjusted_lift(
         a, b, covariate_moments(as_control, ~in_candidate), covariate_moments(as_candidate, in_candidate)
     )
-    # As ``analyze``: too few users with history so far, and the unadjusted lift decides.
-    few = np.cumsum(z[..., -1], axis=-1)[..., at - 1] < adjustment.MIN_USERS_WITH_HISTORY
+    # As ``analyze``: the adjusted estimator decides at every look, however few users have history.
     with np.errstate(invalid="ignore"):
         adjusted_half = inference.always_valid_half_width(lift.se, a.n + b.n, alpha, n_star)
         significant_adjusted = np.isfinite(lift.se) & (lift.se > 0) & (np.abs(lift.diff) > adjusted_half)
-        significant_adjusted = np.where(few, significant, significant_adjusted)
-        better_adjusted = np.where(few, better, significant_adjusted & (lift.diff > 0))
+        better_adjusted = significant_adjusted & (lift.diff > 0)
     return dataclasses.replace(
         outcome,
         users_to_better=_first_users(better, at),

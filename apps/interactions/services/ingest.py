@@ -4,6 +4,8 @@ Postgres, a bulk insert elsewhere, never a save per row."""
 
 from __future__ import annotations
 
+import functools
+import operator
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -18,10 +20,16 @@ from apps.common.lookups import ids_by_client_id
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.arms import arms_of_logged
 from apps.interactions.models import Interaction
-from apps.interactions.rows import interactions_bulk_insert, interactions_copy, json_text
+from apps.interactions.rows import (
+    INTERACTION_COLUMNS,
+    fresh_ids,
+    interactions_bulk_insert,
+    interactions_copy,
+    json_text,
+)
 from apps.interactions.services.batches import ItemResult, batch_check_size
 from apps.interactions.services.feedback import training_check_on_commit
-from apps.interactions.services.pending import feedback_attach_pending
+from apps.interactions.services.pending import feedback_attach_pending, pending_kinds
 from apps.interactions.services.persistence import persistence_attach_pending
 from apps.interactions.sessions import conversation_outcomes_apply
 from apps.interactions.validation import InteractionIn, interaction_validate
@@ -32,7 +40,7 @@ def _interaction_row(
     tenant: Tenant,
     item: InteractionIn,
     *,
-    new_id: uuid.UUID,
+    new_id: uuid.UUID | str,
     source: str,
     now: datetime,
     opted_in: bool,
@@ -68,9 +76,16 @@ def _interaction_row(
     )
 
 
-def _interactions_write(rows: list[tuple]) -> bool:
-    """Write rows whose client ids were free a moment ago. False if some may not have landed,
-    because a concurrent writer took their client ids first."""
+_CLIENT_ID = operator.itemgetter(INTERACTION_COLUMNS.index("client_id"))
+
+
+def _interactions_write(rows: list[tuple], *, optimistic: bool) -> bool:
+    """Write rows whose client ids were free a moment ago (``optimistic``: not looked up at all,
+    and a taken one raises ``IntegrityError`` for the caller to store the batch again the careful
+    way). False if some may not have landed, because a concurrent writer took their client ids first."""
+    if optimistic:
+        interactions_copy(rows)  # in the caller's transaction: no savepoint round trips
+        return True
     if connection.vendor == "postgresql":
         try:
             with transaction.atomic():
@@ -107,10 +122,30 @@ def interactions_ingest(
             )
             results[index] = ItemResult(index=index, status="rejected", client_id=client_id, error=exc.as_dict())
     if valid:
-        with transaction.atomic():
-            _interactions_store(
-                tenant, valid, results, source=source, now=now, consent_default=consent_default, actor=actor
-            )
+        store = functools.partial(
+            _interactions_store,
+            tenant,
+            valid,
+            results,
+            source=source,
+            now=now,
+            consent_default=consent_default,
+            actor=actor,
+        )
+        # Postgres: a batch is first written as if none of its client ids were stored (no lookup,
+        # one COPY in the transaction); if one was, nothing of that attempt stays, and the batch is
+        # stored again with the lookup, its replays answered as duplicates.
+        optimistic = connection.vendor == "postgresql"
+        try:
+            with transaction.atomic():
+                store(optimistic=optimistic)
+        except IntegrityError:
+            if not optimistic:
+                raise
+            for index, _ in valid:
+                results[index] = None
+            with transaction.atomic():
+                store(optimistic=False)
     verdicts = [r for r in results if r is not None]
     ingest_counted("interactions", tenant.slug, verdicts)
     return verdicts
@@ -125,17 +160,19 @@ def _interactions_store(
     now: datetime,
     consent_default: bool,
     actor: str,
+    optimistic: bool,
 ) -> None:
     client_ids = [item.client_id for _, item in valid]
-    known = ids_by_client_id(Interaction, tenant.pk, client_ids)
+    known = {} if optimistic else ids_by_client_id(Interaction, tenant.pk, client_ids)
     new: list[tuple[int, InteractionIn]] = []
-    new_ids: dict[str, uuid.UUID] = {}
+    new_ids: dict[str, str] = {}
+    fresh = iter(fresh_ids(len(valid)))
     for index, item in valid:
         if item.client_id in known or item.client_id in new_ids:
             existing = known.get(item.client_id) or new_ids[item.client_id]
             results[index] = ItemResult(index=index, status="duplicate", id=str(existing), client_id=item.client_id)
             continue
-        new_ids[item.client_id] = uuid.uuid4()
+        new_ids[item.client_id] = next(fresh)
         new.append((index, item))
     if not new:
         return
@@ -146,7 +183,10 @@ def _interactions_store(
         actor=actor,
         default=consent_default,
     )
-    arms = arms_of_logged(tenant, [(item.model_name, item.end_user_id) for _, item in new])
+    # Only an opted-in interaction is tagged with its arm: none to look up when nobody opted in.
+    opted = [(item.model_name, item.end_user_id) for (_, item), opted_in in zip(new, consent, strict=True) if opted_in]
+    found = iter(arms_of_logged(tenant, opted) if opted else [])
+    arms = [next(found) if opted_in else None for opted_in in consent]
     rows: list[tuple] = []
     for (index, item), opted_in, arm in zip(new, consent, arms, strict=True):
         new_id = new_ids[item.client_id]
@@ -161,14 +201,20 @@ def _interactions_store(
                 experiment=arm if opted_in else None,
             )
         )
-        results[index] = ItemResult(index=index, status="created", id=str(new_id), client_id=item.client_id)
-    if not _interactions_write(rows):
+        results[index] = ItemResult(index=index, status="created", id=new_id, client_id=item.client_id)
+    # In client id order: two batches that share client ids then wait on each other's rows in the
+    # same order (one waits, the other finishes), never each on the other's (a deadlock).
+    rows.sort(key=_CLIENT_ID)
+    if not _interactions_write(rows, optimistic=optimistic):
         stored = ids_by_client_id(Interaction, tenant.pk, new_ids)
         for result in results:
             if result is not None and result.status == "created" and stored[result.client_id] != uuid.UUID(result.id):
                 result.status, result.id = "duplicate", str(stored[result.client_id])  # lost a race: theirs is kept
-    feedback_attach_pending(tenant, client_ids=list(new_ids))
-    persistence_attach_pending(tenant, client_ids=list(new_ids))
+    waiting = pending_kinds(tenant, client_ids=list(new_ids))
+    if "feedback" in waiting:
+        feedback_attach_pending(tenant, client_ids=list(new_ids))
+    if "persistence" in waiting:
+        persistence_attach_pending(tenant, client_ids=list(new_ids))
     conversations = {item.conversation_id for _, item in new if item.conversation_id}
     if conversations:
         if conversation_outcomes_apply(tenant, conversation_ids=conversations, now=now):

@@ -5,12 +5,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from apps.common.lookups import in_values
-from apps.interactions.models import Feedback, Interaction
+from apps.interactions.models import Feedback, Interaction, PersistenceReport
 from apps.interactions.services.feedback import feedback_merge, training_check_on_commit
 from apps.tenants.models import Tenant
+
+
+def pending_kinds(tenant: Tenant, *, client_ids: Sequence[str]) -> set[str]:
+    """Which early rows wait for any of ``client_ids``: "feedback", "persistence" (reports), both or
+    neither. One plain query probes both tables: the ingest hot path asks it for every batch it
+    stores, and the common answer is neither."""
+    if not client_ids:
+        return set()
+    quote = connection.ops.quote_name
+    if connection.vendor == "postgresql":
+        among, values = "= ANY(%s)", [list(client_ids)]
+    else:
+        among, values = f"IN ({', '.join(['%s'] * len(client_ids))})", list(client_ids)
+    probes = [
+        f"EXISTS (SELECT 1 FROM {quote(model._meta.db_table)} WHERE tenant_id = %s "
+        f"AND pending_client_id IS NOT NULL AND pending_client_id {among})"
+        for model in (Feedback, PersistenceReport)
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {', '.join(probes)}", [tenant.pk, *values, tenant.pk, *values])
+        feedback, reports = cursor.fetchone()
+    return {kind for kind, waiting in (("feedback", feedback), ("persistence", reports)) if waiting}
 
 
 def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None = None) -> int:

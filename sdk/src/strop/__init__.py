@@ -32,7 +32,7 @@ from strop._experiment_types import Assignment, Experiment, Holdout, Snapshot
 from strop._literals import Metric, Outcome, Scope
 from strop._management_types import ApiKey, AuditEvent, EndUser, Health, Model, Tenant
 from strop._persistence import PersistenceTracker
-from strop._persistence_types import PersistenceResult
+from strop._persistence_types import InteractionPersistence, PersistenceCheckpoint, PersistenceResult
 from strop._streaming import ChatCompletionStream, CompletionStream
 from strop._types import (
     BatchResult,
@@ -100,6 +100,8 @@ __all__ = [
     "Outcome",
     "Page",
     "PersistenceResult",
+    "InteractionPersistence",
+    "PersistenceCheckpoint",
     "PersistenceTracker",
     "PayloadTooLargeError",
     "PermissionDeniedError",

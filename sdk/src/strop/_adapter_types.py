@@ -36,7 +36,8 @@ class AdapterVersion:
     ``vllm_name`` is the model name vLLM serves it under (a completion's ``strop.version``);
     ``parent`` the version it was trained from (None: the base model); ``metrics`` the trainer's
     and the gate's figures; ``offline_eval`` the gate's evaluation of it on the adapter's eval set
-    (None without one): ``cases``, ``eval_set``, and for ``base`` (None where the parent is the
+    (None without one): ``cases``, ``eval_set``, ``check`` (the gate's FIM check: ``passed``,
+    ``failed`` or ``skipped``), ``rule`` (how it decided: ``paired`` or ``margin``), and for ``base`` (None where the parent is the
     base model), ``parent``, ``candidate`` and ``lift`` (candidate − parent, paired by case) the
     figures ``first_line_match``, ``exact_match`` and ``edit_similarity``, each ``{"value", "low",
     "high", "n"}`` with its 95 % interval; ``loaded_at`` when vLLM loaded it."""

@@ -16,7 +16,7 @@ from strop._chat_types import ChatCompletion
 from strop._core import Call, encode_json, read_json, without_none
 from strop._literals import Outcome
 from strop._management_types import EndUser, Health, Model
-from strop._persistence_types import PersistenceResult
+from strop._persistence_types import InteractionPersistence, PersistenceResult
 from strop._types import (
     BatchResult,
     Completion,
@@ -211,6 +211,11 @@ def interaction_log_batch(items: Iterable[Mapping[str, Any]]) -> Call[BatchResul
 def interaction_get(interaction_id: str) -> Call[Interaction]:
     path = f"/v1/interactions/{path_id(interaction_id, 'interaction_id')}"
     return Call("GET", path, parse=lambda r: Interaction.from_json(read_json(r)))
+
+
+def interaction_persistence(interaction_id: str) -> Call[InteractionPersistence]:
+    path = f"/v1/interactions/{path_id(interaction_id, 'interaction_id')}/persistence"
+    return Call("GET", path, parse=lambda r: InteractionPersistence.from_json(read_json(r)))
 
 
 def interaction_list(*, end_user_id: str | None, limit: int | None, offset: int | None) -> Call[Page[Interaction]]:

@@ -17,7 +17,7 @@ from strop._async_batcher import AsyncFeedbackBatcher
 from strop._batch_core import BatcherOptions
 from strop._literals import Outcome
 from strop._management_types import EndUser, Health, Model
-from strop._persistence_types import PersistenceResult
+from strop._persistence_types import InteractionPersistence, PersistenceResult
 from strop._types import BatchResult, EditorOutcome, Interaction, ItemResult, Page
 
 if TYPE_CHECKING:
@@ -94,6 +94,11 @@ class AsyncInteractions(AsyncAPIResource):
 
     async def get(self, interaction_id: str) -> Interaction:
         return await self._client._run(_api.interaction_get(interaction_id))
+
+    async def persistence(self, interaction_id: str) -> InteractionPersistence:
+        """What was left of the interaction's accepted completion at each checkpoint reported so
+        far (``feedback.persistence``), measured as retained characters."""
+        return await self._client._run(_api.interaction_persistence(interaction_id))
 
     async def list(
         self, *, end_user_id: str | None = None, limit: int | None = None, offset: int | None = None

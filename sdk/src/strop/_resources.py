@@ -16,7 +16,7 @@ from strop._batch_core import BatcherOptions
 from strop._batcher import FeedbackBatcher
 from strop._literals import Outcome
 from strop._management_types import EndUser, Health, Model
-from strop._persistence_types import PersistenceResult
+from strop._persistence_types import InteractionPersistence, PersistenceResult
 from strop._types import BatchResult, EditorOutcome, Interaction, ItemResult, Page
 
 if TYPE_CHECKING:
@@ -93,6 +93,11 @@ class Interactions(APIResource):
 
     def get(self, interaction_id: str) -> Interaction:
         return self._client._run(_api.interaction_get(interaction_id))
+
+    def persistence(self, interaction_id: str) -> InteractionPersistence:
+        """What was left of the interaction's accepted completion at each checkpoint reported so
+        far (``feedback.persistence``), measured as retained characters."""
+        return self._client._run(_api.interaction_persistence(interaction_id))
 
     def list(
         self, *, end_user_id: str | None = None, limit: int | None = None, offset: int | None = None

@@ -80,3 +80,19 @@ def test_a_suggestion_the_show_gate_withheld(page, live_world):
     page.goto(url_for("interactions", live_world))
     expect(page.get_by_text("(withheld by the show gate)")).to_be_visible()
     tour_page(page, "interactions-withheld")
+
+
+@pytest.mark.slow
+def test_an_interactions_retained_characters_by_checkpoint(page, live_world):
+    from apps.interactions.services import persistence_ingest
+
+    items = [
+        {"interaction_id": str(live_world.interaction_id), "checkpoint_s": s, "text": text}
+        for s, text in ((30, "return a + b"), (120, "return a + b  # sum"), (600, "return a"))
+    ]
+    persistence_ingest(live_world.a, items=items)
+    sign_in(page, live_world.users["viewer"])
+    page.goto(url_for("interaction-detail", live_world))
+    expect(page.get_by_role("heading", name="Retained characters")).to_be_visible()
+    expect(page.locator("tr[data-checkpoint]")).to_have_count(3)
+    tour_page(page, "interaction-retained")
