@@ -39,8 +39,10 @@ def history_freeze(experiment: Experiment, *, end_user_id: int | None = None) ->
     exposures = {e.end_user.external_id: e for e in pending.select_related("end_user")}
     if not exposures:
         return 0
+    # The tenant named too, so each row finds its user by the (tenant, external_id) index, then the
+    # exposure by (experiment, end_user): not a scan of the experiment's exposures per row.
     exposed_at = ExperimentExposure.objects.filter(
-        experiment=experiment, end_user__external_id=OuterRef("end_user_id")
+        experiment=experiment, end_user__tenant_id=experiment.tenant_id, end_user__external_id=OuterRef("end_user_id")
     ).values("first_exposed_at")[:1]
     since = (experiment.started_at or experiment.created_at) - HISTORY_WINDOW
     reward = reward_expression(reward_table_for(experiment.adapter))
@@ -96,16 +98,20 @@ def history_of_arms(experiment: Experiment, users: dict[str, dict[str, int]]) ->
     """Per arm, (users, k) covariates from the frozen pre-exposure sums (freezing any exposure
     still without them first); ``users``: arm → {external id: index}."""
     history_freeze(experiment)
-    order = [(arm, user) for arm, members in users.items() for user in members]
-    position = {key[1]: i for i, key in enumerate(order)}
-    sums = np.zeros((4, len(order)))
+    # Each arm's users after the previous arm's: a user's column is their arm's offset plus their
+    # number in it (no second map of every exposed user).
+    offsets, start = {}, 0
+    for arm, members in users.items():
+        offsets[arm] = start
+        start += len(members)
+    sums = np.zeros((4, start))
     frozen = ExperimentExposure.objects.filter(experiment=experiment, history_frozen_at__isnull=False).values_list(
-        F("end_user__external_id"), "history_requests", "history_shown", "history_accepted", "history_reward"
+        "arm", F("end_user__external_id"), "history_requests", "history_shown", "history_accepted", "history_reward"
     )
-    for user, requests, shown, accepted, reward in frozen:
-        i = position.get(user)
-        if i is not None:
-            sums[:, i] = (requests, shown, accepted, reward)
+    for arm, user, requests, shown, accepted, reward in frozen:
+        number = users.get(arm, {}).get(user)
+        if number is not None:
+            sums[:, offsets[arm] + number] = (requests, shown, accepted, reward)
     z = history_covariates(*sums)  # all users together: the fallback is the pooled value
     out, start = {}, 0
     for arm, members in users.items():
