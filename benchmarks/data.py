@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from datetime import timedelta
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlparse
 
 import orjson
 from common import DEFAULT_DATABASE_URL, ROOT, fresh_database, percentile, setup_django
@@ -68,16 +68,18 @@ FEEDBACK_COLUMNS = (
 
 
 def _load_tenant(cursor, rng, *, tenant, adapter, version, count, now, experiment=None, exposed=()):  # type: ignore[no-untyped-def]
-    """``count`` interactions spread over the year (70 % with feedback); those of the last 3 days
-    from an exposed user carry the experiment's arm."""
+    """``count`` interactions spread over the year (70 % with feedback), written oldest first as
+    traffic arrives (a month's rows are neighbours on disk, as in production); those of the last 3
+    days from an exposed user carry the experiment's arm."""
     token_ids = orjson.dumps(list(range(900, 912))).decode()
     logprobs = orjson.dumps([-0.12] * 12).decode()
     prompt_ids = orjson.dumps(list(range(300))).decode()
+    ages = sorted((rng.uniform(0, DAYS * 86400) for _ in range(count)), reverse=True)
     for start in range(0, count, CHUNK):
         interactions, feedback = [], []
-        for _ in range(min(CHUNK, count - start)):
+        for age in ages[start : start + CHUNK]:
             pk = uuid.uuid4()
-            served = now - timedelta(seconds=rng.uniform(0, DAYS * 86400))
+            served = now - timedelta(seconds=age)
             user = f"dev-{rng.randrange(DEVELOPERS):03d}"
             arm, exp_id, version_id = "", None, version.pk
             if experiment is not None and served > now - timedelta(days=3) and rng.random() < 0.5:
@@ -102,7 +104,30 @@ def _load_tenant(cursor, rng, *, tenant, adapter, version, count, now, experimen
 
 
 def exposed_arm(external_id: str) -> str:
-    return "candidate" if hash(external_id) % 2 else "control"
+    """user-000001 is in the candidate arm, user-000002 in the control one (the loader's SQL agrees)."""
+    return "candidate" if int(external_id.rsplit("-", 1)[1]) % 2 else "control"
+
+
+def _load_exposures(tenant, experiment, count: int, *, now) -> list[str]:  # type: ignore[no-untyped-def]
+    """``count`` opted-in end users, each exposed to the experiment in the last 3 days, made by
+    ``COPY`` (users) and one ``INSERT ... SELECT`` (exposures: they need the users' ids)."""
+    from django.db import connection, transaction
+
+    external = [f"user-{n:06d}" for n in range(count)]
+    with transaction.atomic(), connection.cursor() as cursor:
+        columns = ("tenant_id", "external_id", "opted_in", "opted_in_changed_at", "created_at")
+        _copy(cursor.cursor, "cohorts_enduser", columns, ((tenant.pk, e, True, now, now) for e in external))
+        cursor.execute(
+            """
+            INSERT INTO experiments_experimentexposure (tenant_id, experiment_id, end_user_id, arm, first_exposed_at)
+            SELECT %s, %s, u.id,
+                   CASE WHEN substring(u.external_id FROM 6)::int %% 2 = 1 THEN 'candidate' ELSE 'control' END,
+                   %s - random() * interval '72 hours'
+            FROM cohorts_enduser u WHERE u.tenant_id = %s AND u.external_id LIKE 'user-%%'
+            """,
+            [tenant.pk, experiment.pk, now, tenant.pk],
+        )
+    return external
 
 
 def build(args: argparse.Namespace) -> dict[str, object]:
@@ -112,7 +137,7 @@ def build(args: argparse.Namespace) -> dict[str, object]:
 
     from apps.adapters.models import Adapter, AdapterVersion, BaseModel
     from apps.cohorts.models import ConsentChange, EndUser
-    from apps.experiments.models import Experiment, ExperimentExposure
+    from apps.experiments.models import Experiment
     from apps.interactions.rollups import rollups_refresh_all
     from apps.tenants.services import membership_create, tenant_create
     from model_supply.starter import ensure_starter_model
@@ -149,17 +174,7 @@ def build(args: argparse.Namespace) -> dict[str, object]:
                 status="running", started_at=now - timedelta(days=3), created_by="bench",
                 config={"min_users_per_arm": 100},
             )  # fmt: skip
-            for start in range(0, args.exposures, 5000):
-                chunk = [f"user-{n:06d}" for n in range(start, min(args.exposures, start + 5000))]
-                batch = EndUser.objects.bulk_create(
-                    [EndUser(tenant=tenant, external_id=e, opted_in=True, opted_in_changed_at=now) for e in chunk]
-                )
-                ExperimentExposure.objects.bulk_create(
-                    [ExperimentExposure(tenant=tenant, experiment=experiment, end_user=u,
-                                        arm=exposed_arm(u.external_id),
-                                        first_exposed_at=now - timedelta(hours=rng.uniform(0, 72))) for u in batch]
-                )  # fmt: skip
-                exposed.extend(chunk)
+            exposed = _load_exposures(tenant, experiment, args.exposures, now=now)
             world.update(tenant=tenant, adapter=adapter, experiment=experiment, version=version)
         if index == 1:
             world.update(second=tenant, second_adapter=adapter)
@@ -171,6 +186,11 @@ def build(args: argparse.Namespace) -> dict[str, object]:
         world["tenants"].append(tenant)  # type: ignore[attr-defined]
         print(f"loaded: {tenant.slug} {count} interactions ({time.perf_counter() - started:.0f} s)", flush=True)
     world["load_s"] = time.perf_counter() - started
+    from apps.experiments.history import history_freeze
+
+    started = time.perf_counter()  # serving freezes each exposure's history as it happens; a load does it at once
+    history_freeze(world["experiment"])  # type: ignore[arg-type]
+    world["freeze_s"] = time.perf_counter() - started
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     started = time.perf_counter()
@@ -180,6 +200,33 @@ def build(args: argparse.Namespace) -> dict[str, object]:
     membership_create(world["tenant"], user=owner, role="owner")  # type: ignore[arg-type]
     world["owner"] = owner
     return world
+
+
+def loaded(args: argparse.Namespace) -> dict[str, object]:
+    """The world a previous run loaded (``--reuse``): its load and rollup times are not measured again."""
+    from django.contrib.auth import get_user_model
+
+    from apps.adapters.models import Adapter
+    from apps.experiments.models import Experiment
+    from apps.tenants.models import Tenant
+
+    tenants = list(Tenant.objects.filter(slug__startswith="t").order_by("slug"))
+    experiment = Experiment.objects.get(tenant=tenants[0], status="running")
+    return {
+        "tenants": tenants, "tenant": tenants[0], "adapter": Adapter.objects.get(tenant=tenants[0], name="tab"),
+        "experiment": experiment, "version": experiment.control_version, "second": tenants[1],
+        "second_adapter": Adapter.objects.get(tenant=tenants[1], name="tab"), "load_s": 0.0, "rollups_s": 0.0,
+        "owner": get_user_model().objects.get(username="bench-owner"),
+    }  # fmt: skip
+
+
+def _still_there(tenant) -> str:  # type: ignore[no-untyped-def]
+    from apps.cohorts.models import EndUser
+
+    names = set(
+        EndUser.objects.filter(tenant=tenant, external_id__startswith="dev-").values_list("external_id", flat=True)
+    )
+    return next(f"dev-{n:03d}" for n in range(7, DEVELOPERS) if f"dev-{n:03d}" in names)
 
 
 def _time(fn) -> float:  # type: ignore[no-untyped-def]
@@ -209,6 +256,7 @@ def export_seconds(tenant, adapter, max_events: int) -> float:  # type: ignore[n
 def retention_with_ingest(tenant) -> tuple[float, int, int, int]:  # type: ignore[no-untyped-def]
     """A pass that drops the oldest month while another thread ingests; (seconds, deleted, acked, missing)."""
     from django.db import connection
+    from django.utils import timezone
 
     from apps.interactions.models import Interaction
     from apps.interactions.services import interactions_ingest
@@ -218,10 +266,10 @@ def retention_with_ingest(tenant) -> tuple[float, int, int, int]:  # type: ignor
     stop = threading.Event()
 
     def ingest() -> None:
-        n = 0
+        n, run = 0, uuid.uuid4().hex[:8]  # ids of their own: a --reuse run's are not duplicates of the last one's
         while not stop.is_set():
             items = [
-                {"client_id": f"live-{n}-{i}", "prefix": PREFIX, "completion": "return 1", "model": "tab",
+                {"client_id": f"live-{run}-{n}-{i}", "prefix": PREFIX, "completion": "return 1", "model": "tab",
                  "end_user_id": "dev-001", "opted_in": True}
                 for i in range(50)
             ]  # fmt: skip
@@ -232,7 +280,8 @@ def retention_with_ingest(tenant) -> tuple[float, int, int, int]:  # type: ignor
     worker = threading.Thread(target=ingest)
     worker.start()
     time.sleep(1)
-    tenant.retention_days = DAYS - 30
+    oldest = Interaction.objects.filter(tenant=tenant).order_by("served_at").values_list("served_at", flat=True)[0]
+    tenant.retention_days = (timezone.now() - oldest).days - 30  # the oldest month still there (--reuse)
     tenant.save(update_fields=["retention_days"])
     started = time.perf_counter()
     report = retention_prune(tenant)
@@ -272,10 +321,14 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=4096, help="events in the exported training window")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--db-name", default="strop_bench_data")  # dropped and made afresh
+    parser.add_argument("--reuse", action="store_true", help="time the database a previous run loaded (no load)")
     args = parser.parse_args()
 
     base_url = os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL)
-    setup_django(fresh_database(base_url, args.db_name))
+    if args.reuse:
+        setup_django(urlparse(base_url)._replace(path=f"/{args.db_name}").geturl())
+    else:
+        setup_django(fresh_database(base_url, args.db_name))
     import logging
 
     from dashboard import pages
@@ -288,12 +341,13 @@ def main() -> None:
 
     logging.getLogger("strop.request").setLevel(logging.WARNING)
     logging.getLogger("apps").setLevel(logging.WARNING)
-    world = build(args)
+    world = loaded(args) if args.reuse else build(args)
     print(f"interactions: {args.interactions}")
     print(f"tenants: {args.tenants}")
     print(f"exposures: {args.exposures}")
     print(f"load_seconds: {world['load_s']:.1f}  # COPY, with every index and the rollup triggers")
     print(f"rollups_build_seconds: {world['rollups_s']:.1f}  # every hour of every tenant, from raw rows")
+    print(f"history_freeze_seconds: {world.get('freeze_s', 0.0):.1f}  # every exposure's pre-exposure history, once")
     for name, value in storage().items():
         print(f"{name}: {value:.0f}")
     snapshot_s = _time(lambda: experiment_snapshot_take(world["experiment"].pk))  # type: ignore[attr-defined]
@@ -303,7 +357,8 @@ def main() -> None:
     second = export_seconds(world["second"], world["second_adapter"], args.window)
     print(f"export_seconds_big_tenant: {big:.2f}  # {args.window} events, {args.interactions // 2} rows")
     print(f"export_seconds_100k_tenant: {second:.2f}  # goal: big within 20 % of this")
-    erase_s = _time(lambda: end_user_erase(world["tenant"], external_id="dev-007", actor="bench"))  # type: ignore[arg-type]
+    erased = _still_there(world["tenant"])  # dev-007 on a fresh load; the next one after a --reuse run
+    erase_s = _time(lambda: end_user_erase(world["tenant"], external_id=erased, actor="bench"))  # type: ignore[arg-type]
     print(f"erase_seconds: {erase_s:.2f}  # goal <= 2 s")
     client = Client()
     client.force_login(world["owner"])  # type: ignore[arg-type]

@@ -105,16 +105,20 @@ def history_of_arms(experiment: Experiment, users: dict[str, dict[str, int]]) ->
     """Per arm, (users, k) covariates from the frozen pre-exposure sums (freezing any exposure
     still without them first); ``users``: arm → {external id: index}."""
     history_freeze(experiment)
-    order = [(arm, user) for arm, members in users.items() for user in members]
-    position = {key[1]: i for i, key in enumerate(order)}
-    sums = np.zeros((4, len(order)))
+    # Each arm's users after the previous arm's: a user's column is their arm's offset plus their
+    # number in it (no second map of every exposed user).
+    offsets, start = {}, 0
+    for arm, members in users.items():
+        offsets[arm] = start
+        start += len(members)
+    sums = np.zeros((4, start))
     frozen = ExperimentExposure.objects.filter(experiment=experiment, history_frozen_at__isnull=False).values_list(
-        F("end_user__external_id"), "history_requests", "history_shown", "history_accepted", "history_reward"
+        "arm", F("end_user__external_id"), "history_requests", "history_shown", "history_accepted", "history_reward"
     )
-    for user, requests, shown, accepted, reward in frozen:
-        i = position.get(user)
-        if i is not None:
-            sums[:, i] = (requests, shown, accepted, reward)
+    for arm, user, requests, shown, accepted, reward in frozen:
+        number = users.get(arm, {}).get(user)
+        if number is not None:
+            sums[:, offsets[arm] + number] = (requests, shown, accepted, reward)
     z = history_covariates(*sums)  # all users together: the fallback is the pooled value
     out, start = {}, 0
     for arm, members in users.items():

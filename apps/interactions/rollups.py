@@ -137,9 +137,9 @@ def rollups_rebuild(tenant_id: int) -> int:
 def rollups_settle(tenant_id: int, cutoff: datetime) -> int:
     """Before retention deletes the raw rows served before ``cutoff``: roll up every such hour that
     has no rollup yet (an install upgraded from before rollups whose refresh has not reached it), as
-    refresh never recomputes hours before the cutoff. Pending marks are refreshed first. Returns how
-    many hours were rolled up here."""
-    rollups_refresh(tenant_id)
+    refresh never recomputes hours before the cutoff. Pending marks are beat's: those of later hours
+    wait for its refresh (an erase marks hundreds across the year), and refresh drops those of hours
+    before the cutoff as it always has. Returns how many hours were rolled up here."""
     raw = (
         Interaction.objects.filter(tenant_id=tenant_id, served_at__lt=cutoff)
         .annotate(hour=TruncHour("served_at", tzinfo=UTC))

@@ -33,7 +33,7 @@ from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
 from apps.interactions.rewards import reward_value
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
 from apps.training.retained_credit import retained_token_rewards
-from apps.training.selectors import training_events_eligible
+from apps.training.selectors import training_window_events
 from learning_shared.chat import chat_prompt_ids
 from learning_shared.credit import CREDITED_OUTCOMES, EventCredit, event_credit
 from learning_shared.fim import build_fim_prompt
@@ -201,12 +201,7 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
     agent_silence_reward = policy.reward_follow_up_dissatisfied
     rewards = policy.reward_table()  # once per window, not once per event
     with transaction.atomic():
-        events = list(
-            training_events_eligible(run.adapter, parent=run.parent_version)
-            .select_related("interaction")
-            .prefetch_related("interaction__persistence_reports")
-            .order_by("id")[:max_events]
-        )
+        events = training_window_events(run.adapter, parent=run.parent_version, limit=max_events)
         rows = []
         for feedback in events:
             reward = reward_value(rewards, outcome=feedback.outcome, weight=feedback.reward_weight)

@@ -8,7 +8,7 @@ interaction) is never skipped, and none is trained on twice in one lineage.
 
 from __future__ import annotations
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.cohorts.selectors import consented_events
@@ -66,15 +66,47 @@ def feedback_belongs_to_adapter(adapter: Adapter) -> Q:
 
 def training_events_eligible(adapter: Adapter, *, parent: AdapterVersion | None) -> QuerySet[Feedback]:
     """Labelled events the consent rule allows (apps.cohorts.selectors) not yet learned in the lineage."""
+    # NOT EXISTS (a probe of the (feedback, held_out) index per event), not NOT IN: the lineage's
+    # trained events are not read whole for each query (a window's walk runs several).
     trained_in_lineage = TrainingRunEvent.objects.filter(
-        run__output_version_id__in=version_lineage_ids(parent), held_out=False
-    ).values("feedback_id")
+        feedback_id=OuterRef("pk"), run__output_version_id__in=version_lineage_ids(parent), held_out=False
+    )
     consented = (
         Feedback.objects.filter(tenant_id=adapter.tenant_id, interaction__isnull=False)
         .filter(consented_events("interaction__"))
         .filter(_belongs_to_adapter(adapter))
     )
-    return feedback_learnable(consented).exclude(id__in=trained_in_lineage)
+    return feedback_learnable(consented).exclude(Exists(trained_in_lineage))
+
+
+WINDOW_STEP = 20_000  # the tenant's events read per step of a window's walk
+
+
+def training_window_events(adapter: Adapter, *, parent: AdapterVersion | None, limit: int | None) -> list[Feedback]:
+    """The oldest ``limit`` eligible events (by id; all of them with no limit), each with its
+    interaction and persistence reports. The tenant's events are walked by the ``(tenant, id)`` index
+    in steps of ``WINDOW_STEP`` ids, each step filtered by the eligibility rule, until the window is
+    full: its cost follows the window's size, not the tenant's history (one query over every
+    eligible event would be sorted whole before the first ``limit`` are taken)."""
+    eligible = (
+        training_events_eligible(adapter, parent=parent)
+        .select_related("interaction")
+        .prefetch_related("interaction__persistence_reports")
+        .order_by("id")
+    )
+    if limit is None:
+        return list(eligible)
+    ids = Feedback.objects.filter(tenant_id=adapter.tenant_id).order_by("id").values_list("id", flat=True)
+    events: list[Feedback] = []
+    after = 0
+    while len(events) < limit:
+        upper = ids.filter(id__gt=after)[WINDOW_STEP - 1 : WINDOW_STEP].first()
+        step = eligible.filter(id__gt=after) if upper is None else eligible.filter(id__gt=after, id__lte=upper)
+        events.extend(step[: limit - len(events)])
+        if upper is None:
+            break
+        after = upper
+    return events
 
 
 def feedback_learnable(feedback: QuerySet[Feedback]) -> QuerySet[Feedback]:
@@ -89,9 +121,7 @@ def feedback_learnable(feedback: QuerySet[Feedback]) -> QuerySet[Feedback]:
         )
         # A suggestion the show filter withheld was never seen: its reward says nothing of it. (Not an
         # exclude of the key: it is NULL where the key is missing, and excluding NULL drops the row.)
-        .filter(
-            Q(interaction__metadata__show_gate__isnull=True) | Q(interaction__metadata__show_gate__withheld=False)
-        )
+        .filter(Q(interaction__metadata__show_gate__isnull=True) | Q(interaction__metadata__show_gate__withheld=False))
     )
 
 

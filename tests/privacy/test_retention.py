@@ -229,3 +229,39 @@ def test_the_pass_walks_old_rows_by_keyset_and_excludes_kept_ones_with_not_exist
     assert len(batches) == 6  # 5 of 2, and the empty one that ends the walk
     assert all("NOT EXISTS" in sql and "NOT IN" not in sql.upper().replace("NOT (", "") for sql in batches)
     assert all('"interactions_interaction"."served_at" >' in sql for sql in batches[1:])
+
+
+def test_what_hangs_off_an_old_interaction_goes_with_it_set_by_set(tenant, adapter):
+    # Its feedback, its persistence report and its feedback's place in a purged version's window go
+    # with it (each table in one statement); another interaction's stay.
+    old, recent = _log(tenant, prefix="old", days_ago=40, n=2), _log(tenant, prefix="new", days_ago=2, n=1)
+    at = timezone.now() - timedelta(days=40)
+    for pk in (*old, *recent):
+        PersistenceReport.objects.create(
+            tenant=tenant, interaction_id=pk, checkpoint_s=30, occurred_at=at, received_at=at, updated_at=at
+        )
+    run = _trained(tenant, adapter, _version(tenant, adapter, 1, status="purged"), [*old, *recent])
+    tenant.retention_days = 30
+    tenant.save()
+    report = retention_prune(tenant)
+    assert report.deleted["interactions"] == 2 and report.deleted["feedback"] == 2
+    assert [str(r.interaction_id) for r in PersistenceReport.objects.filter(tenant=tenant)] == recent
+    assert [str(e.feedback.interaction_id) for e in TrainingRunEvent.objects.filter(run=run)] == recent
+
+
+def test_the_pass_leaves_later_hours_marks_to_beat_and_old_hours_keep_their_rollups(tenant, adapter):
+    # An erase (or late feedback) marks hours across the year: the pass recomputes none of them (a
+    # pass must not wait for a year of hours), beat's refresh does; the dropped hour stays charted.
+    old, recent = _log(tenant, prefix="old", days_ago=40), _log(tenant, prefix="new", days_ago=2)
+    rollups_refresh(tenant.pk)
+    Feedback.objects.filter(interaction_id=recent[0]).update(outcome="rejected")
+    tenant.retention_days = 30
+    tenant.save()
+    assert retention_prune(tenant).deleted["interactions"] == 3
+    cutoff = timezone.now() - timedelta(days=30)
+    hourly = InteractionRollup.objects.filter(tenant=tenant, period="hour")
+    assert RollupDirty.objects.filter(tenant_id=tenant.pk, hour__gte=cutoff).exists()  # beat's to refresh
+    rollups_refresh(tenant.pk)
+    assert {r.outcome: r.requests for r in hourly.filter(bucket_start__lt=cutoff)} == {"accepted": 3}
+    assert {r.outcome: r.requests for r in hourly.filter(bucket_start__gte=cutoff)} == {"accepted": 2, "rejected": 1}
+    assert not Interaction.objects.filter(id__in=old).exists()

@@ -6,9 +6,10 @@ import pytest
 
 from apps.adapters.models import AdapterVersion
 from apps.interactions.models import Feedback, Interaction
+from apps.training import selectors
 from apps.training.dataset import dataset_export, interaction_to_sample
-from apps.training.models import TrainingPolicy, TrainingRun
-from apps.training.selectors import training_events_eligible, training_events_new
+from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
+from apps.training.selectors import training_events_eligible, training_events_new, training_window_events
 
 pytestmark = pytest.mark.django_db
 
@@ -130,7 +131,8 @@ def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapt
     ids = add_events(24)  # outcomes cycle accepted, rejected, not_shown, edited
     for k, interaction_id in enumerate(ids):
         Interaction.objects.filter(pk=interaction_id).update(
-            source="served", completion_logprobs=[-0.1 * (k % 4), -0.2],
+            source="served",
+            completion_logprobs=[-0.1 * (k % 4), -0.2],
             metadata={"show_gate": {"withheld": False, "explored": True, "weight": 20.0}} if k == 0 else {},
         )
     add_events(4)  # logged, not served: never scored
@@ -139,8 +141,9 @@ def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapt
     first = make_run(tiny_adapter)
     window = dataset_export(first, policy=policy)
     by_score = sorted((round(e.score, 4), e.accepted, e.weight) for e in window.show_events)
-    assert by_score == sorted([(-0.2, True, 20.0)] + [(-0.2, True, 1.0)] * 5 + [(-0.3, False, 1.0)] * 6
-                              + [(-0.5, False, 1.0)] * 6)
+    assert by_score == sorted(
+        [(-0.2, True, 20.0)] + [(-0.2, True, 1.0)] * 5 + [(-0.3, False, 1.0)] * 6 + [(-0.5, False, 1.0)] * 6
+    )
     assert _fit_show_filter(window, policy) is None  # 6 accepted: too few to place a threshold
     # No filter to stay silent for it: the trainer teaches completions silence itself.
     assert silence_gated(_fit_show_filter(window, policy)) is False
@@ -162,3 +165,36 @@ def test_the_window_scores_shown_served_completions_for_the_show_gate(tiny_adapt
     policy.heldout_fraction = 1.0  # what the eval gate judges the version on is never what its gate was fitted on
     held = dataset_export(make_run(tiny_adapter), policy=policy)
     assert held.heldout and not held.show_events
+
+
+def test_a_windows_walk_in_steps_takes_the_oldest_eligible_events_whatever_the_step(
+    tiny_adapter, add_events, make_tenant, monkeypatch
+):
+    # Eligible events interleaved with ineligible ones (opted out) and another tenant's, some already
+    # trained in the lineage: the walk, in steps of 3 ids, takes the same events as one query would.
+    other = make_tenant()
+    for _ in range(4):
+        add_events(3)
+        add_events(2, opted_in=False)
+        add_events(2, tenant_=other)
+    parent = AdapterVersion.objects.create(
+        tenant=tiny_adapter.tenant,
+        adapter=tiny_adapter,
+        number=1,
+        artifact_path="/x",
+        vllm_name="p",
+        status="production",
+    )
+    trained = make_run(tiny_adapter, status="succeeded")
+    TrainingRun.objects.filter(pk=trained.pk).update(output_version=parent)
+    oldest = list(training_events_eligible(tiny_adapter, parent=None).order_by("id")[:4])
+    TrainingRunEvent.objects.bulk_create(
+        [TrainingRunEvent(run=trained, feedback=f, held_out=False, reward=0.0) for f in oldest]
+    )
+    monkeypatch.setattr(selectors, "WINDOW_STEP", 3)
+    expected = [f.pk for f in training_events_eligible(tiny_adapter, parent=parent).order_by("id")]
+    assert len(expected) == 8
+    for limit in (1, 5, 8, 50, None):
+        window = training_window_events(tiny_adapter, parent=parent, limit=limit)
+        assert [f.pk for f in window] == expected[:limit]
+        assert all(f.interaction.tenant_id == tiny_adapter.tenant_id for f in window)
