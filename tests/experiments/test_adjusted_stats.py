@@ -11,6 +11,7 @@ import json
 from datetime import timedelta
 
 import numpy as np
+import pytest
 
 from apps.experiments.stats import ArmData, ExperimentConfig, analyze
 from apps.experiments.stats.adjustment import COVARIATE_NAMES, history_covariates
@@ -90,8 +91,8 @@ def test_users_without_history_fall_back_to_the_unadjusted_lift() -> None:
         if unadjusted.p_always_valid is None:  # not testable (no variance): nor is the adjusted lift
             assert adjusted.adjusted.p_always_valid is None
             continue
-        assert adjusted.adjusted.abs_lift == unadjusted.abs_lift
-        assert adjusted.adjusted.ci_always_valid_abs == unadjusted.ci_always_valid_abs
+        assert adjusted.adjusted.abs_lift == pytest.approx(unadjusted.abs_lift, rel=1e-12)
+        assert adjusted.adjusted.ci_always_valid_abs == pytest.approx(unadjusted.ci_always_valid_abs, rel=1e-12)
         assert adjusted.significant == unadjusted.significant and adjusted.direction == unadjusted.direction
     assert nobody.decision == plain.decision
 
@@ -184,7 +185,7 @@ def test_peeking_across_the_point_where_users_with_history_become_many_keeps_alp
     )
     assert outcome.ever_significant_adjusted is not None
     alpha = 0.05
-    noise = 2 * np.sqrt(alpha * (1 - alpha) / experiments)  # seeded: 0.046 here, the bound 0.064
+    noise = 2 * np.sqrt(alpha * (1 - alpha) / experiments)  # seeded: 0.032 here, the bound 0.064
     assert outcome.ever_significant_adjusted.mean() <= alpha + noise
 
 

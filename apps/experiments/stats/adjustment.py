@@ -6,7 +6,10 @@ A user's behaviour before their first exposure, z_i (k covariates), cannot be mo
 so z̄_B − z̄_A has mean 0 and subtracting θᵀ(z̄_B − z̄_A) from the lift leaves it unbiased for
 any θ. θ is the least-squares slope of l on z within arms (pooled over both), the θ that
 minimises the variance; the residual variance Var(l − θᵀz) replaces Var(l) in the standard
-error, one degree of freedom per covariate taken from the users. Users without history carry
+error, one degree of freedom per covariate taken from the users, and from the users with
+history alone where that costs more (the covariates vary only among them); where there are no
+more of those than covariates fitted, none is used and the lift is the unadjusted one. Users
+without history carry
 the pooled mean (``history_covariates``), so they add nothing to z̄ − μ and their adjustment is
 zero; an indicator of history lets the regression give them their own level.
 
@@ -25,6 +28,7 @@ from .inference import FloatArray, RatioMoments, ratio_estimate, ratio_variance
 
 COVARIATE_NAMES = ("pre_reward_per_request", "pre_accept_rate", "pre_excess_reward", "has_history")
 _RCOND = 1e-10  # singular values below this share of the largest are dropped (a constant covariate)
+_ROUNDING = 1e-9  # residual variance below this share of the unadjusted one is rounding: a perfect fit
 
 
 @dataclass(frozen=True)
@@ -107,23 +111,36 @@ def adjusted_lift(
     # Least squares within arms; pinv drops a covariate with no spread (everyone without history).
     theta = (np.linalg.pinv(s_zz, rcond=_RCOND, hermitian=True) @ s_zl[..., None])[..., 0]
     k = _rank(s_zz)
+    # The covariates vary only among the users with history (the last column is the indicator),
+    # so the k fitted coefficients are paid for by those m users. Where m ≤ k the fit is exact
+    # for each of them and leaves none of their variance to estimate: the covariates are not
+    # used (θ = 0) and the adjusted lift is the unadjusted one, as with nobody with history.
+    with_history = np.nan_to_num(control_z.sum_z[..., -1] + candidate_z.sum_z[..., -1])
     diff = ratio_estimate(candidate) - ratio_estimate(control)
     na, nb = np.asarray(control.n, dtype=np.float64), np.asarray(candidate.n, dtype=np.float64)
+    fitted = (with_history > k) & (na + nb - 2 - k > 0)
+    theta = np.where(fitted[..., None], theta, 0.0)
+    k = np.where(fitted, k, 0.0)
 
     def residual_sq(s_ll: FloatArray, s_zl_arm: FloatArray, s_zz_arm: FloatArray) -> FloatArray:
         explained = 2 * (theta * s_zl_arm).sum(axis=-1) - np.einsum("...i,...ij,...j->...", theta, s_zz_arm, theta)
-        return np.maximum(s_ll - explained, 0.0)
+        # A fit that explains all of l up to rounding leaves no variance to test with (SE 0).
+        left = np.where(s_ll - explained > _ROUNDING * s_ll, s_ll - explained, 0.0)
+        return np.where(fitted, left, s_ll)
 
     with np.errstate(divide="ignore", invalid="ignore"):
         mean_x_a, mean_x_b = control.sum_x / na, candidate.sum_x / nb
         adjusted = diff - (theta * (zb - za)).sum(axis=-1)
-        # One degree of freedom per covariate fitted, from the users of both arms.
-        dof = (na + nb - 2) / (na + nb - 2 - k)
+        # One degree of freedom per covariate fitted, counted against the users of both arms and
+        # against the users with history, whichever costs more: with a few (busy) users with
+        # history the fit all but reproduces their values, and their share of the variance,
+        # often most of it, would otherwise be missing from the residuals.
+        dof = np.where(fitted, np.maximum((na + nb - 2) / (na + nb - 2 - k), with_history / (with_history - k)), 1.0)
         var_a = residual_sq(s_ll_a, s_zl_a, s_zz_a) / (na * (na - 1)) * dof
         var_b = residual_sq(s_ll_b, s_zl_b, s_zz_b) / (nb * (nb - 1)) * dof
         var = var_a + var_b
         unadjusted = ratio_variance(control) + ratio_variance(candidate)
-        ok = (na + nb - 2 - k > 0) & np.isfinite(var) & (mean_x_a != 0) & (mean_x_b != 0)
+        ok = np.isfinite(var) & (mean_x_a != 0) & (mean_x_b != 0)
         se = np.where(ok, np.sqrt(var), np.nan)
         reduction = np.where(ok & (unadjusted > 0), 1 - var / unadjusted, np.nan)
     return AdjustedLift(diff=np.where(ok, adjusted, np.nan), se=se, variance_reduction=reduction)

@@ -125,11 +125,14 @@ def _compare(
     significant = testable and abs(float(diff)) > float(av_half)
     adjusted = _adjusted(metric, control, candidate, config)
     decisive = diff
-    if adjusted is not None and adjusted.abs_lift is not None and adjusted.ci_always_valid_abs is not None:
-        # The adjusted confidence sequence decides where there is one: same guarantee, narrower.
-        low, high = adjusted.ci_always_valid_abs
-        significant = low > 0 or high < 0
-        decisive = adjusted.abs_lift
+    if adjusted is not None:
+        # Where the arms carry covariates the adjusted sequence alone decides, at every look: a
+        # look it cannot test is not significant (never handed to the unadjusted sequence).
+        significant = False
+        if adjusted.abs_lift is not None and adjusted.ci_always_valid_abs is not None:
+            low, high = adjusted.ci_always_valid_abs
+            significant = low > 0 or high < 0
+            decisive = adjusted.abs_lift
     direction = NO_DIRECTION
     if significant:
         higher = float(decisive) > 0
@@ -164,7 +167,8 @@ def _adjusted(
     adjusted one at some count would peek on two sequences (up to about 2α). With nobody with
     history the covariates are constant, the fit drops them and the adjusted lift is the
     unadjusted one; with a few, the history indicator gives them their own level and the fitted
-    covariates cost their degrees of freedom (``adjustment.adjusted_lift``)."""
+    covariates cost their degrees of freedom, counted against those few (``adjustment.adjusted_lift``).
+    A look where the adjusted lift has no standard error is not testable: nothing falls back."""
     za, zb = control.covariates, candidate.covariates
     if za is None or zb is None or za.shape[1] != zb.shape[1] or za.shape[1] == 0:
         return None

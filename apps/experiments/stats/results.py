@@ -59,8 +59,9 @@ class MetricResult:
 
     @property
     def decisive_p(self) -> float | None:
-        """The always-valid p-value the decision rests on: adjusted where there is one."""
-        if self.adjusted is not None and self.adjusted.p_always_valid is not None:
+        """The always-valid p-value the decision rests on: the adjusted one whenever the arms carry
+        covariates (None at a look it cannot test), else the unadjusted one."""
+        if self.adjusted is not None:
             return self.adjusted.p_always_valid
         return self.p_always_valid
 
