@@ -10,7 +10,6 @@ __all__ = [
     "STROP_SERVING_DB_THREADS",
     "STROP_SERVING_MAX_IN_FLIGHT",
     "STROP_SERVING_MAX_STREAMS_PER_TENANT",
-    "STROP_SERVING_RECORD_EVERY_S",
     "STROP_SERVING_STREAM_LEASE_S",
 ]
 
@@ -20,9 +19,6 @@ STROP_SERVING_MAX_IN_FLIGHT = int(os.environ.get("STROP_SERVING_MAX_IN_FLIGHT", 
 STROP_SERVING_MAX_STREAMS_PER_TENANT = int(os.environ.get("STROP_SERVING_MAX_STREAMS_PER_TENANT", "256"))
 # How long a stream's lease outlives a process that died without returning it.
 STROP_SERVING_STREAM_LEASE_S = float(os.environ.get("STROP_SERVING_STREAM_LEASE_S", "600"))
-# A stream's interaction is written at its first chunk, then brought up to date at most this often
-# while it runs (and at its end): a worker killed outright loses only what it served since.
-STROP_SERVING_RECORD_EVERY_S = float(os.environ.get("STROP_SERVING_RECORD_EVERY_S", "0.5"))
 # Threads a process gives the serving path's database work (each keeps its connection).
 STROP_SERVING_DB_THREADS = int(os.environ.get("STROP_SERVING_DB_THREADS", "8"))
 # Threads a process gives the rest of the API and the dashboard (synchronous views), each with its

@@ -93,50 +93,14 @@ def interactions_insert(rows: list[tuple]) -> None:
         cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values}", [v for row in rows for v in row])
 
 
-# What a later write of a served stream brings up to date (``interactions_upsert``): what was served
-# so far and what it took. The rest (the request, its route, when it was first recorded) stays.
-_SERVED_SO_FAR = (
-    "completion",
-    "prompt_token_ids",
-    "completion_token_ids",
-    "completion_logprobs",
-    "latency_ms",
-    "metadata",
-)
-
-
-def interactions_upsert(rows: list[tuple]) -> None:
-    """Insert the rows, or bring the served text of those already there up to date (a stream's
-    interaction, written as it is served: ``apps.interactions.served``). One statement per call,
-    autocommitted; an id is only ever updated for its own tenant."""
-    if connection.vendor != "postgresql":
-        objects = [Interaction(**_values(row)) for row in rows]
-        Interaction.objects.bulk_create(
-            objects, update_conflicts=True, unique_fields=["id"], update_fields=list(_SERVED_SO_FAR)
-        )
-        return
-    table, columns = _table_and_columns()
-    quote = connection.ops.quote_name
-    values = ", ".join(["(" + ", ".join(["%s"] * len(INTERACTION_COLUMNS)) + ")"] * len(rows))
-    updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in _SERVED_SO_FAR)
-    sql = (
-        f"INSERT INTO {table} ({columns}) VALUES {values} ON CONFLICT ({quote('id')}) DO UPDATE SET {updates} "
-        f"WHERE {table}.{quote('tenant_id')} = excluded.{quote('tenant_id')}"
-    )
-    with prepared_cursor() as cursor:
-        cursor.execute(sql, [v for row in rows for v in row])
-
-
-def _values(row: tuple) -> dict[str, Any]:
-    values = dict(zip(INTERACTION_COLUMNS, row, strict=True))
-    for name in _JSON_COLUMNS:
-        values[name] = orjson.loads(values[name]) if values[name] is not None else None
-    return values
-
-
 def interactions_bulk_insert(rows: list[tuple]) -> None:
     """The rows as model instances, in one bulk insert; rows whose client id exists are skipped."""
-    objects = [Interaction(**_values(row)) for row in rows]
+    objects = []
+    for row in rows:
+        values = dict(zip(INTERACTION_COLUMNS, row, strict=True))
+        for name in _JSON_COLUMNS:
+            values[name] = orjson.loads(values[name]) if values[name] is not None else None
+        objects.append(Interaction(**values))
     Interaction.objects.bulk_create(objects, ignore_conflicts=True)
 
 

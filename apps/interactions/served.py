@@ -11,7 +11,7 @@ from typing import Any
 from django.utils import timezone
 
 from apps.interactions.models import Interaction
-from apps.interactions.rows import interactions_insert, interactions_upsert, json_text
+from apps.interactions.rows import interactions_insert, json_text
 from apps.tenants.models import Tenant
 
 # What a served interaction's metadata records of the key that asked for it: its public prefix, so
@@ -42,17 +42,7 @@ class ServedConversation:
     turn: int | None
 
 
-def interactions_record_served(tenant: Tenant, *, so_far: bool = False, **fields: Any) -> None:
-    """Record what the completion endpoint served (``fields``: as :func:`served_rows` takes them):
-    one interaction per choice, in one plain autocommitted INSERT (no transaction round trips, no
-    ORM compile) on the serving hot path. ``so_far``: a stream's record as it is served, written
-    more than once (``apps.serving.stream_record``): the first write inserts, each later one brings
-    the served text, tokens, latency and metadata up to date; still one row per choice."""
-    rows = served_rows(tenant, **fields)
-    (interactions_upsert if so_far else interactions_insert)(rows)
-
-
-def served_rows(
+def interactions_record_served(
     tenant: Tenant,
     *,
     choices: Sequence[ServedCompletion],
@@ -71,10 +61,13 @@ def served_rows(
     latency_ms: float,
     metadata: dict[str, Any],
     conversation: ServedConversation | None = None,
-) -> list[tuple]:
-    """The interaction rows of what was served, one per choice (``apps.interactions.rows``)."""
+) -> None:
+    """Record what the completion endpoint served: one interaction per choice, in one INSERT.
+
+    One plain autocommitted INSERT (no transaction round trips, no ORM compile) on the serving
+    hot path."""
     now = timezone.now()
-    return [
+    rows = [
         (
             choice.interaction_id,
             tenant.pk,
@@ -107,12 +100,7 @@ def served_rows(
         )
         for choice in choices
     ]
-
-
-def interactions_served_discard(tenant: Tenant, *, ids: Sequence[uuid.UUID]) -> None:
-    """Drop a stream's interactions written so far: vLLM failed it mid-way, and a failed stream is
-    recorded as a failure, never as half an interaction."""
-    Interaction.objects.filter(tenant=tenant, pk__in=list(ids)).delete()
+    interactions_insert(rows)
 
 
 def _choice_metadata(metadata: dict[str, Any], choice: ServedCompletion) -> dict[str, Any]:

@@ -15,10 +15,9 @@ completions, :func:`chat_plan` routes and builds (synchronous, on a serving data
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,13 +29,12 @@ from apps.common.exceptions import ApplicationError
 from apps.engines.vllm import vllm_async_client
 from apps.engines.vllm_async import ClosingStream
 from apps.interactions.messages import turn_of
-from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served, served_rows
+from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served
 from apps.interactions.sessions import conversation_outcomes_apply
 from apps.serving.selectors import ReadAhead
 from apps.serving.services import Route, served_by, serving_request_route
-from apps.serving.stream_record import StreamRecord
 from apps.serving.sync_work import in_db_thread
-from apps.serving.vllm_calls import serving_failure_recorded, serving_stream_failure_record, with_load_on_demand
+from apps.serving.vllm_calls import serving_failure_record, serving_failure_recorded, with_load_on_demand
 from apps.tenants.models import ApiKey, Tenant
 
 # Keys of vLLM's answer that are for training only (or vLLM's own), never sent to the client.
@@ -136,42 +134,24 @@ class _ChoiceSoFar:
         self.finish_reason = choice.get("finish_reason") or self.finish_reason
 
     def served(self, interaction_id: uuid.UUID) -> ServedCompletion:
-        """What was served so far, copied: the stream goes on adding to this choice meanwhile."""
-        logprobs = list(self.logprobs) if len(self.logprobs) == len(self.token_ids) else []
-        calls = [
-            {**self.tool_calls[i], "function": dict(self.tool_calls[i]["function"])} for i in sorted(self.tool_calls)
-        ]
+        logprobs = self.logprobs if len(self.logprobs) == len(self.token_ids) else []
+        calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
         return ServedCompletion(
-            interaction_id, "".join(self.content), list(self.token_ids), logprobs, self.finish_reason, calls or None
+            interaction_id, "".join(self.content), self.token_ids, logprobs, self.finish_reason, calls or None
         )
 
 
-def _served(choices: dict[int, _ChoiceSoFar], ids: list[uuid.UUID]) -> list[ServedCompletion]:
-    return [choices[index].served(ids[index]) for index in sorted(choices)]
-
-
 def _record(
-    tenant: Tenant, route: Route, request: ChatRequest, *args: Any, stream_end: bool | None = None, **kwargs: Any
-) -> None:
-    """Record what was served (as :func:`_served_fields` takes it; ``stream_end``: as for
-    completions, ``apps.serving.completions``), then a session outcome that arrived before it."""
-    fields = _served_fields(route, request, *args, **kwargs)
-    interactions_record_served(tenant, so_far=stream_end is not None, **fields)
-    if request.conversation_id:  # a session outcome may have arrived before this turn
-        conversation_outcomes_apply(tenant, conversation_ids=[request.conversation_id], now=timezone.now())
-
-
-def _served_fields(
+    tenant: Tenant,
     route: Route,
     request: ChatRequest,
-    served: list[ServedCompletion],
+    choices: dict[int, _ChoiceSoFar],
+    ids: list[uuid.UUID],
     prompt_token_ids: list[int] | None,
     *,
     served_at: Any,
     started: float,
-    stream_open: bool = False,
-) -> dict[str, Any]:
-    """What :func:`apps.interactions.served.served_rows` takes of a served chat completion."""
+) -> None:
     metadata: dict[str, Any] = {
         "temperature": request.temperature,
         "max_tokens": request.max_tokens,
@@ -180,10 +160,9 @@ def _served_fields(
     }
     if request.max_tokens_requested is not None:
         metadata["max_tokens_requested"] = request.max_tokens_requested
-    if stream_open:
-        metadata["stream_open"] = True  # kept if the worker died before the stream's end
-    return dict(
-        choices=served,
+    interactions_record_served(
+        tenant,
+        choices=[choices[index].served(ids[index]) for index in sorted(choices)],
         prompt="",
         prefix="",
         suffix="",
@@ -196,6 +175,8 @@ def _served_fields(
         metadata=metadata,
         conversation=ServedConversation(request.messages, request.tools, request.conversation_id, request.turn),
     )
+    if request.conversation_id:  # a session outcome may have arrived before this turn
+        conversation_outcomes_apply(tenant, conversation_ids=[request.conversation_id], now=timezone.now())
 
 
 class ChatAnswer:
@@ -241,7 +222,7 @@ async def chat_serve(plan: ChatPlan) -> dict[str, Any]:
     for choice in data.get("choices") or []:
         choices.setdefault(int(choice.get("index", 0)), _ChoiceSoFar()).add(choice, message_key="message")
     await in_db_thread(
-        _record, tenant, route, request, _served(choices, plan.ids), data.get("prompt_token_ids"),
+        _record, tenant, route, request, choices, plan.ids, data.get("prompt_token_ids"),
         served_at=served_at, started=started,
     )  # fmt: skip
     return data
@@ -262,26 +243,9 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
         raise
     plan.upstream_s += time.perf_counter() - started
 
-    choices: dict[int, _ChoiceSoFar] = {}
-    prompt_ids: list[int] | None = None
-
-    def so_far() -> Callable[[], list[tuple]]:  # the snapshot taken here, on the event loop
-        fields = functools.partial(
-            _served_fields, route, request, _served(choices, plan.ids), prompt_ids,
-            served_at=served_at, started=started, stream_open=True,
-        )  # fmt: skip
-        return lambda: served_rows(tenant, **fields())
-
-    def last() -> Awaitable[None]:
-        return in_db_thread(
-            _record, tenant, route, request, _served(choices, plan.ids), prompt_ids,
-            served_at=served_at, started=started, stream_end=True,
-        )  # fmt: skip
-
-    record = StreamRecord(so_far, last)
-
     async def chunks() -> AsyncIterator[dict[str, Any]]:
-        nonlocal choices, prompt_ids
+        choices: dict[int, _ChoiceSoFar] = {}
+        prompt_ids: list[int] | None = None
         try:
             async for data in upstream:
                 prompt_ids = prompt_ids or data.get("prompt_token_ids")
@@ -289,25 +253,31 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
                     choices.setdefault(int(choice.get("index", 0)), _ChoiceSoFar()).add(choice, message_key="delta")
                 if data.get("choices") or request.include_usage:
                     yield data
-                    if choices:
-                        record.served()
         except ApplicationError as exc:
-            failed = in_db_thread(
-                serving_stream_failure_record, tenant, route=route, user=request.user, error=exc, started=started,
-                ids=plan.ids,
+            failure = asyncio.ensure_future(
+                in_db_thread(
+                    serving_failure_record, tenant, route=route, user=request.user, error=exc, started=started,
+                    streamed=True,
+                )
             )  # fmt: skip
-            failure = record.then(lambda: failed)
             choices = {}  # nothing half-served is recorded as an interaction
             await asyncio.shield(failure)
             raise
         finally:
             # Submitted before anything else is awaited: a client that left still gets recorded.
-            last = record.final() if choices else None
+            record = None
+            if choices:
+                record = asyncio.ensure_future(
+                    in_db_thread(
+                        _record, tenant, route, request, choices, plan.ids, prompt_ids,
+                        served_at=served_at, started=started,
+                    )
+                )  # fmt: skip
             try:
                 await upstream.aclose()  # type: ignore[attr-defined]
             finally:
-                if last is not None:
-                    await asyncio.shield(last)
+                if record is not None:
+                    await asyncio.shield(record)
 
     return ClosingStream(chunks(), upstream.aclose)  # type: ignore[attr-defined]  # closed even if never started
 

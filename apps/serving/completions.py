@@ -24,10 +24,9 @@ waits for tokens.
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -44,14 +43,13 @@ from apps.engines.vllm_client import (
     Usage,
     merge_chunks,
 )
-from apps.interactions.served import ServedCompletion, interactions_record_served, served_rows
+from apps.interactions.served import ServedCompletion, interactions_record_served
 from apps.serving.completion_requests import CompletionRequest, completion_request_build, suffix_shown, vllm_kwargs
 from apps.serving.selectors import ReadAhead
 from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.show_gate import show_gate_decisions, show_gate_of, withheld_choice
-from apps.serving.stream_record import StreamRecord
 from apps.serving.sync_work import in_db_thread
-from apps.serving.vllm_calls import serving_failure_recorded, serving_stream_failure_record, with_load_on_demand
+from apps.serving.vllm_calls import serving_failure_record, serving_failure_recorded, with_load_on_demand
 from apps.tenants.models import ApiKey, Tenant
 
 
@@ -61,15 +59,8 @@ def _apply_stops(choice: CompletionChoice, stops: list[str]) -> CompletionChoice
     return choice.cut(hit[0], hit[1]) if hit is not None else choice
 
 
-def _record(tenant: Tenant, *args: Any, stream_end: bool | None = None, **kwargs: Any) -> None:
-    """Record what was served (as :func:`_served_fields` takes it). ``stream_end``: None for a
-    whole answer (one insert); True for a stream's last write (it completes the rows its batches
-    wrote as it went: :mod:`apps.serving.stream_record`)."""
-    fields = _served_fields(*args, stream_open=False, **kwargs)
-    interactions_record_served(tenant, so_far=stream_end is not None, **fields)
-
-
-def _served_fields(
+def _record(
+    tenant: Tenant,
     route: Route,
     request: CompletionRequest,
     completion: Completion,
@@ -78,9 +69,7 @@ def _served_fields(
     served_at: Any,
     started: float,
     gates: dict[int, dict[str, Any]] | None = None,
-    stream_open: bool,
-) -> dict[str, Any]:
-    """What :func:`apps.interactions.served.served_rows` takes of a served completion."""
+) -> None:
     gates = gates or {}
     metadata: dict[str, Any] = {
         "temperature": request.temperature,
@@ -93,9 +82,8 @@ def _served_fields(
         metadata["fim_convention"] = request.fim_convention
     if request.is_fim and not suffix_shown(route.adapter.base_model, request):
         metadata["suffix_shown_to_model"] = False
-    if stream_open:
-        metadata["stream_open"] = True  # kept if the worker died before the stream's end
-    return dict(
+    interactions_record_served(
+        tenant,
         choices=[
             ServedCompletion(
                 ids[c.index], c.text, c.token_ids, c.logprobs, c.finish_reason, show_gate=gates.get(c.index)
@@ -157,10 +145,9 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
     to the client) and return an iterator of the chunks the client gets.
 
     With more stop strings than vLLM takes, the text is released through a stop scanner and the
-    upstream stream is closed as soon as every choice has stopped. What was served is recorded as
-    it goes (:mod:`apps.serving.stream_record`) and completed at the end: the whole completion, or
-    what the client received if it hung up early. If vLLM fails mid-stream, the failure is recorded
-    instead (what was written so far dropped) and the error re-raised for the client."""
+    upstream stream is closed as soon as every choice has stopped. At the end what was served is
+    recorded: the whole completion, or what the client received if it hung up early. If vLLM
+    fails mid-stream, the failure is recorded instead and the error re-raised for the client."""
     tenant, route, request = plan.tenant, plan.route, plan.request
     if plan.gate is not None:
         completion = await completion_serve(plan)
@@ -188,25 +175,8 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
             text += state.scanner.finish()
         return replace(choice, text=text)
 
-    seen: list[CompletionChunk] = []
-
-    def so_far() -> Callable[[], list[tuple]]:  # the snapshot taken here, on the event loop
-        served = _served_from_stream(seen, states)
-        fields = functools.partial(
-            _served_fields, route, request, served, plan.ids, served_at=served_at, started=started, stream_open=True
-        )
-        return lambda: served_rows(tenant, **fields())
-
-    def last() -> Awaitable[None]:
-        served = _served_from_stream(seen, states)
-        return in_db_thread(
-            _record, tenant, route, request, served, plan.ids, served_at=served_at, started=started, stream_end=True
-        )
-
-    record = StreamRecord(so_far, last)
-
     async def chunks() -> AsyncIterator[CompletionChunk]:
-        nonlocal seen
+        seen: list[CompletionChunk] = []
         try:
             async for chunk in upstream:
                 seen.append(chunk)
@@ -217,34 +187,41 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
                 out = [client_choice(c, states[c.index]) for c in chunk.choices if not states[c.index].finished]
                 if out:
                     yield replace(chunk, choices=out, usage=None)
-                    record.served()
                 if scanning and all(s.finished for s in states.values()):
                     if request.include_usage:
                         yield replace(chunk, choices=[], usage=_usage_of(seen, request, states))
                     break  # closing the upstream iterator closes the connection: vLLM stops generating
         except ApplicationError as exc:
-            failed = in_db_thread(
-                serving_stream_failure_record,
-                tenant,
-                route=route,
-                user=request.user,
-                error=exc,
-                started=started,
-                ids=plan.ids,
+            failure = asyncio.ensure_future(
+                in_db_thread(
+                    serving_failure_record,
+                    tenant,
+                    route=route,
+                    user=request.user,
+                    error=exc,
+                    started=started,
+                    streamed=True,
+                )
             )
-            failure = record.then(lambda: failed)
             seen = []  # nothing half-served is recorded as an interaction
             await asyncio.shield(failure)
             raise
         finally:
             # Submitted before anything else is awaited: a client that left (this task cancelled)
             # still gets what it was served recorded, on its database thread.
-            last = record.final() if seen else None
+            record = None
+            if seen:
+                served = _served_from_stream(seen, states)
+                record = asyncio.ensure_future(
+                    in_db_thread(
+                        _record, tenant, route, request, served, plan.ids, served_at=served_at, started=started
+                    )
+                )
             try:
                 await upstream.aclose()  # type: ignore[attr-defined]
             finally:
-                if last is not None:
-                    await asyncio.shield(last)
+                if record is not None:
+                    await asyncio.shield(record)
 
     return ClosingStream(chunks(), upstream.aclose)  # type: ignore[attr-defined]  # closed even if never started
 

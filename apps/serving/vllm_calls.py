@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from django.db import transaction
 from django.utils import timezone
 
 from apps.adapters.loading import adapter_version_load
@@ -18,7 +16,6 @@ from apps.adapters.models import AdapterVersion
 from apps.common.exceptions import ApplicationError
 from apps.engines.vllm_client import ModelNotLoaded, VLLMBadRequest
 from apps.interactions.models import ServingFailure
-from apps.interactions.served import interactions_served_discard
 from apps.serving.services import Route
 from apps.tenants.models import Tenant
 
@@ -67,23 +64,6 @@ def serving_failure_record(
         occurred_at=timezone.now(),
         latency_ms=(time.perf_counter() - started) * 1000,
     )
-
-
-def serving_stream_failure_record(
-    tenant: Tenant,
-    *,
-    route: Route,
-    user: str,
-    error: ApplicationError,
-    started: float,
-    ids: Sequence[uuid.UUID],
-) -> None:
-    """A stream vLLM failed mid-way: the failure is recorded and its interactions (``ids``) dropped
-    if they were written as it went (:mod:`apps.serving.stream_record`), in one transaction: a
-    failed stream is a failure, never half an interaction."""
-    with transaction.atomic():
-        interactions_served_discard(tenant, ids=ids)
-        serving_failure_record(tenant, route=route, user=user, error=error, started=started, streamed=True)
 
 
 async def serving_failure_recorded(
