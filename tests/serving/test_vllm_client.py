@@ -361,15 +361,17 @@ def test_the_connect_timeout_is_a_setting_both_clients_take(settings):
 
 
 def test_only_a_replica_with_another_after_it_gets_the_short_connect_deadline():
-    """The short deadline is for failing over; the last replica to try (and a wait for a free
-    connection in the process's own pool) gets as long as the answer: a process busy with a burst
-    of new streams must not read its own wait as a dead replica."""
+    """The short deadline is for failing over; the last replica to try gets LAST_CONNECT_S (5 s, or
+    the answer's deadline if shorter), and a wait for a free connection in the process's own pool
+    as long as the answer: a process busy with a burst of new streams must not read its own wait as
+    a dead replica, and a host that answers nothing must not hold a request for the whole answer's
+    deadline."""
     from apps.engines.vllm_client import VLLMClient
 
     two = VLLMClient(["http://a:1", "http://b:1"], connect_timeout=1.0, timeout=30.0)
     (first, early), (last, late) = two._attempts("tenant-1", 30.0)
     assert {first, last} == {"http://a:1", "http://b:1"}
     assert (early.connect, early.pool, early.read) == (1.0, 30.0, 30.0)
-    assert (late.connect, late.pool, late.read) == (30.0, 30.0, 30.0)
-    ((only, alone),) = VLLMClient("http://a:1", connect_timeout=1.0)._attempts(None, 5.0)
-    assert (only, alone.connect, alone.pool) == ("http://a:1", 5.0, 5.0)
+    assert (late.connect, late.pool, late.read) == (5.0, 30.0, 30.0)
+    ((only, alone),) = VLLMClient("http://a:1", connect_timeout=1.0)._attempts(None, 3.0)
+    assert (only, alone.connect, alone.pool) == ("http://a:1", 3.0, 3.0)
