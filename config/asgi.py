@@ -96,17 +96,19 @@ class StropASGIHandler(ASGIHandler):
         # Django's own __call__ makes a thread for each request's chain and another to join it
         # after: two thread starts a completion. The chain's thread is taken from the idle ones here.
         chain = self._idle_chains.pop() if self._idle_chains else _chain_thread()
+        reuse = True
         try:
             async with ThreadSensitiveContext(executor=chain):
                 await self.handle(scope, receive, send)
         except asyncio.CancelledError:
+            reuse = False  # a chain call may still run on its thread: the next request must not queue behind it
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
         finally:
             _request_tasks.reset(token)
-            if len(self._idle_chains) < IDLE_CHAIN_THREADS:
+            if reuse and len(self._idle_chains) < IDLE_CHAIN_THREADS:
                 self._idle_chains.append(chain)
             else:
                 chain.shutdown(wait=False)
