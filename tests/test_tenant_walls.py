@@ -41,6 +41,7 @@ WITH_IDS = {
     "adapter-retrain",
     "training-run-detail",
     "interaction-detail",
+    "interaction-persistence",
     "api-key-detail",
     "completions",
     "chat-completions",
@@ -96,9 +97,10 @@ def world(make_tenant, make_client):
 
 def test_b_cannot_read_a_interaction(world):
     _, b, interaction_id, _ = world
-    response = b.get(f"/v1/interactions/{interaction_id}")
-    assert response.status_code == 404
-    assert "A's" not in response.content.decode()
+    for path in (f"/v1/interactions/{interaction_id}", f"/v1/interactions/{interaction_id}/persistence"):
+        response = b.get(path)
+        assert response.status_code == 404, path
+        assert "A's" not in response.content.decode()
 
 
 def test_b_cannot_see_a_key_or_revoke_it(world):
