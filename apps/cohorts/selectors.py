@@ -40,12 +40,18 @@ def end_user_get_for_tenant(tenant: Tenant, *, external_id: str) -> EndUser:
     return user
 
 
-def end_user_list(tenant: Tenant, *, search: str | None = None, opted_in: bool | None = None) -> QuerySet[EndUser]:
-    """By external id. On Postgres the search (any part of the id, any case) is served by a trigram
-    index on ``UPPER(external_id)`` (migration 0004); the order by the ``(tenant, external_id)`` one."""
+def end_user_list(
+    tenant: Tenant, *, search: str | None = None, opted_in: bool | None = None, starts_with: str | None = None
+) -> QuerySet[EndUser]:
+    """By external id. On Postgres ``search`` (any part of the id, any case) and ``starts_with`` (its
+    start, any case) are served by a trigram index on ``UPPER(external_id)`` (migration 0004), the
+    order by the ``(tenant, external_id)`` one. A trigram index cannot serve a substring under 3
+    characters: such a search that matches few users reads every one of the tenant's."""
     users = EndUser.objects.filter(tenant=tenant)
     if search:
         users = users.filter(external_id__icontains=search)
+    if starts_with:
+        users = users.filter(external_id__istartswith=starts_with)
     if opted_in is not None:
         users = users.filter(opted_in=opted_in)
     return users.order_by("external_id")
@@ -59,6 +65,8 @@ def end_user_counts(tenant: Tenant) -> dict[str, int]:
 
 
 COUNT_CAP = 10_000
+# The shortest search for any part of an id; a shorter one matches the id's start (see end_user_list).
+SEARCH_MIN_CHARS = 3
 
 
 @dataclass(frozen=True)
