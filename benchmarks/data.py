@@ -366,6 +366,8 @@ def main() -> None:
     urls["overview (30 days)"] = urls["overview"] + "?range=30d"
     urls["overview (7 days)"] = urls["overview"] + "?range=7d"
     urls["interactions (page 2)"] = None  # type: ignore[assignment]
+    urls["cohorts (page after user-500000)"] = urls["cohorts"] + "?after=user-500000"  # keyset: as cheap as the first
+    urls["cohorts search (2 characters)"] = urls["cohorts"] + "?q=zz"  # the start of an id, and matches no one
     urls["settings"] = reverse("dashboard:settings", kwargs={"tenant_slug": world["tenant"].slug})  # type: ignore[attr-defined]
     print(f"{'page':<30} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
     for name, url in urls.items():

@@ -8,6 +8,8 @@ run; opting back in does not resurrect events that happened while opted out.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from apps.cohorts.models import ConsentChange, EndUser
@@ -38,10 +40,18 @@ def end_user_get_for_tenant(tenant: Tenant, *, external_id: str) -> EndUser:
     return user
 
 
-def end_user_list(tenant: Tenant, *, search: str | None = None, opted_in: bool | None = None) -> QuerySet[EndUser]:
+def end_user_list(
+    tenant: Tenant, *, search: str | None = None, opted_in: bool | None = None, starts_with: str | None = None
+) -> QuerySet[EndUser]:
+    """By external id. On Postgres ``search`` (any part of the id, any case) and ``starts_with`` (its
+    start, any case) are served by a trigram index on ``UPPER(external_id)`` (migration 0004), the
+    order by the ``(tenant, external_id)`` one. A trigram index cannot serve a substring under 3
+    characters: such a search that matches few users reads every one of the tenant's."""
     users = EndUser.objects.filter(tenant=tenant)
     if search:
         users = users.filter(external_id__icontains=search)
+    if starts_with:
+        users = users.filter(external_id__istartswith=starts_with)
     if opted_in is not None:
         users = users.filter(opted_in=opted_in)
     return users.order_by("external_id")
@@ -52,6 +62,48 @@ def end_user_counts(tenant: Tenant) -> dict[str, int]:
         total=Count("id"), opted_in=Count("id", filter=Q(opted_in=True))
     )
     return {"total": counts["total"], "opted_in": counts["opted_in"], "opted_out": counts["total"] - counts["opted_in"]}
+
+
+COUNT_CAP = 10_000
+# The shortest search for any part of an id; a shorter one matches the id's start (see end_user_list).
+SEARCH_MIN_CHARS = 3
+
+
+@dataclass(frozen=True)
+class CappedCount:
+    """A count that stops at ``COUNT_CAP``: ``more`` says there are more than ``value``."""
+
+    value: int
+    more: bool
+
+
+def end_user_counts_capped(tenant: Tenant, *, cap: int = COUNT_CAP) -> dict[str, CappedCount]:
+    """The tenant's end users (``total``), opted in and opted out, each counted up to ``cap``: a
+    read of at most ``cap + 1`` index entries per figure, however many users the tenant holds."""
+    users = EndUser.objects.filter(tenant=tenant)
+    figures = {"total": users, "opted_in": users.filter(opted_in=True), "opted_out": users.filter(opted_in=False)}
+    out = {}
+    for name, qs in figures.items():
+        n = qs.order_by()[: cap + 1].count()
+        out[name] = CappedCount(value=min(n, cap), more=n > cap)
+    return out
+
+
+@dataclass(frozen=True)
+class EndUserPage:
+    object_list: list[EndUser]
+    next: str | None  # the cursor of the next page (the last external id shown), None on the last
+    first: bool
+
+
+def end_user_page(users: QuerySet[EndUser], *, after: str | None, per_page: int) -> EndUserPage:
+    """The ``per_page`` users of ``users`` (ordered by external id) after the external id ``after``
+    (a page's ``next``): no count, no offset, so the hundredth page costs what the first does."""
+    if after:
+        users = users.filter(external_id__gt=after[:200])
+    rows = list(users[: per_page + 1])
+    following = rows[per_page - 1].external_id if len(rows) > per_page else None
+    return EndUserPage(object_list=rows[:per_page], next=following, first=not after)
 
 
 def consent_history(end_user: EndUser) -> QuerySet[ConsentChange]:

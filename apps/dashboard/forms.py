@@ -211,7 +211,12 @@ class ExperimentStartForm(forms.Form):
 
 
 class EndUserSearchForm(forms.Form):
-    q = forms.CharField(required=False, max_length=200, label="End user id", help_text="Part of the tenant's own id.")
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="End user id",
+        help_text="Part of the tenant's own id; 1 or 2 characters find ids that start with them.",
+    )
     state = forms.ChoiceField(
         required=False, choices=[("", "Anyone"), ("in", "Opted in"), ("out", "Opted out")], label="Consent"
     )

@@ -11,14 +11,21 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from apps.cohorts.models import ConsentChange
-from apps.cohorts.selectors import end_user_counts, end_user_get_for_tenant, end_user_list
+from apps.cohorts.selectors import (
+    COUNT_CAP,
+    SEARCH_MIN_CHARS,
+    end_user_counts_capped,
+    end_user_get_for_tenant,
+    end_user_list,
+    end_user_page,
+)
 from apps.cohorts.services import end_user_consent_set
 from apps.common.exceptions import ValidationFailed
 from apps.dashboard import charts
 from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.cohort_stats import optin_over_time
 from apps.dashboard.forms import EndUserSearchForm
-from apps.dashboard.views.common import page_of, tenant_render
+from apps.dashboard.views.common import PER_PAGE, tenant_render
 from apps.privacy.selectors import end_user_detail, end_user_erase_preview
 from apps.privacy.services import end_user_erase
 
@@ -47,19 +54,34 @@ def end_user_url(ctx: TenantContext, external_id: str) -> str:
 def cohorts(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
     form = EndUserSearchForm(request.GET or None)
     data = form.cleaned_data if form.is_valid() else {}
-    users = end_user_list(ctx.tenant, search=data.get("q") or None, opted_in=STATES.get(data.get("state", "")))
-    days = optin_over_time(ctx.tenant)
+    q = data.get("q") or ""
+    short = len(q) < SEARCH_MIN_CHARS  # too short for the trigram index: the start of the id
+    users = end_user_list(
+        ctx.tenant,
+        search=None if short else q,
+        starts_with=q if short else None,
+        opted_in=STATES.get(data.get("state", "")),
+    )
+    counts = end_user_counts_capped(ctx.tenant, cap=COUNT_CAP)
+    relative = counts["opted_in"].more  # too many to count on every request: the chart shows the change
+    days = optin_over_time(ctx.tenant, opted_in_now=None if relative else counts["opted_in"].value)
     chart = charts.line_chart(
         [(d.day, d.opted_in) for d in days],
-        title="End users opted in at the end of each day, last 30 days",
+        title=(
+            "Change in end users opted in since the first of the last 30 days"
+            if relative
+            else "End users opted in at the end of each day, last 30 days"
+        ),
         x_format=lambda moment: moment.strftime("%d %b"),
-        y_min=0,
+        y_min=None if relative else 0,
         empty_text="No end users yet",
     )
     context = {
         "form": form,
-        "page": page_of(request, users),
-        "counts": end_user_counts(ctx.tenant),
+        "page": end_user_page(users, after=request.GET.get("after"), per_page=PER_PAGE),
+        "counts": counts,
+        "relative": relative,
+        "cap": COUNT_CAP,
         "days": [d for d in reversed(days) if d.opt_ins or d.opt_outs],
         "chart": chart,
         "filtered": bool(data.get("q") or data.get("state")),
