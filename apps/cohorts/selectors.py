@@ -98,7 +98,11 @@ class EndUserPage:
 
 def end_user_page(users: QuerySet[EndUser], *, after: str | None, per_page: int) -> EndUserPage:
     """The ``per_page`` users of ``users`` (ordered by external id) after the external id ``after``
-    (a page's ``next``): no count, no offset, so the hundredth page costs what the first does."""
+    (a page's ``next``): no count, no offset, so the hundredth page costs what the first does.
+    A cursor no page could have given (a NUL byte, which Postgres refuses in text) starts from the
+    first page."""
+    if after and "\x00" in after:
+        after = None
     if after:
         users = users.filter(external_id__gt=after[:200])
     rows = list(users[: per_page + 1])

@@ -8,7 +8,10 @@ a big table is indexed. A build that failed half-way leaves an invalid index beh
 dropped and built again; the table is analysed after. Other databases (the embedded SQLite) keep their plain scan.
 """
 
+import sys
+
 from django.db import migrations
+from django.db.utils import DatabaseError
 
 INDEX = "cohorts_enduser_external_id_trgm"
 
@@ -17,7 +20,20 @@ def create(apps, schema_editor):  # type: ignore[no-untyped-def]
     if schema_editor.connection.vendor != "postgresql":
         return
     with schema_editor.connection.cursor() as cursor:
-        cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+        cursor.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'")
+        if cursor.fetchone() is None:
+            try:
+                cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+            except DatabaseError as exc:  # a managed database's user may not create extensions
+                # The migration runs in autocommit (non-atomic): the connection stays usable, and the
+                # deploy goes on with search unindexed (right, only slower on a big tenant).
+                print(
+                    f"\n  cohorts.0004: pg_trgm could not be created ({str(exc).strip()}); end-user search "
+                    "stays unindexed. As a database admin run `CREATE EXTENSION pg_trgm;`, then "
+                    "`manage.py migrate cohorts 0003 && manage.py migrate cohorts` (docs/deploy.md).",
+                    file=sys.stderr,
+                )
+                return
         cursor.execute(
             "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s",
             [INDEX],
