@@ -74,3 +74,19 @@ def typed(samples: list[dict]) -> list[Sample]:
     """The tests write samples as dicts for brevity; the trainer takes them typed, as the
     exporter builds them (``Sample.build``)."""
     return [Sample.build(**sample) for sample in samples]
+
+
+def with_base_middles(model_dir: Path, cases: list[dict], *, max_new_tokens: int = 8) -> list[dict]:
+    """``cases`` (qwen FIM prefix/suffix) with each middle set to the base model's own greedy one:
+    the base model gets every case right."""
+    from gpu_trainer.decoding import greedy_completions
+    from gpu_trainer.model_loading import load_tokenizer, special_token_ids
+    from learning_shared.fim import build_fim_prompt
+
+    tokenizer = load_tokenizer(model_dir)
+    model = load(model_dir)
+    eos_id, pad_id = special_token_ids(tokenizer, model)
+    prompts = [build_fim_prompt("qwen", case["prefix"], case["suffix"]) for case in cases]
+    middles = greedy_completions(model, tokenizer, prompts, family="qwen", eos_id=eos_id, pad_id=pad_id,
+                                 max_new_tokens=max_new_tokens, max_tokens_per_pass=2048, device="cpu")
+    return [{**case, "middle": middle} for case, middle in zip(cases, middles, strict=True)]

@@ -9,13 +9,10 @@ import shutil
 
 import pytest
 
-from gpu_trainer.decoding import greedy_completions
 from gpu_trainer.gate import FAILED, PASSED, GateConfig, evaluate_candidate, fim_decision
-from gpu_trainer.model_loading import load_tokenizer, special_token_ids
-from learning_shared.fim import build_fim_prompt
 from learning_shared.offline_eval import offline_eval_of
 from tests.fixtures.vllm import write_random_lora
-from tests.gpu_trainer.helpers import FIM_CASES, load
+from tests.gpu_trainer.helpers import FIM_CASES, with_base_middles
 
 CONFIG = GateConfig(max_new_tokens=8, batch_size=4)
 CASES = [
@@ -30,13 +27,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def base_cases(tiny_starter_model) -> list[dict]:
     """Cases whose middles are the base model's own greedy ones: the base gets every one right."""
-    tokenizer = load_tokenizer(tiny_starter_model)
-    model = load(tiny_starter_model)
-    eos_id, pad_id = special_token_ids(tokenizer, model)
-    prompts = [build_fim_prompt("qwen", case["prefix"], case["suffix"]) for case in CASES]
-    middles = greedy_completions(model, tokenizer, prompts, family="qwen", eos_id=eos_id, pad_id=pad_id,
-                                 max_new_tokens=8, max_tokens_per_pass=2048, device="cpu")
-    return [{**case, "middle": middle} for case, middle in zip(CASES, middles, strict=True)]
+    return with_base_middles(tiny_starter_model, CASES)
 
 
 @pytest.fixture(scope="module")

@@ -9,15 +9,12 @@ import math
 
 import pytest
 
-from gpu_trainer.decoding import greedy_completions
 from gpu_trainer.gate import GateConfig, evaluate_candidate
-from gpu_trainer.model_loading import load_tokenizer, special_token_ids
-from learning_shared.fim import build_fim_prompt
 from learning_shared.fim_metrics import CaseScore, first_line, first_line_match
 from learning_shared.intervals import mean_interval, wilson
 from learning_shared.offline_eval import FIGURES, fim_figures, offline_eval_of
 from tests.fixtures.vllm import write_random_lora
-from tests.gpu_trainer.helpers import FIM_CASES, load
+from tests.gpu_trainer.helpers import FIM_CASES, with_base_middles
 
 CONFIG = GateConfig(max_new_tokens=8, batch_size=3)
 # Enough cases for the paired lift's interval (learning_shared.intervals.MIN_MEAN_INTERVAL_N).
@@ -31,13 +28,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def base_cases(tiny_starter_model) -> list[dict]:
     """FIM cases whose middles are the base model's own greedy ones: the base scores 1.0 on each."""
-    tokenizer = load_tokenizer(tiny_starter_model)
-    model = load(tiny_starter_model)
-    eos_id, pad_id = special_token_ids(tokenizer, model)
-    prompts = [build_fim_prompt("qwen", case["prefix"], case["suffix"]) for case in CASES]
-    middles = greedy_completions(model, tokenizer, prompts, family="qwen", eos_id=eos_id, pad_id=pad_id,
-                                 max_new_tokens=8, max_tokens_per_pass=2048, device="cpu")
-    return [{**case, "middle": middle} for case, middle in zip(CASES, middles, strict=True)]
+    return with_base_middles(tiny_starter_model, CASES)
 
 
 @pytest.fixture(scope="module")
