@@ -87,6 +87,13 @@ class ExperimentResults:
         return adjusted.get("users_with_history") if adjusted is not None else None
 
     @property
+    def history_unused(self) -> bool:
+        """Users with history, but too few to fit a covariate: the adjusted lift is the unadjusted one
+        (snapshots taken before the count was recorded say nothing of it: False)."""
+        adjusted = next((m.adjusted for m in self.metrics if m.adjusted is not None), None)
+        return bool(adjusted and adjusted.get("users_with_history") and adjusted.get("covariates_fitted") == 0)
+
+    @property
     def decision_label(self) -> str:
         return ACTION_LABELS.get(self.decision.get("action", ""), self.decision.get("action", ""))
 

@@ -121,3 +121,29 @@ def test_a_look_the_adjusted_fit_cannot_test_is_not_handed_to_the_unadjusted_seq
     assert not primary.significant and primary.direction == "none"
     assert result.decision.action == KEEP_RUNNING
     assert "cannot be tested yet" in result.decision.reason
+
+
+def test_the_decision_says_adjusted_only_where_a_covariate_was_fitted() -> None:
+    """Two users with history cannot pay for two covariates (m ≤ k): the fit uses none, the
+    adjusted lift is the unadjusted one, and neither the snapshot nor the decision's sentence says
+    the lift was adjusted. With 40 users with history it was, and both say so."""
+    rng = np.random.default_rng(3)
+    control_reward = rng.normal(3.0, 1.0, 200)
+    candidate_reward = rng.normal(3.05, 1.0, 200)
+
+    def covariates(reward: np.ndarray, with_history: int) -> np.ndarray:
+        history = np.zeros(len(reward))
+        history[:with_history] = 1.0
+        return np.column_stack([np.where(history == 1, reward + rng.normal(0, 0.5, len(reward)), 0.0), history])
+
+    for with_history, fitted in ((1, False), (40, True)):
+        result = analyze(
+            arm(control_reward, covariates(control_reward, with_history)),
+            arm(candidate_reward, covariates(candidate_reward, with_history)),
+            elapsed=DAY,
+        )
+        adjusted = result.metric("reward_per_request").adjusted
+        assert adjusted is not None and adjusted.users_with_history == 2 * with_history
+        assert (adjusted.covariates_fitted > 0) is fitted
+        assert adjusted.as_dict()["covariates_fitted"] == adjusted.covariates_fitted
+        assert ("adjusted for pre-exposure behaviour" in result.decision.reason) is fitted

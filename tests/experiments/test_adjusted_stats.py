@@ -148,6 +148,7 @@ def test_without_covariates_nothing_is_adjusted_and_the_json_is_clean() -> None:
         "p_always_valid",
         "variance_reduction",
         "users_with_history",
+        "covariates_fitted",
     }
 
 

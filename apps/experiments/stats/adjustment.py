@@ -82,6 +82,8 @@ class AdjustedLift:
     """Its standard error (NaN where not testable)."""
     variance_reduction: FloatArray
     """1 − adjusted variance / unadjusted variance of the lift."""
+    fitted: FloatArray
+    """How many covariates the fit used (0: too few users with history, the lift is unadjusted)."""
 
 
 def _within(m: RatioMoments, c: CovariateMoments) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
@@ -143,7 +145,7 @@ def adjusted_lift(
         ok = np.isfinite(var) & (mean_x_a != 0) & (mean_x_b != 0)
         se = np.where(ok, np.sqrt(var), np.nan)
         reduction = np.where(ok & (unadjusted > 0), 1 - var / unadjusted, np.nan)
-    return AdjustedLift(diff=np.where(ok, adjusted, np.nan), se=se, variance_reduction=reduction)
+    return AdjustedLift(diff=np.where(ok, adjusted, np.nan), se=se, variance_reduction=reduction, fitted=k)
 
 
 def _rank(s_zz: FloatArray) -> FloatArray:

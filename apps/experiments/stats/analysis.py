@@ -192,4 +192,5 @@ def _adjusted(
         p_always_valid=finite_or_none(inference.always_valid_p_value(lift.diff, se, n_total, config.n_star)),
         variance_reduction=finite_or_none(lift.variance_reduction),
         users_with_history=with_history,
+        covariates_fitted=int(lift.fitted),
     )

@@ -88,8 +88,9 @@ def _numbers(m: MetricResult) -> str:
 
 
 def _adjusted_word(m: MetricResult) -> str:
-    # With nobody with history the adjusted lift is the unadjusted one: nothing to say.
-    adjusted = m.adjusted is not None and m.adjusted.p_always_valid is not None and m.adjusted.users_with_history > 0
+    # Where no covariate was fitted (nobody, or too few users, with history) the adjusted lift is the
+    # unadjusted one: nothing to say.
+    adjusted = m.adjusted is not None and m.adjusted.p_always_valid is not None and m.adjusted.covariates_fitted > 0
     return "adjusted for pre-exposure behaviour, " if adjusted else ""
 
 

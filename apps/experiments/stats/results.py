@@ -95,6 +95,8 @@ class AdjustedResult:
     variance_reduction: float | None
     """1 − adjusted / unadjusted variance of the lift: the share of noise the history explained."""
     users_with_history: int
+    covariates_fitted: int = 0
+    """Covariates the fit used; 0 where too few users have history (the lift is then unadjusted)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -103,6 +105,7 @@ class AdjustedResult:
             "p_always_valid": self.p_always_valid,
             "variance_reduction": self.variance_reduction,
             "users_with_history": self.users_with_history,
+            "covariates_fitted": self.covariates_fitted,
         }
 
 
