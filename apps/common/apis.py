@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 from apps.common.exception_handler import error_body
 from apps.common.exceptions import ValidationFailed
 from apps.common.observability.context import current_request_id
-from apps.common.parsing import end_user_id_check
+from apps.common.parsing import cursor_encode, end_user_id_check, query_cursor, query_int
 
 
 class ScopedApi(APIView):
@@ -165,8 +165,6 @@ class KeysetRequest:
 
 def keyset_request(request: Request, *, default_limit: int = 50, max_limit: int = 500) -> KeysetRequest:
     """``limit`` and ``cursor`` or ``offset``, strictly (a bad one, or both of the last two, is a 400)."""
-    from apps.common.parsing import query_cursor, query_int
-
     params = request.query_params
     limit = query_int(params, "limit", default=default_limit, minimum=1, maximum=max_limit)
     offset = query_int(params, "offset", default=0, minimum=0, maximum=10**12)
@@ -183,8 +181,6 @@ def keyset_paginated(
     back as ``cursor``; None on the last page) and ``count_capped`` (``count`` stopped counting:
     there are more). Asked by cursor, ``next`` carries the next cursor and ``previous`` is None
     (a keyset walks forward); asked by offset, both are offset links as ever."""
-    from apps.common.parsing import cursor_encode
-
     next_cursor = cursor_encode(next_after) if next_after is not None else None
     limit, offset = asked.limit, asked.offset
     if asked.after is not None:
