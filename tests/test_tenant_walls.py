@@ -10,6 +10,7 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
+from apps.common.parsing import cursor_encode
 from apps.interactions.models import Feedback, Interaction, PersistenceReport
 from apps.tenants.models import ApiKey
 
@@ -238,6 +239,8 @@ def test_b_cannot_see_touch_or_erase_a_end_users(world):
     assert b.get("/v1/users/dev-a").status_code == 404
     assert b.delete("/v1/users/dev-a").status_code == 404
     assert b.get("/v1/users").json()["results"] == []
+    everyone = b.get(f"/v1/users?cursor={cursor_encode('dev-')}&search=dev-a&exact_counts=true").json()
+    assert everyone["results"] == [] and everyone["count"] == 0 and everyone["counts"]["total"] == 0
     # B opting in its own "dev-a" makes B's user, not A's
     assert b.post("/v1/users/dev-a/opt-out").status_code == 200
     assert EndUser.objects.get(tenant=a.tenant, external_id="dev-a").opted_in is True

@@ -15,9 +15,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.cohorts.models import ConsentChange, EndUser
-from apps.cohorts.selectors import end_user_counts, end_user_list
+from apps.cohorts.selectors import (
+    COUNT_CAP,
+    SEARCH_MIN_CHARS,
+    capped_count,
+    end_user_counts_capped,
+    end_user_list,
+    end_user_page,
+)
 from apps.cohorts.services import MAX_IMPORT_ITEMS, end_user_consent_set, end_users_import
-from apps.common.apis import ScopedApi, batch_items, paginated, paginated_schema
+from apps.common.apis import ScopedApi, batch_items, keyset_paginated, keyset_paginated_schema, keyset_request
 from apps.common.exceptions import ValidationFailed
 from apps.common.parsers import StrictJSONParser
 from apps.common.parsing import body_read, query_bool, query_text, reject_unknown_query
@@ -62,38 +69,78 @@ class CsvParser(BaseParser):
         return {"items": items}
 
 
-_COUNTS = inline_serializer(
-    name="EndUserCounts",
-    fields={n: serializers.IntegerField() for n in ("total", "opted_in", "opted_out")},
-)
+_FIGURES = ("total", "opted_in", "opted_out")
 
 
 class EndUserListApi(ScopedApi):
-    """The tenant's end users, searchable, with counts."""
+    """The tenant's end users by id, searchable, a page at a time (by cursor, or by offset as
+    older clients do), with the tenant's counts. Every count stops at a cap unless exact ones are
+    asked for, so a page costs what it shows, not what the tenant holds."""
 
     required_scope = "ingest"
 
     @extend_schema(
         operation_id="v1_users_list",
         parameters=[
-            OpenApiParameter("search", str, description="part of the end user id"),
+            OpenApiParameter(
+                "search",
+                str,
+                description=f"any part of the end user id, in any case; under {SEARCH_MIN_CHARS} characters, its start",
+            ),
             OpenApiParameter("opted_in", bool),
-            OpenApiParameter("limit", int),
-            OpenApiParameter("offset", int),
+            OpenApiParameter("limit", int, description="users a page: 1 to 500, default 50"),
+            OpenApiParameter(
+                "cursor", str, description="a page's next_cursor: the page after it (the same filters apply)"
+            ),
+            OpenApiParameter(
+                "offset", int, description="users to skip (not with cursor); each page costs what it skips"
+            ),
+            OpenApiParameter(
+                "exact_counts",
+                bool,
+                description="true: count and counts exact, at the cost of reading every user they count",
+            ),
         ],
         responses={
-            200: inline_serializer(
-                name="EndUserPage",
-                fields={**paginated_schema("EndUserList", EndUserOut(many=True)).fields, "counts": _COUNTS},
+            200: keyset_paginated_schema(
+                "EndUserPage",
+                EndUserOut(many=True),
+                counts=inline_serializer(
+                    name="EndUserCounts", fields={n: serializers.IntegerField() for n in _FIGURES}
+                ),
+                counts_capped=inline_serializer(
+                    name="EndUserCountsCapped", fields={n: serializers.BooleanField() for n in _FIGURES}
+                ),
             )
         },
+        description=(
+            f"Ordered by end user id. `count` (the users that match) and `counts` stop at {COUNT_CAP:,} "
+            "(`count` at one page past the one asked for, when further); `count_capped` and "
+            "`counts_capped` say a figure stopped there and there are more (`exact_counts=true` counts "
+            "them all, slowly on a big tenant). Follow `next_cursor` (or `next`) for the next page: it "
+            "costs what the first one does."
+        ),
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        reject_unknown_query(params, {"search", "opted_in", "limit", "offset"})
+        reject_unknown_query(params, {"search", "opted_in", "limit", "offset", "cursor", "exact_counts"})
+        asked = keyset_request(request)
+        exact = query_bool(params, "exact_counts") is True
         users = end_user_list(self.tenant, search=query_text(params, "search"), opted_in=query_bool(params, "opted_in"))
-        response = paginated(request, users, lambda page: EndUserOut(page, many=True).data)
-        response.data["counts"] = end_user_counts(self.tenant)
+        page = end_user_page(users, after=asked.after, per_page=asked.limit, offset=asked.offset)
+        # Counted at least one page past this one: a client that pages while offset < count never stops early.
+        count = capped_count(users, cap=None if exact else max(COUNT_CAP, asked.offset + 2 * asked.limit))
+        response = keyset_paginated(
+            request,
+            asked,
+            results=EndUserOut(page.object_list, many=True).data,
+            next_after=page.next,
+            count=count.value,
+            count_capped=count.more,
+        )
+        counts = end_user_counts_capped(self.tenant, cap=None if exact else COUNT_CAP)
+        response.data["counts"] = {name: figure.value for name, figure in counts.items()}
+        response.data["counts_capped"] = {name: figure.more for name, figure in counts.items()}
         return response
 
 

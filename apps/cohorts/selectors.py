@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from apps.cohorts.models import ConsentChange, EndUser
 from apps.common.exceptions import NotFound
@@ -40,53 +40,53 @@ def end_user_get_for_tenant(tenant: Tenant, *, external_id: str) -> EndUser:
     return user
 
 
-def end_user_list(
-    tenant: Tenant, *, search: str | None = None, opted_in: bool | None = None, starts_with: str | None = None
-) -> QuerySet[EndUser]:
-    """By external id. On Postgres ``search`` (any part of the id, any case) and ``starts_with`` (its
-    start, any case) are served by a trigram index on ``UPPER(external_id)`` (migration 0004), the
-    order by the ``(tenant, external_id)`` one. A trigram index cannot serve a substring under 3
-    characters: such a search that matches few users reads every one of the tenant's."""
+# The shortest search for any part of an id; a shorter one matches the id's start (see end_user_list).
+SEARCH_MIN_CHARS = 3
+
+
+def end_user_list(tenant: Tenant, *, search: str | None = None, opted_in: bool | None = None) -> QuerySet[EndUser]:
+    """By external id. ``search`` (any case) matches any part of the id, or only its start when
+    shorter than ``SEARCH_MIN_CHARS``: on Postgres both are served by a trigram index on
+    ``UPPER(external_id)`` (migration 0004), the order by the ``(tenant, external_id)`` one. A
+    trigram index cannot serve a substring under 3 characters (such a search that matched few
+    users would read every one of the tenant's); it can serve the start of the id."""
     users = EndUser.objects.filter(tenant=tenant)
-    if search:
+    if search and len(search) < SEARCH_MIN_CHARS:
+        users = users.filter(external_id__istartswith=search)
+    elif search:
         users = users.filter(external_id__icontains=search)
-    if starts_with:
-        users = users.filter(external_id__istartswith=starts_with)
     if opted_in is not None:
         users = users.filter(opted_in=opted_in)
     return users.order_by("external_id")
 
 
-def end_user_counts(tenant: Tenant) -> dict[str, int]:
-    counts = EndUser.objects.filter(tenant=tenant).aggregate(
-        total=Count("id"), opted_in=Count("id", filter=Q(opted_in=True))
-    )
-    return {"total": counts["total"], "opted_in": counts["opted_in"], "opted_out": counts["total"] - counts["opted_in"]}
-
-
 COUNT_CAP = 10_000
-# The shortest search for any part of an id; a shorter one matches the id's start (see end_user_list).
-SEARCH_MIN_CHARS = 3
 
 
 @dataclass(frozen=True)
 class CappedCount:
-    """A count that stops at ``COUNT_CAP``: ``more`` says there are more than ``value``."""
+    """A count that stops at a cap (``COUNT_CAP``): ``more`` says there are more than ``value``."""
 
     value: int
     more: bool
 
 
-def end_user_counts_capped(tenant: Tenant, *, cap: int = COUNT_CAP) -> dict[str, CappedCount]:
+def capped_count(rows: QuerySet[EndUser], *, cap: int | None = COUNT_CAP) -> CappedCount:
+    """How many ``rows`` there are, counted up to ``cap``: a read of at most ``cap + 1`` of them
+    (None: all of them, exactly, at the cost of reading every one)."""
+    if cap is None:
+        return CappedCount(value=rows.order_by().count(), more=False)
+    n = rows.order_by()[: cap + 1].count()
+    return CappedCount(value=min(n, cap), more=n > cap)
+
+
+def end_user_counts_capped(tenant: Tenant, *, cap: int | None = COUNT_CAP) -> dict[str, CappedCount]:
     """The tenant's end users (``total``), opted in and opted out, each counted up to ``cap``: a
-    read of at most ``cap + 1`` index entries per figure, however many users the tenant holds."""
+    read of at most ``cap + 1`` index entries per figure, however many users the tenant holds
+    (``cap=None``: exact, reading every one)."""
     users = EndUser.objects.filter(tenant=tenant)
     figures = {"total": users, "opted_in": users.filter(opted_in=True), "opted_out": users.filter(opted_in=False)}
-    out = {}
-    for name, qs in figures.items():
-        n = qs.order_by()[: cap + 1].count()
-        out[name] = CappedCount(value=min(n, cap), more=n > cap)
-    return out
+    return {name: capped_count(rows, cap=cap) for name, rows in figures.items()}
 
 
 @dataclass(frozen=True)
@@ -96,18 +96,18 @@ class EndUserPage:
     first: bool
 
 
-def end_user_page(users: QuerySet[EndUser], *, after: str | None, per_page: int) -> EndUserPage:
+def end_user_page(users: QuerySet[EndUser], *, after: str | None, per_page: int, offset: int = 0) -> EndUserPage:
     """The ``per_page`` users of ``users`` (ordered by external id) after the external id ``after``
     (a page's ``next``): no count, no offset, so the hundredth page costs what the first does.
-    A cursor no page could have given (a NUL byte, which Postgres refuses in text) starts from the
-    first page."""
+    ``offset`` skips that many more (the API's offset pages, each costing what it skips). A cursor
+    no page could have given (a NUL byte, which Postgres refuses in text) starts from the first page."""
     if after and "\x00" in after:
         after = None
     if after:
         users = users.filter(external_id__gt=after[:200])
-    rows = list(users[: per_page + 1])
+    rows = list(users[offset : offset + per_page + 1])
     following = rows[per_page - 1].external_id if len(rows) > per_page else None
-    return EndUserPage(object_list=rows[:per_page], next=following, first=not after)
+    return EndUserPage(object_list=rows[:per_page], next=following, first=not after and not offset)
 
 
 def consent_history(end_user: EndUser) -> QuerySet[ConsentChange]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
@@ -18,7 +19,7 @@ from rest_framework.views import APIView
 from apps.common.exception_handler import error_body
 from apps.common.exceptions import ValidationFailed
 from apps.common.observability.context import current_request_id
-from apps.common.parsing import end_user_id_check
+from apps.common.parsing import cursor_encode, end_user_id_check, query_cursor, query_int
 
 
 class ScopedApi(APIView):
@@ -101,6 +102,17 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return HttpResponseServerError(page)
 
 
+def page_link(request: Request, **params: str | None) -> str:
+    """This request's URL with ``params`` set in its query (None takes one out)."""
+    query = request.query_params.copy()
+    for name, value in params.items():
+        if value is None:
+            query.pop(name, None)
+        else:
+            query[name] = value
+    return request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
+
+
 def paginated(
     request: Request, queryset: Any, serialize: Any, *, default_limit: int = 50, max_limit: int = 500
 ) -> Response:
@@ -113,9 +125,7 @@ def paginated(
     page = list(queryset[offset : offset + limit])
 
     def link(at: int) -> str:
-        params = request.query_params.copy()
-        params["limit"], params["offset"] = str(limit), str(at)
-        return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+        return page_link(request, limit=str(limit), offset=str(at))
 
     return Response(
         {
@@ -139,6 +149,67 @@ def paginated_schema(name: str, item: Any) -> Any:
             "next": serializers.URLField(allow_null=True),
             "previous": serializers.URLField(allow_null=True),
             "results": item,
+        },
+    )
+
+
+@dataclass(frozen=True)
+class KeysetRequest:
+    """What a keyset-paged list was asked for: ``limit``, and either ``after`` (the position a
+    ``cursor`` names) or an ``offset`` (0 with a cursor), the older clients' way."""
+
+    limit: int
+    offset: int
+    after: str | None
+
+
+def keyset_request(request: Request, *, default_limit: int = 50, max_limit: int = 500) -> KeysetRequest:
+    """``limit`` and ``cursor`` or ``offset``, strictly (a bad one, or both of the last two, is a 400)."""
+    params = request.query_params
+    limit = query_int(params, "limit", default=default_limit, minimum=1, maximum=max_limit)
+    offset = query_int(params, "offset", default=0, minimum=0, maximum=10**12)
+    after = query_cursor(params, "cursor")
+    if after is not None and "offset" in params:
+        raise ValidationFailed("cursor: send a cursor or an offset, not both (a cursor's page starts after its row)")
+    return KeysetRequest(limit=limit, offset=offset, after=after)
+
+
+def keyset_paginated(
+    request: Request, asked: KeysetRequest, *, results: Any, next_after: str | None, count: int, count_capped: bool
+) -> Response:
+    """:func:`paginated`'s shape for a list read by keyset, plus ``next_cursor`` (opaque: send it
+    back as ``cursor``; None on the last page) and ``count_capped`` (``count`` stopped counting:
+    there are more). Asked by cursor, ``next`` carries the next cursor and ``previous`` is None
+    (a keyset walks forward); asked by offset, both are offset links as ever."""
+    next_cursor = cursor_encode(next_after) if next_after is not None else None
+    limit, offset = asked.limit, asked.offset
+    if asked.after is not None:
+        following = page_link(request, cursor=next_cursor) if next_cursor else None
+        previous = None
+    else:
+        following = page_link(request, limit=str(limit), offset=str(offset + limit)) if next_cursor else None
+        previous = page_link(request, limit=str(limit), offset=str(max(0, offset - limit))) if offset > 0 else None
+    return Response(
+        {
+            "count": count,
+            "count_capped": count_capped,
+            "next": following,
+            "previous": previous,
+            "next_cursor": next_cursor,
+            "results": results,
+        }
+    )
+
+
+def keyset_paginated_schema(name: str, item: Any, **extra: Any) -> Any:
+    """The OpenAPI shape of :func:`keyset_paginated`'s answer, with ``extra`` fields beside."""
+    return inline_serializer(
+        name=name,
+        fields={
+            **paginated_schema(f"{name}Base", item).fields,
+            "count_capped": serializers.BooleanField(),
+            "next_cursor": serializers.CharField(allow_null=True),
+            **extra,
         },
     )
 

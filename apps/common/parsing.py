@@ -8,6 +8,8 @@ ASCII digits only, and a query parameter that is not what it should be is a 400 
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from typing import Any
 
@@ -68,6 +70,37 @@ def query_text(params: Any, name: str, *, max_length: int = 200) -> str | None:
     if raw is not None and (len(raw) > max_length or "\x00" in raw):
         raise ValidationFailed(f"{name}: must be at most {max_length} characters without NUL")
     return raw
+
+
+_CURSOR = re.compile(r"[A-Za-z0-9_-]{1,1000}")
+
+
+def cursor_encode(after: str) -> str:
+    """The opaque ``cursor`` of a keyset page that starts after the position ``after`` (a list's
+    sort key): base64url of a small JSON object, so its form can change without clients noticing."""
+    return base64.urlsafe_b64encode(json.dumps({"after": after}).encode()).decode().rstrip("=")
+
+
+def query_cursor(params: Any, name: str = "cursor", *, max_length: int = 200) -> str | None:
+    """The position a ``cursor`` query parameter (made by :func:`cursor_encode`) names; absent
+    gives None, anything no page could have given (mangled, cut short, a NUL byte) a 400."""
+    raw = params.get(name)
+    if raw is None:
+        return None
+    after = None
+    if _CURSOR.fullmatch(raw):
+        try:
+            data = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        except ValueError:  # not base64, not UTF-8 or not JSON: all ValueErrors
+            data = None
+        if isinstance(data, dict) and set(data) == {"after"}:
+            after = data["after"]
+    if not isinstance(after, str) or not after or len(after) > max_length or "\x00" in after:
+        raise ValidationFailed(
+            f"{name}: {raw[:64]!r} is not a cursor this list gave; send a page's next_cursor unchanged, "
+            "or leave it out for the first page"
+        )
+    return after
 
 
 def reject_unknown_query(params: Any, allowed: set[str]) -> None:

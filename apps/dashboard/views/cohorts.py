@@ -13,7 +13,6 @@ from django.views.decorators.http import require_POST
 from apps.cohorts.models import ConsentChange
 from apps.cohorts.selectors import (
     COUNT_CAP,
-    SEARCH_MIN_CHARS,
     end_user_counts_capped,
     end_user_get_for_tenant,
     end_user_list,
@@ -54,14 +53,7 @@ def end_user_url(ctx: TenantContext, external_id: str) -> str:
 def cohorts(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
     form = EndUserSearchForm(request.GET or None)
     data = form.cleaned_data if form.is_valid() else {}
-    q = data.get("q") or ""
-    short = len(q) < SEARCH_MIN_CHARS  # too short for the trigram index: the start of the id
-    users = end_user_list(
-        ctx.tenant,
-        search=None if short else q,
-        starts_with=q if short else None,
-        opted_in=STATES.get(data.get("state", "")),
-    )
+    users = end_user_list(ctx.tenant, search=data.get("q") or None, opted_in=STATES.get(data.get("state", "")))
     counts = end_user_counts_capped(ctx.tenant, cap=COUNT_CAP)
     relative = counts["opted_in"].more  # too many to count on every request: the chart shows the change
     days = optin_over_time(ctx.tenant, opted_in_now=None if relative else counts["opted_in"].value)

@@ -350,9 +350,9 @@ def user_get(end_user_id: str) -> Call[EndUser]:
 
 
 def user_list(
-    *, search: str | None, opted_in: bool | None, limit: int | None, offset: int | None
+    *, search: str | None, opted_in: bool | None, limit: int | None, offset: int | None, cursor: str | None
 ) -> Call[Page[EndUser]]:
-    params = {"search": search, "opted_in": opted_in, "limit": limit, "offset": offset}
+    params = {"search": search, "opted_in": opted_in, "limit": limit, "offset": offset, "cursor": cursor}
     return Call("GET", "/v1/users", parse=_page(EndUser.from_json), params=params)
 
 

@@ -271,8 +271,15 @@ class AsyncUsers(AsyncAPIResource):
         opted_in: bool | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        cursor: str | None = None,
     ) -> Page[EndUser]:
-        return await self._client._run(_api.user_list(search=search, opted_in=opted_in, limit=limit, offset=offset))
+        """One page by id (``limit`` default 50, at most 500). ``search``: any part of the id, any
+        case (under 3 characters: its start). Next page: ``cursor=page.next_cursor``, which costs
+        what the first page does (``offset=page.next_offset`` still works, slower far in; not
+        both). ``count`` stops at a cap (then ``count_capped``)."""
+        return await self._client._run(
+            _api.user_list(search=search, opted_in=opted_in, limit=limit, offset=offset, cursor=cursor)
+        )
 
     async def import_(self, items: Iterable[Mapping[str, Any]]) -> BatchResult:
         """Set many users' opt-in state: items ``{"end_user_id", "opted_in"}``; one verdict each."""

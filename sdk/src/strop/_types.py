@@ -342,12 +342,17 @@ class EditorOutcome:
 @dataclass
 class Page(Generic[T]):
     """One page of a list: ``count`` in all, this page's ``results``, and the offsets of the
-    next and previous pages (None at either end), ready to pass as ``offset=``."""
+    next and previous pages (None at either end), ready to pass as ``offset=``. A list read by
+    keyset (end users) also gives ``next_cursor``, ready to pass as ``cursor=`` (None on the
+    last page): the next page costs what the first did, however far in. ``count_capped``: the
+    list stopped counting at a cap, so ``count`` is a floor and there are more."""
 
     count: int
     results: list[T]
     next: str | None
     previous: str | None
+    next_cursor: str | None = None
+    count_capped: bool = False
 
     @property
     def next_offset(self) -> int | None:
@@ -355,7 +360,7 @@ class Page(Generic[T]):
 
     @property
     def previous_offset(self) -> int | None:
-        return _offset_of(self.previous) if self.previous else None
+        return _offset_of(self.previous)
 
     @classmethod
     def from_json(cls, data: Any, parse: Callable[[dict[str, Any]], T]) -> Page[T]:
@@ -366,14 +371,17 @@ class Page(Generic[T]):
             results=results,
             next=text_or_none(data, "next"),
             previous=text_or_none(data, "previous"),
+            next_cursor=text_or_none(data, "next_cursor"),
+            count_capped=data.get("count_capped") is True,
         )
 
 
 def _offset_of(url: str | None) -> int | None:
+    """The ``offset`` a page link names; None for none (a cursor's link carries no offset)."""
     if not url:
         return None
     values = parse_qs(urlsplit(url).query).get("offset")
     try:
-        return int(values[0]) if values else 0
+        return int(values[0]) if values else None
     except ValueError:
         return None
