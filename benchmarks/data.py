@@ -395,11 +395,12 @@ def main() -> None:
     key = api_key_create(world["tenant"], name="bench-users", scopes=["ingest"]).raw_key  # type: ignore[arg-type]
     middle = cursor_encode(f"user-{args.exposures // 2:06d}")
     api_urls = {
-        "GET /v1/users": "/v1/users",
+        "GET /v1/users (capped counts)": "/v1/users?exact_counts=false",
+        "GET /v1/users (exact counts)": "/v1/users",  # a page by offset counts exactly by default
         "GET /v1/users (cursor, middle)": f"/v1/users?cursor={middle}",
-        "GET /v1/users?search=user-0999": "/v1/users?search=user-0999&opted_in=true",
-        "GET /v1/users?search=zz": "/v1/users?search=zz",  # the start of an id, and matches no one
-        "GET /v1/users?offset=50000": "/v1/users?offset=50000",  # the older clients' way, for comparison
+        "GET /v1/users?search=user-0999": "/v1/users?search=user-0999&opted_in=true&exact_counts=false",
+        "GET /v1/users?search=zz": "/v1/users?search=zz&exact_counts=false",  # an id's start; matches no one
+        "GET /v1/users?offset=50000": "/v1/users?offset=50000&exact_counts=false",  # the older clients' way
     }
     for name, url in api_urls.items():
         _time_page(Client(HTTP_AUTHORIZATION=f"Bearer {key}"), name, url, args.requests)

@@ -98,7 +98,10 @@ class EndUserListApi(ScopedApi):
             OpenApiParameter(
                 "exact_counts",
                 bool,
-                description="true: count and counts exact, at the cost of reading every user they count",
+                description=(
+                    "count and counts exact (true) or stopped at the cap (false); by default exact on pages "
+                    "asked by offset, capped on pages asked by cursor"
+                ),
             ),
         ],
         responses={
@@ -114,18 +117,20 @@ class EndUserListApi(ScopedApi):
             )
         },
         description=(
-            f"Ordered by end user id. `count` (the users that match) and `counts` stop at {COUNT_CAP:,} "
-            "(`count` at one page past the one asked for, when further); `count_capped` and "
-            "`counts_capped` say a figure stopped there and there are more (`exact_counts=true` counts "
-            "them all, slowly on a big tenant). Follow `next_cursor` (or `next`) for the next page: it "
-            "costs what the first one does."
+            "Ordered by end user id. On a page asked by cursor (or with `exact_counts=false`) `count` (the "
+            f"users that match) and `counts` stop at {COUNT_CAP:,} (`count` at one page past the one asked "
+            "for, when further) and `count_capped` and `counts_capped` say a figure stopped there; a page "
+            "asked by offset counts them all, as it always has, slowly on a big tenant. Follow "
+            "`next_cursor` (or `next`) for the next page: it costs what the first one does."
         ),
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
         reject_unknown_query(params, {"search", "opted_in", "limit", "offset", "cursor", "exact_counts"})
         asked = keyset_request(request)
-        exact = query_bool(params, "exact_counts") is True
+        exact = query_bool(params, "exact_counts")
+        if exact is None:  # pages by offset count exactly, as they always have; pages by cursor stop at the cap
+            exact = asked.after is None
         users = end_user_list(self.tenant, search=query_text(params, "search"), opted_in=query_bool(params, "opted_in"))
         page = end_user_page(users, after=asked.after, per_page=asked.limit, offset=asked.offset)
         # Counted at least one page past this one: a client that pages while offset < count never stops early.

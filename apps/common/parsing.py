@@ -72,13 +72,15 @@ def query_text(params: Any, name: str, *, max_length: int = 200) -> str | None:
     return raw
 
 
-_CURSOR = re.compile(r"[A-Za-z0-9_-]{1,1000}")
+# Room for a 200-character position of 4-byte UTF-8 characters in base64 (and the JSON around it).
+_CURSOR = re.compile(r"[A-Za-z0-9_-]{1,1200}")
 
 
 def cursor_encode(after: str) -> str:
     """The opaque ``cursor`` of a keyset page that starts after the position ``after`` (a list's
     sort key): base64url of a small JSON object, so its form can change without clients noticing."""
-    return base64.urlsafe_b64encode(json.dumps({"after": after}).encode()).decode().rstrip("=")
+    text = json.dumps({"after": after}, ensure_ascii=False, separators=(",", ":"))
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
 def query_cursor(params: Any, name: str = "cursor", *, max_length: int = 200) -> str | None:
@@ -95,12 +97,21 @@ def query_cursor(params: Any, name: str = "cursor", *, max_length: int = 200) ->
             data = None
         if isinstance(data, dict) and set(data) == {"after"}:
             after = data["after"]
-    if not isinstance(after, str) or not after or len(after) > max_length or "\x00" in after:
+    if not isinstance(after, str) or not after or len(after) > max_length or "\x00" in after or not _utf8(after):
         raise ValidationFailed(
             f"{name}: {raw[:64]!r} is not a cursor this list gave; send a page's next_cursor unchanged, "
             "or leave it out for the first page"
         )
     return after
+
+
+def _utf8(text: str) -> bool:
+    """False for a string the database could not take (a lone surrogate, which JSON can spell)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def reject_unknown_query(params: Any, allowed: set[str]) -> None:
