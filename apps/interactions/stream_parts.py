@@ -146,8 +146,9 @@ def stream_parts_recorded(tenant: Tenant, rows: list[tuple]) -> None:
     it, in one transaction."""
     ids = [row[0] for row in rows]
     with transaction.atomic():
-        interactions_upsert(rows)
+        # Its parts first: the sweeper locks them before the interaction too, so the two never deadlock.
         StreamPart.objects.filter(tenant=tenant, interaction_id__in=ids).delete()
+        interactions_upsert(rows)
         feedback_attach_pending(tenant, client_ids=[str(i) for i in ids])
 
 

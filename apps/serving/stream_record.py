@@ -7,7 +7,8 @@ a chunk since in one statement, on a serving database thread: the stream itself 
 and a write that fails (Postgres slow or down, one bad part) is made good by the next one or by the
 stream's end, which records its interactions as it always did. A part holds only what is new (the
 first also what the interaction will be, less what was served), so a write costs what was served
-since, never the whole text again. A stream shorter than the interval writes no part at all.
+since, never the whole text again. A stream that ends within the interval of its first chunk
+writes no part at all.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class StreamRecord:
         self.cursors: dict[int, Any] = {}
         self.seqs: dict[int, int] = {}
         self.dirty = False  # served more since the last write took it
+        self.first_served: float | None = None  # when its first chunk went out (the loop's clock)
         self.written = False  # a part of it may be in the database
         self.ended = False
 
@@ -68,7 +70,10 @@ class StreamRecord:
         else a stream is read whole before anything is sent (``apps.serving.async_views``)."""
         if not self.dirty and not self.ended and pooled():
             self.dirty = True
-            _flusher().add(self)
+            flusher = _flusher()
+            if self.first_served is None:
+                self.first_served = asyncio.get_running_loop().time()
+            flusher.add(self)
 
     def end(self) -> bool:
         """The stream ended: no more parts. Whether any may have been written (its end then records
@@ -107,7 +112,11 @@ class _Flusher:
     async def _run(self) -> None:
         while self.records:
             await asyncio.sleep(settings.STROP_SERVING_RECORD_EVERY_S)
-            jobs = self._due()
+            try:
+                jobs = self._due()
+            except Exception:  # a bug in a stream's snapshot must not stop the others' writes
+                logger.exception("open streams' parts not taken")
+                continue
             if not jobs:
                 continue
             try:
@@ -124,7 +133,10 @@ class _Flusher:
     def _due(self) -> list[_Job]:
         jobs = []
         now = time.perf_counter()
-        for record in [r for r in self.records if r.dirty]:
+        # A stream younger than the interval waits for the next write: most end before it, and then
+        # they cost nothing more than their end's record.
+        young = asyncio.get_running_loop().time() - settings.STROP_SERVING_RECORD_EVERY_S
+        for record in [r for r in self.records if r.dirty and (r.first_served or 0) <= young]:
             record.dirty = False
             record.written = True  # from now on its end records over its parts
             for index, piece, cursor in record.since(record.cursors):
