@@ -32,6 +32,12 @@ def stream_open_ids(tenant: Tenant, *, ids: set[uuid.UUID], served_by_key: str |
     return set(first.values_list("interaction_id", flat=True))
 
 
+def stream_open_ids_of_user(tenant: Tenant, *, end_user_id: str) -> list[str]:
+    """The ids of the open streams served to an end user (feedback on them waits under these)."""
+    first = StreamPart.objects.filter(tenant=tenant, seq=0, head__end_user_id=end_user_id)
+    return [str(i) for i in first.values_list("interaction_id", flat=True)]
+
+
 def interaction_get_by_client_id(tenant: Tenant, *, client_id: str) -> Interaction:
     try:
         return Interaction.objects.get(tenant=tenant, client_id=client_id)

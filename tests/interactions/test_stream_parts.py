@@ -18,6 +18,8 @@ from apps.interactions.models import Feedback, Interaction, StreamPart
 from apps.interactions.served import ServedCompletion, interactions_record_served, served_rows
 from apps.interactions.services import feedback_ingest
 from apps.interactions.stream_parts import Part, stream_part_head, stream_parts_sweep, stream_parts_write
+from apps.privacy.selectors import end_user_erase_preview
+from apps.privacy.services import end_user_erase
 from apps.serving.services import Route
 from apps.serving.vllm_calls import serving_failure_record
 from apps.training.selectors import training_events_eligible
@@ -148,3 +150,13 @@ def test_a_part_written_again_replaces_its_seq(adapter):
     stream_parts_write([part])
     stream_parts_write([Part(part.tenant_id, part.interaction_id, 0, " a b", [1, 2], [-0.1, -0.2], {}, {})])
     assert StreamPart.objects.get().completion == " a b"
+
+
+def test_erasing_an_end_user_drops_their_open_streams_and_the_feedback_waiting_on_them(adapter):
+    interaction_id = _open_stream(adapter, [(" a", [10])])
+    _feedback(adapter.tenant, interaction_id)
+    assert end_user_erase_preview(adapter.tenant, external_id="u1")["deleted"]["pending_feedback"] == 1
+    report = end_user_erase(adapter.tenant, external_id="u1", actor="test")
+    assert report.deleted["pending_feedback"] == 1
+    assert not StreamPart.objects.exists() and not Feedback.objects.exists()
+    assert stream_parts_sweep(now=timezone.now() + timedelta(minutes=3)) == 0  # nothing comes back
