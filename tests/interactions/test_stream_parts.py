@@ -160,3 +160,15 @@ def test_erasing_an_end_user_drops_their_open_streams_and_the_feedback_waiting_o
     assert report.deleted["pending_feedback"] == 1
     assert not StreamPart.objects.exists() and not Feedback.objects.exists()
     assert stream_parts_sweep(now=timezone.now() + timedelta(minutes=3)) == 0  # nothing comes back
+
+
+def test_an_editor_key_sends_feedback_only_on_the_open_streams_it_served(adapter):
+    interaction_id = uuid.uuid4()
+    row = served_rows(adapter.tenant, **_fields(adapter, interaction_id, metadata={"api_key_prefix": "ed1"}))[0]
+    head, metadata = stream_part_head(row)
+    stream_parts_write([Part(adapter.tenant_id, interaction_id, 0, " a", [10], [-0.5], metadata, head)])
+    item = {"interaction_id": str(interaction_id), "outcome": "accepted"}
+    (other,) = feedback_ingest(adapter.tenant, items=[item], served_by="ed2")
+    assert other.status == "rejected" and other.error["code"] == "not_found"
+    (own,) = feedback_ingest(adapter.tenant, items=[item], served_by="ed1")
+    assert own.status == "pending"
