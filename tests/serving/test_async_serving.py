@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from apps.adapters.models import Adapter
 from apps.adapters.services import adapter_create, base_model_register
-from apps.interactions.models import Interaction, StreamPart
+from apps.interactions.models import Feedback, Interaction, ServingFailure, StreamPart
 from apps.interactions.stream_parts import stream_parts_sweep
 from tests.fixtures.workers import _database_url
 
@@ -221,6 +221,32 @@ def test_feedback_sent_while_a_stream_runs_applies_to_its_one_interaction(fleet,
         time.sleep(0.1)
     assert [f.outcome for f in recorded.feedback.all()] == ["accepted"]
     assert not StreamPart.objects.filter(interaction_id=chunk.id).exists()
+
+
+def test_a_stream_upstream_fails_after_a_write_is_a_failure_and_keeps_its_feedback(
+    fleet, api_servers, settings, mock_upstream
+):
+    api = _api(api_servers, settings, mock_upstream)
+    key = fleet("fail", scopes=("serve", "feedback"))
+    stream = _client(api, key).completions.create(model="tab", prompt="def f():", max_tokens=400, stream=True)
+    reading = iter(stream)
+    first = next(reading)
+    _parts_hold(first.id, at_least=1)
+    assert _feedback(api, key, first.id).status_code == 202
+    tenant_id = StreamPart.objects.filter(interaction_id=first.id).values_list("tenant_id", flat=True).first()
+    os.killpg(mock_upstream.proc.pid, signal.SIGKILL)  # vLLM gone mid-stream
+    with pytest.raises((openai.APIError, httpx.HTTPError)):
+        for _ in reading:
+            pass
+    deadline = time.monotonic() + 30
+    while not ServingFailure.objects.filter(tenant_id=tenant_id, streamed=True).exists():
+        assert time.monotonic() < deadline, "the failed stream was not recorded as a failure"
+        time.sleep(0.1)
+    assert not Interaction.objects.filter(pk=first.id).exists()  # a failure, never half an interaction
+    assert not StreamPart.objects.filter(interaction_id=first.id).exists()  # nor later, by the sweeper
+    assert [f.outcome for f in Feedback.objects.filter(tenant_id=tenant_id, pending_client_id=first.id)] == [
+        "accepted"
+    ]  # kept, never deleted
 
 
 def test_a_tenant_past_its_streams_gets_429_and_a_full_process_503(fleet, api_servers, settings, mock_upstream):
