@@ -10,6 +10,8 @@ __all__ = [
     "STROP_SERVING_DB_THREADS",
     "STROP_SERVING_MAX_IN_FLIGHT",
     "STROP_SERVING_MAX_STREAMS_PER_TENANT",
+    "STROP_SERVING_RECORD_EVERY_S",
+    "STROP_SERVING_STALE_STREAM_S",
     "STROP_SERVING_STREAM_LEASE_S",
 ]
 
@@ -19,6 +21,12 @@ STROP_SERVING_MAX_IN_FLIGHT = int(os.environ.get("STROP_SERVING_MAX_IN_FLIGHT", 
 STROP_SERVING_MAX_STREAMS_PER_TENANT = int(os.environ.get("STROP_SERVING_MAX_STREAMS_PER_TENANT", "256"))
 # How long a stream's lease outlives a process that died without returning it.
 STROP_SERVING_STREAM_LEASE_S = float(os.environ.get("STROP_SERVING_STREAM_LEASE_S", "600"))
+# An open stream's parts (what it served since the last write) are written at most this often, so a
+# worker killed outright loses only what its streams served since (apps.serving.stream_record).
+STROP_SERVING_RECORD_EVERY_S = float(os.environ.get("STROP_SERVING_RECORD_EVERY_S", "0.5"))
+# A stream whose parts nobody wrote for this long lost its worker: the sweeper records it as a partial
+# interaction (apps.interactions.stream_parts).
+STROP_SERVING_STALE_STREAM_S = float(os.environ.get("STROP_SERVING_STALE_STREAM_S", "120"))
 # Threads a process gives the serving path's database work (each keeps its connection).
 STROP_SERVING_DB_THREADS = int(os.environ.get("STROP_SERVING_DB_THREADS", "8"))
 # Threads a process gives the rest of the API and the dashboard (synchronous views), each with its

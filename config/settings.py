@@ -200,6 +200,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "rollups-refresh": {"task": "workers.ingest.rollups_refresh_all", "schedule": 5.0},
     "retention-prune": {"task": "workers.ingest.retention_prune_all", "schedule": 3600.0},
     "attach-pending-feedback": {"task": "workers.ingest.feedback_attach_pending_all", "schedule": 60.0},
+    "close-stale-streams": {"task": "workers.ingest.stream_parts_sweep", "schedule": 30.0},
     "training-schedule": {"task": "workers.training.training_schedule_all", "schedule": 15.0},
     "training-reap-stale": {"task": "workers.training.training_reap_stale", "schedule": 20.0},
     "training-sweep-queued": {"task": "workers.training.training_sweep_queued", "schedule": 60.0},

@@ -13,6 +13,15 @@ def feedback_attach_pending_all() -> int:
     return attach() + persistence_attach_pending_all()
 
 
+@shared_task(name="workers.ingest.stream_parts_sweep", acks_late=True, expires=60)
+def stream_parts_sweep() -> int:
+    """Record the streams whose worker died as partial interactions (idempotent: a stream recorded
+    has no parts left)."""
+    from apps.interactions.stream_parts import stream_parts_sweep as sweep
+
+    return sweep()
+
+
 @shared_task(name="workers.ingest.rollups_refresh_all", acks_late=True, expires=30)
 def rollups_refresh_all() -> int:
     """Recompute the hours whose interactions or feedback changed (idempotent: marks are consumed)."""

@@ -361,3 +361,32 @@ class RollupDirty(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["tenant_id", "id"])]
+
+
+class StreamPart(models.Model):
+    """What an open stream served of one choice since its last write (``apps.serving.stream_record``),
+    so that a worker killed outright (SIGKILL, the OOM killer) loses only what it served after it.
+
+    Append-only while the stream runs: each write adds the text, tokens and logprobs served since the
+    one before (``seq`` counts them; the first, ``seq`` 0, also holds ``head``: the interaction row
+    as it will be recorded, without what was served). Never an interaction: training, metrics and
+    the dashboard read only ``Interaction``. The stream's end records the whole interaction and
+    deletes its parts; a stream whose parts nobody touched for ``STROP_SERVING_STALE_STREAM_S`` (its
+    worker died) is recorded from them as a partial interaction by the sweeper
+    (``apps.interactions.stream_parts``). Feedback on an open stream's id waits as pending."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    interaction_id = models.UUIDField()
+    seq = models.PositiveIntegerField()
+    written_at = models.DateTimeField()
+    head = models.JSONField(null=True, blank=True)
+    completion = models.TextField(blank=True)
+    completion_token_ids = models.JSONField(default=list)
+    completion_logprobs = models.JSONField(default=list)
+    metadata = models.JSONField(default=dict, blank=True, help_text="merged over the head's, later parts last")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "interaction_id", "seq"], name="stream_part_one_per_seq"),
+        ]
+        indexes = [models.Index(fields=["written_at"], name="stream_part_written")]

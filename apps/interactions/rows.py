@@ -93,14 +93,44 @@ def interactions_insert(rows: list[tuple]) -> None:
         cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values}", [v for row in rows for v in row])
 
 
+# What a stream's last write brings up to date when its interaction is already there (the sweeper
+# recorded it as partial while the stream was stalled: ``apps.interactions.stream_parts``). The
+# request, its route and when it was served stay; the metadata is merged, never replaced.
+_SERVED_COLUMNS = ("completion", "completion_token_ids", "completion_logprobs", "latency_ms")
+
+
+def interactions_upsert(rows: list[tuple]) -> None:
+    """Insert the rows; one whose id is there (for the same tenant) gets what was served and its
+    metadata merged over the stored one (``"partial"`` dropped): a stream's last write."""
+    if connection.vendor != "postgresql":
+        objects = [Interaction(**_values(row)) for row in rows]
+        Interaction.objects.bulk_create(
+            objects, update_conflicts=True, unique_fields=["id"], update_fields=[*_SERVED_COLUMNS, "metadata"]
+        )
+        return
+    table, columns = _table_and_columns()
+    quote = connection.ops.quote_name
+    values = ", ".join(["(" + ", ".join(["%s"] * len(INTERACTION_COLUMNS)) + ")"] * len(rows))
+    updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in _SERVED_COLUMNS)
+    merged = f"{quote('metadata')} = ({table}.{quote('metadata')} - 'partial') || excluded.{quote('metadata')}"
+    sql = (
+        f"INSERT INTO {table} ({columns}) VALUES {values} ON CONFLICT ({quote('id')}) DO UPDATE SET {updates}, "
+        f"{merged} WHERE {table}.{quote('tenant_id')} = excluded.{quote('tenant_id')}"
+    )
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, [v for row in rows for v in row])
+
+
+def _values(row: tuple) -> dict[str, Any]:
+    values = dict(zip(INTERACTION_COLUMNS, row, strict=True))
+    for name in _JSON_COLUMNS:
+        values[name] = orjson.loads(values[name]) if values[name] is not None else None
+    return values
+
+
 def interactions_bulk_insert(rows: list[tuple]) -> None:
     """The rows as model instances, in one bulk insert; rows whose client id exists are skipped."""
-    objects = []
-    for row in rows:
-        values = dict(zip(INTERACTION_COLUMNS, row, strict=True))
-        for name in _JSON_COLUMNS:
-            values[name] = orjson.loads(values[name]) if values[name] is not None else None
-        objects.append(Interaction(**values))
+    objects = [Interaction(**_values(row)) for row in rows]
     Interaction.objects.bulk_create(objects, ignore_conflicts=True)
 
 

@@ -7,7 +7,8 @@ from django.db.models import Count, QuerySet
 
 from apps.common.exceptions import NotFound
 from apps.common.parsing import is_uuid
-from apps.interactions.models import Feedback, Interaction, PersistenceReport
+from apps.interactions.models import Feedback, Interaction, PersistenceReport, StreamPart
+from apps.interactions.served import SERVED_BY_KEY
 from apps.tenants.models import Tenant
 
 
@@ -18,6 +19,23 @@ def interaction_get_for_tenant(tenant: Tenant, *, interaction_id: str | uuid.UUI
         return Interaction.objects.get(tenant=tenant, pk=uuid.UUID(str(interaction_id)))
     except Interaction.DoesNotExist:
         raise NotFound(f"interaction {interaction_id} not found") from None
+
+
+def stream_open_ids(tenant: Tenant, *, ids: set[uuid.UUID], served_by_key: str | None = None) -> set[uuid.UUID]:
+    """Which of ``ids`` are open streams' interactions (``apps.interactions.stream_parts``): served
+    through the key whose prefix is ``served_by_key``, if given. No query for no ids."""
+    if not ids:
+        return set()
+    first = StreamPart.objects.filter(tenant=tenant, seq=0, interaction_id__in=ids)
+    if served_by_key is not None:
+        first = first.filter(**{f"metadata__{SERVED_BY_KEY}": served_by_key})
+    return set(first.values_list("interaction_id", flat=True))
+
+
+def stream_open_ids_of_user(tenant: Tenant, *, end_user_id: str) -> list[str]:
+    """The ids of the open streams served to an end user (feedback on them waits under these)."""
+    first = StreamPart.objects.filter(tenant=tenant, seq=0, head__end_user_id=end_user_id)
+    return [str(i) for i in first.values_list("interaction_id", flat=True)]
 
 
 def interaction_get_by_client_id(tenant: Tenant, *, client_id: str) -> Interaction:

@@ -42,7 +42,24 @@ class ServedConversation:
     turn: int | None
 
 
-def interactions_record_served(
+def interactions_record_served(tenant: Tenant, *, stream_parts: bool = False, **fields: Any) -> None:
+    """Record what the completion endpoint served (``fields``: as :func:`served_rows` takes them):
+    one interaction per choice, in one plain autocommitted INSERT (no transaction round trips, no
+    ORM compile) on the serving hot path.
+
+    ``stream_parts``: a stream that wrote parts as it went (``apps.interactions.stream_parts``): its
+    rows are upserted (the sweeper may have recorded them as partial meanwhile), its parts deleted
+    and the feedback that waited on it attached, in one transaction."""
+    rows = served_rows(tenant, **fields)
+    if not stream_parts:
+        interactions_insert(rows)
+        return
+    from apps.interactions.stream_parts import stream_parts_recorded  # it imports the feedback services
+
+    stream_parts_recorded(tenant, rows)
+
+
+def served_rows(
     tenant: Tenant,
     *,
     choices: Sequence[ServedCompletion],
@@ -61,13 +78,10 @@ def interactions_record_served(
     latency_ms: float,
     metadata: dict[str, Any],
     conversation: ServedConversation | None = None,
-) -> None:
-    """Record what the completion endpoint served: one interaction per choice, in one INSERT.
-
-    One plain autocommitted INSERT (no transaction round trips, no ORM compile) on the serving
-    hot path."""
+) -> list[tuple]:
+    """The interaction rows of what was served, one per choice (``apps.interactions.rows``)."""
     now = timezone.now()
-    rows = [
+    return [
         (
             choice.interaction_id,
             tenant.pk,
@@ -100,7 +114,6 @@ def interactions_record_served(
         )
         for choice in choices
     ]
-    interactions_insert(rows)
 
 
 def _choice_metadata(metadata: dict[str, Any], choice: ServedCompletion) -> dict[str, Any]:

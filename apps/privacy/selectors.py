@@ -14,6 +14,7 @@ from apps.common.exceptions import NotFound
 from apps.common.lookups import in_values
 from apps.experiments.models import ExperimentExposure
 from apps.interactions.models import ConversationOutcome, Feedback, Interaction, PersistenceReport, ServingFailure
+from apps.interactions.selectors import stream_open_ids_of_user
 from apps.tenants.models import Tenant
 from apps.training.models import TrainingRunEvent
 
@@ -66,6 +67,7 @@ def end_user_erase_preview(tenant: Tenant, *, external_id: str) -> dict[str, Any
     if user is None and not interactions.exists():
         raise NotFound(f"no end user {external_id[:200]!r}")
     client_ids = [c for c in interactions.values_list("client_id", flat=True) if c]
+    client_ids += stream_open_ids_of_user(tenant, end_user_id=external_id)  # feedback waits under these too
     trained_on, evaluated_on = versions_touched_by(interactions)
     return {
         "deleted": {

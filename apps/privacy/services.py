@@ -12,7 +12,15 @@ from apps.cohorts.models import ConsentChange, EndUser
 from apps.common.exceptions import NotFound
 from apps.common.lookups import in_values
 from apps.experiments.models import ExperimentExposure
-from apps.interactions.models import ConversationOutcome, Feedback, Interaction, PersistenceReport, ServingFailure
+from apps.interactions.models import (
+    ConversationOutcome,
+    Feedback,
+    Interaction,
+    PersistenceReport,
+    ServingFailure,
+    StreamPart,
+)
+from apps.interactions.selectors import stream_open_ids_of_user
 from apps.privacy.purge import erased_user_remains
 from apps.privacy.selectors import versions_touched_by
 from apps.tenants.models import Tenant
@@ -65,7 +73,9 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     erased_runs = training_erasure_record(tenant, interactions=interactions, external_id=external_id)
     report.training_runs, report.retrain = erased_runs.runs, erased_runs.retrain
     report.remains = erased_user_remains(tenant, trained_on=report.versions_trained_on)
-    client_ids = [c for c in interactions.values_list("client_id", flat=True) if c]
+    # Feedback waits under these too: an open stream's interaction id (apps.interactions.stream_parts).
+    open_streams = stream_open_ids_of_user(tenant, end_user_id=external_id)
+    client_ids = [c for c in interactions.values_list("client_id", flat=True) if c] + open_streams
     conversations = interactions.exclude(conversation_id="").values_list("conversation_id", flat=True)
     conversation_ids = list(conversations.distinct())
     report.deleted["feedback"] = (
@@ -88,6 +98,8 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
         else 0
     )
     report.deleted["interactions"] = interactions.delete()[1].get("interactions.Interaction", 0)
+    # What an open stream served them so far: never recorded now, even if its worker died.
+    StreamPart.objects.filter(tenant=tenant, interaction_id__in=open_streams).delete()
     report.deleted["session_outcomes"] = session_outcomes
     report.deleted["persistence_reports"] = persistence_reports
     report.deleted["pending_persistence_reports"] = pending_persistence_reports

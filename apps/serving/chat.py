@@ -29,10 +29,11 @@ from apps.common.exceptions import ApplicationError
 from apps.engines.vllm import vllm_async_client
 from apps.engines.vllm_async import ClosingStream
 from apps.interactions.messages import turn_of
-from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served
+from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served, served_rows
 from apps.interactions.sessions import conversation_outcomes_apply
 from apps.serving.selectors import ReadAhead
 from apps.serving.services import Route, served_by, serving_request_route
+from apps.serving.stream_record import Piece, StreamRecord
 from apps.serving.sync_work import in_db_thread
 from apps.serving.vllm_calls import serving_failure_record, serving_failure_recorded, with_load_on_demand
 from apps.tenants.models import ApiKey, Tenant
@@ -133,6 +134,20 @@ class _ChoiceSoFar:
         self.logprobs.extend(float(entry["logprob"]) for entry in entries)
         self.finish_reason = choice.get("finish_reason") or self.finish_reason
 
+    def since(self, cursor: tuple[int, int, int] | None) -> tuple[Piece, tuple[int, int, int]] | None:
+        """What was served since ``cursor`` (an open stream's part: ``apps.serving.stream_record``)."""
+        content, tokens, logprobs = cursor or (0, 0, 0)
+        now = (len(self.content), len(self.token_ids), len(self.logprobs))
+        if now == (content, tokens, logprobs) and cursor is not None:
+            return None
+        metadata: dict[str, Any] = {"finish_reason": self.finish_reason} if self.finish_reason else {}
+        if self.tool_calls:  # a copy: the stream goes on adding to them
+            metadata["tool_calls"] = [
+                {**call, "function": dict(call["function"])} for _, call in sorted(self.tool_calls.items())
+            ]
+        text = "".join(self.content[content:])
+        return Piece(text, self.token_ids[tokens:], self.logprobs[logprobs:], metadata), now
+
     def served(self, interaction_id: uuid.UUID) -> ServedCompletion:
         logprobs = self.logprobs if len(self.logprobs) == len(self.token_ids) else []
         calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
@@ -151,7 +166,27 @@ def _record(
     *,
     served_at: Any,
     started: float,
+    stream_parts: bool = False,
 ) -> None:
+    """Record what was served (``stream_parts``: a stream that wrote parts as it went), then a
+    session outcome that arrived before it."""
+    served = [choices[index].served(ids[index]) for index in sorted(choices)]
+    fields = _served_fields(route, request, served, prompt_token_ids, served_at=served_at, started=started)
+    interactions_record_served(tenant, stream_parts=stream_parts, **fields)
+    if request.conversation_id:  # a session outcome may have arrived before this turn
+        conversation_outcomes_apply(tenant, conversation_ids=[request.conversation_id], now=timezone.now())
+
+
+def _served_fields(
+    route: Route,
+    request: ChatRequest,
+    served: list[ServedCompletion],
+    prompt_token_ids: list[int] | None,
+    *,
+    served_at: Any,
+    started: float,
+) -> dict[str, Any]:
+    """What :func:`apps.interactions.served.served_rows` takes of a served chat completion."""
     metadata: dict[str, Any] = {
         "temperature": request.temperature,
         "max_tokens": request.max_tokens,
@@ -160,9 +195,8 @@ def _record(
     }
     if request.max_tokens_requested is not None:
         metadata["max_tokens_requested"] = request.max_tokens_requested
-    interactions_record_served(
-        tenant,
-        choices=[choices[index].served(ids[index]) for index in sorted(choices)],
+    return dict(
+        choices=served,
         prompt="",
         prefix="",
         suffix="",
@@ -175,8 +209,6 @@ def _record(
         metadata=metadata,
         conversation=ServedConversation(request.messages, request.tools, request.conversation_id, request.turn),
     )
-    if request.conversation_id:  # a session outcome may have arrived before this turn
-        conversation_outcomes_apply(tenant, conversation_ids=[request.conversation_id], now=timezone.now())
 
 
 class ChatAnswer:
@@ -242,10 +274,22 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
         await serving_failure_recorded(tenant, route=route, user=request.user, error=exc, started=started)
         raise
     plan.upstream_s += time.perf_counter() - started
+    choices: dict[int, _ChoiceSoFar] = {}
+    prompt_ids: list[int] | None = None
+
+    def head(index: int) -> tuple:  # on a database thread: the row with nothing served yet
+        empty = [ServedCompletion(plan.ids[index], "", [], [], None)]
+        fields = _served_fields(route, request, empty, prompt_ids, served_at=served_at, started=started)
+        return served_rows(tenant, **fields)[0]
+
+    def since(cursors: dict[int, Any]) -> list[tuple[int, Piece, Any]]:
+        pieces = ((index, choice.since(cursors.get(index))) for index, choice in list(choices.items()))
+        return [(index, *piece) for index, piece in pieces if piece is not None]
+
+    parts = StreamRecord(tenant.pk, plan.ids, started=started, head=head, since=since)
 
     async def chunks() -> AsyncIterator[dict[str, Any]]:
-        choices: dict[int, _ChoiceSoFar] = {}
-        prompt_ids: list[int] | None = None
+        nonlocal choices, prompt_ids
         try:
             async for data in upstream:
                 prompt_ids = prompt_ids or data.get("prompt_token_ids")
@@ -253,11 +297,12 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
                     choices.setdefault(int(choice.get("index", 0)), _ChoiceSoFar()).add(choice, message_key="delta")
                 if data.get("choices") or request.include_usage:
                     yield data
+                    parts.served()
         except ApplicationError as exc:
             failure = asyncio.ensure_future(
                 in_db_thread(
                     serving_failure_record, tenant, route=route, user=request.user, error=exc, started=started,
-                    streamed=True,
+                    streamed=True, stream_parts=plan.ids if parts.end() else None,
                 )
             )  # fmt: skip
             choices = {}  # nothing half-served is recorded as an interaction
@@ -266,11 +311,12 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
         finally:
             # Submitted before anything else is awaited: a client that left still gets recorded.
             record = None
+            written = parts.end()
             if choices:
                 record = asyncio.ensure_future(
                     in_db_thread(
                         _record, tenant, route, request, choices, plan.ids, prompt_ids,
-                        served_at=served_at, started=started,
+                        served_at=served_at, started=started, stream_parts=written,
                     )
                 )  # fmt: skip
             try:

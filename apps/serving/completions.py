@@ -43,11 +43,12 @@ from apps.engines.vllm_client import (
     Usage,
     merge_chunks,
 )
-from apps.interactions.served import ServedCompletion, interactions_record_served
+from apps.interactions.served import ServedCompletion, interactions_record_served, served_rows
 from apps.serving.completion_requests import CompletionRequest, completion_request_build, suffix_shown, vllm_kwargs
 from apps.serving.selectors import ReadAhead
 from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.show_gate import show_gate_decisions, show_gate_of, withheld_choice
+from apps.serving.stream_record import Piece, StreamRecord
 from apps.serving.sync_work import in_db_thread
 from apps.serving.vllm_calls import serving_failure_record, serving_failure_recorded, with_load_on_demand
 from apps.tenants.models import ApiKey, Tenant
@@ -69,7 +70,24 @@ def _record(
     served_at: Any,
     started: float,
     gates: dict[int, dict[str, Any]] | None = None,
+    stream_parts: bool = False,
 ) -> None:
+    """Record what was served (``stream_parts``: a stream that wrote parts as it went)."""
+    fields = _served_fields(route, request, completion, ids, served_at=served_at, started=started, gates=gates)
+    interactions_record_served(tenant, stream_parts=stream_parts, **fields)
+
+
+def _served_fields(
+    route: Route,
+    request: CompletionRequest,
+    completion: Completion,
+    ids: list[uuid.UUID],
+    *,
+    served_at: Any,
+    started: float,
+    gates: dict[int, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """What :func:`apps.interactions.served.served_rows` takes of a served completion."""
     gates = gates or {}
     metadata: dict[str, Any] = {
         "temperature": request.temperature,
@@ -82,8 +100,7 @@ def _record(
         metadata["fim_convention"] = request.fim_convention
     if request.is_fim and not suffix_shown(route.adapter.base_model, request):
         metadata["suffix_shown_to_model"] = False
-    interactions_record_served(
-        tenant,
+    return dict(
         choices=[
             ServedCompletion(
                 ids[c.index], c.text, c.token_ids, c.logprobs, c.finish_reason, show_gate=gates.get(c.index)
@@ -175,8 +192,33 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
             text += state.scanner.finish()
         return replace(choice, text=text)
 
+    seen: list[CompletionChunk] = []
+
+    def head(index: int) -> tuple:  # on a database thread: the row with nothing served yet
+        prompt_ids = next((chunk.prompt_token_ids for chunk in seen if chunk.prompt_token_ids), None)
+        empty = Completion("", "", [CompletionChoice(index, "", [], [], None, None)], prompt_ids, None, "")
+        fields = _served_fields(route, request, empty, plan.ids, served_at=served_at, started=started)
+        return served_rows(tenant, **fields)[0]
+
+    def since(cursors: dict[int, Any]) -> list[tuple[int, Piece, Any]]:
+        end, pieces = len(seen), []
+        for index in range(request.n):
+            new = [c for chunk in seen[cursors.get(index, 0) : end] for c in chunk.choices if c.index == index]
+            if new:
+                finish = next((c.finish_reason for c in reversed(new) if c.finish_reason), None)
+                piece = Piece(
+                    "".join(c.text for c in new),
+                    [t for c in new for t in c.token_ids],
+                    [p for c in new for p in c.logprobs],
+                    {"finish_reason": finish} if finish else {},
+                )
+                pieces.append((index, piece, end))
+        return pieces
+
+    parts = StreamRecord(tenant.pk, plan.ids, started=started, head=head, since=since)
+
     async def chunks() -> AsyncIterator[CompletionChunk]:
-        seen: list[CompletionChunk] = []
+        nonlocal seen
         try:
             async for chunk in upstream:
                 seen.append(chunk)
@@ -187,6 +229,7 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
                 out = [client_choice(c, states[c.index]) for c in chunk.choices if not states[c.index].finished]
                 if out:
                     yield replace(chunk, choices=out, usage=None)
+                    parts.served()
                 if scanning and all(s.finished for s in states.values()):
                     if request.include_usage:
                         yield replace(chunk, choices=[], usage=_usage_of(seen, request, states))
@@ -201,6 +244,7 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
                     error=exc,
                     started=started,
                     streamed=True,
+                    stream_parts=plan.ids if parts.end() else None,
                 )
             )
             seen = []  # nothing half-served is recorded as an interaction
@@ -210,13 +254,15 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
             # Submitted before anything else is awaited: a client that left (this task cancelled)
             # still gets what it was served recorded, on its database thread.
             record = None
+            written = parts.end()
             if seen:
                 served = _served_from_stream(seen, states)
                 record = asyncio.ensure_future(
                     in_db_thread(
-                        _record, tenant, route, request, served, plan.ids, served_at=served_at, started=started
+                        _record, tenant, route, request, served, plan.ids, served_at=served_at, started=started,
+                        stream_parts=written,
                     )
-                )
+                )  # fmt: skip
             try:
                 await upstream.aclose()  # type: ignore[attr-defined]
             finally:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from django.utils import timezone
@@ -16,6 +17,7 @@ from apps.adapters.models import AdapterVersion
 from apps.common.exceptions import ApplicationError
 from apps.engines.vllm_client import ModelNotLoaded, VLLMBadRequest
 from apps.interactions.models import ServingFailure
+from apps.interactions.stream_parts import stream_parts_discard
 from apps.serving.services import Route
 from apps.tenants.models import Tenant
 
@@ -46,9 +48,20 @@ def _version_loaded(route: Route) -> bool:
 
 
 def serving_failure_record(
-    tenant: Tenant, *, route: Route, user: str, error: ApplicationError, started: float, streamed: bool
+    tenant: Tenant,
+    *,
+    route: Route,
+    user: str,
+    error: ApplicationError,
+    started: float,
+    streamed: bool,
+    stream_parts: Sequence[uuid.UUID] | None = None,
 ) -> None:
-    """A request vLLM failed (not one the client got wrong): counted in the arm's error rate."""
+    """A request vLLM failed (not one the client got wrong): counted in the arm's error rate.
+    ``stream_parts``: the interaction ids of a stream that wrote parts as it went; they are dropped
+    (a failed stream is a failure, never half an interaction), the feedback on them kept."""
+    if stream_parts:
+        stream_parts_discard(tenant, ids=stream_parts)
     if isinstance(error, VLLMBadRequest) or error.status_code < 500:
         return
     ServingFailure.objects.create(

@@ -11,14 +11,17 @@ import os
 import signal
 import time
 import uuid
+from datetime import timedelta
 
 import httpx
 import openai
 import pytest
+from django.utils import timezone
 
 from apps.adapters.models import Adapter
 from apps.adapters.services import adapter_create, base_model_register
-from apps.interactions.models import Interaction
+from apps.interactions.models import Feedback, Interaction, ServingFailure, StreamPart
+from apps.interactions.stream_parts import stream_parts_sweep
 from tests.fixtures.workers import _database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -39,11 +42,11 @@ def fleet(mock_upstream, starter_dir, make_tenant, make_client):
     of a fresh tenant whose default adapter "tab" runs on the mock's base model."""
     base = base_model_register(name=mock_upstream.model, path=starter_dir)
 
-    def key_of(name: str) -> str:
+    def key_of(name: str, scopes: tuple[str, ...] = ("serve",)) -> str:
         tenant = make_tenant(f"{name}-{uuid.uuid4().hex[:6]}")
         adapter = adapter_create(tenant, name="tab", base_model=base, is_default=True)
         Adapter.objects.filter(pk=adapter.pk).update(max_completion_tokens=400)
-        return make_client(tenant, scopes=["serve"]).raw_key
+        return make_client(tenant, scopes=list(scopes)).raw_key
 
     return key_of
 
@@ -141,6 +144,109 @@ def test_a_worker_stopped_mid_stream_serves_it_to_the_end_and_records_it(fleet, 
     assert "".join(texts) == "".join(TOKENS[:40])
     recorded = _recorded(chunk.id, tokens=40)
     assert recorded.completion == "".join(TOKENS[:40])
+
+
+def _parts_hold(interaction_id: str, *, at_least: int, timeout_s: float = 60.0) -> int:
+    """How many tokens the stream's parts hold once they hold ``at_least``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        held = sum(len(ids) for ids in StreamPart.objects.filter(interaction_id=interaction_id).values_list(
+            "completion_token_ids", flat=True
+        ))  # fmt: skip
+        if held >= at_least:
+            return held
+        assert time.monotonic() < deadline, f"no parts of {interaction_id} with {at_least} tokens in {timeout_s:.0f} s"
+        time.sleep(0.05)
+
+
+def _feedback(api, key: str, interaction_id: str) -> httpx.Response:
+    return httpx.post(
+        f"{api.url}/v1/feedback",
+        json={"interaction_id": interaction_id, "outcome": "accepted"},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+    )
+
+
+def test_a_worker_killed_mid_stream_loses_only_what_it_served_after_its_last_write(
+    fleet, api_servers, settings, mock_upstream
+):
+    """SIGKILL (the OOM killer, a crash): nothing of the worker runs again, yet what it had written of
+    the stream is recorded by the sweeper as a partial interaction, and the feedback sent while it
+    ran applies to it."""
+    api = _api(api_servers, settings, mock_upstream)
+    (worker,) = _worker_pids(api.proc.pid)
+    key = fleet("kill", scopes=("serve", "feedback"))
+    stream = _client(api, key).completions.create(model="tab", prompt="def f():", max_tokens=400, stream=True)
+    reading = iter(stream)  # 400 tokens at 50 ms: 20 s
+    chunks = [next(reading) for _ in range(4)]
+    written = _parts_hold(chunks[0].id, at_least=len(chunks))  # the kill waits for a write: none of it is luck
+    pending = _feedback(api, key, chunks[0].id)
+    assert pending.status_code == 202, pending.text  # kept as pending while the stream is open
+    os.kill(worker, signal.SIGKILL)
+    with pytest.raises((openai.APIError, httpx.HTTPError)):
+        for _ in reading:  # the connection dies with the worker
+            pass
+    assert not Interaction.objects.filter(pk=chunks[0].id).exists()  # open: nothing half-written is an interaction
+    assert stream_parts_sweep(now=timezone.now() + timedelta(seconds=settings.STROP_SERVING_STALE_STREAM_S + 1)) == 1
+    recorded = Interaction.objects.get(pk=chunks[0].id)
+    served = len(recorded.completion_token_ids)
+    assert written <= served < 400  # never less than a write it had made; never the rest
+    assert recorded.completion == "".join(TOKENS[:served])
+    assert recorded.completion_token_ids == list(range(1000, 1000 + served))
+    assert len(recorded.completion_logprobs) == served
+    assert recorded.metadata["partial"] is True and recorded.metadata["finish_reason"] is None
+    assert [f.outcome for f in recorded.feedback.all()] == ["accepted"]
+    assert not StreamPart.objects.filter(interaction_id=chunks[0].id).exists()
+
+
+def test_feedback_sent_while_a_stream_runs_applies_to_its_one_interaction(fleet, api_servers, settings, mock_upstream):
+    api = _api(api_servers, settings, mock_upstream)
+    key = fleet("live", scopes=("serve", "feedback"))
+    stream = _client(api, key).completions.create(model="tab", prompt="def f():", max_tokens=60, stream=True)
+    texts = []
+    for chunk in stream:
+        texts.append(chunk.choices[0].text)
+        if len(texts) == 2:
+            _parts_hold(chunk.id, at_least=2)  # written while the stream runs
+            assert _feedback(api, key, chunk.id).status_code == 202
+    assert "".join(texts) == "".join(TOKENS[:60])
+    recorded = _recorded(chunk.id, tokens=60)
+    assert recorded.completion == "".join(TOKENS[:60]) and recorded.metadata["finish_reason"] == "length"
+    assert "partial" not in recorded.metadata
+    assert Interaction.objects.filter(tenant_id=recorded.tenant_id).count() == 1
+    deadline = time.monotonic() + 30  # attached in the transaction that recorded it
+    while not recorded.feedback.exists():
+        assert time.monotonic() < deadline, "the feedback sent during the stream was not attached"
+        time.sleep(0.1)
+    assert [f.outcome for f in recorded.feedback.all()] == ["accepted"]
+    assert not StreamPart.objects.filter(interaction_id=chunk.id).exists()
+
+
+def test_a_stream_upstream_fails_after_a_write_is_a_failure_and_keeps_its_feedback(
+    fleet, api_servers, settings, mock_upstream
+):
+    api = _api(api_servers, settings, mock_upstream)
+    key = fleet("fail", scopes=("serve", "feedback"))
+    stream = _client(api, key).completions.create(model="tab", prompt="def f():", max_tokens=400, stream=True)
+    reading = iter(stream)
+    first = next(reading)
+    _parts_hold(first.id, at_least=1)
+    assert _feedback(api, key, first.id).status_code == 202
+    tenant_id = StreamPart.objects.filter(interaction_id=first.id).values_list("tenant_id", flat=True).first()
+    os.killpg(mock_upstream.proc.pid, signal.SIGKILL)  # vLLM gone mid-stream
+    with pytest.raises((openai.APIError, httpx.HTTPError)):
+        for _ in reading:
+            pass
+    deadline = time.monotonic() + 30
+    while not ServingFailure.objects.filter(tenant_id=tenant_id, streamed=True).exists():
+        assert time.monotonic() < deadline, "the failed stream was not recorded as a failure"
+        time.sleep(0.1)
+    assert not Interaction.objects.filter(pk=first.id).exists()  # a failure, never half an interaction
+    assert not StreamPart.objects.filter(interaction_id=first.id).exists()  # nor later, by the sweeper
+    assert [f.outcome for f in Feedback.objects.filter(tenant_id=tenant_id, pending_client_id=first.id)] == [
+        "accepted"
+    ]  # kept, never deleted
 
 
 def test_a_tenant_past_its_streams_gets_429_and_a_full_process_503(fleet, api_servers, settings, mock_upstream):

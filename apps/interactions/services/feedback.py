@@ -19,6 +19,7 @@ from apps.common.lookups import ids_by_client_id, in_values, prepared_cursor, te
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.models import Feedback, Interaction
 from apps.interactions.rows import feedback_upsert_sql, json_text
+from apps.interactions.selectors import stream_open_ids
 from apps.interactions.served import SERVED_BY_KEY
 from apps.interactions.services.batches import ItemResult, batch_check_size
 from apps.interactions.sessions import conversation_outcome_record
@@ -102,6 +103,7 @@ def _feedback_store(
     ids = {item.interaction_id for _, item in valid if item.interaction_id is not None}
     client_ids = {item.client_id for _, item in valid if item.client_id is not None}
     known_ids = {row[0] for row in tenant_rows(Interaction, tenant.pk, key="id", values=ids, columns=("id",))}
+    open_ids = stream_open_ids(tenant, ids=ids - known_ids)  # their interaction is on its way
     by_client_id = ids_by_client_id(Interaction, tenant.pk, client_ids)
     lengths = _completion_lengths(tenant, valid, known_ids, by_client_id)
     merged: dict[tuple[str, str], _FeedbackRow] = {}
@@ -112,7 +114,9 @@ def _feedback_store(
                 training_check_on_commit(tenant.pk)
             results[index] = ItemResult(index=index, status="recorded", conversation_id=item.conversation_id)
             continue
-        if item.interaction_id is not None:
+        if item.interaction_id is not None and item.interaction_id in open_ids:
+            pass  # pending under its id until its stream's end (or the sweeper) records it
+        elif item.interaction_id is not None:
             if item.interaction_id not in known_ids:
                 results[index] = ItemResult(
                     index=index,
@@ -151,10 +155,11 @@ def _feedback_store(
                 )
                 continue
         occurred_at = item.occurred_at or now
-        key = ("i", str(interaction_id)) if interaction_id is not None else ("p", item.client_id or "")
+        waits_as = str(item.interaction_id) if item.interaction_id is not None else item.client_id
+        key = ("i", str(interaction_id)) if interaction_id is not None else ("p", waits_as or "")
         row = merged.get(key)
         if row is None:
-            merged[key] = _FeedbackRow(interaction_id, None if interaction_id else item.client_id, item, occurred_at)
+            merged[key] = _FeedbackRow(interaction_id, None if interaction_id else waits_as, item, occurred_at)
         else:
             row.events += 1
             if occurred_at >= row.occurred_at:
@@ -190,6 +195,7 @@ def served_by_only(
     client_ids = {item.client_id for _, item in valid if item.interaction_id is None and item.client_id is not None}
     own = Interaction.objects.filter(tenant=tenant, **{f"metadata__{SERVED_BY_KEY}": prefix})
     own_ids = set(own.filter(**in_values("id", ids)).values_list("id", flat=True)) if ids else set()
+    own_ids |= stream_open_ids(tenant, ids=ids - own_ids, served_by_key=prefix)
     own_client_ids = (
         set(own.filter(**in_values("client_id", client_ids)).values_list("client_id", flat=True))
         if client_ids

@@ -3,11 +3,13 @@ the transaction that stores it, and by the sweeper for the rare race between two
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 
 from django.db import connection, transaction
 
 from apps.common.lookups import in_values
+from apps.common.parsing import is_uuid
 from apps.interactions.models import Feedback, Interaction, PersistenceReport
 from apps.interactions.services.feedback import feedback_merge, training_check_on_commit
 from apps.tenants.models import Tenant
@@ -49,11 +51,11 @@ def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None 
     attached = 0
     with transaction.atomic():
         waiting = list(pending.select_for_update())
+        named = [f.pending_client_id for f in waiting]
         ids = dict(
-            Interaction.objects.filter(
-                tenant=tenant, **in_values("client_id", [f.pending_client_id for f in waiting])
-            ).values_list("client_id", "id")
+            Interaction.objects.filter(tenant=tenant, **in_values("client_id", named)).values_list("client_id", "id")
         )
+        ids.update(_served_ids(tenant, [name for name in named if name not in ids]))
         for feedback in waiting:
             interaction_id = ids.get(feedback.pending_client_id)
             if interaction_id is None:
@@ -70,6 +72,18 @@ def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None 
         if attached:
             training_check_on_commit(tenant.pk)
     return attached
+
+
+def _served_ids(tenant: Tenant, names: list[str]) -> dict[str, uuid.UUID]:
+    """Feedback on an open stream waits under the id its interaction will have
+    (``apps.interactions.stream_parts``): the names among ``names`` that are such ids, recorded now."""
+    candidates = [name for name in names if is_uuid(name)]
+    if not candidates:
+        return {}
+    found = Interaction.objects.filter(
+        tenant=tenant, source=Interaction.Source.SERVED, **in_values("id", [uuid.UUID(c) for c in candidates])
+    ).values_list("id", flat=True)
+    return {str(interaction_id): interaction_id for interaction_id in found}
 
 
 def feedback_attach_pending_all() -> int:

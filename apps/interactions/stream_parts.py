@@ -1,0 +1,231 @@
+"""Open streams' parts: what a stream served, written as it goes (``apps.serving.stream_record``), so
+that a worker killed outright (SIGKILL, the OOM killer, a crash) loses only what it served since.
+
+A part is never an interaction: training, experiment metrics and the dashboard read interactions
+only, so nothing half-written reaches them. A stream's end records its interaction as it always did
+and deletes its parts (:func:`stream_parts_recorded`); the sweeper (:func:`stream_parts_sweep`,
+beat) records a stream whose parts were not written for ``STROP_SERVING_STALE_STREAM_S`` (its worker
+died) from them: what was served up to the last write, ``"partial": true`` in its metadata. Feedback
+on an open stream's id waits as pending (under the id, in ``pending_client_id``) and is attached in
+either case, as feedback that came before its interaction is (``services.pending``).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from apps.common.lookups import prepared_cursor
+from apps.interactions.models import StreamPart
+from apps.interactions.rows import INTERACTION_COLUMNS, interactions_bulk_insert, interactions_upsert, json_text
+from apps.interactions.services.pending import feedback_attach_pending
+from apps.interactions.sessions import conversation_outcomes_apply
+from apps.tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+# What a part holds of its interaction's row (the rest is the head's, written once).
+_SERVED = ("completion", "completion_token_ids", "completion_logprobs", "latency_ms", "metadata", "received_at")
+_PART_COLUMNS = (
+    "tenant_id",
+    "interaction_id",
+    "seq",
+    "written_at",
+    "head",
+    "completion",
+    "completion_token_ids",
+    "completion_logprobs",
+    "metadata",
+)
+# Streams one sweep records at most (the next sweep takes the rest).
+SWEEP_STREAMS = 500
+
+
+@dataclass
+class Part:
+    """What one choice of an open stream served since its last write (``seq``: the writes before)."""
+
+    tenant_id: int
+    interaction_id: uuid.UUID
+    seq: int
+    completion: str
+    completion_token_ids: list[int]
+    completion_logprobs: list[float]
+    metadata: dict[str, Any]  # its first part: the interaction's; later ones: what changed
+    head: dict[str, Any] | None = None  # its first part: the rest of the row (:func:`stream_part_head`)
+
+
+def stream_part_head(row: tuple) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A served row (``apps.interactions.served.served_rows``) as a first part's head and metadata."""
+    values = dict(zip(INTERACTION_COLUMNS, row, strict=True))
+    metadata = orjson.loads(values["metadata"])
+    head = {name: value for name, value in values.items() if name not in _SERVED}
+    head["id"], head["served_at"] = str(head["id"]), head["served_at"].isoformat()
+    return head, metadata
+
+
+def stream_parts_write(parts: list[Part]) -> set[int]:
+    """Append the parts in one statement; the indices of those not written come back. If the
+    statement fails, each part is written alone: one bad part never costs the others. A part written
+    again (a retry after an answer lost on its way) replaces the one with its ``seq``."""
+    now = timezone.now()
+    rows = [
+        (
+            part.tenant_id,
+            part.interaction_id,
+            part.seq,
+            now,
+            json_text(part.head),
+            part.completion.replace("\x00", "\ufffd"),  # Postgres text cannot hold it (as served.py)
+            json_text(part.completion_token_ids),
+            json_text(part.completion_logprobs),
+            json_text(part.metadata),
+        )
+        for part in parts
+    ]
+    try:
+        _insert(rows)
+        return set()
+    except DatabaseError as exc:
+        if len(rows) == 1:
+            logger.warning("an open stream's part not written (its next write or its end makes it good): %s", exc)
+            return {0}
+    failed = set()
+    for index, row in enumerate(rows):
+        try:
+            _insert([row])
+        except DatabaseError as exc:
+            failed.add(index)
+            logger.warning("an open stream's part not written (its next write or its end makes it good): %s", exc)
+    return failed
+
+
+def _insert(rows: list[tuple]) -> None:
+    with transaction.atomic() if connection.in_atomic_block else nullcontext():  # a savepoint in a transaction
+        if connection.vendor != "postgresql":
+            StreamPart.objects.bulk_create(
+                [StreamPart(**_part_values(row)) for row in rows],
+                update_conflicts=True,
+                unique_fields=["tenant", "interaction_id", "seq"],
+                update_fields=[name for name in _PART_COLUMNS[3:]],
+            )
+            return
+        quote = connection.ops.quote_name
+        columns = ", ".join(quote(c) for c in _PART_COLUMNS)
+        values = ", ".join(["(" + ", ".join(["%s"] * len(_PART_COLUMNS)) + ")"] * len(rows))
+        updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in _PART_COLUMNS[3:])
+        sql = (
+            f"INSERT INTO {quote(StreamPart._meta.db_table)} ({columns}) VALUES {values} "
+            f"ON CONFLICT (tenant_id, interaction_id, seq) DO UPDATE SET {updates}"
+        )
+        with prepared_cursor() as cursor:
+            cursor.execute(sql, [v for row in rows for v in row])
+
+
+def _part_values(row: tuple) -> dict[str, Any]:
+    values = dict(zip(_PART_COLUMNS, row, strict=True))
+    for name in ("head", "completion_token_ids", "completion_logprobs", "metadata"):
+        values[name] = orjson.loads(values[name]) if values[name] is not None else None
+    return values
+
+
+def stream_parts_recorded(tenant: Tenant, rows: list[tuple]) -> None:
+    """A stream that wrote parts ended: record its interactions (``rows``, served_rows') over any the
+    sweeper recorded as partial meanwhile, delete its parts and attach the feedback that waited on
+    it, in one transaction."""
+    ids = [row[0] for row in rows]
+    with transaction.atomic():
+        # Its parts first: the sweeper locks them before the interaction too, so the two never deadlock.
+        StreamPart.objects.filter(tenant=tenant, interaction_id__in=ids).delete()
+        interactions_upsert(rows)
+        feedback_attach_pending(tenant, client_ids=[str(i) for i in ids])
+
+
+def stream_parts_discard(tenant: Tenant, *, ids: Sequence[uuid.UUID]) -> None:
+    """Drop an open stream's parts: vLLM failed it, and a failed stream is recorded as a failure,
+    never as half an interaction. Feedback that waits on it is kept (pending), never deleted."""
+    StreamPart.objects.filter(tenant=tenant, interaction_id__in=list(ids)).delete()
+
+
+def stream_parts_sweep(*, stale_s: float | None = None, now: datetime | None = None) -> int:
+    """Record each stream whose parts were not written for ``stale_s`` (its worker died) as a partial
+    interaction, one transaction each: one that fails is logged and the others go on. Returns how
+    many were recorded."""
+    stale_s = settings.STROP_SERVING_STALE_STREAM_S if stale_s is None else stale_s
+    cutoff = (now or timezone.now()) - timedelta(seconds=stale_s)
+    stale = (
+        StreamPart.objects.values_list("tenant_id", "interaction_id")
+        .annotate(last=Max("written_at"))
+        .filter(last__lt=cutoff)
+        .order_by("last")[:SWEEP_STREAMS]
+    )
+    recorded = 0
+    for tenant_id, interaction_id, _ in stale:
+        try:
+            recorded += _stream_close(tenant_id, interaction_id, cutoff=cutoff)
+        except Exception:
+            logger.exception("stale stream %s not recorded (the next sweep tries again)", interaction_id)
+    return recorded
+
+
+def _stream_close(tenant_id: int, interaction_id: uuid.UUID, *, cutoff: datetime) -> int:
+    with transaction.atomic():
+        parts = list(
+            StreamPart.objects.select_for_update()
+            .filter(tenant_id=tenant_id, interaction_id=interaction_id)
+            .order_by("seq")
+        )
+        if not parts or max(part.written_at for part in parts) >= cutoff:
+            return 0  # its stream ended, or wrote again, since the sweep looked
+        row = _partial_row(parts)
+        if row is not None:
+            interactions_bulk_insert([row])  # skipped if its stream's end recorded it meanwhile
+        StreamPart.objects.filter(pk__in=[part.pk for part in parts]).delete()
+        tenant = Tenant.objects.get(pk=tenant_id)
+        feedback_attach_pending(tenant, client_ids=[str(interaction_id)])
+        conversation_id = parts[0].head.get("conversation_id") if parts[0].head else None
+        if conversation_id:  # a session outcome may have arrived before this turn (as apps.serving.chat)
+            conversation_outcomes_apply(tenant, conversation_ids=[conversation_id], now=timezone.now())
+    return int(row is not None)
+
+
+def _partial_row(parts: list[StreamPart]) -> tuple | None:
+    """The interaction row of what the parts hold: up to the first one missing."""
+    if parts[0].seq != 0 or parts[0].head is None:
+        logger.warning("stale stream %s has no first part: its parts are dropped", parts[0].interaction_id)
+        return None
+    text: list[str] = []
+    token_ids: list[int] = []
+    logprobs: list[float] = []
+    metadata: dict[str, Any] = {}
+    for expected, part in enumerate(parts):
+        if part.seq != expected:
+            break
+        text.append(part.completion)
+        token_ids.extend(part.completion_token_ids)
+        logprobs.extend(part.completion_logprobs)
+        metadata.update(part.metadata)
+    latency_ms = metadata.pop("latency_ms", None)
+    metadata["partial"] = True  # what was served up to the last write before its worker died
+    served = {
+        "completion": "".join(text),
+        "completion_token_ids": json_text(token_ids),
+        "completion_logprobs": json_text(logprobs if len(logprobs) == len(token_ids) else []),
+        "latency_ms": latency_ms,
+        "metadata": json_text(metadata),
+        "received_at": timezone.now(),
+    }
+    head = parts[0].head
+    values = {**head, **served, "served_at": datetime.fromisoformat(head["served_at"]), "id": uuid.UUID(head["id"])}
+    return tuple(values[name] for name in INTERACTION_COLUMNS)

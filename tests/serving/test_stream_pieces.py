@@ -1,0 +1,39 @@
+"""What an open chat stream's part takes of a choice (apps.serving.chat._ChoiceSoFar.since): only what
+came since the last write, and copies the stream no longer touches."""
+
+from __future__ import annotations
+
+from apps.serving.chat import _ChoiceSoFar
+
+
+def _delta(content: str, token: int, *, tool_args: str | None = None, finish: str | None = None) -> dict:
+    delta: dict = {"content": content}
+    if tool_args is not None:
+        delta["tool_calls"] = [{"index": 0, "id": "call_1", "function": {"name": "f", "arguments": tool_args}}]
+    return {
+        "delta": delta,
+        "token_ids": [token],
+        "logprobs": {"content": [{"logprob": -0.5}]},
+        "finish_reason": finish,
+    }
+
+
+def test_a_part_holds_only_what_came_since_the_last_write():
+    choice = _ChoiceSoFar()
+    choice.add(_delta(" a", 1), message_key="delta")
+    first, cursor = choice.since(None)
+    assert (first.text, first.token_ids, first.logprobs, first.metadata) == (" a", [1], [-0.5], {})
+    assert choice.since(cursor) is None  # nothing new: no part
+    choice.add(_delta(" b", 2), message_key="delta")
+    choice.add(_delta(" c", 3, finish="length"), message_key="delta")
+    second, _ = choice.since(cursor)
+    assert (second.text, second.token_ids, second.metadata) == (" b c", [2, 3], {"finish_reason": "length"})
+
+
+def test_a_parts_tool_calls_are_a_copy_the_stream_goes_on_without():
+    choice = _ChoiceSoFar()
+    choice.add(_delta("", 1, tool_args='{"x": '), message_key="delta")
+    piece, _ = choice.since(None)
+    choice.add(_delta("", 2, tool_args="1}"), message_key="delta")
+    assert piece.metadata["tool_calls"][0]["function"]["arguments"] == '{"x": '
+    assert choice.tool_calls[0]["function"]["arguments"] == '{"x": 1}'
