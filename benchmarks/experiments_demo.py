@@ -1,5 +1,9 @@
 """The demo's A/B users as the experiments benchmark simulates them, from the demo's own
-simulated developers (``benchmarks/simdev``) and the rates ``make demo`` measured.
+simulated developers (``benchmarks/simdev``) and the rates ``make demo`` measured, each with a
+propensity of their own (``simdev.traits``). ``make demo`` itself ran with that propensity for one
+day (2026-11-27) and runs without it since: it cut a round's accepted suggestions below what the
+show filter needs. Without it the demo's developers are alike and their history predicts nothing
+(a correlation of 0): the propensity is the most the demo's population could carry.
 
 In ``make demo`` (``demo/loop.py``) a round's 288 opted-in developers first work on production
 (the round's 128 requests, one each for the first 128: 44 % of the cohort), then meet the A/B

@@ -4,9 +4,11 @@
 Each tenant has its own simulated developers (``benchmarks/simdev``):
 they ask for completions at cursors inside lines of real code (installed packages the base
 model was not tuned on), take an empty suggestion as nothing shown, and accept a shown one only
-by their population's rule ("line": exactly the rest of the line; "block": the right next lines),
-each with their own propensity to take what the rule accepts (``simdev.traits``). A round's
-developers work on production first, so a share of its A/B users carry history from before it.
+by their population's rule ("line": exactly the rest of the line; "block": the right next lines).
+(They take every suggestion the rule accepts: with a propensity of their own, ``simdev.traits``, a
+round's window held about 8 accepted suggestions, under the 10 the show filter needs, and the
+version learned nothing.) A round's developers work on production first, so a share of its A/B
+users carry history from before it.
 Their feedback trains the tenant's adapter; the gate checks the candidate; an A/B experiment on
 the opted-in developers compares it with production on packages held out from training; the demo
 acts on the experiment's decision the way an admin would (promote, roll back, or keep production
@@ -121,7 +123,6 @@ def serve(tenant: Tenant, tasks: list[Task], round_no: int) -> None:
         concurrency=CONCURRENCY,
         seed=round_no * 100_000,
         progress=label,
-        traits=True,
         **REQUEST[tenant.population],
     )
     summary = result.summary()
@@ -242,7 +243,6 @@ def experiment(
             concurrency=CONCURRENCY,
             seed=round_no * 100_000 + 50_000 + wave * per_wave,
             progress=f"{tenant.slug}: A/B experiment, wave {wave + 1} of {WAVES}",
-            traits=True,
             **REQUEST[tenant.population],
         )
         wave_s = max(wave_s, time.monotonic() - wave_started)
