@@ -66,6 +66,10 @@ class MetricRow:
     adjusted: dict[str, Any] | None = None
     """The lift adjusted by users' pre-exposure behaviour: abs_lift, interval, p_always_valid,
     variance_reduction, users_with_history (None: the snapshot has no adjustment)."""
+    effective_users: list[float | None] | None = None
+    """(control, candidate) Kish effective users by the metric's denominator (older snapshots: None)."""
+    too_few_effective_users: bool = False
+    """Below the experiment's ``min_effective_users_per_arm``: no always-valid inference yet."""
 
 
 @dataclass
@@ -125,8 +129,11 @@ def exposures_per_arm(experiment: Experiment) -> dict[str, int]:
     return counts
 
 
-def _metric_row(m: dict[str, Any]) -> MetricRow:
+def _metric_row(m: dict[str, Any], config: dict[str, Any]) -> MetricRow:
     interval = (m.get("ci_always_valid") or {}).get("abs")
+    effective = m.get("effective_users")
+    minimum = config.get("min_effective_users_per_arm")
+    too_few = effective is not None and minimum is not None and any(e is None or e < minimum for e in effective)
     lift = m.get("abs_lift")
     fmt = _fmt(m["name"])
     adjusted = m.get("adjusted")
@@ -151,6 +158,8 @@ def _metric_row(m: dict[str, Any]) -> MetricRow:
         direction=m.get("direction", "none"),
         polarity=m.get("polarity", ""),
         adjusted=adjusted,
+        effective_users=effective,
+        too_few_effective_users=too_few,
         bar=charts.lift_bar(
             interval[0] if interval else None,
             lift,
@@ -180,7 +189,8 @@ def holdout_results(adapter: Adapter, snapshot: HoldoutSnapshot | None) -> Holdo
     if snapshot is not None:
         arms = snapshot.analysis.get("arms", {})
         results.users = {arm: (arms.get(arm) or {}).get("users", 0) for arm in (CONTROL, CANDIDATE)}
-        results.metrics = [_metric_row(m) for m in snapshot.analysis.get("metrics", [])]
+        config = snapshot.analysis.get("config") or {}
+        results.metrics = [_metric_row(m, config) for m in snapshot.analysis.get("metrics", [])]
     return results
 
 
@@ -219,7 +229,7 @@ def experiment_results(experiment: Experiment, *, with_history: bool = True) -> 
     if snapshot is not None:
         analysis = snapshot.analysis
         results.arms = analysis.get("arms", {})
-        results.metrics = [_metric_row(m) for m in analysis.get("metrics", [])]
+        results.metrics = [_metric_row(m, analysis.get("config") or {}) for m in analysis.get("metrics", [])]
         results.srm = analysis.get("srm", {})
         results.decision = analysis.get("decision", {})
     if with_history:

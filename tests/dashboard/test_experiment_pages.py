@@ -35,6 +35,16 @@ def test_the_experiment_page_shows_both_arms_every_metric_and_the_decision(login
     assert "Promote v2…" not in body  # a viewer sees no action
 
 
+def test_a_metric_with_too_few_effective_users_says_it_cannot_be_tested_yet(login, world):
+    snapshot = feed_experiment(world, users=20)  # about 10 effective users per arm, under the 20 needed
+    assert snapshot.action == "keep_running"
+    body = login(world.users["viewer"]).get(url_for("experiment", world)).content.decode()
+    assert "reward_per_request cannot be tested yet:" in body
+    primary = re.search(r'data-metric="reward_per_request".*?</tr>', body, re.S).group(0)
+    assert "not testable yet:" in primary and "effective users" in primary
+    assert "significantly better" not in primary
+
+
 def test_an_admin_sees_the_actions_with_the_recommended_one_highlighted(login, world):
     feed_experiment(world)
     body = login(world.users["admin"]).get(url_for("experiment", world)).content.decode()

@@ -22,11 +22,17 @@ from apps.tenants.models import AuditEvent
 pytestmark = [pytest.mark.vllm, pytest.mark.django_db]
 
 PROMPT = "def parse(line):\n    "
-# Small samples for a test: the always-valid interval is tuned for ~200 users, and 10 per arm may
-# promote. No latency guardrail: here the control is the base model alone, which a LoRA candidate
-# is slower than on a CPU shared with the rest of the suite; that guardrail is tested in the
-# statistics' own tests.
-FAST = {"min_users_per_arm": 10, "n_star": 200.0, "guardrails": ["accepted_per_request", "error_rate"]}
+# Small samples for a test: the always-valid interval is tuned for ~200 users, 10 per arm may
+# promote, and 10 effective users per arm may be tested (these users make equally many requests,
+# so effective users are users; the default of 20 is for real, unequal traffic). No latency
+# guardrail: here the control is the base model alone, which a LoRA candidate is slower than on a
+# CPU shared with the rest of the suite; that guardrail is tested in the statistics' own tests.
+FAST = {
+    "min_users_per_arm": 10,
+    "min_effective_users_per_arm": 10,
+    "n_star": 200.0,
+    "guardrails": ["accepted_per_request", "error_rate"],
+}
 # Start draws a random salt, so the arms' sizes would change from run to run: 30 users left one arm
 # under min_users_per_arm about one run in 25. A fixed salt puts the same users in the same arms on
 # every run (u-0..u-29: 17 and 13; u-0..u-79: 45 and 35; in-0..in-23: 12 and 12).

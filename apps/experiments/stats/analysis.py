@@ -112,18 +112,24 @@ def _compare(
     rel = inference.relative_lift(est_a, est_b)
     rel_se = np.sqrt(inference.relative_lift_variance(est_a, var_a, est_b, var_b))
     n_total = control.users + candidate.users
+    effective = [finite_or_none(inference.effective_users(a)), finite_or_none(inference.effective_users(b))]
 
     # No inference without a standard error: both arms constant (or under 2 users) says nothing
     # about the population, so nothing is declared significant on it.
     testable = bool(np.isfinite(se) and se > 0)
+    # Nor, in either direction, before each arm has enough effective users: with a few users
+    # making most of the requests the variance is underestimated and the sequence loses its
+    # guarantee. The fixed-horizon figures stay on the page; they never decide.
+    enough = enough_effective_users(effective, config)
+    sequential = testable and enough
     z = inference.z_quantile(config.alpha)
     p_fixed = finite_or_none(inference.fixed_p_value(diff, se)) if testable else None
-    p_av = finite_or_none(inference.always_valid_p_value(diff, se, n_total, config.n_star)) if testable else None
-    av_half = inference.always_valid_half_width(se, n_total, config.alpha, config.n_star) if testable else np.nan
+    p_av = finite_or_none(inference.always_valid_p_value(diff, se, n_total, config.n_star)) if sequential else None
+    av_half = inference.always_valid_half_width(se, n_total, config.alpha, config.n_star) if sequential else np.nan
     rel_testable = bool(np.isfinite(rel_se) and rel_se > 0)
 
-    significant = testable and abs(float(diff)) > float(av_half)
-    adjusted = _adjusted(metric, control, candidate, config)
+    significant = sequential and abs(float(diff)) > float(av_half)
+    adjusted = _adjusted(metric, control, candidate, config, sequential=enough)
     decisive = diff
     if adjusted is not None:
         # Where the arms carry covariates the adjusted sequence alone decides, at every look: a
@@ -148,17 +154,23 @@ def _compare(
         rel_lift=finite_or_none(rel),
         ci_fixed_abs=interval(diff, z * se) if testable else None,
         ci_fixed_rel=interval(rel, z * rel_se) if rel_testable else None,
-        ci_always_valid_abs=interval(diff, av_half) if testable else None,
+        ci_always_valid_abs=interval(diff, av_half) if sequential else None,
         p_fixed=p_fixed,
         p_always_valid=p_av,
         significant=significant,
         direction=direction,
         adjusted=adjusted,
+        effective_users=effective,
     )
 
 
+def enough_effective_users(effective: list[float | None], config: ExperimentConfig) -> bool:
+    """Both arms have ``config.min_effective_users_per_arm`` effective users (None: no denominator)."""
+    return all(e is not None and e >= config.min_effective_users_per_arm for e in effective)
+
+
 def _adjusted(
-    metric: MetricDefinition, control: ArmData, candidate: ArmData, config: ExperimentConfig
+    metric: MetricDefinition, control: ArmData, candidate: ArmData, config: ExperimentConfig, *, sequential: bool
 ) -> AdjustedResult | None:
     """The lift adjusted by pre-exposure covariates, or None when the arms carry none.
 
@@ -168,7 +180,8 @@ def _adjusted(
     history the covariates are constant, the fit drops them and the adjusted lift is the
     unadjusted one; with a few, the history indicator gives them their own level and the fitted
     covariates cost their degrees of freedom, counted against those few (``adjustment.adjusted_lift``).
-    A look where the adjusted lift has no standard error is not testable: nothing falls back."""
+    A look where the adjusted lift has no standard error is not testable: nothing falls back; nor
+    is one without enough effective users (``sequential`` false), as for the unadjusted lift."""
     za, zb = control.covariates, candidate.covariates
     if za is None or zb is None or za.shape[1] != zb.shape[1] or za.shape[1] == 0:
         return None
@@ -184,6 +197,15 @@ def _adjusted(
     se = float(lift.se)
     if not (np.isfinite(se) and se > 0):
         return AdjustedResult(None, None, None, None, with_history)
+    if not sequential:
+        return AdjustedResult(
+            abs_lift=finite_or_none(lift.diff),
+            ci_always_valid_abs=None,
+            p_always_valid=None,
+            variance_reduction=finite_or_none(lift.variance_reduction),
+            users_with_history=with_history,
+            covariates_fitted=int(lift.fitted),
+        )
     n_total = control.users + candidate.users
     half = inference.always_valid_half_width(se, n_total, config.alpha, config.n_star)
     return AdjustedResult(

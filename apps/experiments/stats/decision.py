@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from .config import ExperimentConfig
+from .metrics import METRICS
 from .results import BETTER, GUARDRAIL, PRIMARY, WORSE, Decision, MetricResult, SrmResult
 
 PROMOTE = "promote"
@@ -55,6 +56,14 @@ def decide(
         status = f"{primary.name} is significantly better, but the minimum sample is not met: {sample}"
     elif primary.control is None or primary.candidate is None:
         status = f"{primary.name} has no data in one or both arms yet: {sample}"
+    elif _too_few_effective_users(primary, config):
+        control_eff, candidate_eff = primary.effective_users or (None, None)
+        status = (
+            f"{primary.name} cannot be tested yet: {_effective(control_eff)} control and {_effective(candidate_eff)} "
+            f"candidate effective users, weighting each by their {METRICS[primary.name].denominator} (minimum "
+            f"{config.min_effective_users_per_arm:,} per arm; a few users make most of them, and until more arrive "
+            f"the interval would be too narrow): {sample}"
+        )
     elif primary.decisive_p is None:
         status = (
             f"{primary.name} cannot be tested yet (under 2 users in an arm, or no variance between users): {sample}"
@@ -70,6 +79,16 @@ def decide(
             f"Maximum duration of {_duration(config.max_duration)} reached without a decision: {status}.",
         )
     return Decision(KEEP_RUNNING, f"{status}.")
+
+
+def _too_few_effective_users(m: MetricResult, config: ExperimentConfig) -> bool:
+    return m.effective_users is not None and any(
+        e is None or e < config.min_effective_users_per_arm for e in m.effective_users
+    )
+
+
+def _effective(count: float | None) -> str:
+    return "no" if count is None else f"{count:,.1f}"
 
 
 def _duration(span: timedelta) -> str:

@@ -109,6 +109,19 @@ def ratio_variance(m: RatioMoments) -> FloatArray:
     return np.where((n >= 2) & (m.sum_x != 0), var, np.nan)
 
 
+def effective_users(m: RatioMoments) -> FloatArray:
+    """Kish's effective number of users of Σ y / Σ x: (Σ x)² / Σ x² (NaN where Σ x² = 0).
+
+    The ratio is a mean of the users' own rates y/x weighted by x, so it is worth as many
+    equally busy users as this (Kish 1965, *Survey Sampling*, the design effect of unequal
+    weights): n when all are alike, far fewer when a few users make most of the requests. It
+    also bounds the heaviest user's share of Σ x by 1/√(effective users), the share that must be
+    small for the normal approximation (Lindeberg's condition) behind every interval here.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(m.sum_xx > 0, m.sum_x * m.sum_x / np.where(m.sum_xx > 0, m.sum_xx, 1.0), np.nan)
+
+
 def relative_lift(control: ArrayLike, candidate: ArrayLike) -> FloatArray:
     """(candidate − control) / |control|: positive when the candidate is higher, even for a
     negative control (mean reward can be below zero), NaN when the control is 0."""

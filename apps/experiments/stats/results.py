@@ -56,6 +56,9 @@ class MetricResult:
     adjusted: AdjustedResult | None = None
     """The same lift adjusted by the users' pre-exposure behaviour (CUPED), when the arms carry
     covariates; then ``significant`` and ``direction`` are the adjusted inference's."""
+    effective_users: list[float | None] | None = None
+    """(control, candidate) Kish effective users by the metric's denominator; below
+    ``min_effective_users_per_arm`` in either arm there is no always-valid inference yet."""
 
     @property
     def decisive_p(self) -> float | None:
@@ -82,6 +85,7 @@ class MetricResult:
             "significant": self.significant,
             "direction": self.direction,
             "adjusted": self.adjusted.as_dict() if self.adjusted is not None else None,
+            "effective_users": self.effective_users,
         }
 
 

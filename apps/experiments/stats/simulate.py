@@ -15,6 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from . import adjustment, inference
+from .config import ExperimentConfig
 from .metrics import METRICS, ArmData, count_slow_requests, pooled_p95, slow_request_threshold
 
 # The default reward policy of training (TrainingPolicy): accepted +0.75, rejected −0.25, not shown 0.
@@ -193,11 +194,14 @@ def peeking_simulation(
     n_star: float = 5000.0,
     metric: str = "reward_per_request",
     history: History | None = None,
+    min_effective_users: float = ExperimentConfig.min_effective_users_per_arm,
 ) -> PeekingOutcome:
     """Run ``experiments`` experiments of ``users`` users (assigned 50/50 at random, in arrival
     order) and look after every ``users / peeks`` users, with the same estimators and confidence
     sequence as ``analyze``, all experiments and peeks at once. With ``history`` the users have a
-    pre-period and the regression-adjusted inference is run beside the unadjusted one."""
+    pre-period and the regression-adjusted inference is run beside the unadjusted one. A look
+    tests nothing until both arms have ``min_effective_users`` (``inference.effective_users``),
+    as ``analyze`` with ``ExperimentConfig.min_effective_users_per_arm``; 0 turns the rule off."""
     definition = METRICS[metric]
     if definition.numerator not in ("requests", "shown", "accepted", "reward_sum", "errors"):
         raise ValueError(f"metric: {metric} needs latencies, which the peeking simulation does not draw")
@@ -220,11 +224,17 @@ def peeking_simulation(
     a, b = moments(as_control, ~in_candidate), moments(as_candidate, in_candidate)
     diff = inference.ratio_estimate(b) - inference.ratio_estimate(a)
     se = np.sqrt(inference.ratio_variance(a) + inference.ratio_variance(b))
-    testable = np.isfinite(se) & (se > 0)
+    with np.errstate(invalid="ignore"):
+        enough = (inference.effective_users(a) >= min_effective_users) & (
+            inference.effective_users(b) >= min_effective_users
+        )
+    has_se = np.isfinite(se) & (se > 0)
+    testable = has_se & enough
     with np.errstate(invalid="ignore"):
         av_half = inference.always_valid_half_width(se, a.n + b.n, alpha, n_star)
         significant = testable & (np.abs(diff) > av_half)
-        significant_fixed = testable & (np.abs(diff) > inference.z_quantile(alpha) * se)
+        # What naive peeking would declare: fixed-horizon intervals, no rule of any kind.
+        significant_fixed = has_se & (np.abs(diff) > inference.z_quantile(alpha) * se)
         better = significant & (diff > 0)
     outcome = PeekingOutcome(
         ever_significant=significant.any(axis=-1),
@@ -245,7 +255,7 @@ def peeking_simulation(
     # As ``analyze``: the adjusted estimator decides at every look, however few users have history.
     with np.errstate(invalid="ignore"):
         adjusted_half = inference.always_valid_half_width(lift.se, a.n + b.n, alpha, n_star)
-        significant_adjusted = np.isfinite(lift.se) & (lift.se > 0) & (np.abs(lift.diff) > adjusted_half)
+        significant_adjusted = enough & np.isfinite(lift.se) & (lift.se > 0) & (np.abs(lift.diff) > adjusted_half)
         better_adjusted = significant_adjusted & (lift.diff > 0)
     return dataclasses.replace(
         outcome,
