@@ -83,6 +83,13 @@ class ExperimentCreateIn(StrictSerializer):
     primary_metric = serializers.ChoiceField(choices=sorted(METRICS), required=False)
     guardrails = serializers.ListField(child=serializers.ChoiceField(choices=sorted(METRICS)), required=False)
     min_users_per_arm = serializers.IntegerField(required=False, min_value=2, max_value=10**7)
+    min_effective_users_per_arm = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=10**7,
+        help_text="effective users (weighted by each metric's denominator, Kish) an arm needs before a metric "
+        "is tested at all (default 20; docs/experiments.md)",
+    )
     max_duration_s = serializers.IntegerField(required=False, min_value=60, max_value=366 * 24 * 3600)
     alpha = serializers.FloatField(required=False, min_value=0.001, max_value=0.2)
     expected_users = serializers.IntegerField(
@@ -115,7 +122,14 @@ class ExperimentCollectionApi(ScopedApi):
         candidate = adapter_version_get_for_tenant(self.tenant, adapter=adapter, number=attrs["candidate_version"])
         config = {
             k: attrs[k]
-            for k in ("primary_metric", "guardrails", "min_users_per_arm", "max_duration_s", "alpha")
+            for k in (
+                "primary_metric",
+                "guardrails",
+                "min_users_per_arm",
+                "min_effective_users_per_arm",
+                "max_duration_s",
+                "alpha",
+            )
             if k in attrs
         }
         if "expected_users" in attrs:

@@ -125,6 +125,13 @@ def test_expected_users_tune_the_interval_and_a_bad_value_names_the_field(
     assert response.json()["config"]["n_star"] == 48.0
     response = admin.post(url, {"candidate_version": candidate.number}, format="json")
     assert response.json()["config"]["n_star"] == 5000.0
+    assert response.json()["config"]["min_effective_users_per_arm"] == 20
+    body = {"candidate_version": candidate.number, "min_effective_users_per_arm": -1}
+    response = admin.post(url, body, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith("min_effective_users_per_arm:")
+    response = admin.post(url, {**body, "min_effective_users_per_arm": 5}, format="json")
+    assert response.status_code == 201 and response.json()["config"]["min_effective_users_per_arm"] == 5
 
 
 def test_only_opted_in_users_are_randomised_and_their_arm_is_sticky(
