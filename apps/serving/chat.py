@@ -300,7 +300,7 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
                     parts.served()
         except ApplicationError as exc:
             failure = asyncio.ensure_future(
-                in_db_thread(
+                parts.then(
                     serving_failure_record, tenant, route=route, user=request.user, error=exc, started=started,
                     streamed=True, stream_parts=plan.ids if parts.end() else None,
                 )
@@ -314,7 +314,7 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
             written = parts.end()
             if choices:
                 record = asyncio.ensure_future(
-                    in_db_thread(
+                    parts.then(
                         _record, tenant, route, request, choices, plan.ids, prompt_ids,
                         served_at=served_at, started=started, stream_parts=written,
                     )

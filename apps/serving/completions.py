@@ -236,7 +236,7 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
                     break  # closing the upstream iterator closes the connection: vLLM stops generating
         except ApplicationError as exc:
             failure = asyncio.ensure_future(
-                in_db_thread(
+                parts.then(
                     serving_failure_record,
                     tenant,
                     route=route,
@@ -258,7 +258,7 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
             if seen:
                 served = _served_from_stream(seen, states)
                 record = asyncio.ensure_future(
-                    in_db_thread(
+                    parts.then(
                         _record, tenant, route, request, served, plan.ids, served_at=served_at, started=started,
                         stream_parts=written,
                     )

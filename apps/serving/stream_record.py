@@ -14,6 +14,7 @@ writes no part at all.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import time
@@ -21,7 +22,7 @@ import uuid
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 
@@ -29,6 +30,8 @@ from apps.interactions.stream_parts import Part, stream_part_head, stream_parts_
 from apps.serving.sync_work import in_db_thread, pooled
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Rows per statement (9 parameters each): well under Postgres's 65,535 parameters.
 BATCH_PARTS = 1000
@@ -64,6 +67,7 @@ class StreamRecord:
         self.first_served: float | None = None  # when its first chunk went out (the loop's clock)
         self.written = False  # a part of it may be in the database
         self.ended = False
+        self.writing: asyncio.Future[set[int]] | None = None  # the write that took its parts last
 
     def served(self) -> None:
         """A chunk went to the client: the next write takes it. Only under the ASGI server: anywhere
@@ -82,6 +86,15 @@ class StreamRecord:
         if self.dirty or self.written:
             _flusher().remove(self)
         return self.written
+
+    async def then(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn`` on a database thread once the write that took this stream's parts last is done:
+        its end (the record, or a failure's discard) must never run before it, or a part committed
+        after its end deleted them would outlive the stream, and the sweeper would record it."""
+        if self.writing is not None:
+            with contextlib.suppress(Exception):  # the flusher logs it; the end's work is the same
+                await asyncio.shield(self.writing)  # the flusher's own: our cancellation is not its
+        return await in_db_thread(fn, *args, **kwargs)
 
 
 @dataclass
@@ -119,8 +132,13 @@ class _Flusher:
                 continue
             if not jobs:
                 continue
+            write = asyncio.ensure_future(
+                in_db_thread(_write, [(job, job.record.head if job.seq == 0 else None) for job in jobs])
+            )
+            for job in jobs:
+                job.record.writing = write  # its end waits for it (StreamRecord.then)
             try:
-                failed = await in_db_thread(_write, [(job, job.record.head if job.seq == 0 else None) for job in jobs])
+                failed = await write
             except Exception as exc:  # the thread pool itself: every job is retried
                 logger.warning("open streams' parts not written (their next write or their end does it): %s", exc)
                 failed = set(range(len(jobs)))
