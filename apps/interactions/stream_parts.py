@@ -80,35 +80,44 @@ def stream_parts_write(parts: list[Part]) -> set[int]:
     statement fails, each part is written alone: one bad part never costs the others. A part written
     again (a retry after an answer lost on its way) replaces the one with its ``seq``."""
     now = timezone.now()
-    rows = [
-        (
-            part.tenant_id,
-            part.interaction_id,
-            part.seq,
-            now,
-            json_text(part.head),
-            part.completion.replace("\x00", "\ufffd"),  # Postgres text cannot hold it (as served.py)
-            json_text(part.completion_token_ids),
-            json_text(part.completion_logprobs),
-            json_text(part.metadata),
-        )
-        for part in parts
-    ]
+    rows: list[tuple[int, tuple]] = []
+    failed: set[int] = set()
+    for index, part in enumerate(parts):
+        try:
+            rows.append((index, _part_row(part, now)))
+        except Exception:  # a value that is no JSON: this part only
+            logger.exception("an open stream's part not written (its next write or its end makes it good)")
+            failed.add(index)
+    if not rows:
+        return failed
     try:
-        _insert(rows)
-        return set()
+        _insert([row for _, row in rows])
+        return failed
     except DatabaseError as exc:
         if len(rows) == 1:
             logger.warning("an open stream's part not written (its next write or its end makes it good): %s", exc)
-            return {0}
-    failed = set()
-    for index, row in enumerate(rows):
+            return failed | {rows[0][0]}
+    for index, row in rows:
         try:
             _insert([row])
         except DatabaseError as exc:
             failed.add(index)
             logger.warning("an open stream's part not written (its next write or its end makes it good): %s", exc)
     return failed
+
+
+def _part_row(part: Part, now: datetime) -> tuple:
+    return (
+        part.tenant_id,
+        part.interaction_id,
+        part.seq,
+        now,
+        json_text(part.head),
+        part.completion.replace("\x00", "\ufffd"),  # Postgres text cannot hold it (as served.py)
+        json_text(part.completion_token_ids),
+        json_text(part.completion_logprobs),
+        json_text(part.metadata),
+    )
 
 
 def _insert(rows: list[tuple]) -> None:

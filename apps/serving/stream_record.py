@@ -164,35 +164,32 @@ class _Flusher:
 
 
 def _write(jobs: list[tuple[_Job, Callable[[int], tuple] | None]]) -> set[int]:
-    """Write the jobs' parts; the positions of those not written."""
+    """Write the jobs' parts; the positions of those not written. One job whose part cannot be made
+    (a bug, a value that is no JSON) costs no other its write."""
     failed: set[int] = set()
     parts: list[tuple[int, Part]] = []
     for position, (job, head_of) in enumerate(jobs):
-        head, metadata = None, job.piece.metadata
-        if head_of is not None:
-            try:
-                head, metadata = stream_part_head(head_of(job.index))
-            except Exception:
-                logger.exception("an open stream's first part not made")
-                failed.add(position)
-                continue
-            metadata.update(job.piece.metadata)
-        record = job.record
-        part = Part(
-            record.tenant_id,
-            record.ids[job.index],
-            job.seq,
-            job.piece.text,
-            job.piece.token_ids,
-            job.piece.logprobs,
-            metadata,
-            head,
-        )
-        parts.append((position, part))
+        try:
+            parts.append((position, _part(job, head_of)))
+        except Exception:
+            logger.exception("an open stream's part not made")
+            failed.add(position)
     for start in range(0, len(parts), BATCH_PARTS):
         chunk = parts[start : start + BATCH_PARTS]
         failed |= {chunk[i][0] for i in stream_parts_write([part for _, part in chunk])}
     return failed
+
+
+def _part(job: _Job, head_of: Callable[[int], tuple] | None) -> Part:
+    head, metadata = None, job.piece.metadata
+    if head_of is not None:
+        head, metadata = stream_part_head(head_of(job.index))
+        metadata.update(job.piece.metadata)
+    record = job.record
+    piece = job.piece
+    return Part(
+        record.tenant_id, record.ids[job.index], job.seq, piece.text, piece.token_ids, piece.logprobs, metadata, head
+    )
 
 
 _flushers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Flusher] = weakref.WeakKeyDictionary()

@@ -145,6 +145,16 @@ def test_one_bad_part_costs_no_other_part_of_its_write(adapter):
     }
 
 
+def test_a_part_that_is_no_json_costs_no_other_part_of_its_write(adapter):
+    parts = [Part(adapter.tenant_id, uuid.uuid4(), 0, " a", [1], [-0.1], {}, {}) for _ in range(3)]
+    parts[1].metadata = {"not json": object()}  # a bug upstream: no DatabaseError, yet only this part fails
+    assert stream_parts_write(parts) == {1}
+    assert set(StreamPart.objects.values_list("interaction_id", flat=True)) == {
+        parts[0].interaction_id,
+        parts[2].interaction_id,
+    }
+
+
 def test_a_part_written_again_replaces_its_seq(adapter):
     part = Part(adapter.tenant_id, uuid.uuid4(), 0, " a", [1], [-0.1], {}, {})
     stream_parts_write([part])

@@ -7,6 +7,9 @@ import threading
 import time
 import uuid
 
+import pytest
+
+from apps.interactions.models import StreamPart
 from apps.serving import stream_record, sync_work
 from apps.serving.stream_record import StreamRecord
 
@@ -52,3 +55,15 @@ def test_a_failed_part_write_does_not_stop_the_streams_end():
         return await record.then(lambda: "recorded")
 
     assert asyncio.run(stream()) == "recorded"
+
+
+@pytest.mark.django_db
+def test_a_job_whose_part_cannot_be_made_costs_no_other_job_its_write(make_tenant):
+    tenant = make_tenant()
+    good, broken = _record(), _record()
+    good.tenant_id = broken.tenant_id = tenant.pk
+    broken.ids = []  # a bug: no id for its choice (an IndexError, no database error)
+    piece = stream_record.Piece("a", [1], [-0.1], {})
+    jobs = [stream_record._Job(record, 0, 1, piece, 1) for record in (broken, good)]
+    assert stream_record._write([(job, None) for job in jobs]) == {0}
+    assert list(StreamPart.objects.values_list("interaction_id", flat=True)) == good.ids
