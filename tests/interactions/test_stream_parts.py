@@ -84,7 +84,7 @@ def test_an_open_stream_is_no_interaction_and_its_feedback_waits_out_of_training
     assert _feedback(adapter.tenant, uuid.uuid4()).status == "rejected"
 
 
-def test_the_sweeper_records_a_stale_stream_as_partial_and_its_feedback_applies(adapter):
+def test_the_sweeper_records_a_stale_stream_as_partial_with_its_feedback_out_of_training(adapter):
     interaction_id = _open_stream(adapter, [(" a", [10]), (" b", [11, 12])])
     _feedback(adapter.tenant, interaction_id, "rejected")
     assert stream_parts_sweep() == 0  # written just now: its worker may still be serving it
@@ -96,7 +96,9 @@ def test_the_sweeper_records_a_stale_stream_as_partial_and_its_feedback_applies(
     assert recorded.metadata["temperature"] == 0.2
     assert not StreamPart.objects.exists()
     assert [f.outcome for f in recorded.feedback.all()] == ["rejected"]
-    assert [e.interaction_id for e in training_events_eligible(adapter, parent=None)] == [interaction_id]
+    # Recorded, yet never trained on: the feedback judged the whole text the user saw, the row holds
+    # only what was written before its worker died.
+    assert not training_events_eligible(adapter, parent=None).exists()
 
 
 def test_a_streams_end_records_it_whole_over_its_parts_and_attaches_the_feedback(adapter):
@@ -108,6 +110,33 @@ def test_a_streams_end_records_it_whole_over_its_parts_and_attaches_the_feedback
     assert recorded.completion == " a b" and "partial" not in recorded.metadata
     assert [f.outcome for f in recorded.feedback.all()] == ["accepted"]
     assert not StreamPart.objects.exists()
+    assert [e.interaction_id for e in training_events_eligible(adapter, parent=None)] == [interaction_id]
+
+
+def _partial_accept(tenant, interaction_id, accepted_chars: int):
+    item = {"interaction_id": str(interaction_id), "outcome": "partial", "accepted_chars": accepted_chars}
+    (result,) = feedback_ingest(tenant, items=[item])
+    return result
+
+
+def test_a_partial_accept_that_waited_is_checked_against_the_completion_it_is_attached_to(adapter):
+    fits, too_long = _open_stream(adapter, [(" a", [10])]), _open_stream(adapter, [(" a", [10])])
+    assert _partial_accept(adapter.tenant, fits, 3).status == "pending"  # the completion is not known yet
+    assert _partial_accept(adapter.tenant, too_long, 4).status == "pending"
+    for interaction_id in (fits, too_long):
+        fields = _fields(adapter, interaction_id, " a b", [10, 11], finish="length")  # 4 characters
+        interactions_record_served(adapter.tenant, stream_parts=True, **fields)
+    assert Feedback.objects.get(interaction_id=fits).accepted_chars == 3
+    # All of it is no partial accept: dropped as ingest refuses it, never attached to train on.
+    assert not Feedback.objects.filter(tenant=adapter.tenant).exclude(interaction_id=fits).exists()
+
+
+def test_a_partial_accept_longer_than_a_partial_interaction_is_kept_out_of_training(adapter):
+    interaction_id = _open_stream(adapter, [(" a", [10])])
+    _partial_accept(adapter.tenant, interaction_id, 3)  # the user saw more than the last write held
+    stream_parts_sweep(now=timezone.now() + timedelta(minutes=3))
+    assert Feedback.objects.get(interaction_id=interaction_id).accepted_chars == 3  # its outcome counts
+    assert not training_events_eligible(adapter, parent=None).exists()
 
 
 def test_a_streams_end_after_the_sweeper_completes_it_and_merges_the_metadata(adapter):
