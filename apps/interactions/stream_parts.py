@@ -50,6 +50,9 @@ _PART_COLUMNS = (
 )
 # Streams one sweep records at most (the next sweep takes the rest).
 SWEEP_STREAMS = 500
+# A stale stream the sweeper still cannot record this long after its last write (a part it cannot
+# read: a bug) is dropped, so that the oldest never hold the front of the sweep forever.
+SWEEP_GIVE_UP = timedelta(hours=1)
 
 
 @dataclass
@@ -169,8 +172,9 @@ def stream_parts_discard(tenant: Tenant, *, ids: Sequence[uuid.UUID]) -> None:
 
 def stream_parts_sweep(*, stale_s: float | None = None, now: datetime | None = None) -> int:
     """Record each stream whose parts were not written for ``stale_s`` (its worker died) as a partial
-    interaction, one transaction each: one that fails is logged and the others go on. Returns how
-    many were recorded."""
+    interaction, one transaction each: one that fails is logged and the others go on; one that still
+    fails ``SWEEP_GIVE_UP`` after its last write is dropped (the feedback on it stays pending, as
+    on a stream vLLM failed). Returns how many were recorded."""
     stale_s = settings.STROP_SERVING_STALE_STREAM_S if stale_s is None else stale_s
     cutoff = (now or timezone.now()) - timedelta(seconds=stale_s)
     stale = (
@@ -179,12 +183,17 @@ def stream_parts_sweep(*, stale_s: float | None = None, now: datetime | None = N
         .filter(last__lt=cutoff)
         .order_by("last")[:SWEEP_STREAMS]
     )
+    give_up = (now or timezone.now()) - SWEEP_GIVE_UP
     recorded = 0
-    for tenant_id, interaction_id, _ in stale:
+    for tenant_id, interaction_id, last in stale:
         try:
             recorded += _stream_close(tenant_id, interaction_id, cutoff=cutoff)
         except Exception:
-            logger.exception("stale stream %s not recorded (the next sweep tries again)", interaction_id)
+            if last >= give_up:
+                logger.exception("stale stream %s not recorded (the next sweep tries again)", interaction_id)
+                continue
+            logger.exception("stale stream %s not recorded since %s: its parts are dropped", interaction_id, last)
+            StreamPart.objects.filter(tenant_id=tenant_id, interaction_id=interaction_id).delete()
     return recorded
 
 

@@ -101,6 +101,17 @@ def test_the_sweeper_records_a_stale_stream_as_partial_with_its_feedback_out_of_
     assert not training_events_eligible(adapter, parent=None).exists()
 
 
+def test_a_stale_stream_the_sweeper_cannot_record_is_dropped_after_an_hour_and_its_feedback_kept(adapter):
+    poison = _open_stream(adapter, [(" a", [10])])
+    StreamPart.objects.filter(interaction_id=poison).update(head={"id": str(poison)})  # a bug: unreadable
+    _feedback(adapter.tenant, poison)
+    assert stream_parts_sweep(now=timezone.now() + timedelta(minutes=3)) == 0
+    assert StreamPart.objects.filter(interaction_id=poison).exists()  # tried again by the next sweep
+    assert stream_parts_sweep(now=timezone.now() + timedelta(minutes=61)) == 0
+    assert not StreamPart.objects.exists()  # never again at the front of the sweep
+    assert Feedback.objects.filter(tenant=adapter.tenant, pending_client_id=str(poison)).exists()
+
+
 def test_a_streams_end_records_it_whole_over_its_parts_and_attaches_the_feedback(adapter):
     interaction_id = _open_stream(adapter, [(" a", [10])])
     _feedback(adapter.tenant, interaction_id)
