@@ -1,9 +1,12 @@
-"""What an open chat stream's part takes of a choice (apps.serving.chat._ChoiceSoFar.since): only what
-came since the last write, and copies the stream no longer touches."""
+"""What an open stream's part takes of a choice (apps.serving.chat._ChoiceSoFar.since,
+apps.serving.completions._pieces_since): only what came since the last write, and copies the stream
+no longer touches."""
 
 from __future__ import annotations
 
+from apps.engines.vllm_types import CompletionChoice, CompletionChunk
 from apps.serving.chat import _ChoiceSoFar
+from apps.serving.completions import _pieces_since
 
 
 def _delta(content: str, token: int, *, tool_args: str | None = None, finish: str | None = None) -> dict:
@@ -37,3 +40,22 @@ def test_a_parts_tool_calls_are_a_copy_the_stream_goes_on_without():
     choice.add(_delta("", 2, tool_args="1}"), message_key="delta")
     assert piece.metadata["tool_calls"][0]["function"]["arguments"] == '{"x": '
     assert choice.tool_calls[0]["function"]["arguments"] == '{"x": 1}'
+
+
+def _chunk(*choices: tuple[int, str, str | None]) -> CompletionChunk:
+    return CompletionChunk(
+        "cmpl", "tab", [CompletionChoice(i, text, [1], [-0.5], finish, None) for i, text, finish in choices], None,
+        None, "r",
+    )  # fmt: skip
+
+
+def test_a_completion_choice_that_finished_is_not_read_again_while_the_others_go_on():
+    seen = [_chunk((0, " a", None), (1, " x", "stop"))]
+    cursors: dict[int, int] = {}
+    for index, piece, cursor in _pieces_since(seen, 2, cursors):
+        assert (index, piece.text) in {(0, " a"), (1, " x")}
+        cursors[index] = cursor  # written
+    seen += [_chunk((0, " b", None)), _chunk((0, " c", "length"))]
+    ((index, piece, cursor),) = _pieces_since(seen, 2, cursors)
+    assert (index, piece.text, piece.metadata) == (0, " b c", {"finish_reason": "length"})
+    assert cursors[1] == len(seen)  # choice 1 has nothing new: the next write starts where this one ended
