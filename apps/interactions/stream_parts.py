@@ -48,6 +48,9 @@ _PART_COLUMNS = (
     "completion_logprobs",
     "metadata",
 )
+# A part's key for its tool calls' new text: ``[{"index", "arguments"[, "id"][, "name"]}]``, only the
+# arguments served since the part before (an id or a name when it changed); joined by _partial_row.
+TOOL_CALLS_SINCE = "tool_calls_since"
 # Streams one sweep records at most (the next sweep takes the rest).
 SWEEP_STREAMS = 500
 # A stale stream the sweeper still cannot record this long after its last write (a part it cannot
@@ -227,13 +230,23 @@ def _partial_row(parts: list[StreamPart]) -> tuple | None:
     token_ids: list[int] = []
     logprobs: list[float] = []
     metadata: dict[str, Any] = {}
+    calls: dict[int, dict[str, Any]] = {}
     for expected, part in enumerate(parts):
         if part.seq != expected:
             break
         text.append(part.completion)
         token_ids.extend(part.completion_token_ids)
         logprobs.extend(part.completion_logprobs)
-        metadata.update(part.metadata)
+        part_metadata = dict(part.metadata)
+        for delta in part_metadata.pop(TOOL_CALLS_SINCE, None) or []:
+            empty = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+            call = calls.setdefault(int(delta["index"]), empty)
+            call["id"] = delta.get("id", call["id"])
+            call["function"]["name"] = delta.get("name", call["function"]["name"])
+            call["function"]["arguments"] += delta.get("arguments", "")
+        metadata.update(part_metadata)
+    if calls:  # as apps.interactions.served records a whole stream's
+        metadata["tool_calls"] = [calls[index] for index in sorted(calls)]
     latency_ms = metadata.pop("latency_ms", None)
     metadata["partial"] = True  # what was served up to the last write before its worker died
     served = {

@@ -40,7 +40,7 @@ BATCH_PARTS = 1000
 @dataclass
 class Piece:
     """What one choice served since a write: its text, tokens and logprobs, and its metadata now
-    (finish reason, tool calls) if it has any."""
+    (finish reason; its tool calls' new argument text) if it has any."""
 
     text: str
     token_ids: list[int]

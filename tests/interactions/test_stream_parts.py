@@ -112,6 +112,25 @@ def test_a_stale_stream_the_sweeper_cannot_record_is_dropped_after_an_hour_and_i
     assert Feedback.objects.filter(tenant=adapter.tenant, pending_client_id=str(poison)).exists()
 
 
+def test_the_sweeper_joins_a_stale_streams_tool_calls_from_what_each_part_added(adapter):
+    interaction_id = _open_stream(adapter, [("", [10]), ("", [11])])
+    deltas = [
+        [{"index": 0, "id": "call_1", "name": "f", "arguments": '{"x": '}],
+        [{"index": 0, "arguments": "1}"}, {"index": 1, "id": "call_2", "name": "g", "arguments": "{}"}],
+    ]
+    for seq, since in enumerate(deltas):
+        part = StreamPart.objects.get(interaction_id=interaction_id, seq=seq)
+        part.metadata = {**part.metadata, "tool_calls_since": since}
+        part.save()
+    stream_parts_sweep(now=timezone.now() + timedelta(minutes=3))
+    metadata = Interaction.objects.get(pk=interaction_id).metadata
+    assert metadata["tool_calls"] == [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}},
+        {"id": "call_2", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+    ]
+    assert "tool_calls_since" not in metadata
+
+
 def test_a_streams_end_records_it_whole_over_its_parts_and_attaches_the_feedback(adapter):
     interaction_id = _open_stream(adapter, [(" a", [10])])
     _feedback(adapter.tenant, interaction_id)
