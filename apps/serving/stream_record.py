@@ -14,7 +14,6 @@ writes no part at all.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
 import time
@@ -92,8 +91,9 @@ class StreamRecord:
         its end (the record, or a failure's discard) must never run before it, or a part committed
         after its end deleted them would outlive the stream, and the sweeper would record it."""
         if self.writing is not None:
-            with contextlib.suppress(Exception):  # the flusher logs it; the end's work is the same
-                await asyncio.shield(self.writing)  # the flusher's own: our cancellation is not its
+            # Done however it ended (failed, cancelled: the flusher logs it; the end's work is the same),
+            # and never cancelled by this wait: it is the flusher's.
+            await asyncio.wait([self.writing])
         return await in_db_thread(fn, *args, **kwargs)
 
 

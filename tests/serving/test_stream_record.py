@@ -57,6 +57,16 @@ def test_a_failed_part_write_does_not_stop_the_streams_end():
     assert asyncio.run(stream()) == "recorded"
 
 
+def test_a_cancelled_part_write_does_not_stop_the_streams_end():
+    async def stream() -> str:
+        record = _record()
+        record.writing = asyncio.get_running_loop().create_future()
+        record.writing.cancel()  # the flusher's task cancelled (its loop shutting down)
+        return await record.then(lambda: "recorded")
+
+    assert asyncio.run(stream()) == "recorded"
+
+
 @pytest.mark.django_db
 def test_a_job_whose_part_cannot_be_made_costs_no_other_job_its_write(make_tenant):
     tenant = make_tenant()
