@@ -48,8 +48,14 @@ _PART_COLUMNS = (
     "completion_logprobs",
     "metadata",
 )
+# A part's key for its tool calls' new text: ``[{"index", "arguments"[, "id"][, "name"]}]``, only the
+# arguments served since the part before (an id or a name when it changed); joined by _partial_row.
+TOOL_CALLS_SINCE = "tool_calls_since"
 # Streams one sweep records at most (the next sweep takes the rest).
 SWEEP_STREAMS = 500
+# A stale stream the sweeper still cannot record this long after its last write (a part it cannot
+# read: a bug) is dropped, so that the oldest never hold the front of the sweep forever.
+SWEEP_GIVE_UP = timedelta(hours=1)
 
 
 @dataclass
@@ -80,35 +86,44 @@ def stream_parts_write(parts: list[Part]) -> set[int]:
     statement fails, each part is written alone: one bad part never costs the others. A part written
     again (a retry after an answer lost on its way) replaces the one with its ``seq``."""
     now = timezone.now()
-    rows = [
-        (
-            part.tenant_id,
-            part.interaction_id,
-            part.seq,
-            now,
-            json_text(part.head),
-            part.completion.replace("\x00", "\ufffd"),  # Postgres text cannot hold it (as served.py)
-            json_text(part.completion_token_ids),
-            json_text(part.completion_logprobs),
-            json_text(part.metadata),
-        )
-        for part in parts
-    ]
+    rows: list[tuple[int, tuple]] = []
+    failed: set[int] = set()
+    for index, part in enumerate(parts):
+        try:
+            rows.append((index, _part_row(part, now)))
+        except Exception:  # a value that is no JSON: this part only
+            logger.exception("an open stream's part not written (its next write or its end makes it good)")
+            failed.add(index)
+    if not rows:
+        return failed
     try:
-        _insert(rows)
-        return set()
+        _insert([row for _, row in rows])
+        return failed
     except DatabaseError as exc:
         if len(rows) == 1:
             logger.warning("an open stream's part not written (its next write or its end makes it good): %s", exc)
-            return {0}
-    failed = set()
-    for index, row in enumerate(rows):
+            return failed | {rows[0][0]}
+    for index, row in rows:
         try:
             _insert([row])
         except DatabaseError as exc:
             failed.add(index)
             logger.warning("an open stream's part not written (its next write or its end makes it good): %s", exc)
     return failed
+
+
+def _part_row(part: Part, now: datetime) -> tuple:
+    return (
+        part.tenant_id,
+        part.interaction_id,
+        part.seq,
+        now,
+        json_text(part.head),
+        part.completion.replace("\x00", "\ufffd"),  # Postgres text cannot hold it (as served.py)
+        json_text(part.completion_token_ids),
+        json_text(part.completion_logprobs),
+        json_text(part.metadata),
+    )
 
 
 def _insert(rows: list[tuple]) -> None:
@@ -160,8 +175,9 @@ def stream_parts_discard(tenant: Tenant, *, ids: Sequence[uuid.UUID]) -> None:
 
 def stream_parts_sweep(*, stale_s: float | None = None, now: datetime | None = None) -> int:
     """Record each stream whose parts were not written for ``stale_s`` (its worker died) as a partial
-    interaction, one transaction each: one that fails is logged and the others go on. Returns how
-    many were recorded."""
+    interaction, one transaction each: one that fails is logged and the others go on; one that still
+    fails ``SWEEP_GIVE_UP`` after its last write is dropped (the feedback on it stays pending, as
+    on a stream vLLM failed). Returns how many were recorded."""
     stale_s = settings.STROP_SERVING_STALE_STREAM_S if stale_s is None else stale_s
     cutoff = (now or timezone.now()) - timedelta(seconds=stale_s)
     stale = (
@@ -170,12 +186,17 @@ def stream_parts_sweep(*, stale_s: float | None = None, now: datetime | None = N
         .filter(last__lt=cutoff)
         .order_by("last")[:SWEEP_STREAMS]
     )
+    give_up = (now or timezone.now()) - SWEEP_GIVE_UP
     recorded = 0
-    for tenant_id, interaction_id, _ in stale:
+    for tenant_id, interaction_id, last in stale:
         try:
             recorded += _stream_close(tenant_id, interaction_id, cutoff=cutoff)
         except Exception:
-            logger.exception("stale stream %s not recorded (the next sweep tries again)", interaction_id)
+            if last >= give_up:
+                logger.exception("stale stream %s not recorded (the next sweep tries again)", interaction_id)
+                continue
+            logger.exception("stale stream %s not recorded since %s: its parts are dropped", interaction_id, last)
+            StreamPart.objects.filter(tenant_id=tenant_id, interaction_id=interaction_id).delete()
     return recorded
 
 
@@ -209,13 +230,23 @@ def _partial_row(parts: list[StreamPart]) -> tuple | None:
     token_ids: list[int] = []
     logprobs: list[float] = []
     metadata: dict[str, Any] = {}
+    calls: dict[int, dict[str, Any]] = {}
     for expected, part in enumerate(parts):
         if part.seq != expected:
             break
         text.append(part.completion)
         token_ids.extend(part.completion_token_ids)
         logprobs.extend(part.completion_logprobs)
-        metadata.update(part.metadata)
+        part_metadata = dict(part.metadata)
+        for delta in part_metadata.pop(TOOL_CALLS_SINCE, None) or []:
+            empty = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+            call = calls.setdefault(int(delta["index"]), empty)
+            call["id"] = delta.get("id", call["id"])
+            call["function"]["name"] = delta.get("name", call["function"]["name"])
+            call["function"]["arguments"] += delta.get("arguments", "")
+        metadata.update(part_metadata)
+    if calls:  # as apps.interactions.served records a whole stream's
+        metadata["tool_calls"] = [calls[index] for index in sorted(calls)]
     latency_ms = metadata.pop("latency_ms", None)
     metadata["partial"] = True  # what was served up to the last write before its worker died
     served = {

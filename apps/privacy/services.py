@@ -64,6 +64,15 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     weights until purged, once replaced, with ``adapter_version_purge``; caches; backups).
     """
     user = EndUser.objects.select_for_update().filter(tenant=tenant, external_id=external_id).first()
+    # Their open streams' parts first, as a stream's end and the sweeper lock them before its
+    # interaction and feedback (the same order: no deadlock). One the sweeper recorded meanwhile is an
+    # interaction by the time the queries below run, and goes with the others. Feedback waits under
+    # these ids too (apps.interactions.stream_parts). A stream still being served is not stopped: its
+    # end records its interaction whole after this erase (as a request served after it would be),
+    # and parts it writes after it (the sweeper's, if its worker dies) hold no first part unless it
+    # had written none yet; erasing again once it has ended removes what it recorded.
+    open_streams = stream_open_ids_of_user(tenant, end_user_id=external_id)
+    StreamPart.objects.filter(tenant=tenant, interaction_id__in=open_streams).delete()
     interactions = Interaction.objects.filter(tenant=tenant, end_user_id=external_id)
     if user is None and not interactions.exists():
         raise NotFound(f"no end user {external_id[:200]!r}")
@@ -73,8 +82,6 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     erased_runs = training_erasure_record(tenant, interactions=interactions, external_id=external_id)
     report.training_runs, report.retrain = erased_runs.runs, erased_runs.retrain
     report.remains = erased_user_remains(tenant, trained_on=report.versions_trained_on)
-    # Feedback waits under these too: an open stream's interaction id (apps.interactions.stream_parts).
-    open_streams = stream_open_ids_of_user(tenant, end_user_id=external_id)
     client_ids = [c for c in interactions.values_list("client_id", flat=True) if c] + open_streams
     conversations = interactions.exclude(conversation_id="").values_list("conversation_id", flat=True)
     conversation_ids = list(conversations.distinct())
@@ -98,8 +105,6 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
         else 0
     )
     report.deleted["interactions"] = interactions.delete()[1].get("interactions.Interaction", 0)
-    # What an open stream served them so far: never recorded now, even if its worker died.
-    StreamPart.objects.filter(tenant=tenant, interaction_id__in=open_streams).delete()
     report.deleted["session_outcomes"] = session_outcomes
     report.deleted["persistence_reports"] = persistence_reports
     report.deleted["pending_persistence_reports"] = pending_persistence_reports

@@ -31,6 +31,7 @@ from apps.engines.vllm_async import ClosingStream
 from apps.interactions.messages import turn_of
 from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served, served_rows
 from apps.interactions.sessions import conversation_outcomes_apply
+from apps.interactions.stream_parts import TOOL_CALLS_SINCE
 from apps.serving.selectors import ReadAhead
 from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.stream_record import Piece, StreamRecord
@@ -108,6 +109,11 @@ def _affinity(route: Route) -> str | None:
     return f"tenant-{route.adapter.tenant_id}" if settings.VLLM_ROUTING == "tenant" else None
 
 
+# Where an open stream's part of a choice starts: the lengths of its content pieces, tokens and
+# logprobs, and of each tool call (index, id, name, arguments' length).
+_Cursor = tuple[int, int, int, tuple[tuple[int, str, str, int], ...]]
+
+
 @dataclass
 class _ChoiceSoFar:
     """One choice as served so far (a whole answer, or the chunks of a stream joined)."""
@@ -134,17 +140,36 @@ class _ChoiceSoFar:
         self.logprobs.extend(float(entry["logprob"]) for entry in entries)
         self.finish_reason = choice.get("finish_reason") or self.finish_reason
 
-    def since(self, cursor: tuple[int, int, int] | None) -> tuple[Piece, tuple[int, int, int]] | None:
-        """What was served since ``cursor`` (an open stream's part: ``apps.serving.stream_record``)."""
-        content, tokens, logprobs = cursor or (0, 0, 0)
-        now = (len(self.content), len(self.token_ids), len(self.logprobs))
-        if now == (content, tokens, logprobs) and cursor is not None:
+    def since(self, cursor: _Cursor | None) -> tuple[Piece, _Cursor] | None:
+        """What was served since ``cursor`` (an open stream's part: ``apps.serving.stream_record``):
+        of a tool call, only the arguments' new text (its id and name when they changed), joined
+        again by ``apps.interactions.stream_parts``: a part never copies what an earlier one holds."""
+        content, tokens, logprobs, calls_then = cursor or (0, 0, 0, ())
+        calls_now = tuple(
+            (index, call["id"], call["function"]["name"], len(call["function"]["arguments"]))
+            for index, call in sorted(self.tool_calls.items())
+        )
+        now = (len(self.content), len(self.token_ids), len(self.logprobs), calls_now)
+        if now == (content, tokens, logprobs, calls_then) and cursor is not None:
             return None
         metadata: dict[str, Any] = {"finish_reason": self.finish_reason} if self.finish_reason else {}
-        if self.tool_calls:  # a copy: the stream goes on adding to them
-            metadata["tool_calls"] = [
-                {**call, "function": dict(call["function"])} for _, call in sorted(self.tool_calls.items())
-            ]
+        before = {index: (call_id, name, length) for index, call_id, name, length in calls_then}
+        deltas = []
+        for index, call_id, name, length in calls_now:
+            then_id, then_name, then_length = before.get(index, ("", "", 0))
+            if (call_id, name, length) == (then_id, then_name, then_length):
+                continue
+            delta: dict[str, Any] = {
+                "index": index,
+                "arguments": self.tool_calls[index]["function"]["arguments"][then_length:],
+            }
+            if call_id != then_id:
+                delta["id"] = call_id
+            if name != then_name:
+                delta["name"] = name
+            deltas.append(delta)
+        if deltas:
+            metadata[TOOL_CALLS_SINCE] = deltas
         text = "".join(self.content[content:])
         return Piece(text, self.token_ids[tokens:], self.logprobs[logprobs:], metadata), now
 
@@ -300,7 +325,7 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
                     parts.served()
         except ApplicationError as exc:
             failure = asyncio.ensure_future(
-                in_db_thread(
+                parts.then(
                     serving_failure_record, tenant, route=route, user=request.user, error=exc, started=started,
                     streamed=True, stream_parts=plan.ids if parts.end() else None,
                 )
@@ -314,7 +339,7 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
             written = parts.end()
             if choices:
                 record = asyncio.ensure_future(
-                    in_db_thread(
+                    parts.then(
                         _record, tenant, route, request, choices, plan.ids, prompt_ids,
                         served_at=served_at, started=started, stream_parts=written,
                     )

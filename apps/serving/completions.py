@@ -200,22 +200,9 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
         fields = _served_fields(route, request, empty, plan.ids, served_at=served_at, started=started)
         return served_rows(tenant, **fields)[0]
 
-    def since(cursors: dict[int, Any]) -> list[tuple[int, Piece, Any]]:
-        end, pieces = len(seen), []
-        for index in range(request.n):
-            new = [c for chunk in seen[cursors.get(index, 0) : end] for c in chunk.choices if c.index == index]
-            if new:
-                finish = next((c.finish_reason for c in reversed(new) if c.finish_reason), None)
-                piece = Piece(
-                    "".join(c.text for c in new),
-                    [t for c in new for t in c.token_ids],
-                    [p for c in new for p in c.logprobs],
-                    {"finish_reason": finish} if finish else {},
-                )
-                pieces.append((index, piece, end))
-        return pieces
-
-    parts = StreamRecord(tenant.pk, plan.ids, started=started, head=head, since=since)
+    parts = StreamRecord(
+        tenant.pk, plan.ids, started=started, head=head, since=lambda cursors: _pieces_since(seen, request.n, cursors)
+    )
 
     async def chunks() -> AsyncIterator[CompletionChunk]:
         nonlocal seen
@@ -236,7 +223,7 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
                     break  # closing the upstream iterator closes the connection: vLLM stops generating
         except ApplicationError as exc:
             failure = asyncio.ensure_future(
-                in_db_thread(
+                parts.then(
                     serving_failure_record,
                     tenant,
                     route=route,
@@ -258,7 +245,7 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
             if seen:
                 served = _served_from_stream(seen, states)
                 record = asyncio.ensure_future(
-                    in_db_thread(
+                    parts.then(
                         _record, tenant, route, request, served, plan.ids, served_at=served_at, started=started,
                         stream_parts=written,
                     )
@@ -270,6 +257,28 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
                     await asyncio.shield(record)
 
     return ClosingStream(chunks(), upstream.aclose)  # type: ignore[attr-defined]  # closed even if never started
+
+
+def _pieces_since(seen: list[CompletionChunk], n: int, cursors: dict[int, Any]) -> list[tuple[int, Piece, Any]]:
+    """What each of the ``n`` choices served in the chunks ``seen`` since its cursor (a position in
+    ``seen``): an open stream's parts (``apps.serving.stream_record``). A choice with nothing new (one
+    that finished while others go on) has its cursor moved to the end here, so that no later write
+    reads its chunks again; one with something new moves once that is written."""
+    end, pieces = len(seen), []
+    for index in range(n):
+        new = [c for chunk in seen[cursors.get(index, 0) : end] for c in chunk.choices if c.index == index]
+        if not new:
+            cursors[index] = end
+            continue
+        finish = next((c.finish_reason for c in reversed(new) if c.finish_reason), None)
+        piece = Piece(
+            "".join(c.text for c in new),
+            [t for c in new for t in c.token_ids],
+            [p for c in new for p in c.logprobs],
+            {"finish_reason": finish} if finish else {},
+        )
+        pieces.append((index, piece, end))
+    return pieces
 
 
 async def _as_stream(completion: Completion, *, include_usage: bool) -> AsyncIterator[CompletionChunk]:

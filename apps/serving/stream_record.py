@@ -21,7 +21,7 @@ import uuid
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 
@@ -30,6 +30,8 @@ from apps.serving.sync_work import in_db_thread, pooled
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 # Rows per statement (9 parameters each): well under Postgres's 65,535 parameters.
 BATCH_PARTS = 1000
 
@@ -37,7 +39,7 @@ BATCH_PARTS = 1000
 @dataclass
 class Piece:
     """What one choice served since a write: its text, tokens and logprobs, and its metadata now
-    (finish reason, tool calls) if it has any."""
+    (finish reason; its tool calls' new argument text) if it has any."""
 
     text: str
     token_ids: list[int]
@@ -64,6 +66,7 @@ class StreamRecord:
         self.first_served: float | None = None  # when its first chunk went out (the loop's clock)
         self.written = False  # a part of it may be in the database
         self.ended = False
+        self.writing: asyncio.Future[set[int]] | None = None  # the write that took its parts last
 
     def served(self) -> None:
         """A chunk went to the client: the next write takes it. Only under the ASGI server: anywhere
@@ -82,6 +85,16 @@ class StreamRecord:
         if self.dirty or self.written:
             _flusher().remove(self)
         return self.written
+
+    async def then(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn`` on a database thread once the write that took this stream's parts last is done:
+        its end (the record, or a failure's discard) must never run before it, or a part committed
+        after its end deleted them would outlive the stream, and the sweeper would record it."""
+        if self.writing is not None:
+            # Done however it ended (failed, cancelled: the flusher logs it; the end's work is the same),
+            # and never cancelled by this wait: it is the flusher's.
+            await asyncio.wait([self.writing])
+        return await in_db_thread(fn, *args, **kwargs)
 
 
 @dataclass
@@ -119,8 +132,13 @@ class _Flusher:
                 continue
             if not jobs:
                 continue
+            write = asyncio.ensure_future(
+                in_db_thread(_write, [(job, job.record.head if job.seq == 0 else None) for job in jobs])
+            )
+            for job in jobs:
+                job.record.writing = write  # its end waits for it (StreamRecord.then)
             try:
-                failed = await in_db_thread(_write, [(job, job.record.head if job.seq == 0 else None) for job in jobs])
+                failed = await write
             except Exception as exc:  # the thread pool itself: every job is retried
                 logger.warning("open streams' parts not written (their next write or their end does it): %s", exc)
                 failed = set(range(len(jobs)))
@@ -146,35 +164,32 @@ class _Flusher:
 
 
 def _write(jobs: list[tuple[_Job, Callable[[int], tuple] | None]]) -> set[int]:
-    """Write the jobs' parts; the positions of those not written."""
+    """Write the jobs' parts; the positions of those not written. One job whose part cannot be made
+    (a bug, a value that is no JSON) costs no other its write."""
     failed: set[int] = set()
     parts: list[tuple[int, Part]] = []
     for position, (job, head_of) in enumerate(jobs):
-        head, metadata = None, job.piece.metadata
-        if head_of is not None:
-            try:
-                head, metadata = stream_part_head(head_of(job.index))
-            except Exception:
-                logger.exception("an open stream's first part not made")
-                failed.add(position)
-                continue
-            metadata.update(job.piece.metadata)
-        record = job.record
-        part = Part(
-            record.tenant_id,
-            record.ids[job.index],
-            job.seq,
-            job.piece.text,
-            job.piece.token_ids,
-            job.piece.logprobs,
-            metadata,
-            head,
-        )
-        parts.append((position, part))
+        try:
+            parts.append((position, _part(job, head_of)))
+        except Exception:
+            logger.exception("an open stream's part not made")
+            failed.add(position)
     for start in range(0, len(parts), BATCH_PARTS):
         chunk = parts[start : start + BATCH_PARTS]
         failed |= {chunk[i][0] for i in stream_parts_write([part for _, part in chunk])}
     return failed
+
+
+def _part(job: _Job, head_of: Callable[[int], tuple] | None) -> Part:
+    head, metadata = None, job.piece.metadata
+    if head_of is not None:
+        head, metadata = stream_part_head(head_of(job.index))
+        metadata.update(job.piece.metadata)
+    record = job.record
+    piece = job.piece
+    return Part(
+        record.tenant_id, record.ids[job.index], job.seq, piece.text, piece.token_ids, piece.logprobs, metadata, head
+    )
 
 
 _flushers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Flusher] = weakref.WeakKeyDictionary()

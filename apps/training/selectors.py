@@ -122,6 +122,10 @@ def feedback_learnable(feedback: QuerySet[Feedback]) -> QuerySet[Feedback]:
         # A suggestion the show filter withheld was never seen: its reward says nothing of it. (Not an
         # exclude of the key: it is NULL where the key is missing, and excluding NULL drops the row.)
         .filter(Q(interaction__metadata__show_gate__isnull=True) | Q(interaction__metadata__show_gate__withheld=False))
+        # A partial interaction (the sweeper recorded a stream whose worker died: apps.interactions.
+        # stream_parts) holds only what was written before; its feedback judged the whole text the
+        # user saw (accepted, edited, accepted_chars, kept_text), so it would teach the wrong thing.
+        .filter(Q(interaction__metadata__partial__isnull=True) | Q(interaction__metadata__partial=False))
     )
 
 

@@ -84,7 +84,7 @@ def test_an_open_stream_is_no_interaction_and_its_feedback_waits_out_of_training
     assert _feedback(adapter.tenant, uuid.uuid4()).status == "rejected"
 
 
-def test_the_sweeper_records_a_stale_stream_as_partial_and_its_feedback_applies(adapter):
+def test_the_sweeper_records_a_stale_stream_as_partial_with_its_feedback_out_of_training(adapter):
     interaction_id = _open_stream(adapter, [(" a", [10]), (" b", [11, 12])])
     _feedback(adapter.tenant, interaction_id, "rejected")
     assert stream_parts_sweep() == 0  # written just now: its worker may still be serving it
@@ -96,7 +96,39 @@ def test_the_sweeper_records_a_stale_stream_as_partial_and_its_feedback_applies(
     assert recorded.metadata["temperature"] == 0.2
     assert not StreamPart.objects.exists()
     assert [f.outcome for f in recorded.feedback.all()] == ["rejected"]
-    assert [e.interaction_id for e in training_events_eligible(adapter, parent=None)] == [interaction_id]
+    # Recorded, yet never trained on: the feedback judged the whole text the user saw, the row holds
+    # only what was written before its worker died.
+    assert not training_events_eligible(adapter, parent=None).exists()
+
+
+def test_a_stale_stream_the_sweeper_cannot_record_is_dropped_after_an_hour_and_its_feedback_kept(adapter):
+    poison = _open_stream(adapter, [(" a", [10])])
+    StreamPart.objects.filter(interaction_id=poison).update(head={"id": str(poison)})  # a bug: unreadable
+    _feedback(adapter.tenant, poison)
+    assert stream_parts_sweep(now=timezone.now() + timedelta(minutes=3)) == 0
+    assert StreamPart.objects.filter(interaction_id=poison).exists()  # tried again by the next sweep
+    assert stream_parts_sweep(now=timezone.now() + timedelta(minutes=61)) == 0
+    assert not StreamPart.objects.exists()  # never again at the front of the sweep
+    assert Feedback.objects.filter(tenant=adapter.tenant, pending_client_id=str(poison)).exists()
+
+
+def test_the_sweeper_joins_a_stale_streams_tool_calls_from_what_each_part_added(adapter):
+    interaction_id = _open_stream(adapter, [("", [10]), ("", [11])])
+    deltas = [
+        [{"index": 0, "id": "call_1", "name": "f", "arguments": '{"x": '}],
+        [{"index": 0, "arguments": "1}"}, {"index": 1, "id": "call_2", "name": "g", "arguments": "{}"}],
+    ]
+    for seq, since in enumerate(deltas):
+        part = StreamPart.objects.get(interaction_id=interaction_id, seq=seq)
+        part.metadata = {**part.metadata, "tool_calls_since": since}
+        part.save()
+    stream_parts_sweep(now=timezone.now() + timedelta(minutes=3))
+    metadata = Interaction.objects.get(pk=interaction_id).metadata
+    assert metadata["tool_calls"] == [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}},
+        {"id": "call_2", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+    ]
+    assert "tool_calls_since" not in metadata
 
 
 def test_a_streams_end_records_it_whole_over_its_parts_and_attaches_the_feedback(adapter):
@@ -108,6 +140,33 @@ def test_a_streams_end_records_it_whole_over_its_parts_and_attaches_the_feedback
     assert recorded.completion == " a b" and "partial" not in recorded.metadata
     assert [f.outcome for f in recorded.feedback.all()] == ["accepted"]
     assert not StreamPart.objects.exists()
+    assert [e.interaction_id for e in training_events_eligible(adapter, parent=None)] == [interaction_id]
+
+
+def _partial_accept(tenant, interaction_id, accepted_chars: int):
+    item = {"interaction_id": str(interaction_id), "outcome": "partial", "accepted_chars": accepted_chars}
+    (result,) = feedback_ingest(tenant, items=[item])
+    return result
+
+
+def test_a_partial_accept_that_waited_is_checked_against_the_completion_it_is_attached_to(adapter):
+    fits, too_long = _open_stream(adapter, [(" a", [10])]), _open_stream(adapter, [(" a", [10])])
+    assert _partial_accept(adapter.tenant, fits, 3).status == "pending"  # the completion is not known yet
+    assert _partial_accept(adapter.tenant, too_long, 4).status == "pending"
+    for interaction_id in (fits, too_long):
+        fields = _fields(adapter, interaction_id, " a b", [10, 11], finish="length")  # 4 characters
+        interactions_record_served(adapter.tenant, stream_parts=True, **fields)
+    assert Feedback.objects.get(interaction_id=fits).accepted_chars == 3
+    # All of it is no partial accept: dropped as ingest refuses it, never attached to train on.
+    assert not Feedback.objects.filter(tenant=adapter.tenant).exclude(interaction_id=fits).exists()
+
+
+def test_a_partial_accept_longer_than_a_partial_interaction_is_kept_out_of_training(adapter):
+    interaction_id = _open_stream(adapter, [(" a", [10])])
+    _partial_accept(adapter.tenant, interaction_id, 3)  # the user saw more than the last write held
+    stream_parts_sweep(now=timezone.now() + timedelta(minutes=3))
+    assert Feedback.objects.get(interaction_id=interaction_id).accepted_chars == 3  # its outcome counts
+    assert not training_events_eligible(adapter, parent=None).exists()
 
 
 def test_a_streams_end_after_the_sweeper_completes_it_and_merges_the_metadata(adapter):
@@ -142,6 +201,16 @@ def test_one_bad_part_costs_no_other_part_of_its_write(adapter):
     assert set(StreamPart.objects.values_list("interaction_id", flat=True)) == {
         good[0].interaction_id,
         good[1].interaction_id,
+    }
+
+
+def test_a_part_that_is_no_json_costs_no_other_part_of_its_write(adapter):
+    parts = [Part(adapter.tenant_id, uuid.uuid4(), 0, " a", [1], [-0.1], {}, {}) for _ in range(3)]
+    parts[1].metadata = {"not json": object()}  # a bug upstream: no DatabaseError, yet only this part fails
+    assert stream_parts_write(parts) == {1}
+    assert set(StreamPart.objects.values_list("interaction_id", flat=True)) == {
+        parts[0].interaction_id,
+        parts[2].interaction_id,
     }
 
 

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from django.db import connection, transaction
+from django.db.models import QuerySet
 from django.db.models.functions import Length
 from django.utils import timezone
 
@@ -104,6 +105,7 @@ def _feedback_store(
     client_ids = {item.client_id for _, item in valid if item.client_id is not None}
     known_ids = {row[0] for row in tenant_rows(Interaction, tenant.pk, key="id", values=ids, columns=("id",))}
     open_ids = stream_open_ids(tenant, ids=ids - known_ids)  # their interaction is on its way
+    known_ids |= _ended_streams(tenant, ids - known_ids - open_ids)
     by_client_id = ids_by_client_id(Interaction, tenant.pk, client_ids)
     lengths = _completion_lengths(tenant, valid, known_ids, by_client_id)
     merged: dict[tuple[str, str], _FeedbackRow] = {}
@@ -176,6 +178,19 @@ def _feedback_store(
             training_check_on_commit(tenant.pk)
 
 
+def _ended_streams(
+    tenant: Tenant, missing: set[uuid.UUID], *, own: QuerySet[Interaction] | None = None
+) -> set[uuid.UUID]:
+    """Which ``missing`` ids (neither an interaction nor an open stream) are interactions now: a
+    stream that ended between the two reads (its end deletes its parts and records its interaction in
+    one transaction, so the later read sees it). No query for no ids: the common case."""
+    if not missing:
+        return set()
+    if own is not None:
+        return set(own.filter(**in_values("id", missing)).values_list("id", flat=True))
+    return {row[0] for row in tenant_rows(Interaction, tenant.pk, key="id", values=missing, columns=("id",))}
+
+
 class NamesAnInteraction(Protocol):
     """An item that names an interaction: feedback, or a persistence report (never a session)."""
 
@@ -196,6 +211,7 @@ def served_by_only(
     own = Interaction.objects.filter(tenant=tenant, **{f"metadata__{SERVED_BY_KEY}": prefix})
     own_ids = set(own.filter(**in_values("id", ids)).values_list("id", flat=True)) if ids else set()
     own_ids |= stream_open_ids(tenant, ids=ids - own_ids, served_by_key=prefix)
+    own_ids |= _ended_streams(tenant, ids - own_ids, own=own)
     own_client_ids = (
         set(own.filter(**in_values("client_id", client_ids)).values_list("client_id", flat=True))
         if client_ids
