@@ -64,7 +64,31 @@ def test_a_large_lift_among_too_few_effective_users_decides_nothing(
     assert primary.p_fixed is not None and primary.ci_fixed_abs is not None  # still shown, never decisive
     assert "cannot be tested yet: 4.2 control and 4.2 candidate effective users" in result.decision.reason
     assert "minimum 20 per arm" in result.decision.reason
+    assert "a few users make most of them" in result.decision.reason
     assert result.as_dict()["metrics"][0]["effective_users"] == primary.effective_users
+
+
+def test_too_few_users_alike_are_not_called_a_few_making_most_of_the_requests() -> None:
+    """Twelve users of 4 requests each are 12 effective users: the reason is the count alone."""
+    rng = np.random.default_rng(4)
+
+    def arm(accept: float) -> ArmData:
+        requests = np.full(12, 4.0)
+        accepted = rng.binomial(4, accept, 12).astype(np.float64)
+        zeros = np.zeros(12)
+        return ArmData(
+            requests=requests,
+            shown=requests,
+            accepted=accepted,
+            reward_sum=0.75 * accepted - 0.25 * (requests - accepted),
+            errors=zeros,
+            slow_requests=zeros,
+        )
+
+    result = analyze(arm(0.1), arm(0.3), elapsed=timedelta(0))
+    assert "cannot be tested yet: 12.0 control and 12.0 candidate effective users" in result.decision.reason
+    assert "until more users arrive" in result.decision.reason
+    assert "a few users make most" not in result.decision.reason
 
 
 def test_a_negative_minimum_of_effective_users_is_refused_naming_the_field() -> None:

@@ -61,8 +61,7 @@ def decide(
         status = (
             f"{primary.name} cannot be tested yet: {_effective(control_eff)} control and {_effective(candidate_eff)} "
             f"candidate effective users, weighting each by their {METRICS[primary.name].denominator} (minimum "
-            f"{config.min_effective_users_per_arm:,} per arm; a few users make most of them, and until more arrive "
-            f"the interval would be too narrow): {sample}"
+            f"{config.min_effective_users_per_arm:,} per arm; {_why_few(primary, users)}): {sample}"
         )
     elif primary.decisive_p is None:
         status = (
@@ -85,6 +84,14 @@ def _too_few_effective_users(m: MetricResult, config: ExperimentConfig) -> bool:
     return m.effective_users is not None and any(
         e is None or e < config.min_effective_users_per_arm for e in m.effective_users
     )
+
+
+def _why_few(m: MetricResult, users: tuple[int, int]) -> str:
+    """Why an arm has too few effective users: too few users, or a few making most of the sum."""
+    uneven = any(e is not None and n > 0 and e < 0.8 * n for e, n in zip(m.effective_users or (), users, strict=False))
+    if uneven:
+        return "a few users make most of them, and until more arrive the interval would be too narrow"
+    return "until more users arrive the interval would be too narrow"
 
 
 def _effective(count: float | None) -> str:
