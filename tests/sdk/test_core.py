@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import json
 import time
 
 import httpx
@@ -119,3 +120,22 @@ def test_an_error_event_in_the_stream_raises_a_stream_error():
     with pytest.raises(StreamError) as caught:
         reader.feed("")
     assert (caught.value.code, caught.value.message, caught.value.status) == ("vllm_error", "replica died", 200)
+
+
+def test_a_stream_is_split_into_lines_only_where_sse_ends_one_whatever_the_reads():
+    """A token may hold U+2028, U+2029 or U+0085 raw inside an event's JSON (the server writes them
+    unescaped): the stream splits only at CRLF, LF or CR, also when a read cuts a CRLF or a
+    character in two."""
+    from strop._streaming import CompletionStream
+
+    texts = ["a\u2028b", "c\u2029d\u0085", "é"]
+    events = [
+        json.dumps({"id": "i-1", "choices": [{"index": 0, "text": text}]}, ensure_ascii=False) for text in texts
+    ]
+    ends = ["\n", "\r\n", "\r"]
+    body = "".join(f"data: {event}{end}{end}" for event, end in zip(events, ends, strict=True)) + "data: [DONE]"
+    raw = body.encode()
+    for size in (1, 2, 3, 7, len(raw)):
+        reads = [raw[i : i + size] for i in range(0, len(raw), size)]
+        stream = CompletionStream(httpx.Response(200, content=iter(reads), request=REQUEST))
+        assert [chunk.choices[0].text for chunk in stream] == texts, size

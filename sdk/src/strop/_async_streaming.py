@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from strop._chat_types import ChatCompletionChunk
-from strop._sse import DONE, ChunkReader, Parse
+from strop._sse import DONE, ChunkReader, LineSplitter, Parse
 from strop._types import CompletionChunk
 
 __all__ = ["AsyncChatCompletionStream", "AsyncCompletionStream"]
@@ -30,8 +30,16 @@ class AsyncCompletionStream:
 
     async def _chunks(self) -> AsyncIterator[Any]:
         reader = ChunkReader(self.response.status_code, self._parse, response=self.response)
+        lines = LineSplitter()
         try:
-            async for line in self.response.aiter_lines():
+            async for data in self.response.aiter_bytes():
+                for line in lines.feed(data):
+                    chunk = reader.feed(line)
+                    if chunk is DONE:
+                        return
+                    if chunk is not None:
+                        yield chunk
+            for line in lines.end():
                 chunk = reader.feed(line)
                 if chunk is DONE:
                     return

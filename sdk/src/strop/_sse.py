@@ -5,6 +5,7 @@ lines."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable
 
 import httpx
@@ -39,6 +40,34 @@ class SSEDecoder:
     def end(self) -> str | None:
         """What is left when the stream ends without a final blank line."""
         return self.feed("")
+
+
+class LineSplitter:
+    """Bytes of the stream in, its lines out, split only where server-sent events end a line (CRLF,
+    LF or CR). Splitting the decoded text with ``str.splitlines`` (as ``httpx``'s ``iter_lines``
+    does) also cuts at U+2028, U+2029 and U+0085, which a token may hold raw inside an event's
+    JSON: the event would arrive in two halves that are not JSON."""
+
+    _END = re.compile(rb"\r\n|\r|\n")
+
+    def __init__(self) -> None:
+        self._rest = b""
+        self._after_cr = False
+
+    def feed(self, data: bytes) -> list[str]:
+        if self._after_cr and data.startswith(b"\n"):  # a CRLF cut between two reads
+            data = data[1:]
+        buffer = self._rest + data
+        if not buffer:
+            return []
+        *lines, self._rest = self._END.split(buffer)
+        self._after_cr = buffer.endswith(b"\r")
+        return [line.decode("utf-8", "replace") for line in lines]
+
+    def end(self) -> list[str]:
+        """The last line, when the stream ended without a line break."""
+        rest, self._rest = self._rest, b""
+        return [rest.decode("utf-8", "replace")] if rest else []
 
 
 DONE = object()

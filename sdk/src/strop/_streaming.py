@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from strop._chat_types import ChatCompletionChunk
-from strop._sse import DONE, ChunkReader, Parse
+from strop._sse import DONE, ChunkReader, LineSplitter, Parse
 from strop._types import CompletionChunk
 
 __all__ = ["ChatCompletionStream", "CompletionStream"]
@@ -31,8 +31,16 @@ class CompletionStream:
 
     def _chunks(self) -> Iterator[Any]:
         reader = ChunkReader(self.response.status_code, self._parse, response=self.response)
+        lines = LineSplitter()
         try:
-            for line in self.response.iter_lines():
+            for data in self.response.iter_bytes():
+                for line in lines.feed(data):
+                    chunk = reader.feed(line)
+                    if chunk is DONE:
+                        return
+                    if chunk is not None:
+                        yield chunk
+            for line in lines.end():
                 chunk = reader.feed(line)
                 if chunk is DONE:
                     return
