@@ -1,8 +1,9 @@
 """The asynchronous client's keep-alive pool: httpx's transport on httpcore's HTTP/1.1 connections,
 with O(1) bookkeeping per request.
 
-httpcore's own pool (1.0.9, and httpcore2 2.16.2 still) walks every connection it holds whenever a
-request starts or ends, asking the kernel about each idle one (``getpeername`` and ``poll``): with
+httpcore's own pool (1.0.9; httpcore2 2.16.2 too, less the quadratic parts) walks every connection it
+holds whenever a request starts or ends, asking the kernel about each idle one (``getpeername`` and
+``poll``): with
 the hundreds of connections one API process holds to vLLM, that walk was a third of the process's
 CPU at 64 completions at once (py-spy, 2026-11-27). Here the idle connections of each origin are a
 stack: a request takes the most recently used one and asks the kernel about it alone, and gives it
@@ -170,8 +171,11 @@ class UpstreamTransport(httpx.AsyncHTTPTransport):
     :class:`UpstreamPool`."""
 
     def __init__(self, limits: httpx.Limits) -> None:  # not super's: it would build httpcore's pool
+        unbounded = 1 << 30  # httpx's None: no limit
         self._pool = UpstreamPool(  # type: ignore[assignment]
-            max_connections=limits.max_connections or 2048,
-            max_keepalive_connections=limits.max_keepalive_connections or 0,
-            keepalive_expiry=limits.keepalive_expiry or 0.0,
+            max_connections=unbounded if limits.max_connections is None else limits.max_connections,
+            max_keepalive_connections=unbounded
+            if limits.max_keepalive_connections is None
+            else limits.max_keepalive_connections,
+            keepalive_expiry=float("inf") if limits.keepalive_expiry is None else limits.keepalive_expiry,
         )
