@@ -1,15 +1,15 @@
 """The asynchronous client's keep-alive pool: httpx's transport on httpcore's HTTP/1.1 connections,
 with O(1) bookkeeping per request.
 
-httpcore's own pool (1.0.9; httpcore2 2.16.2 too, less the quadratic parts) walks every connection it
-holds whenever a request starts or ends, asking the kernel about each idle one (``getpeername`` and
-``poll``): with
-the hundreds of connections one API process holds to vLLM, that walk was a third of the process's
-CPU at 64 completions at once (py-spy, 2026-11-27). Here the idle connections of each origin are a
-stack: a request takes the most recently used one and asks the kernel about it alone, and gives it
-back when its answer is read or closed. What each connection does (connecting with the connect
-deadline, HTTP/1.1, closing one whose answer was not read to the end, so vLLM stops generating) is
-httpcore's, and its errors reach the caller as httpx's, through httpx's own transport.
+httpcore's own pool (1.0.9; httpcore2 2.16.2 too, less the quadratic parts) walks every connection
+it holds whenever a request starts or ends, asking the kernel about each idle one (``getpeername``
+and ``poll``): with the hundreds of connections one API process holds to vLLM, that walk was a
+third of the process's CPU at 64 completions at once (py-spy, 2026-11-27). Here the idle
+connections to each origin are a stack: a request takes the most recently used one and asks the
+kernel about it alone, and gives it back when its answer is read or closed. What each connection
+does (connecting within the connect deadline, HTTP/1.1, closing one whose answer was not read to
+the end, so vLLM stops generating) is httpcore's, and its errors reach the caller as httpx's,
+through httpx's own transport.
 
 Limits: ``max_connections`` bounds the requests in flight, each on its own connection (a request
 waits for a slot at most its ``pool`` deadline, then :class:`httpcore.PoolTimeout`);
