@@ -8,8 +8,9 @@ Plain Python (httpx), no Django models.
   replica moves only the tenants it takes; without one, round-robin. Either way a completion fails
   over to the next replica only when the connection could not be opened (nothing was sent).
 - A replica that refused a connection is tried last for ``REPLICA_COOL_OFF_S`` (per process).
-- One ``httpx.Client`` per process (rebuilt after a fork) for the synchronous client, and a few
-  ``httpx.AsyncClient`` per event loop, taken in turn, for the asynchronous one (the serving path).
+- One ``httpx.Client`` per process (rebuilt after a fork) for the synchronous client, and one
+  ``httpx.AsyncClient`` per event loop for the asynchronous one (the serving path), on the pool of
+  :mod:`apps.engines.vllm_pool`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 import httpx
 
 from apps.engines.vllm_errors import VLLMError
+from apps.engines.vllm_pool import UpstreamTransport
 from apps.engines.vllm_types import Completion, CompletionChunk, parse_choice, parse_usage, prompt_ids
 
 # A replica that refused a connection is tried last for this long (per process).
@@ -35,16 +37,11 @@ _down_until: dict[str, float] = {}
 
 # The asynchronous pool holds a stream per connection: as many as one API process may serve at once.
 ASYNC_MAX_CONNECTIONS = 2048
-# ... split over this many clients, taken in turn. httpcore's pool walks every connection it holds
-# (and asks the kernel about each idle one) whenever a request starts or ends: one pool of hundreds
-# of connections was a third of the API's CPU at 64 completions at once (py-spy, 2026-11-27).
-ASYNC_POOL_SHARDS = 16
 
 _http_lock = threading.Lock()
 _http: httpx.Client | None = None
 _http_pid: int | None = None
-_async_http: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[httpx.AsyncClient]] = weakref.WeakKeyDictionary()
-_async_turn = itertools.count()
+_async_http: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
 
 
 def rendezvous(affinity: str, replica: str) -> bytes:
@@ -66,25 +63,22 @@ def shared_http() -> httpx.Client:
 
 
 def shared_async_http() -> httpx.AsyncClient:
-    """One of the running event loop's keep-alive pools, in turn (an API worker has one loop)."""
+    """The running event loop's keep-alive pool (an API worker has one loop), on
+    :class:`apps.engines.vllm_pool.UpstreamTransport`: its bookkeeping per request does not grow
+    with the connections it holds, as httpcore's own pool's does."""
     loop = asyncio.get_running_loop()
-    clients = _async_http.get(loop)
-    if clients is None:
-        limits = httpx.Limits(
-            max_connections=ASYNC_MAX_CONNECTIONS // ASYNC_POOL_SHARDS,
-            max_keepalive_connections=512 // ASYNC_POOL_SHARDS,
-            keepalive_expiry=30,
-        )
-        clients = _async_http[loop] = [
-            httpx.AsyncClient(limits=limits, http1=True, trust_env=False) for _ in range(ASYNC_POOL_SHARDS)
-        ]
-    return clients[next(_async_turn) % len(clients)]
+    client = _async_http.get(loop)
+    if client is None:
+        limits = httpx.Limits(max_connections=ASYNC_MAX_CONNECTIONS, max_keepalive_connections=512, keepalive_expiry=30)
+        client = _async_http[loop] = httpx.AsyncClient(transport=UpstreamTransport(limits), trust_env=False)
+    return client
 
 
 async def async_http_close() -> None:
     """Close the running loop's pool: for a loop made for one request (Django's test client, a
     WSGI server running an asynchronous view), whose connections must not outlive it."""
-    for client in _async_http.pop(asyncio.get_running_loop(), []):
+    client = _async_http.pop(asyncio.get_running_loop(), None)
+    if client is not None:
         await client.aclose()
 
 

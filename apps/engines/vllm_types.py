@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -159,15 +159,52 @@ def prompt_ids(choices: list[dict[str, Any]]) -> list[int] | None:
 _DONE: dict[str, Any] = {}
 
 
-def _sse_event(line: str, replica: str) -> dict[str, Any] | None:
+class _SSELineSplitter:
+    """A server-sent stream's lines from its bytes as they come: split where the SSE format ends a
+    line (LF, CRLF, CR) and nowhere else. httpx's ``iter_lines`` splits as ``str.splitlines`` does,
+    also at U+2028, U+2029 and U+0085, which vLLM's JSON carries unescaped when a token holds one,
+    and would cut that event in two (and it decodes every byte to text first)."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        data = self._pending + chunk if self._pending else chunk
+        if b"\r" in data:  # a CR ending one chunk, LF starting the next: one more empty line, ignored
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *lines, self._pending = data.split(b"\n")
+        return lines
+
+    def end(self) -> list[bytes]:
+        """The last line, if the stream ended without ending it."""
+        return [self._pending] if self._pending else []
+
+
+def sse_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    splitter = _SSELineSplitter()
+    for chunk in chunks:
+        yield from splitter.feed(chunk)
+    yield from splitter.end()
+
+
+async def asse_lines(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    splitter = _SSELineSplitter()
+    async for chunk in chunks:
+        for line in splitter.feed(chunk):
+            yield line
+    for line in splitter.end():
+        yield line
+
+
+def _sse_event(line: bytes, replica: str) -> dict[str, Any] | None:
     """One line of a server-sent stream: its JSON (``_DONE`` at the end), None for any other line;
     vLLM's error event after the 200 raises."""
-    if not line.startswith("data:"):
+    if not line.startswith(b"data:"):
         return None
     payload = line[5:].strip()
-    if payload == "[DONE]":
+    if payload == b"[DONE]":
         return _DONE
-    data = json.loads(payload)
+    data = json.loads(payload.decode("utf-8", "replace"))  # not orjson: vLLM may send -Infinity
     if "error" in data:  # vLLM reports a failure after the 200 as one more event
         message = data["error"].get("message", str(data["error"]))
         raise VLLMError(f"vLLM failed mid-stream: {message}", replica=replica)
@@ -178,7 +215,7 @@ def read_sse_json(response: httpx.Response, replica: str) -> Iterator[dict[str, 
     """A streamed answer's server-sent events, one JSON object each, until ``[DONE]``; vLLM's error
     event after the 200, a stall or a dropped connection raise. Closes the response at the end."""
     try:
-        for line in response.iter_lines():
+        for line in sse_lines(response.iter_bytes()):
             data = _sse_event(line, replica)
             if data is _DONE:
                 return
@@ -195,7 +232,7 @@ def read_sse_json(response: httpx.Response, replica: str) -> Iterator[dict[str, 
 async def aread_sse_json(response: httpx.Response, replica: str) -> AsyncIterator[dict[str, Any]]:
     """:func:`read_sse_json` on an asynchronous response."""
     try:
-        async for line in response.aiter_lines():
+        async for line in asse_lines(response.aiter_bytes()):
             data = _sse_event(line, replica)
             if data is _DONE:
                 return

@@ -1,0 +1,213 @@
+"""The asynchronous client's keep-alive pool (apps/engines/vllm_pool.py) against a small HTTP/1.1
+server on a real socket: reuse, the pool's deadline, streams closed early, connections the server
+closed, cancellation; and the asynchronous vLLM client's failures through it."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from apps.engines.vllm_async import AsyncVLLMClient
+from apps.engines.vllm_errors import VLLMUnavailable
+from apps.engines.vllm_pool import UpstreamPool, UpstreamTransport
+from apps.engines.vllm_transport import async_http_close
+
+
+@dataclass
+class Upstream:
+    """What the server saw: connections opened, and streams whose client left before the end."""
+
+    url: str
+    connections: int = 0
+    streams_left: int = 0
+    writers: list[asyncio.StreamWriter] = field(default_factory=list)
+
+
+def _completion() -> dict[str, Any]:
+    choice = {"index": 0, "text": " t", "token_ids": [7], "logprobs": {"token_logprobs": [-0.5]}}
+    return {"id": "cmpl-1", "model": "m", "choices": [choice]}
+
+
+async def _serve(upstream: Upstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """``POST /sse?n`` (or a completion asked to stream ``max_tokens``): n events 20 ms apart, then
+    usage and [DONE]; ``/silent...``: nothing; ``/close``: an answer, then the connection closed by
+    the server; anything else: a whole answer."""
+    upstream.connections += 1
+    upstream.writers.append(writer)
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode().split("\r\n")
+            path = lines[0].split()[1]
+            length = next((int(h.split(":")[1]) for h in lines if h.lower().startswith("content-length")), 0)
+            body = json.loads(await reader.readexactly(length) or b"{}")
+            if path.startswith("/silent"):
+                await asyncio.sleep(3600)
+            events = int(path.split("?")[1]) if path.startswith("/sse") else body.get("stream") and body["max_tokens"]
+            if events:
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
+                writer.write(b"transfer-encoding: chunked\r\n\r\n")
+                try:
+                    for _ in range(events):
+                        event = f"data: {json.dumps(_completion())}\n\n".encode()
+                        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                        await writer.drain()
+                        await asyncio.sleep(0.02)
+                    for event in (b'data: {"id": "cmpl-1", "choices": [], "usage": {}}\n\n', b"data: [DONE]\n\n"):
+                        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    writer.write(b"0\r\n\r\n")
+                    await writer.drain()
+                except ConnectionError:
+                    upstream.streams_left += 1
+                    return
+                continue
+            answer = json.dumps(_completion()).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
+            writer.write(b"content-length: %d\r\n\r\n" % len(answer))
+            writer.write(answer)
+            await writer.drain()
+            if path.startswith("/close"):
+                writer.close()
+                return
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return
+
+
+@asynccontextmanager
+async def upstream_server() -> AsyncIterator[Upstream]:
+    upstream = Upstream(url="")
+    server = await asyncio.start_server(lambda r, w: _serve(upstream, r, w), "127.0.0.1", 0)
+    upstream.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        yield upstream
+    finally:
+        server.close()
+        for writer in upstream.writers:
+            writer.close()
+
+
+def _client(max_connections: int = 8) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=4, keepalive_expiry=30)
+    return httpx.AsyncClient(transport=UpstreamTransport(limits), trust_env=False)
+
+
+def _pool(client: httpx.AsyncClient) -> UpstreamPool:
+    return client._transport._pool  # type: ignore[attr-defined,no-any-return]
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 30))
+
+
+def test_answers_read_to_the_end_reuse_one_connection():
+    async def scenario() -> None:
+        async with upstream_server() as upstream, _client() as http:
+            for path in ("/json", "/sse?3", "/json", "/sse?2"):
+                async with http.stream("POST", upstream.url + path, json={}) as response:
+                    await response.aread()
+            assert upstream.connections == 1
+            assert _pool(http)._slots._value == 8  # every slot given back
+
+    run(scenario)
+
+
+def test_a_stream_closed_early_closes_its_connection_and_the_server_sees_the_client_leave():
+    async def scenario() -> None:
+        async with upstream_server() as upstream, _client() as http:
+            async with http.stream("POST", upstream.url + "/sse?100", json={}) as response:
+                async for _ in response.aiter_lines():
+                    break
+            for _ in range(100):
+                if upstream.streams_left:
+                    break
+                await asyncio.sleep(0.02)
+            assert upstream.streams_left == 1
+            await (await http.post(upstream.url + "/json", json={})).aread()
+            assert upstream.connections == 2  # the cut one was not reused
+            assert _pool(http)._slots._value == 8
+
+    run(scenario)
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced_without_an_error():
+    async def scenario() -> None:
+        async with upstream_server() as upstream, _client() as http:
+            assert (await http.post(upstream.url + "/close", json={})).status_code == 200
+            await asyncio.sleep(0.1)  # the server's close reaches this side
+            assert (await http.post(upstream.url + "/json", json={})).status_code == 200
+            assert upstream.connections == 2
+
+    run(scenario)
+
+
+def test_the_wait_for_a_free_connection_is_bounded_by_the_pool_deadline():
+    async def scenario() -> None:
+        async with upstream_server() as upstream, _client(max_connections=1) as http:
+            async with http.stream("POST", upstream.url + "/sse?100", json={}):
+                started = time.monotonic()
+                with pytest.raises(httpx.PoolTimeout):
+                    await http.post(upstream.url + "/json", json={}, timeout=httpx.Timeout(5.0, pool=0.3))
+                assert 0.25 < time.monotonic() - started < 2.0
+            assert (await http.post(upstream.url + "/json", json={})).status_code == 200  # the slot came back
+
+    run(scenario)
+
+
+def test_a_refused_connection_fails_at_once_and_gives_its_slot_back():
+    async def scenario() -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]  # closed on exit: nothing listens there
+        async with _client() as http:
+            started = time.monotonic()
+            with pytest.raises(httpx.ConnectError):
+                await http.post(f"http://127.0.0.1:{port}/json", json={})
+            assert time.monotonic() - started < 1.0
+            assert _pool(http)._slots._value == 8 and not _pool(http)._open
+
+    run(scenario)
+
+
+def test_a_request_cancelled_before_its_answer_closes_its_connection_and_gives_its_slot_back():
+    async def scenario() -> None:
+        async with upstream_server() as upstream, _client() as http:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    await http.post(upstream.url + "/silent", json={})
+            assert _pool(http)._slots._value == 8 and not _pool(http)._open
+            with pytest.raises(httpx.ReadTimeout):  # and the read deadline is httpx's timeout
+                await http.post(upstream.url + "/silent", json={}, timeout=0.2)
+            assert _pool(http)._slots._value == 8 and not _pool(http)._open
+
+    run(scenario)
+
+
+def test_the_async_client_streams_through_the_pool_and_fails_over_from_a_refusing_replica():
+    async def scenario() -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        async with upstream_server() as upstream:
+            client = AsyncVLLMClient([dead, upstream.url], api_key="")
+            client._next = itertools.repeat(0)  # type: ignore[assignment]  # the dead replica first
+            stream = await client.stream(model="m", prompt="x", max_tokens=4)
+            chunks = [chunk async for chunk in stream]
+            assert [len(c.choices) for c in chunks] == [1, 1, 1, 1, 0]
+            assert {c.replica for c in chunks} == {upstream.url}
+            assert (await client.complete(model="m", prompt="x")).choice.token_ids == [7]
+            with pytest.raises(VLLMUnavailable, match="did not answer in time"):
+                silent = AsyncVLLMClient([upstream.url + "/silent"], api_key="", timeout=0.3)
+                await silent.complete(model="m", prompt="x")
+        await async_http_close()
+
+    run(scenario)
