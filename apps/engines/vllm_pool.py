@@ -83,13 +83,14 @@ class UpstreamPool:
 
     async def _take_idle(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection | None:
         """The most recently used idle connection to ``origin`` that the server has not closed; on
-        the way, the oldest idle one if it outlived ``keepalive_expiry`` (one per request)."""
+        the way, every idle one that outlived ``keepalive_expiry`` (the oldest are at the bottom, and
+        each is dropped once: O(1) a request on average)."""
         idle = self._idle.get((origin.scheme, origin.host, origin.port))
         if not idle:
             return None
-        oldest, since = idle[0]
-        if time.monotonic() - since > self._keepalive_expiry:
-            idle.popleft()
+        now = time.monotonic()
+        while idle and now - idle[0][1] > self._keepalive_expiry:
+            oldest, _ = idle.popleft()
             await self._discard(oldest)
         while idle:
             connection, _ = idle.pop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -165,19 +166,31 @@ class _SSELineSplitter:
     also at U+2028, U+2029 and U+0085, which vLLM's JSON carries unescaped when a token holds one,
     and would cut that event in two (and it decodes every byte to text first)."""
 
+    _END = re.compile(rb"\r\n|\r|\n")
+
     def __init__(self) -> None:
-        self._pending = b""
+        self._pending: list[bytes] = []  # the unfinished line's pieces: each read is scanned once
+        self._after_cr = False
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        data = self._pending + chunk if self._pending else chunk
-        if b"\r" in data:  # a CR ending one chunk, LF starting the next: one more empty line, ignored
-            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        *lines, self._pending = data.split(b"\n")
+        if self._after_cr and chunk.startswith(b"\n"):  # a CRLF cut between two reads
+            chunk = chunk[1:]
+        if not chunk:
+            return []
+        self._after_cr = chunk.endswith(b"\r")
+        *lines, rest = self._END.split(chunk)
+        if not lines:
+            self._pending.append(chunk)
+            return []
+        if self._pending:
+            lines[0] = b"".join([*self._pending, lines[0]])
+        self._pending = [rest] if rest else []
         return lines
 
     def end(self) -> list[bytes]:
         """The last line, if the stream ended without ending it."""
-        return [self._pending] if self._pending else []
+        rest, self._pending = b"".join(self._pending), []
+        return [rest] if rest else []
 
 
 def sse_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:

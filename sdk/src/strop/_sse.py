@@ -51,22 +51,27 @@ class LineSplitter:
     _END = re.compile(rb"\r\n|\r|\n")
 
     def __init__(self) -> None:
-        self._rest = b""
+        self._rest: list[bytes] = []  # the unfinished line's pieces: each read is scanned once
         self._after_cr = False
 
     def feed(self, data: bytes) -> list[str]:
         if self._after_cr and data.startswith(b"\n"):  # a CRLF cut between two reads
             data = data[1:]
-        buffer = self._rest + data
-        if not buffer:
+        if not data:
             return []
-        *lines, self._rest = self._END.split(buffer)
-        self._after_cr = buffer.endswith(b"\r")
+        self._after_cr = data.endswith(b"\r")
+        *lines, rest = self._END.split(data)
+        if not lines:
+            self._rest.append(data)
+            return []
+        if self._rest:
+            lines[0] = b"".join([*self._rest, lines[0]])
+        self._rest = [rest] if rest else []
         return [line.decode("utf-8", "replace") for line in lines]
 
     def end(self) -> list[str]:
         """The last line, when the stream ended without a line break."""
-        rest, self._rest = self._rest, b""
+        rest, self._rest = b"".join(self._rest), []
         return [rest.decode("utf-8", "replace")] if rest else []
 
 
