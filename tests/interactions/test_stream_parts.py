@@ -149,7 +149,7 @@ def _partial_accept(tenant, interaction_id, accepted_chars: int):
     return result
 
 
-def test_a_partial_accept_that_waited_is_checked_against_the_completion_it_is_attached_to(adapter):
+def test_a_partial_accept_that_waited_is_kept_whatever_the_completion_it_is_attached_to(adapter):
     fits, too_long = _open_stream(adapter, [(" a", [10])]), _open_stream(adapter, [(" a", [10])])
     assert _partial_accept(adapter.tenant, fits, 3).status == "pending"  # the completion is not known yet
     assert _partial_accept(adapter.tenant, too_long, 4).status == "pending"
@@ -157,8 +157,9 @@ def test_a_partial_accept_that_waited_is_checked_against_the_completion_it_is_at
         fields = _fields(adapter, interaction_id, " a b", [10, 11], finish="length")  # 4 characters
         interactions_record_served(adapter.tenant, stream_parts=True, **fields)
     assert Feedback.objects.get(interaction_id=fits).accepted_chars == 3
-    # All of it is no partial accept: dropped as ingest refuses it, never attached to train on.
-    assert not Feedback.objects.filter(tenant=adapter.tenant).exclude(interaction_id=fits).exists()
+    # Kept, as pending feedback always is: its token credit keeps the whole completion
+    # (tests/training/test_token_credit.py).
+    assert Feedback.objects.get(interaction_id=too_long).accepted_chars == 4
 
 
 def test_a_partial_accept_longer_than_a_partial_interaction_is_kept_out_of_training(adapter):

@@ -3,20 +3,16 @@ the transaction that stores it, and by the sweeper for the rare race between two
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Sequence
 
 from django.db import connection, transaction
-from django.db.models.functions import Length
 
 from apps.common.lookups import in_values
 from apps.common.parsing import is_uuid
 from apps.interactions.models import Feedback, Interaction, PersistenceReport
 from apps.interactions.services.feedback import feedback_merge, training_check_on_commit
 from apps.tenants.models import Tenant
-
-logger = logging.getLogger(__name__)
 
 
 def pending_kinds(tenant: Tenant, *, client_ids: Sequence[str]) -> set[str]:
@@ -60,17 +56,9 @@ def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None 
             Interaction.objects.filter(tenant=tenant, **in_values("client_id", named)).values_list("client_id", "id")
         )
         ids.update(_served_ids(tenant, [name for name in named if name not in ids]))
-        unfit = _accepted_chars_unfit(tenant, [f for f in waiting if f.pending_client_id in ids], ids)
         for feedback in waiting:
             interaction_id = ids.get(feedback.pending_client_id)
             if interaction_id is None:
-                continue
-            if feedback.pk in unfit:
-                logger.warning(
-                    "pending feedback on %s dropped: accepted_chars %s does not fit its completion (%s characters)",
-                    interaction_id, feedback.accepted_chars, unfit[feedback.pk],
-                )  # fmt: skip
-                feedback.delete()
                 continue
             existing = Feedback.objects.select_for_update().filter(tenant=tenant, interaction_id=interaction_id).first()
             if existing is not None:
@@ -84,26 +72,6 @@ def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None 
         if attached:
             training_check_on_commit(tenant.pk)
     return attached
-
-
-def _accepted_chars_unfit(tenant: Tenant, waiting: list[Feedback], ids: dict[str, uuid.UUID]) -> dict[int, int]:
-    """The partial accepts among ``waiting`` whose ``accepted_chars`` does not fit the completion they
-    now name (checked at ingest only when it was there: ``services.feedback``), with its length.
-    Dropped as ingest would have refused them; never on a partial interaction (its row holds less than
-    the user saw, and training never reads it: ``apps.training.selectors.feedback_learnable``)."""
-    partial_accepts = [f for f in waiting if f.accepted_chars is not None]
-    if not partial_accepts:
-        return {}
-    rows = Interaction.objects.filter(
-        tenant=tenant, **in_values("id", {ids[f.pending_client_id] for f in partial_accepts})
-    ).annotate(length=Length("completion"))
-    lengths = {i: n for i, n, partial in rows.values_list("id", "length", "metadata__partial") if partial is not True}
-    unfit = {}
-    for feedback in partial_accepts:
-        length, accepted = lengths.get(ids[feedback.pending_client_id]), feedback.accepted_chars or 0
-        if length is not None and accepted >= length:
-            unfit[feedback.pk] = length
-    return unfit
 
 
 def _served_ids(tenant: Tenant, names: list[str]) -> dict[str, uuid.UUID]:
