@@ -322,8 +322,9 @@ VLLM_MAX_CPU_LORAS = env_int("VLLM_MAX_CPU_LORAS", 16)
 VLLM_TIMEOUT_S = float(os.environ.get("VLLM_TIMEOUT_S", "30"))
 # Opening a connection to a replica while another is left to try: short, so one that does not answer
 # is left fast (a refused connection fails at once). The last replica to try gets 5 s to connect
-# (vllm_transport.LAST_CONNECT_S; VLLM_TIMEOUT_S if shorter), and a wait for a free connection in the API process's pool is as long: under a burst of
-# hundreds of new streams the process's own busy loop must not read as a dead replica
+# (vllm_transport.LAST_CONNECT_S; VLLM_TIMEOUT_S if shorter), and a wait for a free connection in
+# the API process's pool is as long: under a burst of hundreds of new streams the process's own
+# busy loop must not read as a dead replica
 # (apps.engines.vllm_transport.Replicas._timeouts).
 VLLM_CONNECT_TIMEOUT_S = float(os.environ.get("VLLM_CONNECT_TIMEOUT_S", "1"))
 # Sent as "Authorization: Bearer" on every call to every replica; platform/vllm.sh starts vLLM with
