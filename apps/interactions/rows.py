@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -66,6 +67,20 @@ INTERACTION_COLUMNS = (
 _JSON_COLUMNS = ("prompt_token_ids", "completion_token_ids", "completion_logprobs", "metadata", "messages", "tools")
 
 
+def values_sql(width: int, count: int) -> str:
+    """The ``VALUES`` list of ``count`` rows of ``width`` placeholders: ``(%s, %s), (%s, %s)``."""
+    return ", ".join(["(" + ", ".join(["%s"] * width) + ")"] * count)
+
+
+def row_values(columns: Sequence[str], row: tuple, json_columns: Sequence[str]) -> dict[str, Any]:
+    """A row made for the raw ``INSERT`` as model field values (its JSON text columns parsed back),
+    for the ORM path taken where the database is not Postgres."""
+    values = dict(zip(columns, row, strict=True))
+    for name in json_columns:
+        values[name] = orjson.loads(values[name]) if values[name] is not None else None
+    return values
+
+
 def _table_and_columns() -> tuple[str, str]:
     quote = connection.ops.quote_name
     return quote(Interaction._meta.db_table), ", ".join(quote(c) for c in INTERACTION_COLUMNS)
@@ -88,7 +103,7 @@ def interactions_insert(rows: list[tuple]) -> None:
         interactions_bulk_insert(rows)
         return
     table, columns = _table_and_columns()
-    values = ", ".join(["(" + ", ".join(["%s"] * len(INTERACTION_COLUMNS)) + ")"] * len(rows))
+    values = values_sql(len(INTERACTION_COLUMNS), len(rows))
     with prepared_cursor() as cursor:
         cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values}", [v for row in rows for v in row])
 
@@ -103,14 +118,14 @@ def interactions_upsert(rows: list[tuple]) -> None:
     """Insert the rows; one whose id is there (for the same tenant) gets what was served and its
     metadata merged over the stored one (``"partial"`` dropped): a stream's last write."""
     if connection.vendor != "postgresql":
-        objects = [Interaction(**_values(row)) for row in rows]
+        objects = [Interaction(**row_values(INTERACTION_COLUMNS, row, _JSON_COLUMNS)) for row in rows]
         Interaction.objects.bulk_create(
             objects, update_conflicts=True, unique_fields=["id"], update_fields=[*_SERVED_COLUMNS, "metadata"]
         )
         return
     table, columns = _table_and_columns()
     quote = connection.ops.quote_name
-    values = ", ".join(["(" + ", ".join(["%s"] * len(INTERACTION_COLUMNS)) + ")"] * len(rows))
+    values = values_sql(len(INTERACTION_COLUMNS), len(rows))
     updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in _SERVED_COLUMNS)
     merged = f"{quote('metadata')} = ({table}.{quote('metadata')} - 'partial') || excluded.{quote('metadata')}"
     sql = (
@@ -121,16 +136,9 @@ def interactions_upsert(rows: list[tuple]) -> None:
         cursor.execute(sql, [v for row in rows for v in row])
 
 
-def _values(row: tuple) -> dict[str, Any]:
-    values = dict(zip(INTERACTION_COLUMNS, row, strict=True))
-    for name in _JSON_COLUMNS:
-        values[name] = orjson.loads(values[name]) if values[name] is not None else None
-    return values
-
-
 def interactions_bulk_insert(rows: list[tuple]) -> None:
     """The rows as model instances, in one bulk insert; rows whose client id exists are skipped."""
-    objects = [Interaction(**_values(row)) for row in rows]
+    objects = [Interaction(**row_values(INTERACTION_COLUMNS, row, _JSON_COLUMNS)) for row in rows]
     Interaction.objects.bulk_create(objects, ignore_conflicts=True)
 
 

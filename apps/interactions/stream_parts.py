@@ -28,7 +28,14 @@ from django.utils import timezone
 
 from apps.common.lookups import prepared_cursor
 from apps.interactions.models import StreamPart
-from apps.interactions.rows import INTERACTION_COLUMNS, interactions_bulk_insert, interactions_upsert, json_text
+from apps.interactions.rows import (
+    INTERACTION_COLUMNS,
+    interactions_bulk_insert,
+    interactions_upsert,
+    json_text,
+    row_values,
+    values_sql,
+)
 from apps.interactions.services.pending import feedback_attach_pending
 from apps.interactions.sessions import conversation_outcomes_apply
 from apps.tenants.models import Tenant
@@ -81,6 +88,9 @@ def stream_part_head(row: tuple) -> tuple[dict[str, Any], dict[str, Any]]:
     return head, metadata
 
 
+_PART_JSON_COLUMNS = ("head", "completion_token_ids", "completion_logprobs", "metadata")
+
+
 def stream_parts_write(parts: list[Part]) -> set[int]:
     """Append the parts in one statement; the indices of those not written come back. If the
     statement fails, each part is written alone: one bad part never costs the others. A part written
@@ -130,7 +140,7 @@ def _insert(rows: list[tuple]) -> None:
     with transaction.atomic() if connection.in_atomic_block else nullcontext():  # a savepoint in a transaction
         if connection.vendor != "postgresql":
             StreamPart.objects.bulk_create(
-                [StreamPart(**_part_values(row)) for row in rows],
+                [StreamPart(**row_values(_PART_COLUMNS, row, _PART_JSON_COLUMNS)) for row in rows],
                 update_conflicts=True,
                 unique_fields=["tenant", "interaction_id", "seq"],
                 update_fields=[name for name in _PART_COLUMNS[3:]],
@@ -138,7 +148,7 @@ def _insert(rows: list[tuple]) -> None:
             return
         quote = connection.ops.quote_name
         columns = ", ".join(quote(c) for c in _PART_COLUMNS)
-        values = ", ".join(["(" + ", ".join(["%s"] * len(_PART_COLUMNS)) + ")"] * len(rows))
+        values = values_sql(len(_PART_COLUMNS), len(rows))
         updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in _PART_COLUMNS[3:])
         sql = (
             f"INSERT INTO {quote(StreamPart._meta.db_table)} ({columns}) VALUES {values} "
@@ -146,13 +156,6 @@ def _insert(rows: list[tuple]) -> None:
         )
         with prepared_cursor() as cursor:
             cursor.execute(sql, [v for row in rows for v in row])
-
-
-def _part_values(row: tuple) -> dict[str, Any]:
-    values = dict(zip(_PART_COLUMNS, row, strict=True))
-    for name in ("head", "completion_token_ids", "completion_logprobs", "metadata"):
-        values[name] = orjson.loads(values[name]) if values[name] is not None else None
-    return values
 
 
 def stream_parts_recorded(tenant: Tenant, rows: list[tuple]) -> None:
