@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--poison-round", type=int, default=0,
                         help="invert the feedback of this round, held-out events included (every tenant), as a client "
                              "that reports every outcome the wrong way round: what the eval gate makes of it")
+    parser.add_argument("--round-set", action="append", default=[], metavar="K:KEY=VALUE",
+                        help="a trainer override for round K alone (repeatable), e.g. 2:learning_rate=1e-2: a round "
+                             "that oversteps, as a tenant's allowed overrides can make one, for the eval gate to judge")
     parser.add_argument("--eval-set-cases", type=int, default=0,
                         help="give each tenant an uploaded eval set for the gate's FIM check: this many tasks of its "
                              "training files that no round trains on (default 0: none, as a tenant that uploaded none)")
@@ -151,8 +154,14 @@ def main(argv: list[str] | None = None) -> int:
         codebases = [Codebase.parse(spec, seed=args.split_seed, unseen_share=args.unseen_share)
                      for spec in args.codebase]
         overrides = parse_overrides(args.set)
+        args.round_overrides = round_overrides(args.round_set)
         config = PPOConfig.from_dict({"seed": args.seed, "device": args.device, "dtype": "float32", **overrides})
         args.silence_gated_set = "silence_gated" in overrides
+        for number, changes in args.round_overrides.items():
+            try:
+                config.replace(**changes)
+            except TypeError:
+                raise ValueError(f"--round-set {number}: not a trainer setting: {', '.join(changes)}") from None
     except (ValueError, TrainerInputError) as exc:
         raise SystemExit(f"error: {exc}") from None
     names = [c.name for c in codebases]
@@ -252,7 +261,9 @@ def run_rounds(tenant: Tenant, model_dir: Path, tokenizer: Any, config: Any, arg
         # As the loop: the show filter first, since whether there is one decides who teaches silence.
         fitted = fit_show_threshold(window, recall=args.gate_recall)
         threshold = None if fitted is None else float(fitted["threshold"])
-        round_config = config.replace(seed=args.seed + number - 1)
+        round_config = config.replace(seed=args.seed + number - 1, **args.round_overrides.get(number, {}))
+        if number in args.round_overrides:
+            print(f"{label}: trainer overrides for this round: {json.dumps(args.round_overrides[number])}", flush=True)
         if not args.silence_gated_set:
             round_config = round_config.replace(silence_gated=threshold is not None)
         result = train_run(model_dir, train_samples, round_config, work / f"{tenant.name}-round{number}",
@@ -270,7 +281,8 @@ def run_rounds(tenant: Tenant, model_dir: Path, tokenizer: Any, config: Any, arg
         record = RoundRecord(number, len(train_samples), len(heldout),
                              float(result.summary.get("final_kl_to_base", float("nan"))),
                              float(result.summary.get("final_approx_kl", float("nan"))),
-                             verdict.passed, list(verdict.reasons), poisoned, gate_numbers(verdict))
+                             verdict.passed, list(verdict.reasons), poisoned,
+                             dict(args.round_overrides.get(number, {})), gate_numbers(verdict))
         print(f"{label} eval gate: {'passed' if verdict.passed else 'REJECTED'}: {'; '.join(verdict.reasons)}",
               flush=True)
         history.extend(heldout)
@@ -288,6 +300,17 @@ def run_rounds(tenant: Tenant, model_dir: Path, tokenizer: Any, config: Any, arg
             }
         tenant.rounds.append(record)
         print(f"{tenant.name} {round_line(record)}", flush=True)
+
+
+def round_overrides(pairs: list[str]) -> dict[int, dict[str, Any]]:
+    """``--round-set K:KEY=VALUE`` pairs by round; a ``ValueError`` names a malformed one."""
+    by_round: dict[int, list[str]] = {}
+    for pair in pairs:
+        number, sep, setting = pair.partition(":")
+        if not sep or not number.strip().isdigit() or int(number) < 1:
+            raise ValueError(f"--round-set {pair!r}: expected K:KEY=VALUE with a round K >= 1")
+        by_round.setdefault(int(number), []).append(setting)
+    return {number: parse_overrides(settings) for number, settings in by_round.items()}
 
 
 def inverted(sample: Sample) -> Sample:

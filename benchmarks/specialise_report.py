@@ -26,6 +26,7 @@ class RoundRecord:
     passed: bool
     reasons: list[str]
     poisoned: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)  # this round's own trainer overrides (--round-set)
     gate: dict[str, float] = field(default_factory=dict)  # the eval gate's numbers behind its verdict
     figures: dict[str, float] = field(default_factory=dict)  # its own unseen files, with --eval-each-round
 
@@ -69,7 +70,9 @@ def gate_numbers(verdict: Any) -> dict[str, float]:
 
 def round_line(r: RoundRecord) -> str:
     extra = "".join(f", {k} {v:.4f}" for k, v in {**{f"gate {k}": v for k, v in r.gate.items()}, **r.figures}.items())
-    return (f"round {r.number}{' (inverted feedback)' if r.poisoned else ''}: {r.events} events, {r.heldout} held "
+    marks = ([" (inverted feedback)"] if r.poisoned else []) + [
+        f" (trainer overrides {', '.join(f'{k}={v}' for k, v in r.overrides.items())})" if r.overrides else ""]
+    return (f"round {r.number}{''.join(marks)}: {r.events} events, {r.heldout} held "
             f"out, KL to base {r.kl_to_base:.4f}, approx KL {r.approx_kl:.4f}, eval gate "
             f"{'passed' if r.passed else 'rejected'}{extra}")
 

@@ -74,7 +74,8 @@ def test_two_tenants_run_the_loop_and_every_tenant_gets_its_figures(tiny_starter
             "--codebase", f"south={write_codebase(tmp_path / 'south', 24)}", "--train-tasks", "6",
             "--eval-tasks", "5", "--rounds", "2", "--set", "epochs=1", "--set", "num_minibatches=1",
             "--max-tokens", "6", "--heldout-fraction", "0.3", "--eval-each-round", "--poison-round", "2",
-            "--eval-set-cases", "3", "--gate-history", "4", "--jobs", "2", "--device", "cpu",
+            "--eval-set-cases", "3", "--gate-history", "4", "--round-set", "1:learning_rate=2e-3", "--jobs", "2",
+            "--device", "cpu",
             "--out", str(tmp_path / "out")]
     assert specialise.main(argv) == 0
     text = capsys.readouterr().out
@@ -98,9 +99,22 @@ def test_two_tenants_run_the_loop_and_every_tenant_gets_its_figures(tiny_starter
         assert values[f"{tenant}.round1_gate_eval_set_similarity_gain"] == values[
             f"{tenant}.round1_gate_eval_set_similarity_gain"]  # not nan
         assert "round 2 (inverted feedback)" in text
+        # Round 1 alone trained with the round's override (a round that oversteps, for the gate to judge).
+        assert "round 1 (trainer overrides learning_rate=0.002):" in text
+        assert "round 2 (inverted feedback):" in text
     # Each round's candidate was written; the round's tenant trained on its own folder alone.
     assert (tmp_path / "out" / "north-round1" / "adapter_config.json").is_file()
     assert (tmp_path / "out" / "south-round2" / "adapter_config.json").is_file()
+
+
+def test_a_bad_round_override_says_what_is_wrong(tiny_starter_model, tmp_path):
+    codebases = ["--codebase", f"a={write_codebase(tmp_path / 'a', 20)}",
+                 "--codebase", f"b={write_codebase(tmp_path / 'b', 20)}"]
+    for value, message in (("learning_rate=1e-2", "expected K:KEY=VALUE"), ("0:epochs=2", "round K >= 1"),
+                           ("2:no_such_knob=1", "not a trainer setting: no_such_knob"),
+                           ("2:learning_rate=-1", "learning_rate must be > 0")):
+        with pytest.raises(SystemExit, match=message):
+            specialise.main(["--model", str(tiny_starter_model), *codebases, "--round-set", value])
 
 
 def test_one_tenant_is_refused(tiny_starter_model, tmp_path):
