@@ -1,6 +1,7 @@
 """Interaction rows as the writers take them: one tuple per row, in ``INTERACTION_COLUMNS`` order,
 JSON columns as text. ``COPY`` for batches, one plain ``INSERT`` for what the completion endpoint
-serves, a bulk insert of model instances where the database is not Postgres. And the statement
+serves, a bulk insert of model instances where the database is not Postgres (the upsert of a
+stream's last write merging the stored metadata there as Postgres does). And the statement
 that upserts feedback rows (``feedback_upsert_sql``)."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from django.db import connection
+from django.db import connection, transaction
 
 from apps.common.lookups import prepared_cursor
 from apps.interactions.models import Feedback, Interaction
@@ -118,10 +119,7 @@ def interactions_upsert(rows: list[tuple]) -> None:
     """Insert the rows; one whose id is there (for the same tenant) gets what was served and its
     metadata merged over the stored one (``"partial"`` dropped): a stream's last write."""
     if connection.vendor != "postgresql":
-        objects = [Interaction(**row_values(INTERACTION_COLUMNS, row, _JSON_COLUMNS)) for row in rows]
-        Interaction.objects.bulk_create(
-            objects, update_conflicts=True, unique_fields=["id"], update_fields=[*_SERVED_COLUMNS, "metadata"]
-        )
+        _interactions_upsert_merged(rows)
         return
     table, columns = _table_and_columns()
     quote = connection.ops.quote_name
@@ -134,6 +132,34 @@ def interactions_upsert(rows: list[tuple]) -> None:
     )
     with prepared_cursor() as cursor:
         cursor.execute(sql, [v for row in rows for v in row])
+
+
+def _interactions_upsert_merged(rows: list[tuple]) -> None:
+    """:func:`interactions_upsert` where the database is not Postgres: the stored metadata read and
+    merged here, under the write lock that SQLite's IMMEDIATE transaction holds from its start, as
+    Postgres's ``||`` merges it (one level; a key set to null stays, as null). SQLite's
+    ``json_patch()`` would delete such a key and merge nested objects instead of replacing them."""
+    values = [row_values(INTERACTION_COLUMNS, row, _JSON_COLUMNS) for row in rows]
+    with transaction.atomic():
+        ids = [value["id"] for value in values]
+        stored = {
+            str(pk): (tenant_id, metadata)
+            for pk, tenant_id, metadata in Interaction.objects.filter(pk__in=ids).values_list(
+                "id", "tenant_id", "metadata"
+            )
+        }
+        objects = []
+        for value in values:
+            if str(value["id"]) in stored:
+                tenant_id, metadata = stored[str(value["id"])]
+                if tenant_id != value["tenant_id"]:
+                    continue  # another tenant's id: left as it is, as Postgres's WHERE leaves it
+                kept = {key: item for key, item in (metadata or {}).items() if key != "partial"}
+                value["metadata"] = {**kept, **(value["metadata"] or {})}
+            objects.append(Interaction(**value))
+        Interaction.objects.bulk_create(
+            objects, update_conflicts=True, unique_fields=["id"], update_fields=[*_SERVED_COLUMNS, "metadata"]
+        )
 
 
 def interactions_bulk_insert(rows: list[tuple]) -> None:

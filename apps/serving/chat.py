@@ -31,7 +31,7 @@ from apps.engines.vllm_async import ClosingStream
 from apps.interactions.messages import turn_of
 from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served, served_rows
 from apps.interactions.sessions import conversation_outcomes_apply
-from apps.interactions.stream_parts import TOOL_CALLS_SINCE
+from apps.serving.chat_choice import ChoiceSoFar
 from apps.serving.selectors import ReadAhead
 from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.stream_record import Piece, StreamRecord
@@ -109,83 +109,11 @@ def _affinity(route: Route) -> str | None:
     return f"tenant-{route.adapter.tenant_id}" if settings.VLLM_ROUTING == "tenant" else None
 
 
-# Where an open stream's part of a choice starts: the lengths of its content pieces, tokens and
-# logprobs, and of each tool call (index, id, name, arguments' length).
-_Cursor = tuple[int, int, int, tuple[tuple[int, str, str, int], ...]]
-
-
-@dataclass
-class _ChoiceSoFar:
-    """One choice as served so far (a whole answer, or the chunks of a stream joined)."""
-
-    content: list[str] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
-    finish_reason: str | None = None
-
-    def add(self, choice: dict[str, Any], *, message_key: str) -> None:
-        message = choice.get(message_key) or {}
-        if message.get("content"):
-            self.content.append(message["content"])
-        for position, call in enumerate(message.get("tool_calls") or []):
-            empty = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
-            slot = self.tool_calls.setdefault(int(call.get("index", position)), empty)
-            slot["id"] = call.get("id") or slot["id"]
-            function = call.get("function") or {}
-            slot["function"]["name"] += function.get("name") or ""
-            slot["function"]["arguments"] += function.get("arguments") or ""
-        self.token_ids.extend(int(t) for t in choice.get("token_ids") or [])
-        entries = (choice.get("logprobs") or {}).get("content") or []
-        self.logprobs.extend(float(entry["logprob"]) for entry in entries)
-        self.finish_reason = choice.get("finish_reason") or self.finish_reason
-
-    def since(self, cursor: _Cursor | None) -> tuple[Piece, _Cursor] | None:
-        """What was served since ``cursor`` (an open stream's part: ``apps.serving.stream_record``):
-        of a tool call, only the arguments' new text (its id and name when they changed), joined
-        again by ``apps.interactions.stream_parts``: a part never copies what an earlier one holds."""
-        content, tokens, logprobs, calls_then = cursor or (0, 0, 0, ())
-        calls_now = tuple(
-            (index, call["id"], call["function"]["name"], len(call["function"]["arguments"]))
-            for index, call in sorted(self.tool_calls.items())
-        )
-        now = (len(self.content), len(self.token_ids), len(self.logprobs), calls_now)
-        if now == (content, tokens, logprobs, calls_then) and cursor is not None:
-            return None
-        metadata: dict[str, Any] = {"finish_reason": self.finish_reason} if self.finish_reason else {}
-        before = {index: (call_id, name, length) for index, call_id, name, length in calls_then}
-        deltas = []
-        for index, call_id, name, length in calls_now:
-            then_id, then_name, then_length = before.get(index, ("", "", 0))
-            if (call_id, name, length) == (then_id, then_name, then_length):
-                continue
-            delta: dict[str, Any] = {
-                "index": index,
-                "arguments": self.tool_calls[index]["function"]["arguments"][then_length:],
-            }
-            if call_id != then_id:
-                delta["id"] = call_id
-            if name != then_name:
-                delta["name"] = name
-            deltas.append(delta)
-        if deltas:
-            metadata[TOOL_CALLS_SINCE] = deltas
-        text = "".join(self.content[content:])
-        return Piece(text, self.token_ids[tokens:], self.logprobs[logprobs:], metadata), now
-
-    def served(self, interaction_id: uuid.UUID) -> ServedCompletion:
-        logprobs = self.logprobs if len(self.logprobs) == len(self.token_ids) else []
-        calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
-        return ServedCompletion(
-            interaction_id, "".join(self.content), self.token_ids, logprobs, self.finish_reason, calls or None
-        )
-
-
 def _record(
     tenant: Tenant,
     route: Route,
     request: ChatRequest,
-    choices: dict[int, _ChoiceSoFar],
+    choices: dict[int, ChoiceSoFar],
     ids: list[uuid.UUID],
     prompt_token_ids: list[int] | None,
     *,
@@ -275,9 +203,9 @@ async def chat_serve(plan: ChatPlan) -> dict[str, Any]:
         await serving_failure_recorded(tenant, route=route, user=request.user, error=exc, started=started)
         raise
     plan.upstream_s += time.perf_counter() - started
-    choices: dict[int, _ChoiceSoFar] = {}
+    choices: dict[int, ChoiceSoFar] = {}
     for choice in data.get("choices") or []:
-        choices.setdefault(int(choice.get("index", 0)), _ChoiceSoFar()).add(choice, message_key="message")
+        choices.setdefault(int(choice.get("index", 0)), ChoiceSoFar()).add(choice, message_key="message")
     await in_db_thread(
         _record, tenant, route, request, choices, plan.ids, data.get("prompt_token_ids"),
         served_at=served_at, started=started,
@@ -299,7 +227,7 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
         await serving_failure_recorded(tenant, route=route, user=request.user, error=exc, started=started)
         raise
     plan.upstream_s += time.perf_counter() - started
-    choices: dict[int, _ChoiceSoFar] = {}
+    choices: dict[int, ChoiceSoFar] = {}
     prompt_ids: list[int] | None = None
 
     def head(index: int) -> tuple:  # on a database thread: the row with nothing served yet
@@ -319,7 +247,7 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
             async for data in upstream:
                 prompt_ids = prompt_ids or data.get("prompt_token_ids")
                 for choice in data.get("choices") or []:
-                    choices.setdefault(int(choice.get("index", 0)), _ChoiceSoFar()).add(choice, message_key="delta")
+                    choices.setdefault(int(choice.get("index", 0)), ChoiceSoFar()).add(choice, message_key="delta")
                 if data.get("choices") or request.include_usage:
                     yield data
                     parts.served()

@@ -181,6 +181,19 @@ def test_a_streams_end_after_the_sweeper_completes_it_and_merges_the_metadata(ad
     assert recorded.metadata == {"temperature": 0.2, "other": 1, "finish_reason": "length"}  # merged, not replaced
 
 
+def test_a_streams_end_merges_one_level_and_keeps_a_null_on_either_database(adapter):
+    # As Postgres's ``||``: a null set by the stream's end stays (SQLite's json_patch() would delete
+    # it), and an object it sets replaces the stored one (json_patch() would merge the two).
+    interaction_id = _open_stream(adapter, [(" a", [10])])
+    stream_parts_sweep(now=timezone.now() + timedelta(minutes=3))
+    stored = {"partial": True, "finish_reason": "stop", "nested": {"a": 1, "b": 2}, "other": 1}
+    Interaction.objects.filter(pk=interaction_id).update(metadata=stored)
+    fields = _fields(adapter, interaction_id, " a b", [10, 11], metadata={"nested": {"a": 5}})  # finish_reason: None
+    interactions_record_served(adapter.tenant, stream_parts=True, **fields)
+    recorded = Interaction.objects.get(pk=interaction_id)
+    assert recorded.metadata == {"finish_reason": None, "nested": {"a": 5}, "other": 1}
+
+
 def test_a_stream_that_fails_after_a_write_keeps_its_feedback(adapter):
     interaction_id = _open_stream(adapter, [(" a", [10])])
     _feedback(adapter.tenant, interaction_id)

@@ -1,11 +1,11 @@
-"""What an open stream's part takes of a choice (apps.serving.chat._ChoiceSoFar.since,
+"""What an open stream's part takes of a choice (apps.serving.chat_choice.ChoiceSoFar.since,
 apps.serving.completions._pieces_since): only what came since the last write, and copies the stream
 no longer touches."""
 
 from __future__ import annotations
 
 from apps.engines.vllm_types import CompletionChoice, CompletionChunk
-from apps.serving.chat import _ChoiceSoFar
+from apps.serving.chat_choice import ChoiceSoFar
 from apps.serving.completions import _pieces_since
 
 
@@ -25,7 +25,7 @@ def _delta(
 
 
 def test_a_part_holds_only_what_came_since_the_last_write():
-    choice = _ChoiceSoFar()
+    choice = ChoiceSoFar()
     choice.add(_delta(" a", 1), message_key="delta")
     first, cursor = choice.since(None)
     assert (first.text, first.token_ids, first.logprobs, first.metadata) == (" a", [1], [-0.5], {})
@@ -37,7 +37,7 @@ def test_a_part_holds_only_what_came_since_the_last_write():
 
 
 def test_a_parts_tool_calls_hold_only_the_arguments_new_since_the_last_write():
-    choice = _ChoiceSoFar()
+    choice = ChoiceSoFar()
     choice.add(_delta("", 1, tool_args='{"x": '), message_key="delta")
     first, cursor = choice.since(None)
     choice.add(_delta("", 2, tool_args="1}", first_of_call=False), message_key="delta")
