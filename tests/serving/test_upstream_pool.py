@@ -220,6 +220,25 @@ def test_the_async_client_streams_through_the_pool_and_fails_over_from_a_refusin
     run(scenario)
 
 
+def test_a_stream_closed_by_a_cancelled_task_still_closes_its_connection_and_gives_its_slot_back():
+    """The close's shield holds off anyio's cancellation only: asyncio's reaches the close's first
+    await, and the connection and its slot are given back all the same."""
+
+    async def scenario() -> None:
+        async with upstream_server() as upstream, _client() as http:
+            task = asyncio.current_task()
+            assert task is not None
+            with pytest.raises(asyncio.CancelledError):
+                async with http.stream("POST", upstream.url + "/sse?100", json={}) as response:
+                    async for _ in response.aiter_lines():
+                        break
+                    task.cancel()  # delivered at the next await: inside the close
+            task.uncancel()
+            assert _pool(http)._slots._value == 8 and not _pool(http)._open
+
+    run(scenario)
+
+
 def _home_of(client: AsyncVLLMClient | VLLMClient, replica: str) -> str:
     return next(t for t in (f"tenant-{n}" for n in range(100)) if client._order(t)[0] == replica)
 
