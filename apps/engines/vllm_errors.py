@@ -118,8 +118,8 @@ def upstream_busy(replica: str, exc: httpx.PoolTimeout) -> ServerBusy:
     busy answer admission gives (503 ``server_busy``, ``Retry-After``); the operator's log says which
     replica was asked, since a pool larger than the admission limit runs dry only when connections
     are held outside admission."""
-    logger.warning("no free connection to vLLM replica %s in this process's pool (%s); answered 503 server_busy",
-                   replica, exc)
+    logger.warning("ServerBusy (server_busy): no free connection in this process's pool for vLLM replica %s (%s); "
+                   "the replica is not marked down", replica, exc)
     return ServerBusy("this process has every connection to vLLM in use; retry shortly")
 
 
