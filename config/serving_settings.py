@@ -15,7 +15,8 @@ __all__ = [
     "STROP_SERVING_STREAM_LEASE_S",
 ]
 
-# Completions one API process serves at once, streamed or not; past it 503 server_busy.
+# Completions one API process serves at once, streamed or not; past it 503 server_busy. Capped at the
+# connections of the process's pool to vLLM (apps.engines.vllm_transport.ASYNC_MAX_CONNECTIONS, 2048).
 STROP_SERVING_MAX_IN_FLIGHT = int(os.environ.get("STROP_SERVING_MAX_IN_FLIGHT", "1024"))
 # A tenant's streams at once over every API process; past it 429 too_many_streams (0: no cap).
 STROP_SERVING_MAX_STREAMS_PER_TENANT = int(os.environ.get("STROP_SERVING_MAX_STREAMS_PER_TENANT", "256"))

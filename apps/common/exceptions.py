@@ -135,7 +135,9 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "service_unavailable": ErrorCode(503, "the database is unreachable", "retry after `Retry-After` seconds"),
     "vllm_unavailable": ErrorCode(503, "vLLM is down or too slow", "retry after `Retry-After` seconds"),
     "server_busy": ErrorCode(
-        503, "the API process serves its limit of completions at once", "retry after `Retry-After` seconds"
+        503,
+        "the API process serves its limit of completions at once (or has no connection to vLLM free)",
+        "retry after `Retry-After` seconds",
     ),
 }
 
@@ -237,3 +239,17 @@ class ServiceUnavailable(ApplicationError):
     def __init__(self, message: str, *, retry_after_s: int = 5, details: Any = None) -> None:
         super().__init__(message, details=details)
         self.retry_after_s = retry_after_s
+
+
+BUSY_RETRY_AFTER_S = 1
+
+
+class ServerBusy(ServiceUnavailable):
+    """This process is at its limit of work at once: the completions it admits
+    (:mod:`apps.serving.admission`), or its connections to vLLM (:mod:`apps.engines.vllm_pool`).
+    Nothing is wrong with vLLM: the client retries shortly, here or on another API process."""
+
+    code = "server_busy"
+
+    def __init__(self, message: str, *, details: Any = None) -> None:
+        super().__init__(message, retry_after_s=BUSY_RETRY_AFTER_S, details=details)

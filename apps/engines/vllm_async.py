@@ -5,7 +5,8 @@ The same calls as :class:`apps.engines.vllm_client.VLLMClient`'s completions and
 waits for tokens, never a thread. The replica order, the timeouts, the key, the request bodies
 and the mapping of vLLM's errors are the synchronous client's (:mod:`apps.engines.vllm_transport`,
 :mod:`apps.engines.vllm_errors`): a connection that never opened moves on to the next replica,
-any later failure is :class:`VLLMUnavailable` or a typed :class:`VLLMError`, never retried.
+no free connection in the pool is this process's busy answer (``server_busy``), any later
+failure is :class:`VLLMUnavailable` or a typed :class:`VLLMError`, never retried.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from apps.engines.vllm_errors import VLLMUnavailable, raise_for
+from apps.engines.vllm_errors import VLLMUnavailable, raise_for, upstream_busy
 from apps.engines.vllm_transport import (
     Replicas,
     chunk_of,
@@ -86,7 +87,9 @@ class AsyncVLLMClient(Replicas):
             request = http.build_request("POST", f"{replica}{path}", json=body, headers=self._headers, timeout=timeouts)
             try:
                 response = await http.send(request, stream=stream)
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            except httpx.PoolTimeout as exc:  # this process is busy, not the replica: none can take it now
+                raise upstream_busy(replica, exc) from exc
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 tried.append(f"{replica}: {_reason(exc)}")  # nothing reached this replica: the next one may take it
                 mark_down(replica)
                 continue

@@ -9,7 +9,10 @@ and the administrative calls live in :mod:`apps.engines.vllm_admin`.
   carries the sampled token ids and their logprobs (what the trainer learns on).
 - Replicas share nothing: adapters are loaded on every replica and confirmed through
   ``/v1/models``. A completion fails over to the next replica only when the connection could not
-  be opened (nothing was sent); any later failure is reported, never retried blindly.
+  be opened (nothing was sent); any later failure is reported, never retried blindly. No free
+  connection in the process's pool within its deadline means this process is busy, not the
+  replica: :class:`~apps.common.exceptions.ServerBusy` (503 ``server_busy`` + Retry-After), and
+  no replica is marked down.
 - Every call has a timeout. A replica that is down or too slow gives :class:`VLLMUnavailable`
   (503 + Retry-After); vLLM's error JSON ``{"error": {"message", "type", "code"}}`` becomes a
   typed :class:`VLLMError` subclass carrying vLLM's message.
@@ -34,6 +37,7 @@ from apps.engines.vllm_errors import (
     VLLMError,
     VLLMUnavailable,
     raise_for,
+    upstream_busy,
 )
 from apps.engines.vllm_transport import (
     chunk_of,
@@ -120,7 +124,9 @@ class VLLMClient(ReplicaAdmin):
         """POST a completion to the first replica that takes the connection.
 
         Only a connection that never opened moves on to the next replica (nothing was sent);
-        a timeout or a dropped connection after sending is VLLMUnavailable, never retried.
+        no free connection in the pool is ServerBusy (the pool is every replica's: none is tried
+        or marked down); a timeout or a dropped connection after sending is VLLMUnavailable,
+        never retried.
         An error status is raised as its typed error, the body read and the connection closed.
         """
         http = shared_http()
@@ -129,7 +135,9 @@ class VLLMClient(ReplicaAdmin):
             request = http.build_request("POST", f"{replica}{path}", json=body, headers=self._headers, timeout=timeouts)
             try:
                 response = http.send(request, stream=stream)
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            except httpx.PoolTimeout as exc:  # this process is busy, not the replica: none can take it now
+                raise upstream_busy(replica, exc) from exc
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 tried.append(f"{replica}: {exc}")  # nothing reached this replica: the next one may take it
                 mark_down(replica)
                 continue

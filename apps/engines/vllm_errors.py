@@ -3,7 +3,8 @@
 vLLM answers errors as ``{"error": {"message", "type", "code"}}`` with the HTTP status in
 ``code``. Each becomes an :class:`~apps.common.exceptions.ApplicationError` subclass, so the API
 answers it in its one error shape: the tenant's mistakes as 4xx, vLLM down or too slow as 503
-with Retry-After, anything else as 502.
+with Retry-After, anything else as 502. No free connection in this process's pool is the process's
+busy answer (503 ``server_busy``), not a failure of vLLM.
 
 Replicas are the operator's: a tenant never reads their URLs, hosts or adapter paths. ``message``
 (what the API, the event stream and the dashboard show) has them replaced by placeholders, and
@@ -20,7 +21,7 @@ from typing import Any
 import httpx
 
 from apps.common.exception_handler import public_text
-from apps.common.exceptions import ApplicationError, ServiceUnavailable
+from apps.common.exceptions import ApplicationError, ServerBusy, ServiceUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +108,19 @@ class VLLMUnavailable(ServiceUnavailable):
 
     def public_details(self) -> dict[str, Any]:
         return _public_details(self.details)
+
+
+def upstream_busy(replica: str, exc: httpx.PoolTimeout) -> ServerBusy:
+    """This process's pool to vLLM had no free connection within the request's pool deadline.
+
+    The replica is busy, not down (it is not marked down), and nothing was sent: the pool is one
+    for every replica, so no other replica could take the request now either. The client gets the
+    busy answer admission gives (503 ``server_busy``, ``Retry-After``); the operator's log says which
+    replica was asked, since a pool larger than the admission limit runs dry only when connections
+    are held outside admission."""
+    logger.warning("ServerBusy (server_busy): no free connection in this process's pool for vLLM replica %s (%s); "
+                   "the replica is not marked down", replica, exc)
+    return ServerBusy("this process has every connection to vLLM in use; retry shortly")
 
 
 def error_parts(response: httpx.Response) -> tuple[str, str | None]:

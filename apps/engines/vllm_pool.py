@@ -14,7 +14,15 @@ through httpx's own transport.
 Limits: ``max_connections`` bounds the requests in flight, each on its own connection (a request
 waits for a slot at most its ``pool`` deadline, then :class:`httpcore.PoolTimeout`);
 ``max_keepalive_connections`` bounds the idle ones to each replica; an idle connection older than
-``keepalive_expiry`` is closed rather than reused.
+``keepalive_expiry`` is closed rather than reused. No free slot within the deadline is this process
+being busy, not a replica being down (:func:`apps.engines.vllm_errors.upstream_busy`).
+
+Cancellation: closes run under ``anyio.CancelScope(shield=True)``, which holds off anyio's
+cancellation (a cancelled scope around the caller) and nothing else. asyncio's own, ``Task.cancel()``
+(a client that left, ``asyncio.timeout``), still raises ``CancelledError`` at a close's first await;
+what must happen happens anyway: a slot is given back in ``finally``, a connection whose answer was
+not closed cleanly is discarded rather than kept, and httpcore's close of a connection aborts its
+socket before it first awaits.
 """
 
 from __future__ import annotations
@@ -112,7 +120,7 @@ class UpstreamPool:
     async def _discard(self, connection: httpcore.AsyncHTTPConnection) -> None:
         self._open.discard(connection)
         if not connection.is_closed():
-            with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):  # anyio's cancellation only (see the module's docstring)
                 await connection.aclose()
 
     async def release(self, connection: httpcore.AsyncHTTPConnection, origin: httpcore.Origin) -> None:
@@ -160,6 +168,9 @@ class _ReleasingStream:
         if self._closed:
             return
         self._closed = True
+        # The shield holds off anyio's cancellation only: asyncio's may still cut the close short at
+        # its first await, and then ``finally`` gives the connection (not idle: discarded) and its
+        # slot back all the same (see the module's docstring).
         with anyio.CancelScope(shield=True):
             try:
                 await self._stream.aclose()  # an answer not read to the end closes its connection

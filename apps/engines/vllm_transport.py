@@ -35,8 +35,12 @@ from apps.engines.vllm_types import Completion, CompletionChunk, parse_choice, p
 REPLICA_COOL_OFF_S = 2.0
 _down_until: dict[str, float] = {}
 
-# The asynchronous pool holds a stream per connection: as many as one API process may serve at once.
+# The asynchronous pool holds a stream per connection. Admission (STROP_SERVING_MAX_IN_FLIGHT, default
+# 1024) is capped at this, so an admitted completion never waits for a connection; what is left above the
+# default limit is room for an operator who raises it, not a queue.
 ASYNC_MAX_CONNECTIONS = 2048
+# The synchronous pool serves a process's threads (Celery tasks, the synchronous views, scripts).
+SYNC_MAX_CONNECTIONS = 256
 
 _http_lock = threading.Lock()
 _http: httpx.Client | None = None
@@ -56,7 +60,9 @@ def shared_http() -> httpx.Client:
     if _http is None or _http_pid != pid:
         with _http_lock:
             if _http is None or _http_pid != pid:
-                limits = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=30)
+                limits = httpx.Limits(
+                    max_connections=SYNC_MAX_CONNECTIONS, max_keepalive_connections=64, keepalive_expiry=30
+                )
                 _http = httpx.Client(limits=limits, http1=True, trust_env=False)
                 _http_pid = pid
     return _http
@@ -143,9 +149,10 @@ class Replicas:
         on the 2-core machine) reaches a handshake the kernel finished long ago only after it, and
         would read its own wait as a dead replica. A dead server still fails at once (its
         connection is refused); a host that answers nothing at all costs at most ``LAST_CONNECT_S``.
-        Waiting for a free connection in this process's pool is this
-        process's own queue (bounded by ``STROP_SERVING_MAX_IN_FLIGHT``), never the replica's:
-        as long as the answer, too."""
+        Waiting for a free connection in this process's pool is this process's own wait, never the
+        replica's, at most as long as the answer; past it the process is busy (503
+        ``server_busy``), and no replica is marked down. The serving path never waits there: it
+        admits at most as many completions as the pool has connections (apps.serving.admission)."""
         connect = self._connect_timeout if fail_over else max(self._connect_timeout, min(read, LAST_CONNECT_S))
         return httpx.Timeout(connect=connect, read=read, write=10.0, pool=read)
 

@@ -1,8 +1,10 @@
 """Backpressure on the serving path: a bounded number of completions at once, never a queue.
 
-- Per API process: at most ``STROP_SERVING_MAX_IN_FLIGHT`` completions (streamed or not) at once.
-  Past it the process is saturated: ``503 server_busy`` with ``Retry-After``, at once, so a load
-  balancer or the client tries another replica or later instead of waiting in a backlog.
+- Per API process: at most ``STROP_SERVING_MAX_IN_FLIGHT`` completions (streamed or not) at once,
+  never more than the process's pool to vLLM has connections (``ASYNC_MAX_CONNECTIONS``), so an
+  admitted completion never waits for one. Past it the process is saturated: ``503 server_busy``
+  with ``Retry-After``, at once, so a load balancer or the client tries another replica or later
+  instead of waiting in a backlog.
 - Per tenant: at most ``STROP_SERVING_MAX_STREAMS_PER_TENANT`` streams at once over every API
   process (0: no cap). Past it, ``429 too_many_streams`` with ``Retry-After``: one tenant's editors
   cannot hold every stream a fleet of API processes has.
@@ -27,22 +29,18 @@ from dataclasses import dataclass
 import redis
 from django.conf import settings
 
-from apps.common.exceptions import RateLimited, ServiceUnavailable
+from apps.common.exceptions import RateLimited, ServerBusy
+from apps.engines.vllm_transport import ASYNC_MAX_CONNECTIONS
 from apps.tenants.models import Tenant
 from apps.tenants.ratelimit import redis_client, redis_outage
 
 logger = logging.getLogger(__name__)
 
-BUSY_RETRY_AFTER_S = 1
 STREAMS_RETRY_AFTER_S = 1
 
 _in_flight = 0  # the event loop's own count: only touched from its thread
 _local_streams: Counter[int] = Counter()  # per tenant, while Redis does not answer
 _local_lock = threading.Lock()
-
-
-class ServerBusy(ServiceUnavailable):
-    code = "server_busy"
 
 
 class TooManyStreams(RateLimited):
@@ -53,14 +51,20 @@ def in_flight() -> int:
     return _in_flight
 
 
+def in_flight_limit() -> int:
+    """``STROP_SERVING_MAX_IN_FLIGHT``, at most the connections of the process's pool to vLLM: an
+    admitted completion then always finds a free connection, and a full process answers at once
+    here instead of waiting for one."""
+    return min(settings.STROP_SERVING_MAX_IN_FLIGHT, ASYNC_MAX_CONNECTIONS)
+
+
 def process_slot_take() -> None:
     """Count one more completion in this process, or refuse it (503) when the process is full."""
     global _in_flight
-    limit = settings.STROP_SERVING_MAX_IN_FLIGHT
+    limit = in_flight_limit()
     if _in_flight >= limit:
         raise ServerBusy(
             f"this API process is serving its limit of {limit} completions at once; retry shortly",
-            retry_after_s=BUSY_RETRY_AFTER_S,
             details={"limit": limit},
         )
     _in_flight += 1

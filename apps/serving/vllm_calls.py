@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from apps.adapters.loading import adapter_version_load
 from apps.adapters.models import AdapterVersion
-from apps.common.exceptions import ApplicationError
+from apps.common.exceptions import ApplicationError, ServerBusy
 from apps.engines.vllm_client import ModelNotLoaded, VLLMBadRequest
 from apps.interactions.models import ServingFailure
 from apps.interactions.stream_parts import stream_parts_discard
@@ -57,12 +57,13 @@ def serving_failure_record(
     streamed: bool,
     stream_parts: Sequence[uuid.UUID] | None = None,
 ) -> None:
-    """A request vLLM failed (not one the client got wrong): counted in the arm's error rate.
+    """A request vLLM failed (not one the client got wrong, nor one this process was too busy to
+    send: ``server_busy`` says nothing of the version): counted in the arm's error rate.
     ``stream_parts``: the interaction ids of a stream that wrote parts as it went; they are dropped
     (a failed stream is a failure, never half an interaction), the feedback on them kept."""
     if stream_parts:
         stream_parts_discard(tenant, ids=stream_parts)
-    if isinstance(error, VLLMBadRequest) or error.status_code < 500:
+    if isinstance(error, (VLLMBadRequest, ServerBusy)) or error.status_code < 500:
         return
     ServingFailure.objects.create(
         tenant=tenant,

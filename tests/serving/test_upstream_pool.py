@@ -1,6 +1,7 @@
 """The asynchronous client's keep-alive pool (apps/engines/vllm_pool.py) against a small HTTP/1.1
 server on a real socket: reuse, the pool's deadline, streams closed early, connections the server
-closed, cancellation; and the asynchronous vLLM client's failures through it."""
+closed, cancellation; the asynchronous vLLM client's failures through it; and no free connection in
+a process's pool (either client's) as a busy process, never a dead replica."""
 
 from __future__ import annotations
 
@@ -8,19 +9,25 @@ import asyncio
 import itertools
 import json
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import pytest
 
+from apps.common.exceptions import ServerBusy
+from apps.engines import vllm_transport
 from apps.engines.vllm_async import AsyncVLLMClient
+from apps.engines.vllm_client import VLLMClient
 from apps.engines.vllm_errors import VLLMUnavailable
 from apps.engines.vllm_pool import UpstreamPool, UpstreamTransport
 from apps.engines.vllm_transport import async_http_close
+from apps.serving.async_views import error_response
 
 
 @dataclass
@@ -211,3 +218,138 @@ def test_the_async_client_streams_through_the_pool_and_fails_over_from_a_refusin
         await async_http_close()
 
     run(scenario)
+
+
+def test_a_stream_closed_by_a_cancelled_task_still_closes_its_connection_and_gives_its_slot_back():
+    """The close's shield holds off anyio's cancellation only: asyncio's reaches the close's first
+    await, and the connection and its slot are given back all the same."""
+
+    async def scenario() -> None:
+        async with upstream_server() as upstream, _client() as http:
+            task = asyncio.current_task()
+            assert task is not None
+            with pytest.raises(asyncio.CancelledError):
+                async with http.stream("POST", upstream.url + "/sse?100", json={}) as response:
+                    async for _ in response.aiter_lines():
+                        break
+                    task.cancel()  # delivered at the next await: inside the close
+            task.uncancel()
+            assert _pool(http)._slots._value == 8 and not _pool(http)._open
+
+    run(scenario)
+
+
+def _home_of(client: AsyncVLLMClient | VLLMClient, replica: str) -> str:
+    return next(t for t in (f"tenant-{n}" for n in range(100)) if client._order(t)[0] == replica)
+
+
+def _assert_busy_answer(busy: ServerBusy) -> None:
+    """What the serving endpoints answer for it (apps.serving.async_views): admission's busy answer."""
+    answer = error_response(busy)
+    assert answer.status_code == 503 and answer["Retry-After"] == "1"
+    error = json.loads(answer.content)["error"]
+    assert (error["type"], error["code"], error["param"]) == ("server_error", "server_busy", None)
+    assert "127.0.0.1" not in error["message"]  # the replica is the operator's
+
+
+def test_no_free_connection_in_the_pool_is_busy_and_marks_no_replica_down(monkeypatch):
+    monkeypatch.setattr(vllm_transport, "ASYNC_MAX_CONNECTIONS", 1)  # this loop's pool: one connection
+
+    async def scenario() -> None:
+        async with upstream_server() as home, upstream_server() as other:
+            client = AsyncVLLMClient([home.url, other.url], api_key="", timeout=0.3)
+            tenant = _home_of(client, home.url)
+            held = await client.stream(model="m", prompt="x", max_tokens=100, affinity=tenant)  # the one connection
+            started = time.monotonic()
+            with pytest.raises(ServerBusy) as busy:
+                await client.complete(model="m", prompt="x", affinity=tenant)
+            assert 0.25 < time.monotonic() - started < 2.0  # the pool's deadline, then at once
+            assert client._order(tenant)[0] == home.url  # not marked down: still the tenant's first
+            assert other.connections == 0  # the pool is every replica's: no other was tried
+            _assert_busy_answer(busy.value)
+            await held.aclose()
+            assert (await client.complete(model="m", prompt="x", affinity=tenant)).replica == home.url
+        await async_http_close()
+
+    run(scenario)
+
+
+class _CompletionHandler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.dumps(_completion()).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_synchronous_client_is_busy_too_when_its_pool_has_no_free_connection(monkeypatch):
+    monkeypatch.setattr(vllm_transport, "SYNC_MAX_CONNECTIONS", 1)
+    monkeypatch.setattr(vllm_transport, "_http", None)  # the process's pool, rebuilt with one connection
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), _CompletionHandler) for _ in range(2)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    home, other = (f"http://127.0.0.1:{server.server_address[1]}" for server in servers)
+    http = vllm_transport.shared_http()
+    try:
+        client = VLLMClient([home, other], api_key="", timeout=0.3)
+        tenant = _home_of(client, home)
+        held = http.send(http.build_request("POST", f"{home}/v1/completions", json={}), stream=True)  # unread
+        with pytest.raises(ServerBusy) as busy:
+            client.complete(model="m", prompt="x", affinity=tenant)
+        assert client._order(tenant)[0] == home
+        _assert_busy_answer(busy.value)
+        held.close()
+        assert client.complete(model="m", prompt="x", affinity=tenant).replica == home
+    finally:
+        http.close()
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+
+
+@pytest.mark.django_db
+def test_the_completion_endpoint_answers_no_free_connection_with_503_server_busy(
+    monkeypatch, settings, make_tenant, make_client
+):
+    from apps.adapters.services import adapter_create, base_model_register
+    from apps.interactions.models import Interaction, ServingFailure
+    from model_supply.starter import ensure_starter_model
+
+    # No connection to vLLM is ever free in the request's pool (admission keeps its own cap, 2048).
+    monkeypatch.setattr(vllm_transport, "ASYNC_MAX_CONNECTIONS", 0)
+    requests: list[str] = []
+
+    class Counting(_CompletionHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            requests.append(self.path)
+            super().do_POST()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Counting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings.VLLM_BASE_URLS = [f"http://127.0.0.1:{server.server_address[1]}"]
+    settings.VLLM_TIMEOUT_S = 0.3  # the pool's deadline too
+    try:
+        base = base_model_register(name="m", path=str(ensure_starter_model("tiny")))
+        tenant = make_tenant("busy")
+        adapter_create(tenant, name="tab", base_model=base, is_default=True)
+        client = make_client(tenant, scopes=["serve"])
+        for stream in (False, True):
+            response = client.post(
+                "/v1/completions", {"model": "tab", "prompt": "x", "max_tokens": 4, "stream": stream}, format="json"
+            )
+            assert response.status_code == 503 and response["Retry-After"] == "1"
+            error = response.json()["error"]
+            assert (error["type"], error["code"]) == ("server_error", "server_busy")
+            assert "connection to vLLM" in error["message"]  # the pool's answer, not admission's
+        assert requests == []  # nothing reached the replica
+        assert not Interaction.objects.exists()
+        assert not ServingFailure.objects.exists()  # a busy process is no failure of the version
+    finally:
+        server.shutdown()
+        server.server_close()
