@@ -14,7 +14,7 @@ from apps.adapters.apis import AdapterOut
 from apps.adapters.selectors import adapter_get_for_tenant, adapter_version_get_for_tenant
 from apps.common.apis import ScopedApi
 from apps.common.parsing import StrictSerializer
-from apps.experiments.models import Experiment, ExperimentSnapshot, HoldoutSnapshot, PromotionAlarm
+from apps.experiments.models import Experiment, ExperimentSnapshot, HoldoutSnapshot, PromotionAlarm, PromotionWatch
 from apps.experiments.selectors import (
     alarms_recent,
     experiment_get_for_tenant,
@@ -22,6 +22,7 @@ from apps.experiments.selectors import (
     experiment_list,
     experiment_snapshots,
     holdout_latest_snapshot,
+    promotion_watch_current,
 )
 from apps.experiments.services import (
     adapter_holdout_set,
@@ -277,11 +278,24 @@ class PromotionAlarmOut(serializers.ModelSerializer):
         ]
 
 
+class PromotionWatchOut(serializers.ModelSerializer):
+    version = serializers.IntegerField(source="version.number")
+
+    class Meta:
+        model = PromotionWatch
+        fields = ["version", "promoted_at", "reference", "checked_at", "metrics"]
+
+
 class HoldoutOut(serializers.Serializer):
     adapter = serializers.CharField()
     share = serializers.FloatField()
     latest = HoldoutSnapshotOut(allow_null=True, help_text="the lineage against the holdout (control = holdout)")
     alarms = PromotionAlarmOut(many=True, help_text="alarms on promoted versions, last 7 days")
+    watch = PromotionWatchOut(
+        allow_null=True,
+        help_text="the latest alarm check of the production version while its promotion (last 7 days) is watched: "
+        "per metric a status (alarm, no_alarm, too_few_users, too_few_effective_users, not_testable) and its reason",
+    )
 
 
 class AdapterHoldoutApi(ScopedApi):
@@ -298,6 +312,7 @@ class AdapterHoldoutApi(ScopedApi):
                     "share": adapter.holdout_share,
                     "latest": holdout_latest_snapshot(adapter),
                     "alarms": list(alarms_recent(self.tenant, adapter=adapter)[:50]),
+                    "watch": promotion_watch_current(adapter),
                 }
             ).data
         )

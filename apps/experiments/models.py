@@ -133,3 +133,28 @@ class PromotionAlarm(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["version", "metric"], name="alarm_once_per_version_metric")]
         indexes = [models.Index(fields=["tenant", "created_at"])]
+
+
+class PromotionWatch(models.Model):
+    """The latest alarm check of a version promoted within the watch window, one row per adapter:
+    per watched metric whether an alarm fires and, when none can, why (so a page says "too few
+    effective users" rather than nothing)."""
+
+    class Status(models.TextChoices):
+        ALARM = "alarm"
+        NO_ALARM = "no_alarm"
+        TOO_FEW_USERS = "too_few_users"
+        TOO_FEW_EFFECTIVE_USERS = "too_few_effective_users"
+        NOT_TESTABLE = "not_testable"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    adapter = models.OneToOneField(Adapter, on_delete=models.CASCADE, related_name="promotion_watch")
+    version = models.ForeignKey(AdapterVersion, on_delete=models.CASCADE, related_name="+")
+    promoted_at = models.DateTimeField()
+    reference = models.CharField(max_length=16, choices=PromotionAlarm.Reference.choices)
+    checked_at = models.DateTimeField()
+    metrics = models.JSONField(
+        default=list,
+        help_text="per watched metric: metric, label, status, users and effective_users (reference, version), "
+        "observed, reference_value, relative_change, reason",
+    )

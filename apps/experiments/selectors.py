@@ -15,6 +15,7 @@ from apps.experiments.models import (
     ExperimentSnapshot,
     HoldoutSnapshot,
     PromotionAlarm,
+    PromotionWatch,
 )
 from apps.tenants.models import Tenant
 
@@ -62,6 +63,17 @@ def alarms_recent(tenant: Tenant, *, adapter: Adapter, days: int = 7) -> QuerySe
         PromotionAlarm.objects.filter(tenant=tenant, adapter=adapter, created_at__gte=since)
         .select_related("version")
         .order_by("-created_at")
+    )
+
+
+def promotion_watch_current(adapter: Adapter, *, days: int = 7) -> PromotionWatch | None:
+    """The latest alarm check of the adapter's production version, while its promotion (of the
+    last ``days`` days) is watched; None otherwise (never promoted, rolled back, past the window)."""
+    since = timezone.now() - timedelta(days=days)
+    return (
+        PromotionWatch.objects.filter(adapter=adapter, version_id=adapter.production_version_id, promoted_at__gte=since)
+        .select_related("version")
+        .first()
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.utils import timezone
 
 from apps.cohorts.models import EndUser
 from apps.experiments.models import Experiment
@@ -274,7 +275,7 @@ def test_with_nobody_with_history_the_page_says_the_adjusted_lift_is_the_unadjus
 
 def test_the_experiments_pages_show_alarms_and_the_lineage_against_its_holdout(login, world):
     from apps.adapters.models import Adapter
-    from apps.experiments.models import PromotionAlarm
+    from apps.experiments.models import PromotionAlarm, PromotionWatch
     from apps.experiments.services import holdout_snapshot_take
 
     Adapter.objects.filter(pk=world.adapter.pk).update(holdout_share=0.1)
@@ -291,10 +292,29 @@ def test_the_experiments_pages_show_alarms_and_the_lineage_against_its_holdout(l
         reason="v2 of tab shows suggestions shown per request 0.06 since its promotion against 0.6.",
     )
     holdout_snapshot_take(world.adapter)
+    reason = "Too few effective users: 60.0 for the holdout (base model), 3.2 for v1 (minimum 20 a side)"
+    PromotionWatch.objects.create(
+        tenant=world.a,
+        adapter=world.adapter,
+        version=world.adapter.production_version,
+        promoted_at=timezone.now(),
+        reference="holdout",
+        checked_at=timezone.now(),
+        metrics=[
+            {
+                "metric": "suggestion_rate",
+                "label": "suggestions shown per request",
+                "status": "too_few_effective_users",
+                "reason": reason,
+            }
+        ],
+    )
     client = login(world.users["viewer"])
     body = client.get(url_for("experiments", world)).content.decode()
     assert 'data-alarm="suggestion_rate"' in body and "Alarm on v2" in body and "Automatic rollback is off" in body
     assert 'data-section="holdout"' in body and "10 % of the opted-in users stay on the base model" in body
+    watched = re.search(r'data-watch-metric="suggestion_rate".*?</li>', body, re.S).group(0)
+    assert 'data-watch-status="too_few_effective_users"' in watched and reason in watched
     body = client.get(url_for("experiment", world)).content.decode()
     assert 'data-alarm="suggestion_rate"' in body
 

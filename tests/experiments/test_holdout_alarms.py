@@ -13,7 +13,7 @@ from django.utils import timezone
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.adapters.services import adapter_version_promote
 from apps.experiments.assignment import HOLDOUT, in_holdout
-from apps.experiments.models import Experiment, ExperimentExposure, PromotionAlarm
+from apps.experiments.models import Experiment, ExperimentExposure, PromotionAlarm, PromotionWatch
 from apps.experiments.services import holdout_snapshot_take, lineage_checks_all, promotion_alarm_check
 from apps.interactions.models import Feedback, Interaction
 from apps.notifications.models import Webhook, WebhookDelivery
@@ -54,13 +54,16 @@ def holdout_users(adapter: Adapter) -> tuple[list[str], list[str]]:
     return inside, [u for u in USERS if u not in inside]
 
 
-def traffic(adapter, version, users, *, shown: float, accept: float, arm: str = "", at=None, seed: int = 0) -> None:
-    """Five requests a user, as serving records them: a suggestion (or nothing) and its feedback."""
+def traffic(
+    adapter, version, users, *, shown: float, accept: float, arm: str = "", at=None, seed: int = 0, requests: int = 5
+) -> None:
+    """Five requests a user (or ``requests``), as serving records them: a suggestion (or nothing)
+    and its feedback."""
     rng = random.Random(seed)
     at = at or timezone.now()
     interactions, feedback = [], []
     for user in users:
-        for _ in range(5):
+        for _ in range(requests):
             text = "return a + b" if rng.random() < shown else ""
             row = Interaction(
                 id=uuid.uuid4(),
@@ -166,6 +169,42 @@ def test_an_alarm_fires_on_a_version_that_learned_to_be_silent(lineage):
     assert promotion_alarm_check(adapter) == []  # once per version and metric
     adapter.refresh_from_db()
     assert adapter.production_version == v2
+    watch = PromotionWatch.objects.get(adapter=adapter)
+    assert (watch.version, watch.reference) == (v2, "holdout")
+    statuses = {m["metric"]: m["status"] for m in watch.metrics}
+    assert statuses == {"suggestion_rate": "alarm", "suggestion_length": "no_alarm"}
+    assert all(min(m["effective_users"]) >= 20 for m in watch.metrics)
+
+
+def test_a_silent_version_whose_drop_rests_on_a_few_heavy_users_raises_no_alarm_and_says_why(lineage, make_client):
+    adapter, v1, v2 = lineage
+    adapter.tenant.experiment_auto_rollback = True
+    adapter.tenant.save()
+    inside, outside = holdout_users(adapter)
+    adapter_version_promote(adapter.tenant, version=v2, actor="test")
+    adapter.refresh_from_db()
+    after = timezone.now() + timedelta(seconds=1)
+    traffic(adapter, None, inside[:60], shown=0.6, accept=0.3, arm=HOLDOUT, at=after, seed=9)
+    # 30 users on v2, but three of them make 900 of its 927 requests and are shown almost nothing:
+    # the drop (about -90 %) is theirs, worth about three equally busy users.
+    traffic(adapter, v2, outside[:3], shown=0.05, accept=0.6, at=after, seed=10, requests=300)
+    traffic(adapter, v2, outside[3:30], shown=0.6, accept=0.3, at=after, seed=11, requests=1)
+
+    assert promotion_alarm_check(adapter) == []
+    assert not PromotionAlarm.objects.exists()
+    assert not AuditEvent.objects.filter(tenant=adapter.tenant, action__in=["adapter.alarm", "adapter.rollback"])
+    adapter.refresh_from_db()
+    assert adapter.production_version == v2  # the automatic rollback has nothing to act on
+    watch = PromotionWatch.objects.get(adapter=adapter)
+    rate = next(m for m in watch.metrics if m["metric"] == "suggestion_rate")
+    assert rate["status"] == "too_few_effective_users" and rate["relative_change"] < -0.5
+    assert rate["users"] == [60, 30] and rate["effective_users"][0] >= 20 and rate["effective_users"][1] < 5
+    assert rate["reason"].startswith("Too few effective users:") and "no alarm rests on them" in rate["reason"]
+
+    body = make_client(adapter.tenant, scopes=["admin"]).get("/v1/adapters/tab/holdout").json()
+    assert body["alarms"] == [] and body["watch"]["version"] == 2 and body["watch"]["reference"] == "holdout"
+    statuses = {m["metric"]: m["status"] for m in body["watch"]["metrics"]}
+    assert statuses["suggestion_rate"] == "too_few_effective_users"
 
 
 def test_without_a_holdout_the_version_before_is_the_reference(lineage):
@@ -244,6 +283,7 @@ def test_the_holdout_is_set_and_read_over_the_api_and_a_bad_share_names_the_fiel
     answer = client.put("/v1/adapters/tab/holdout", {"share": 0.05}, format="json")
     assert answer.status_code == 200, answer.content
     assert answer.json()["share"] == 0.05 and answer.json()["latest"] is None and answer.json()["alarms"] == []
+    assert answer.json()["watch"] is None  # v1's promotion has not been checked
     adapter.refresh_from_db()
     assert adapter.holdout_share == 0.05
     audit = AuditEvent.objects.get(tenant=adapter.tenant, action="adapter.holdout")

@@ -26,6 +26,7 @@ from apps.experiments.selectors import (
     experiment_list,
     experiment_running_for,
     holdout_latest_snapshot,
+    promotion_watch_current,
 )
 from apps.experiments.services import (
     adapter_holdout_set,
@@ -49,6 +50,7 @@ def experiments(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> 
         "nav_adapter": adapter,
         "alarms": list(alarms_recent(ctx.tenant, adapter=adapter)[:10]),
         "holdout": holdout_results(adapter, holdout_latest_snapshot(adapter)),
+        "watch": promotion_watch_current(adapter),
     }
     return tenant_render(request, ctx, "dashboard/experiments/list.html", context, section="experiments")
 

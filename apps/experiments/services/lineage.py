@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 from django.db import IntegrityError, transaction
@@ -19,9 +20,10 @@ from django.utils import timezone
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.common.exceptions import ApplicationError, ValidationFailed
 from apps.experiments.lineage_data import UserSums, adapter_traffic, holdout_and_lineage, user_sums
-from apps.experiments.models import HoldoutSnapshot, PromotionAlarm
+from apps.experiments.models import HoldoutSnapshot, PromotionAlarm, PromotionWatch
 from apps.experiments.services.production import adapter_rollback
-from apps.experiments.stats import ExperimentConfig, analyze, inference
+from apps.experiments.stats import ExperimentConfig, analyze, enough_effective_users, inference
+from apps.experiments.stats.results import finite_or_none
 from apps.notifications.services import notification_send
 from apps.tenants.models import AuditEvent, Tenant
 from apps.tenants.services import audit_record
@@ -41,6 +43,9 @@ ALARM_MIN_USERS = 20
 """Users each side needs before any alarm."""
 ALARM_N_STAR = 500.0
 """Tuning sample size of the alarms' confidence sequence (users, both sides)."""
+ALARM_CONFIG = ExperimentConfig(n_star=ALARM_N_STAR, min_users_per_arm=ALARM_MIN_USERS)
+"""The experiments' rules the alarms share: α, N* and the minimum of effective users a side
+(``min_effective_users_per_arm``): an alarm, like a decision, never rests on a few heavy users."""
 HOLDOUT_METRICS = ("accept_rate", "accepted_per_request", "suggestion_rate")
 
 
@@ -109,19 +114,88 @@ def holdout_snapshot_take(adapter: Adapter) -> HoldoutSnapshot | None:
     return snapshot
 
 
-def _dropped(metric: AlarmMetric, version: UserSums, reference: UserSums) -> tuple[float, float, float] | None:
-    """(version's value, reference's, relative change) when the version fell beyond the bound."""
-    if min(len(version.users), len(reference.users)) < ALARM_MIN_USERS:
-        return None
+@dataclass(frozen=True)
+class MetricWatch:
+    """One watched metric at one check: whether its alarm fires and, when it cannot, why."""
+
+    metric: AlarmMetric
+    status: str
+    users: tuple[int, int]
+    """(reference, version)."""
+    effective_users: tuple[float | None, float | None]
+    """Kish's effective users by the metric's denominator (``inference.effective_users``)."""
+    observed: float | None
+    reference_value: float | None
+    relative_change: float | None
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric.name,
+            "label": self.metric.label,
+            "status": self.status,
+            "users": list(self.users),
+            "effective_users": list(self.effective_users),
+            "observed": self.observed,
+            "reference_value": self.reference_value,
+            "relative_change": self.relative_change,
+            "reason": self.reason,
+        }
+
+
+_COUNTED = {"requests": "requests", "shown": "suggestions shown"}
+
+
+def _watch(
+    metric: AlarmMetric, current: UserSums, reference: UserSums, *, version: str, adapter: str, against: str
+) -> MetricWatch:
+    """Whether ``current`` (``version``'s traffic since its promotion, "v2") fell beyond the bound
+    against ``reference`` (``against``: "the holdout (base model)", "v1"). Below the minimum of
+    users, or of effective users by the metric's denominator (the experiments' rule,
+    ``ALARM_CONFIG``), on either side: no alarm, and the reason says why."""
     a = inference.RatioMoments.from_users(reference.columns[metric.numerator], reference.columns[metric.denominator])
-    b = inference.RatioMoments.from_users(version.columns[metric.numerator], version.columns[metric.denominator])
-    ref, now = float(inference.ratio_estimate(a)), float(inference.ratio_estimate(b))
+    b = inference.RatioMoments.from_users(current.columns[metric.numerator], current.columns[metric.denominator])
+    ref, now = finite_or_none(inference.ratio_estimate(a)), finite_or_none(inference.ratio_estimate(b))
+    change = (now - ref) / ref if ref is not None and now is not None and ref > 0 else None
+    users = (len(reference.users), len(current.users))
+    effective = (finite_or_none(inference.effective_users(a)), finite_or_none(inference.effective_users(b)))
+
+    def watched(status: str, reason: str) -> MetricWatch:
+        return MetricWatch(metric, status, users, effective, now, ref, change, reason)
+
+    if min(users) < ALARM_MIN_USERS:
+        return watched(
+            PromotionWatch.Status.TOO_FEW_USERS,
+            f"Too few users: {users[0]:,} for {against}, {users[1]:,} for {version} (minimum {ALARM_MIN_USERS} a "
+            "side); no alarm yet.",
+        )
+    if ref is None or now is None:
+        side = against if ref is None else version
+        return watched(PromotionWatch.Status.NOT_TESTABLE, f"Not testable: {side} has no {metric.label} yet.")
+    if not enough_effective_users(list(effective), ALARM_CONFIG):
+        return watched(
+            PromotionWatch.Status.TOO_FEW_EFFECTIVE_USERS,
+            f"Too few effective users: {effective[0]:,.1f} for {against}, {effective[1]:,.1f} for {version}, "
+            f"weighting each user by their {_COUNTED.get(metric.denominator, metric.denominator)} (minimum "
+            f"{ALARM_CONFIG.min_effective_users_per_arm} a side, as for an experiment's decision): a few heavy users "
+            "make most of the traffic, and no alarm rests on them.",
+        )
     se = float(np.sqrt(inference.ratio_variance(a) + inference.ratio_variance(b)))
-    if not (np.isfinite(ref) and np.isfinite(now) and ref > 0 and np.isfinite(se)):
-        return None
-    half = float(inference.always_valid_half_width(se, a.n + b.n, 0.05, ALARM_N_STAR))
-    change = (now - ref) / ref
-    return (now, ref, change) if change <= -ALARM_BOUND and now - ref + half < 0 else None
+    if change is None or not np.isfinite(se):
+        return watched(PromotionWatch.Status.NOT_TESTABLE, f"Not testable: {against} shows no {metric.label}.")
+    half = float(inference.always_valid_half_width(se, a.n + b.n, ALARM_CONFIG.alpha, ALARM_CONFIG.n_star))
+    if change <= -ALARM_BOUND and now - ref + half < 0:
+        return watched(
+            PromotionWatch.Status.ALARM,
+            f"{version} of {adapter} shows {metric.label} {now:.3g} since its promotion against {ref:.3g} for "
+            f"{against}: {change:+.0%}, beyond the {ALARM_BOUND:.0%} bound, and significant. A version that learns "
+            "to show less can look better on accept rate of shown while users get less.",
+        )
+    return watched(
+        PromotionWatch.Status.NO_ALARM,
+        f"No alarm: {now:.3g} for {version} against {ref:.3g} for {against} ({change:+.0%}); an alarm needs a fall "
+        f"of {ALARM_BOUND:.0%} or more with the always-valid interval of the difference below zero.",
+    )
 
 
 def _promotion(adapter: Adapter) -> tuple[AdapterVersion, AdapterVersion | None, AuditEvent] | None:
@@ -154,9 +228,11 @@ def promotion_alarm_check(adapter: Adapter) -> list[PromotionAlarm]:
     """Raise an alarm (once per version and metric: a webhook event, an audit row, the pages'
     banner) on each ``ALARM_METRICS`` metric of the production version that fell beyond the bound
     since its promotion, against the holdout when it has the users, else against the version
-    before; with the tenant's automatic rollback on, production moves back to that version."""
+    before; with the tenant's automatic rollback on, production moves back to that version.
+    Every check is stored (``PromotionWatch``), with why a metric raised no alarm."""
     found = _promotion(adapter)
     if found is None:
+        PromotionWatch.objects.filter(adapter=adapter).delete()
         return []
     version, previous, event = found
     traffic = adapter_traffic(adapter)
@@ -164,41 +240,47 @@ def promotion_alarm_check(adapter: Adapter) -> list[PromotionAlarm]:
     holdout, _ = holdout_and_lineage(adapter, after)
     _, current = holdout_and_lineage(adapter, after.filter(adapter_version=version))
     reference, kind = holdout, PromotionAlarm.Reference.HOLDOUT
-    if len(holdout.users) < ALARM_MIN_USERS:
-        if previous is None:
-            return []
+    if len(holdout.users) < ALARM_MIN_USERS and previous is not None:
         before = traffic.filter(
             adapter_version=previous, served_at__lt=event.created_at, served_at__gte=event.created_at - ALARM_WINDOW
         )
         reference, kind = user_sums(adapter, before), PromotionAlarm.Reference.PREVIOUS
+    against = "the holdout (base model)" if kind == PromotionAlarm.Reference.HOLDOUT else f"v{previous.number}"  # type: ignore[union-attr]
+    watched = [
+        _watch(m, current, reference, version=f"v{version.number}", adapter=adapter.name, against=against)
+        for m in ALARM_METRICS
+    ]
     raised = []
-    for metric in ALARM_METRICS:
-        dropped = _dropped(metric, current, reference)
-        if dropped is not None:
-            alarm = _raise(adapter, version, metric, kind, previous, *dropped)
+    for w in watched:
+        if w.status == PromotionWatch.Status.ALARM:
+            alarm = _raise(adapter, version, w, kind)
             if alarm is not None:
                 raised.append(alarm)
+    _watch_store(adapter, version, event.created_at, kind, watched)
     if raised and adapter.tenant.experiment_auto_rollback and previous is not None:
         _roll_back(adapter, previous, raised)
     return raised
 
 
-def _raise(
-    adapter: Adapter,
-    version: AdapterVersion,
-    metric: AlarmMetric,
-    kind: str,
-    previous: AdapterVersion | None,
-    now: float,
-    ref: float,
-    change: float,
-) -> PromotionAlarm | None:
-    against = "the holdout (base model)" if kind == PromotionAlarm.Reference.HOLDOUT else f"v{previous.number}"  # type: ignore[union-attr]
-    reason = (
-        f"v{version.number} of {adapter.name} shows {metric.label} {now:.3g} since its promotion against {ref:.3g} "
-        f"for {against}: {change:+.0%}, beyond the {ALARM_BOUND:.0%} bound, and significant. A version that learns "
-        "to show less can look better on accept rate of shown while users get less."
+def _watch_store(
+    adapter: Adapter, version: AdapterVersion, promoted_at: datetime, kind: str, watched: list[MetricWatch]
+) -> None:
+    PromotionWatch.objects.update_or_create(
+        adapter=adapter,
+        defaults={
+            "tenant_id": adapter.tenant_id,
+            "version": version,
+            "promoted_at": promoted_at,
+            "reference": kind,
+            "checked_at": timezone.now(),
+            "metrics": [w.as_dict() for w in watched],
+        },
     )
+
+
+def _raise(adapter: Adapter, version: AdapterVersion, watched: MetricWatch, kind: str) -> PromotionAlarm | None:
+    metric = watched.metric
+    now, ref, change, reason = watched.observed, watched.reference_value, watched.relative_change, watched.reason
     try:
         with transaction.atomic():
             alarm = PromotionAlarm.objects.create(

@@ -23,7 +23,7 @@ consistent variance estimate (our delta-method ratios included), and its numbers
 against a widely used implementation.
 """
 
-from .analysis import analyze, metric_roles
+from .analysis import analyze, enough_effective_users, metric_roles
 from .config import ExperimentConfig
 from .decision import ACTIONS, BLOCKED_SRM, INCONCLUSIVE, KEEP_RUNNING, PROMOTE, ROLLBACK
 from .metrics import (
@@ -57,6 +57,7 @@ __all__ = [
     "SrmResult",
     "analyze",
     "count_slow_requests",
+    "enough_effective_users",
     "metric_roles",
     "pooled_p95",
     "slow_request_threshold",

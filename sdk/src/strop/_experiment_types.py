@@ -89,12 +89,17 @@ class Holdout:
     promotions, the lineage's cumulative lift against them (``latest``: ``computed_at``, ``users``,
     ``analysis``, with the holdout as control; None before the first computation) and the
     ``alarms`` raised on promoted versions in the last 7 days (each a dict: version, metric,
-    reference, observed, reference_value, relative_change, reason, rolled_back, created_at)."""
+    reference, observed, reference_value, relative_change, reason, rolled_back, created_at), and
+    the ``watch``: the latest alarm check of the production version while its promotion (last 7
+    days) is watched (version, promoted_at, reference, checked_at, and ``metrics``, each with a
+    ``status``: alarm, no_alarm, too_few_users, too_few_effective_users or not_testable, and its
+    ``reason``); None when no promotion is watched."""
 
     adapter: str
     share: float
     latest: dict[str, Any] | None
     alarms: list[dict[str, Any]]
+    watch: dict[str, Any] | None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
