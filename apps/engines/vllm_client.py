@@ -9,10 +9,12 @@ and the administrative calls live in :mod:`apps.engines.vllm_admin`.
   carries the sampled token ids and their logprobs (what the trainer learns on).
 - Replicas share nothing: adapters are loaded on every replica and confirmed through
   ``/v1/models``. A completion fails over to the next replica only when the connection could not
-  be opened (nothing was sent); any later failure is reported, never retried blindly. No free
-  connection in the process's pool within its deadline means this process is busy, not the
-  replica: :class:`~apps.common.exceptions.ServerBusy` (503 ``server_busy`` + Retry-After), and
-  no replica is marked down.
+  be opened (nothing was sent); any later failure is reported, never retried blindly. For a
+  completion, no free connection in the process's pool within its deadline means this process is
+  busy, not the replica: :class:`~apps.common.exceptions.ServerBusy` (503 ``server_busy`` +
+  Retry-After), and no replica is marked down. The administrative calls (:mod:`vllm_admin`:
+  health, models, adapter loads) still read a pool timeout as ``VLLMUnavailable``, as their
+  callers expect of a call that did not get through.
 - Every call has a timeout. A replica that is down or too slow gives :class:`VLLMUnavailable`
   (503 + Retry-After); vLLM's error JSON ``{"error": {"message", "type", "code"}}`` becomes a
   typed :class:`VLLMError` subclass carrying vLLM's message.

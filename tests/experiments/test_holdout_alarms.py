@@ -215,6 +215,33 @@ def test_without_a_holdout_the_version_before_is_the_reference(lineage):
     assert [(a.metric, a.reference) for a in promotion_alarm_check(adapter)] == [("suggestion_rate", "previous")]
 
 
+def test_a_holdout_of_a_few_heavy_users_gives_way_to_the_version_before(lineage):
+    # 25 users in the holdout, but three of them make nearly all its requests: no alarm could rest on
+    # it, while v1 had the traffic to judge by. The check compares with v1, and the silent v2 is caught.
+    adapter, v1, v2 = lineage
+    inside, outside = holdout_users(adapter)
+    promote_v2_which_learned_to_be_silent(adapter, v1, v2, with_holdout=False)
+    after = timezone.now() + timedelta(seconds=1)
+    traffic(adapter, None, inside[:3], shown=0.6, accept=0.3, arm=HOLDOUT, at=after, seed=12, requests=300)
+    traffic(adapter, None, inside[3:25], shown=0.6, accept=0.3, arm=HOLDOUT, at=after, seed=13, requests=1)
+    assert [(a.metric, a.reference) for a in promotion_alarm_check(adapter)] == [("suggestion_rate", "previous")]
+    watch = PromotionWatch.objects.get(adapter=adapter)
+    assert watch.reference == "previous"
+    assert {m["metric"]: m["status"] for m in watch.metrics}["suggestion_rate"] == "alarm"
+
+
+def test_a_first_version_with_no_holdout_is_not_testable_and_says_why(lineage):
+    adapter, v1, v2 = lineage
+    Adapter.objects.filter(pk=adapter.pk).update(holdout_share=0)
+    adapter.refresh_from_db()
+    after = timezone.now() + timedelta(seconds=1)
+    traffic(adapter, v1, holdout_users(adapter)[1][:30], shown=0.6, accept=0.3, at=after)
+    assert promotion_alarm_check(adapter) == []
+    watch = PromotionWatch.objects.get(adapter=adapter)
+    assert {m["status"] for m in watch.metrics} == {"not_testable"}
+    assert all("keeps no holdout" in m["reason"] for m in watch.metrics)
+
+
 def test_a_version_that_shows_as_much_raises_no_alarm(lineage):
     adapter, v1, v2 = lineage
     inside, outside = holdout_users(adapter)

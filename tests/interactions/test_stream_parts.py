@@ -194,6 +194,24 @@ def test_a_streams_end_merges_one_level_and_keeps_a_null_on_either_database(adap
     assert recorded.metadata == {"finish_reason": None, "nested": {"a": 5}, "other": 1}
 
 
+def test_a_streams_end_never_touches_another_tenants_row_with_the_same_id(adapter, make_tenant, tiny_starter_model):
+    # The upsert's tenant wall, on whichever database the suite runs (Postgres by its WHERE, SQLite by
+    # its read-merge-write): an id already recorded for one tenant is left as it was by another's end.
+    interaction_id = uuid.uuid4()
+    interactions_record_served(adapter.tenant, stream_parts=True, **_fields(adapter, interaction_id, " mine", [10],
+                                                                             metadata={"owner": "a"}))
+    other_tenant = make_tenant()
+    EndUser.objects.create(tenant=other_tenant, external_id="u1", opted_in=True)
+    base = base_model_register(name="base-b", path=tiny_starter_model)
+    other = adapter_create(other_tenant, name="tab", base_model=base, is_default=True)
+    interactions_record_served(other_tenant, stream_parts=True, **_fields(other, interaction_id, " theirs", [11],
+                                                                           metadata={"owner": "b"}))
+    row = Interaction.objects.get(pk=interaction_id)
+    assert (row.tenant_id, row.completion, row.completion_token_ids) == (adapter.tenant_id, " mine", [10])
+    assert row.metadata.get("owner") == "a"
+    assert not Interaction.objects.filter(tenant=other_tenant).exists()
+
+
 def test_a_stream_that_fails_after_a_write_keeps_its_feedback(adapter):
     interaction_id = _open_stream(adapter, [(" a", [10])])
     _feedback(adapter.tenant, interaction_id)

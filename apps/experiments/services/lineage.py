@@ -240,26 +240,51 @@ def promotion_alarm_check(adapter: Adapter) -> list[PromotionAlarm]:
     holdout, _ = holdout_and_lineage(adapter, after)
     _, current = holdout_and_lineage(adapter, after.filter(adapter_version=version))
     reference, kind = holdout, PromotionAlarm.Reference.HOLDOUT
-    if len(holdout.users) < ALARM_MIN_USERS and previous is not None:
+    if previous is not None and not _holdout_suffices(holdout):
         before = traffic.filter(
             adapter_version=previous, served_at__lt=event.created_at, served_at__gte=event.created_at - ALARM_WINDOW
         )
         reference, kind = user_sums(adapter, before), PromotionAlarm.Reference.PREVIOUS
     against = "the holdout (base model)" if kind == PromotionAlarm.Reference.HOLDOUT else f"v{previous.number}"  # type: ignore[union-attr]
-    watched = [
-        _watch(m, current, reference, version=f"v{version.number}", adapter=adapter.name, against=against)
-        for m in ALARM_METRICS
-    ]
+    if previous is None and adapter.holdout_share <= 0:  # nothing to compare with, now or later
+        reason = "Not testable: this adapter keeps no holdout (its share is 0) and has no version before this one."
+        watched = [
+            MetricWatch(m, PromotionWatch.Status.NOT_TESTABLE, (0, len(current.users)), (None, None), None, None,
+                        None, reason)
+            for m in ALARM_METRICS
+        ]
+    else:
+        watched = [
+            _watch(m, current, reference, version=f"v{version.number}", adapter=adapter.name, against=against)
+            for m in ALARM_METRICS
+        ]
     raised = []
     for w in watched:
         if w.status == PromotionWatch.Status.ALARM:
             alarm = _raise(adapter, version, w, kind)
             if alarm is not None:
                 raised.append(alarm)
-    _watch_store(adapter, version, event.created_at, kind, watched)
+    # The rollback before the stored check: an alarm's rows are committed once raised, so a failure
+    # to store the check must not cost the rollback they call for.
     if raised and adapter.tenant.experiment_auto_rollback and previous is not None:
         _roll_back(adapter, previous, raised)
+    _watch_store(adapter, version, event.created_at, kind, watched)
     return raised
+
+
+def _holdout_suffices(holdout: UserSums) -> bool:
+    """The holdout is the reference only when every watched metric can be judged against it: the
+    users an alarm needs and, by each metric's denominator, the effective users (a holdout of a few
+    heavy users would block every alarm while the version before has the traffic to judge by)."""
+    if len(holdout.users) < ALARM_MIN_USERS:
+        return False
+    for metric in ALARM_METRICS:
+        moments = inference.RatioMoments.from_users(
+            holdout.columns[metric.numerator], holdout.columns[metric.denominator]
+        )
+        if not enough_effective_users([finite_or_none(inference.effective_users(moments))], ALARM_CONFIG):
+            return False
+    return True
 
 
 def _watch_store(
