@@ -1,4 +1,5 @@
-"""The cohorts chart's last 30 days of consent changes read an index (migration cohorts.0005)."""
+"""The cohorts chart's last 30 days of consent changes read an index (migration cohorts.0005), which
+also serves the tenant foreign key: its own index is gone (cohorts.0006)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,15 @@ def test_consent_changes_are_indexed_by_tenant_and_time(db):
     with connection.cursor() as cursor:
         constraints = connection.introspection.get_constraints(cursor, "cohorts_consentchange")
     assert any(c["index"] and c["columns"] == ["tenant_id", "changed_at"] for c in constraints.values())
+
+
+def test_the_tenant_key_keeps_its_constraint_without_an_index_of_its_own(db):
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, "cohorts_consentchange")
+    assert not any(c["index"] and c["columns"] == ["tenant_id"] for c in constraints.values())
+    assert any(
+        c["foreign_key"] == ("tenants_tenant", "id") and c["columns"] == ["tenant_id"] for c in constraints.values()
+    )
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="built CONCURRENTLY on Postgres only")

@@ -16,6 +16,7 @@ from apps.interactions.stream_parts import stream_parts_recorded
 from tests.interactions.test_stream_parts import _feedback, _fields, _open_stream, adapter  # noqa: F401  # the fixture
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="LOCK TABLE ... IN ACCESS EXCLUSIVE MODE is Postgres's")
 @pytest.mark.django_db(transaction=True)
 def test_feedback_on_a_stream_ending_meanwhile_is_recorded_not_found_never(adapter):  # noqa: F811
     interaction_id = _open_stream(adapter, [(" a", [10])])
