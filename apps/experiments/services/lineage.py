@@ -153,8 +153,7 @@ def _watch(
     against ``reference`` (``against``: "the holdout (base model)", "v1"). Below the minimum of
     users, or of effective users by the metric's denominator (the experiments' rule,
     ``ALARM_CONFIG``), on either side: no alarm, and the reason says why."""
-    a = inference.RatioMoments.from_users(reference.columns[metric.numerator], reference.columns[metric.denominator])
-    b = inference.RatioMoments.from_users(current.columns[metric.numerator], current.columns[metric.denominator])
+    a, b = _moments(reference, metric), _moments(current, metric)
     ref, now = finite_or_none(inference.ratio_estimate(a)), finite_or_none(inference.ratio_estimate(b))
     change = (now - ref) / ref if ref is not None and now is not None and ref > 0 else None
     users = (len(reference.users), len(current.users))
@@ -278,13 +277,15 @@ def _holdout_suffices(holdout: UserSums) -> bool:
     heavy users would block every alarm while the version before has the traffic to judge by)."""
     if len(holdout.users) < ALARM_MIN_USERS:
         return False
-    for metric in ALARM_METRICS:
-        moments = inference.RatioMoments.from_users(
-            holdout.columns[metric.numerator], holdout.columns[metric.denominator]
-        )
-        if not enough_effective_users([finite_or_none(inference.effective_users(moments))], ALARM_CONFIG):
-            return False
-    return True
+    return all(
+        enough_effective_users([finite_or_none(inference.effective_users(_moments(holdout, m)))], ALARM_CONFIG)
+        for m in ALARM_METRICS
+    )
+
+
+def _moments(sums: UserSums, metric: AlarmMetric) -> inference.RatioMoments:
+    """``metric``'s per-user numerator and denominator sums as the ratio statistics read them."""
+    return inference.RatioMoments.from_users(sums.columns[metric.numerator], sums.columns[metric.denominator])
 
 
 def _watch_store(
