@@ -10,10 +10,9 @@ import time
 import uuid
 from datetime import timedelta
 
-import orjson
-
 DAYS = 365
 DEVELOPERS = 200
+VOCABULARY = 49_152
 CHUNK = 50_000
 PREFIX = (
     "import os\nimport sys\n\n\ndef load(path):\n    with open(path) as handle:\n        return handle.read()\n" * 6
@@ -51,9 +50,18 @@ def _load_tenant(cursor, rng, *, tenant, adapter, version, count, now, experimen
     """``count`` interactions spread over the year (70 % with feedback), written oldest first as
     traffic arrives (a month's rows are neighbours on disk, as in production); those of the last 3
     days from an exposed user carry the experiment's arm."""
-    token_ids = orjson.dumps(list(range(900, 912))).decode()
-    logprobs = orjson.dumps([-0.12] * 12).decode()
-    prompt_ids = orjson.dumps(list(range(300))).decode()
+    from apps.interactions.packed import pack_floats, pack_ids
+
+    # Token ids as a 49,152-token vocabulary draws them (SmolLM2's), not small integers: their size
+    # as stored depends on it. A few dozen distinct prompts keep the load fast.
+    prompts = [pack_ids([rng.randrange(VOCABULARY) for _ in range(300)]) for _ in range(64)]
+    completions = [
+        (
+            pack_ids([rng.randrange(VOCABULARY) for _ in range(12)]),
+            pack_floats([-rng.expovariate(2) for _ in range(12)]),
+        )
+        for _ in range(64)
+    ]
     ages = sorted((rng.uniform(0, DAYS * 86400) for _ in range(count)), reverse=True)
     for start in range(0, count, CHUNK):
         interactions, feedback = [], []
@@ -69,8 +77,8 @@ def _load_tenant(cursor, rng, *, tenant, adapter, version, count, now, experimen
                 version_id = experiment.candidate_version_id if arm == "candidate" else version.pk
             interactions.append(
                 (
-                    pk, tenant.pk, "served", "", PREFIX, SUFFIX, rng.choice(COMPLETIONS), prompt_ids, token_ids,
-                    logprobs, adapter.name, adapter.pk, version_id, exp_id, arm, user, True, served,
+                    pk, tenant.pk, "served", "", PREFIX, SUFFIX, rng.choice(COMPLETIONS), rng.choice(prompts),
+                    *rng.choice(completions), adapter.name, adapter.pk, version_id, exp_id, arm, user, True, served,
                     served + timedelta(milliseconds=50), rng.uniform(20, 900), "{}", "",
                 )
             )  # fmt: skip

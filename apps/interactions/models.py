@@ -5,6 +5,7 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
+from apps.interactions.packed import PackedFloatsField, PackedIdsField
 from apps.tenants.models import Tenant
 
 
@@ -33,9 +34,10 @@ class Interaction(models.Model):
     conversation_id = models.CharField(max_length=200, blank=True, help_text="the tenant's id of the session")
     turn = models.PositiveIntegerField(null=True, blank=True, help_text="0-based index of this reply in its session")
     completion = models.TextField(blank=True, help_text="empty = the model chose to suggest nothing")
-    prompt_token_ids = models.JSONField(null=True, blank=True)
-    completion_token_ids = models.JSONField(null=True, blank=True)
-    completion_logprobs = models.JSONField(
+    # Packed (4 bytes an id, 8 a logprob), not JSON: most of a served row's bytes (packed.py).
+    prompt_token_ids = PackedIdsField(null=True, blank=True)
+    completion_token_ids = PackedIdsField(null=True, blank=True)
+    completion_logprobs = PackedFloatsField(
         null=True, blank=True, help_text="behaviour logprob of each completion token"
     )
     model_name = models.CharField(max_length=200, blank=True, help_text="model or adapter version that served it")

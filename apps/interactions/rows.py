@@ -1,8 +1,9 @@
 """Interaction rows as the writers take them: one tuple per row, in ``INTERACTION_COLUMNS`` order,
-JSON columns as text. ``COPY`` for batches, one plain ``INSERT`` for what the completion endpoint
-serves, a bulk insert of model instances where the database is not Postgres (the upsert of a
-stream's last write merging the stored metadata there as Postgres does). And the statement
-that upserts feedback rows (``feedback_upsert_sql``)."""
+JSON columns as text, token ids and logprobs packed (``apps.interactions.packed``). ``COPY`` for
+batches, one plain ``INSERT`` for what the completion endpoint serves, a bulk insert of model
+instances where the database is not Postgres (the upsert of a stream's last write merging the
+stored metadata there as Postgres does). And the statement that upserts feedback rows
+(``feedback_upsert_sql``)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ INTERACTION_COLUMNS = (
     "conversation_id",
     "turn",
 )
-_JSON_COLUMNS = ("prompt_token_ids", "completion_token_ids", "completion_logprobs", "metadata", "messages", "tools")
+_JSON_COLUMNS = ("metadata", "messages", "tools")  # token ids and logprobs come packed (``packed``)
 
 
 def values_sql(width: int, count: int) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 from django.utils import timezone
 
 from apps.interactions.models import Interaction
+from apps.interactions.packed import pack_floats, pack_ids
 from apps.interactions.rows import interactions_insert, json_text
 from apps.tenants.models import Tenant
 
@@ -93,9 +94,9 @@ def served_rows(
             # A byte-level model can sample the byte 0x00, which Postgres cannot store in text;
             # the token ids keep what was really sampled.
             choice.completion.replace("\x00", "\ufffd"),
-            json_text(prompt_token_ids),
-            json_text(choice.completion_token_ids),
-            json_text(choice.completion_logprobs),
+            pack_ids(prompt_token_ids),
+            pack_ids(choice.completion_token_ids),
+            pack_floats(choice.completion_logprobs),
             model_name,
             adapter_id,
             adapter_version_id,

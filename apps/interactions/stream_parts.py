@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from apps.common.lookups import prepared_cursor
 from apps.interactions.models import StreamPart
+from apps.interactions.packed import pack_floats, pack_ids, unpack_ids
 from apps.interactions.rows import (
     INTERACTION_COLUMNS,
     interactions_bulk_insert,
@@ -85,6 +86,7 @@ def stream_part_head(row: tuple) -> tuple[dict[str, Any], dict[str, Any]]:
     metadata = orjson.loads(values["metadata"])
     head = {name: value for name, value in values.items() if name not in _SERVED}
     head["id"], head["served_at"] = str(head["id"]), head["served_at"].isoformat()
+    head["prompt_token_ids"] = unpack_ids(head["prompt_token_ids"])  # a list in the head's JSON
     return head, metadata
 
 
@@ -254,12 +256,16 @@ def _partial_row(parts: list[StreamPart]) -> tuple | None:
     metadata["partial"] = True  # what was served up to the last write before its worker died
     served = {
         "completion": "".join(text),
-        "completion_token_ids": json_text(token_ids),
-        "completion_logprobs": json_text(logprobs if len(logprobs) == len(token_ids) else []),
+        "completion_token_ids": pack_ids(token_ids),
+        "completion_logprobs": pack_floats(logprobs if len(logprobs) == len(token_ids) else []),
         "latency_ms": latency_ms,
         "metadata": json_text(metadata),
         "received_at": timezone.now(),
     }
     head = parts[0].head
     values = {**head, **served, "served_at": datetime.fromisoformat(head["served_at"]), "id": uuid.UUID(head["id"])}
+    prompt_ids = head["prompt_token_ids"]
+    if isinstance(prompt_ids, str):  # a head written before the columns were packed: JSON text
+        prompt_ids = orjson.loads(prompt_ids)
+    values["prompt_token_ids"] = pack_ids(prompt_ids)
     return tuple(values[name] for name in INTERACTION_COLUMNS)

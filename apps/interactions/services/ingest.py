@@ -20,6 +20,7 @@ from apps.common.lookups import ids_by_client_id
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.arms import arms_of_logged
 from apps.interactions.models import Interaction
+from apps.interactions.packed import pack_floats, pack_ids
 from apps.interactions.rows import (
     INTERACTION_COLUMNS,
     fresh_ids,
@@ -55,9 +56,9 @@ def _interaction_row(
         item.prefix,
         item.suffix,
         item.completion,
-        json_text(item.prompt_token_ids),
-        json_text(item.completion_token_ids),
-        json_text(item.completion_logprobs),
+        pack_ids(item.prompt_token_ids),
+        pack_ids(item.completion_token_ids),
+        pack_floats(item.completion_logprobs),
         item.model_name,
         None,
         None,
