@@ -38,7 +38,8 @@ class ConsentChange(models.Model):
 
     # No index of its own: the (tenant, changed_at) index below leads with it (migration 0006).
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
-    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="consent_history")
+    # Nor this one: the (end_user, changed_at) index leads with it (migration 0007).
+    end_user = models.ForeignKey(EndUser, on_delete=models.CASCADE, related_name="consent_history", db_index=False)
     opted_in = models.BooleanField()
     source = models.CharField(max_length=16, choices=Source.choices)
     actor = models.CharField(max_length=200, help_text="key:<prefix>, user:<id> or system")

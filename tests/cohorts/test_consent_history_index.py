@@ -1,5 +1,6 @@
 """The cohorts chart's last 30 days of consent changes read an index (migration cohorts.0005), which
-also serves the tenant foreign key: its own index is gone (cohorts.0006)."""
+also serves the tenant foreign key: its own index is gone (cohorts.0006); so is the end user's,
+which the (end_user, changed_at) index serves (cohorts.0007)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,39 @@ def test_consent_changes_are_indexed_by_tenant_and_time(db):
     assert any(c["index"] and c["columns"] == ["tenant_id", "changed_at"] for c in constraints.values())
 
 
-def test_the_tenant_key_keeps_its_constraint_without_an_index_of_its_own(db):
+@pytest.mark.parametrize(("column", "target", "composite"), [
+    ("tenant_id", "tenants_tenant", ["tenant_id", "changed_at"]),
+    ("end_user_id", "cohorts_enduser", ["end_user_id", "changed_at"]),
+])  # fmt: skip
+def test_a_key_keeps_its_constraint_without_an_index_of_its_own(db, column, target, composite):
     with connection.cursor() as cursor:
         constraints = connection.introspection.get_constraints(cursor, "cohorts_consentchange")
-    assert not any(c["index"] and c["columns"] == ["tenant_id"] for c in constraints.values())
-    assert any(
-        c["foreign_key"] == ("tenants_tenant", "id") and c["columns"] == ["tenant_id"] for c in constraints.values()
-    )
+    assert not any(c["index"] and c["columns"] == [column] for c in constraints.values())
+    assert any(c["foreign_key"] == (target, "id") and c["columns"] == [column] for c in constraints.values())
+    assert any(c["index"] and c["columns"] == composite for c in constraints.values())
+
+
+@pytest.mark.django_db(transaction=True)  # a non-atomic migration, run outside the test's transaction
+def test_the_end_user_index_drop_reverses_and_runs_again():
+    from django.db.migrations.executor import MigrationExecutor
+
+    def migrate(target):  # type: ignore[no-untyped-def]
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(target)
+
+    def single_column_indexes() -> list[str]:
+        with connection.cursor() as cursor:
+            constraints = connection.introspection.get_constraints(cursor, "cohorts_consentchange")
+        return [name for name, c in constraints.items() if c["index"] and c["columns"] == ["end_user_id"]]
+
+    try:
+        migrate([("cohorts", "0006_consent_change_tenant_index_in_the_tenant_changed_at_one")])
+        assert single_column_indexes() == ["cohorts_consentchange_end_user_id_76ac85e6"]
+        migrate([("cohorts", "0007_consent_change_end_user_index_in_the_end_user_changed_at_one")])
+        assert single_column_indexes() == []
+    finally:
+        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="built CONCURRENTLY on Postgres only")

@@ -12,34 +12,18 @@ Reversed, it is built again the same way.
 import django.db.models.deletion
 from django.db import migrations, models
 
+from apps.common.migration_indexes import index_build, index_drop_single_column
+
 TABLE = "cohorts_consentchange"
 INDEX = "cohorts_consentchange_tenant_id_c3443e4a"  # the name Django gives the foreign key's index
 
 
-def _concurrently(schema_editor) -> str:  # type: ignore[no-untyped-def]
-    return " CONCURRENTLY" if schema_editor.connection.vendor == "postgresql" else ""
-
-
 def drop(apps, schema_editor):  # type: ignore[no-untyped-def]
-    connection = schema_editor.connection
-    with connection.cursor() as cursor:
-        constraints = connection.introspection.get_constraints(cursor, TABLE)
-        for name, constraint in constraints.items():
-            if constraint["index"] and not constraint["unique"] and constraint["columns"] == ["tenant_id"]:
-                cursor.execute(f"DROP INDEX{_concurrently(schema_editor)} IF EXISTS {connection.ops.quote_name(name)}")
+    index_drop_single_column(schema_editor, table=TABLE, column="tenant_id")
 
 
 def create(apps, schema_editor):  # type: ignore[no-untyped-def]
-    with schema_editor.connection.cursor() as cursor:
-        if schema_editor.connection.vendor == "postgresql":
-            cursor.execute(
-                "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s",
-                [INDEX],
-            )
-            row = cursor.fetchone()
-            if row is not None and not row[0]:
-                cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {INDEX}")
-        cursor.execute(f"CREATE INDEX{_concurrently(schema_editor)} IF NOT EXISTS {INDEX} ON {TABLE} (tenant_id)")
+    index_build(schema_editor, name=INDEX, table=TABLE, columns="tenant_id")
 
 
 class Migration(migrations.Migration):
