@@ -255,10 +255,10 @@ def lift_bar(
     width, height, pad = 240, 40, 10
     out = [_svg_open(chart_id, title, width, height, f"chart--lift chart--lift-{kind}")]
     mid = width / 2
-    out.append(f'<line class="chart__zero" x1="{mid}" x2="{mid}" y1="2" y2="{height - 12}"/>')
-    if low is None or high is None or estimate is None:
+    if low is None or high is None or estimate is None:  # no zero line to cross the words
         out.append(f'<text class="chart__empty" x="{mid}" y="{height / 2}">not testable yet</text></svg>')
         return mark_safe("".join(out))
+    out.append(f'<line class="chart__zero" x1="{mid}" x2="{mid}" y1="2" y2="{height - 12}"/>')
     reach = extent or max(abs(low), abs(high), abs(estimate)) or 1.0
     half = width / 2 - pad
 

@@ -48,3 +48,11 @@ def test_nice_ticks_cover_the_range_in_round_steps():
 def test_sparkline_scales_to_the_tallest_bar():
     svg = bar_sparkline([0, 5, 10], title="per minute")
     assert svg.count('class="chart__bar"') == 3 and 'height="30.0"' in svg
+
+
+def test_a_lift_bar_with_no_interval_says_so_without_a_zero_line_through_the_words():
+    from apps.dashboard.charts import lift_bar
+
+    empty = lift_bar(None, None, None, kind="none", title="Accept rate")
+    assert "not testable yet" in empty and "chart__zero" not in empty
+    assert "chart__zero" in lift_bar(-0.01, 0.02, 0.05, kind="none", title="Accept rate")

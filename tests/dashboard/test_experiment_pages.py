@@ -313,6 +313,8 @@ def test_the_experiments_pages_show_alarms_and_the_lineage_against_its_holdout(l
     body = client.get(url_for("experiments", world)).content.decode()
     assert 'data-alarm="suggestion_rate"' in body and "Alarm on v2" in body and "Automatic rollback is off" in body
     assert 'data-section="holdout"' in body and "10 % of the opted-in users stay on the base model" in body
+    row = re.search(r'data-holdout-metric="suggestion_rate".*?</tr>', body, re.S).group(0)
+    assert re.search(r"too few effective users, [\d.,]+ in the holdout and [\d.,]+ on production", row)
     watched = re.search(r'data-watch-metric="suggestion_rate".*?</li>', body, re.S).group(0)
     assert 'data-watch-status="too_few_effective_users"' in watched and reason in watched
     body = client.get(url_for("experiment", world)).content.decode()
