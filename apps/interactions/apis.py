@@ -69,6 +69,10 @@ class FeedbackOutSchema(serializers.ModelSerializer):
 class InteractionOut(serializers.ModelSerializer):
     model = serializers.CharField(source="model_name")
     opted_in = serializers.BooleanField(source="end_user_opted_in")
+    # Stored packed (apps.interactions.packed), answered as the lists that were sent.
+    prompt_token_ids = serializers.ListField(child=serializers.IntegerField(), allow_null=True, read_only=True)
+    completion_token_ids = serializers.ListField(child=serializers.IntegerField(), allow_null=True, read_only=True)
+    completion_logprobs = serializers.ListField(child=serializers.FloatField(), allow_null=True, read_only=True)
     feedback = serializers.SerializerMethodField()
 
     class Meta:

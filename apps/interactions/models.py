@@ -34,7 +34,7 @@ class Interaction(models.Model):
     conversation_id = models.CharField(max_length=200, blank=True, help_text="the tenant's id of the session")
     turn = models.PositiveIntegerField(null=True, blank=True, help_text="0-based index of this reply in its session")
     completion = models.TextField(blank=True, help_text="empty = the model chose to suggest nothing")
-    # Packed (4 bytes an id, 8 a logprob), not JSON: most of a served row's bytes (packed.py).
+    # Packed (2 or 4 bytes an id after a width byte, 8 a logprob), not JSON: most of a served row's bytes (packed.py).
     prompt_token_ids = PackedIdsField(null=True, blank=True)
     completion_token_ids = PackedIdsField(null=True, blank=True)
     completion_logprobs = PackedFloatsField(

@@ -59,9 +59,11 @@ def pack_ids(values: Sequence[int] | None) -> bytes | None:
 _JSON_START = ord("[")
 
 
-def unpack_ids(raw: bytes | memoryview | None) -> list[int] | None:
+def unpack_ids(raw: bytes | memoryview | str | None) -> list[int] | None:
     if raw is None:
         return None
+    if isinstance(raw, str):  # JSON text an old process wrote, as SQLite gives it back (above)
+        return orjson.loads(raw)  # type: ignore[no-any-return]
     if not raw:
         return []
     if raw[0] == _JSON_START:
@@ -73,13 +75,17 @@ def unpack_ids(raw: bytes | memoryview | None) -> list[int] | None:
 
 
 def pack_floats(values: Sequence[float] | None) -> bytes | None:
-    """Log-probabilities as 8-byte big-endian floats (exact)."""
+    """Log-probabilities as 8-byte big-endian floats (exact, ``-inf`` included). A list with a
+    ``None`` in it (JSON wrote a ``-inf`` as ``null``) raises ``TypeError``: callers that can meet
+    one store no logprobs instead (the trainer then treats the tokens as on-policy)."""
     return None if values is None else _to_bytes(array("d", values))
 
 
-def unpack_floats(raw: bytes | memoryview | None) -> list[float] | None:
+def unpack_floats(raw: bytes | memoryview | str | None) -> list[float] | None:
     if raw is None:
         return None
+    if isinstance(raw, str):  # JSON text an old process wrote, as SQLite gives it back (above)
+        return orjson.loads(raw)  # type: ignore[no-any-return]
     if raw[:1] == b"[":  # JSON text an old process wrote (above)
         return orjson.loads(bytes(raw))  # type: ignore[no-any-return]
     return _from_bytes("d", raw)
@@ -87,7 +93,7 @@ def unpack_floats(raw: bytes | memoryview | None) -> list[float] | None:
 
 class _PackedListField(models.BinaryField):
     """A list of numbers in a binary column: lists in and out of the ORM, bytes in the database.
-    Serialized (``dumpdata``) as a JSON list."""
+    Serialized (``dumpdata``) as a string of JSON, which ``loaddata`` reads back."""
 
     @staticmethod
     def pack(values: Sequence[Any] | None) -> bytes | None:

@@ -254,10 +254,12 @@ def _partial_row(parts: list[StreamPart]) -> tuple | None:
         metadata["tool_calls"] = [calls[index] for index in sorted(calls)]
     latency_ms = metadata.pop("latency_ms", None)
     metadata["partial"] = True  # what was served up to the last write before its worker died
+    # A part's JSON wrote a -inf logprob as null: then none are kept, as for a count that differs.
+    kept_logprobs = len(logprobs) == len(token_ids) and None not in logprobs
     served = {
         "completion": "".join(text),
         "completion_token_ids": pack_ids(token_ids),
-        "completion_logprobs": pack_floats(logprobs if len(logprobs) == len(token_ids) else []),
+        "completion_logprobs": pack_floats(logprobs if kept_logprobs else []),
         "latency_ms": latency_ms,
         "metadata": json_text(metadata),
         "received_at": timezone.now(),

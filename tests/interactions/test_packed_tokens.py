@@ -36,6 +36,7 @@ def test_the_packed_format_says_its_width_and_is_big_endian_as_postgres_writes_i
 
 def test_json_text_an_old_process_wrote_into_the_binary_column_reads_as_its_list():
     assert unpack_ids(b"[1, 49151]") == [1, 49151] and unpack_floats(memoryview(b"[-0.5, 0.0]")) == [-0.5, 0.0]
+    assert unpack_ids("[3]") == [3] and unpack_floats("[-1.5]") == [-1.5]  # as SQLite gives text back
     assert unpack_floats(pack_floats([1e-4, -1e-4])) == [1e-4, -1e-4]  # a packed logprob never starts with "["
 
 
@@ -59,6 +60,11 @@ def test_the_batch_api_stores_ids_and_logprobs_packed_and_reads_them_back_as_sen
     assert first.prompt_token_ids == prompt_ids and first.completion_token_ids == [11, 12, 13]
     assert first.completion_logprobs == logprobs
     assert second.prompt_token_ids is None and second.completion_token_ids == [] and second.completion_logprobs == []
+    answered = client.get(f"/v1/interactions/{first.pk}").json()  # the API answers lists, as sent
+    assert answered["prompt_token_ids"] == prompt_ids and answered["completion_logprobs"] == logprobs
+    assert answered["completion_token_ids"] == [11, 12, 13]
+    listed = {row["client_id"]: row for row in client.get("/v1/interactions").json()["results"]}
+    assert listed["g"]["completion_token_ids"] == [] and listed["g"]["prompt_token_ids"] is None
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT prompt_token_ids, completion_logprobs FROM interactions_interaction WHERE id = %s", [first.pk]
@@ -100,6 +106,7 @@ def test_the_migration_packs_json_rows_and_unpacks_them_on_the_way_back(make_ten
         rows = {
             "wide": ([3, 49_151, 2**31 - 1], [12, 0], [-0.25, -1e-300]),
             "narrow": ([0, 65_535, 7], [65_535], [-0.1]),
+            "null logprob": ([5], [6, 7], [-0.5, None]),  # JSON's -inf: no logprobs kept
             "empty": ([], [], []),
             "none": (None, None, None),
         }
@@ -109,6 +116,7 @@ def test_the_migration_packs_json_rows_and_unpacks_them_on_the_way_back(make_ten
                 completion_token_ids=completion_ids, completion_logprobs=logprobs, served_at=now, received_at=now,
             )  # fmt: skip
         new_model = _migrate(PACKED).get_model("interactions", "Interaction")
+        rows["null logprob"] = ([5], [6, 7], [])
         for prompt, values in rows.items():
             stored = new_model.objects.get(tenant_id=tenant.pk, prompt=prompt)
             assert (stored.prompt_token_ids, stored.completion_token_ids, stored.completion_logprobs) == values

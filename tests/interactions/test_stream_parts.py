@@ -101,6 +101,17 @@ def test_the_sweeper_records_a_stale_stream_as_partial_with_its_feedback_out_of_
     assert not training_events_eligible(adapter, parent=None).exists()
 
 
+def test_a_stale_stream_with_a_minus_infinity_logprob_is_recorded_without_logprobs(adapter):
+    interaction_id = uuid.uuid4()
+    head, metadata = stream_part_head(served_rows(adapter.tenant, **_fields(adapter, interaction_id))[0])
+    part = Part(adapter.tenant_id, interaction_id, 0, " a", [10, 11], [-0.5, float("-inf")], metadata, head)
+    assert stream_parts_write([part]) == set()  # the part's JSON holds the -inf as null
+    assert stream_parts_sweep(now=timezone.now() + timedelta(minutes=3)) == 1
+    recorded = Interaction.objects.get(pk=interaction_id)
+    assert recorded.completion_token_ids == [10, 11] and recorded.completion_logprobs == []
+    assert recorded.prompt_token_ids == [1, 2]
+
+
 def test_a_stale_stream_the_sweeper_cannot_record_is_dropped_after_an_hour_and_its_feedback_kept(adapter):
     poison = _open_stream(adapter, [(" a", [10])])
     StreamPart.objects.filter(interaction_id=poison).update(head={"id": str(poison)})  # a bug: unreadable
