@@ -5,6 +5,7 @@ reads back as sent, to the bit, and the migration ``interactions.0016`` packs th
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -133,3 +134,59 @@ def test_the_migration_packs_json_rows_and_unpacks_them_on_the_way_back(make_ten
             assert (stored.prompt_token_ids, stored.completion_token_ids, stored.completion_logprobs) == values
     finally:
         _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+ROOT = Path(__file__).resolve().parents[2]
+SQLITE_ROWS = """
+from django.db import connection
+from apps.tenants.services import tenant_create
+tenant = tenant_create(name="Embedded", slug="embedded")
+with connection.cursor() as cursor:
+    for n, (ids, logprobs) in enumerate([("[1, 70000]", "[-0.5]"), ("[2]", "[-0.5, null]"), ("[]", None)]):
+        cursor.execute(
+            "INSERT INTO interactions_interaction (id, tenant_id, source, prompt, prefix, suffix, completion,"
+            " prompt_token_ids, completion_token_ids, completion_logprobs, model_name, experiment_arm, end_user_id,"
+            " end_user_opted_in, served_at, received_at, metadata, conversation_id) VALUES (%s, %s, 'logged', %s, '',"
+            " '', 'c', %s, '[7]', %s, '', '', '', 0, '2026-01-01', '2026-01-01', '{}', '')",
+            [f"{n:032x}", tenant.pk, f"row {n}", ids, logprobs],
+        )
+"""
+
+
+def test_the_migration_packs_and_unpacks_on_the_embedded_sqlite_and_keeps_the_rollup_triggers(tmp_path):
+    """The embedded default (``make demo``): the table is remade there, which drops its triggers."""
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+
+    database = tmp_path / "embedded.sqlite3"
+    env = {**os.environ, "DEBUG": "1", "DATABASE_URL": f"sqlite:///{database}"}
+
+    def manage(*args: str) -> None:
+        command = [sys.executable, "manage.py", *args]
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    def stored() -> tuple[list[tuple], int]:
+        with sqlite3.connect(database) as db:
+            rows = db.execute(
+                "SELECT prompt_token_ids, completion_token_ids, completion_logprobs FROM interactions_interaction"
+                " ORDER BY prompt"
+            ).fetchall()
+            triggers = db.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'").fetchone()[0]
+        return rows, triggers
+
+    manage("migrate", "interactions", "0015_stream_parts", "-v0")
+    manage("shell", "-c", SQLITE_ROWS)
+    manage("migrate", "interactions", "0016_packed_token_columns", "-v0")
+    rows, triggers = stored()
+    assert rows == [
+        (pack_ids([1, 70_000]), pack_ids([7]), pack_floats([-0.5])),
+        (pack_ids([2]), pack_ids([7]), b""),  # a null logprob (JSON's -inf): none kept
+        (b"", pack_ids([7]), None),
+    ]
+    assert triggers == 6  # 0010's rollup triggers, dropped for the table's remake and built again
+    manage("migrate", "interactions", "0015_stream_parts", "-v0")
+    rows, triggers = stored()
+    assert rows == [("[1,70000]", "[7]", "[-0.5]"), ("[2]", "[7]", "[]"), ("[]", "[7]", None)] and triggers == 6
