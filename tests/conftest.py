@@ -45,6 +45,24 @@ def make_tenant(db: Any) -> Callable[..., Any]:
 
 
 @pytest.fixture
+def migrate_to(transactional_db: Any) -> Any:
+    """``migrate_to([(app, migration), ...])``: the database migrated there (either way), the models
+    of that state returned; migrated back to the latest after the test. Migrations run outside a
+    test's transaction, hence the transactional database."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    def migrate(targets: list[tuple[str, str]]) -> Any:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(targets)
+        return executor.loader.project_state(targets).apps
+
+    yield migrate
+    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+@pytest.fixture
 def make_client(db: Any) -> Callable[..., Any]:
     """``make(tenant, scopes=None)``: an APIClient sending a fresh key of that tenant; it carries
     ``.tenant`` and ``.raw_key``."""

@@ -23,8 +23,9 @@ def index_drop_single_column(schema_editor: Any, *, table: str, column: str) -> 
                 cursor.execute(f"DROP INDEX{_concurrently(schema_editor)} IF EXISTS {connection.ops.quote_name(name)}")
 
 
-def index_build(schema_editor: Any, *, name: str, table: str, columns: str) -> None:
-    """``CREATE INDEX name ON table (columns)`` unless a valid one of that name is there."""
+def index_build(schema_editor: Any, *, name: str, on: str) -> None:
+    """``CREATE INDEX name ON <on>`` (``on``: ``"table (columns)"``, or with ``USING``) unless a
+    valid one of that name is there."""
     with schema_editor.connection.cursor() as cursor:
         if schema_editor.connection.vendor == "postgresql":
             cursor.execute(
@@ -34,4 +35,4 @@ def index_build(schema_editor: Any, *, name: str, table: str, columns: str) -> N
             row = cursor.fetchone()
             if row is not None and not row[0]:
                 cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
-        cursor.execute(f"CREATE INDEX{_concurrently(schema_editor)} IF NOT EXISTS {name} ON {table} ({columns})")
+        cursor.execute(f"CREATE INDEX{_concurrently(schema_editor)} IF NOT EXISTS {name} ON {on}")

@@ -53,22 +53,21 @@ def pack_ids(values: Sequence[int] | None) -> bytes | None:
     return bytes((width,)) + _to_bytes(array(_WIDTHS[width], values))
 
 
-# An old process (one still running while an upgrade migrated) writes JSON text into the binary
-# column; its first byte, "[", is no width and no logprob's first byte (a float that starts 0x5B is
-# over 1e130), so such a value is read as the JSON it is.
-_JSON_START = ord("[")
+def _json_written(raw: bytes | memoryview | str) -> bool:
+    """Whether the value is JSON text an old process (one still running while an upgrade migrated)
+    wrote into the binary column (SQLite gives it back as text). Its first byte, "[", is no width
+    and no logprob's first byte (a float that starts 0x5B is over 1e130)."""
+    return isinstance(raw, str) or raw[:1] == b"["
 
 
 def unpack_ids(raw: bytes | memoryview | str | None) -> list[int] | None:
     if raw is None:
         return None
-    if isinstance(raw, str):  # JSON text an old process wrote, as SQLite gives it back (above)
-        return orjson.loads(raw)  # type: ignore[no-any-return]
+    if _json_written(raw):
+        return orjson.loads(raw if isinstance(raw, str) else bytes(raw))  # type: ignore[no-any-return]
     if not raw:
         return []
-    if raw[0] == _JSON_START:
-        return orjson.loads(bytes(raw))  # type: ignore[no-any-return]
-    code = _WIDTHS.get(raw[0])
+    code = _WIDTHS.get(raw[0])  # type: ignore[index]
     if code is None:
         raise ValueError(f"packed token ids start with {raw[0]}, not a width (2 or 4)")
     return _from_bytes(code, raw[1:])
@@ -84,11 +83,9 @@ def pack_floats(values: Sequence[float] | None) -> bytes | None:
 def unpack_floats(raw: bytes | memoryview | str | None) -> list[float] | None:
     if raw is None:
         return None
-    if isinstance(raw, str):  # JSON text an old process wrote, as SQLite gives it back (above)
-        return orjson.loads(raw)  # type: ignore[no-any-return]
-    if raw[:1] == b"[":  # JSON text an old process wrote (above)
-        return orjson.loads(bytes(raw))  # type: ignore[no-any-return]
-    return _from_bytes("d", raw)
+    if _json_written(raw):
+        return orjson.loads(raw if isinstance(raw, str) else bytes(raw))  # type: ignore[no-any-return]
+    return _from_bytes("d", raw)  # type: ignore[arg-type]
 
 
 class _PackedListField(models.BinaryField):
@@ -100,7 +97,7 @@ class _PackedListField(models.BinaryField):
         raise NotImplementedError
 
     @staticmethod
-    def unpack(raw: bytes | memoryview | None) -> list[Any] | None:
+    def unpack(raw: bytes | memoryview | str | None) -> list[Any] | None:
         raise NotImplementedError
 
     def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
@@ -112,10 +109,8 @@ class _PackedListField(models.BinaryField):
         return self.unpack(value)
 
     def to_python(self, value: Any) -> Any:
-        if isinstance(value, (bytes, bytearray, memoryview)):
+        if isinstance(value, (bytes, bytearray, memoryview, str)):  # a string: dumpdata's JSON
             return self.unpack(value)
-        if isinstance(value, str):
-            return orjson.loads(value)
         return value
 
     def value_to_string(self, obj: Any) -> str:

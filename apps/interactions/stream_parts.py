@@ -268,6 +268,6 @@ def _partial_row(parts: list[StreamPart]) -> tuple | None:
     values = {**head, **served, "served_at": datetime.fromisoformat(head["served_at"]), "id": uuid.UUID(head["id"])}
     prompt_ids = head["prompt_token_ids"]
     if isinstance(prompt_ids, str):  # a head written before the columns were packed: JSON text
-        prompt_ids = orjson.loads(prompt_ids)
+        prompt_ids = unpack_ids(prompt_ids)
     values["prompt_token_ids"] = pack_ids(prompt_ids)
     return tuple(values[name] for name in INTERACTION_COLUMNS)

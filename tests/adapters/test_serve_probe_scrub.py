@@ -4,8 +4,6 @@ migration ``adapters.0006`` removes them (and only them)."""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 pytestmark = pytest.mark.django_db(transaction=True)  # migrations run outside the test's transaction
 
@@ -13,38 +11,28 @@ BEFORE = [("adapters", "0005_version_store_digest_steps")]
 SCRUB = [("adapters", "0006_scrub_user_derived_serve_probes")]
 
 
-def migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
-def test_the_migration_scrubs_a_probe_cut_from_a_users_sample_and_keeps_a_synthetic_one(make_tenant):
+def test_the_migration_scrubs_a_probe_cut_from_a_users_sample_and_keeps_a_synthetic_one(make_tenant, migrate_to):
     tenant = make_tenant("old-probes")
-    old_apps = migrate(BEFORE)
-    try:
-        base = old_apps.get_model("adapters", "BaseModel").objects.create(name="old-base", path="/m", family="qwen")
-        adapter = old_apps.get_model("adapters", "Adapter").objects.create(
-            tenant_id=tenant.pk, name="tab", base_model=base
-        )
-        version_model = old_apps.get_model("adapters", "AdapterVersion")
-        user_derived = {"prompt_token_ids": [4711, 815, 99], "completion_token_ids": [1234], "logprobs": [-0.7]}
-        synthetic = {"source": "synthetic", "prompt_token_ids": [1, 2], "completion_token_ids": [3], "logprobs": [-1.0]}
-        old = version_model.objects.create(
-            tenant_id=tenant.pk, adapter=adapter, number=1, artifact_path="/a/1", vllm_name="old-probes--tab--v1",
-            status="production", metrics={"trainer": {"steps": 3}, "run": 7, "serve_probe": user_derived},
-        )
-        new = version_model.objects.create(
-            tenant_id=tenant.pk, adapter=adapter, number=2, artifact_path="/a/2", vllm_name="old-probes--tab--v2",
-            status="candidate", metrics={"serve_probe": synthetic},
-        )
-        new_apps = migrate(SCRUB)
-        rows = new_apps.get_model("adapters", "AdapterVersion").objects
-        assert rows.get(pk=old.pk).metrics == {"trainer": {"steps": 3}, "run": 7, "serve_probe_scrubbed": True}
-        assert rows.get(pk=new.pk).metrics == {"serve_probe": synthetic}
-    finally:
-        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    old_apps = migrate_to(BEFORE)
+    base = old_apps.get_model("adapters", "BaseModel").objects.create(name="old-base", path="/m", family="qwen")
+    adapter = old_apps.get_model("adapters", "Adapter").objects.create(
+        tenant_id=tenant.pk, name="tab", base_model=base
+    )
+    version_model = old_apps.get_model("adapters", "AdapterVersion")
+    user_derived = {"prompt_token_ids": [4711, 815, 99], "completion_token_ids": [1234], "logprobs": [-0.7]}
+    synthetic = {"source": "synthetic", "prompt_token_ids": [1, 2], "completion_token_ids": [3], "logprobs": [-1.0]}
+    old = version_model.objects.create(
+        tenant_id=tenant.pk, adapter=adapter, number=1, artifact_path="/a/1", vllm_name="old-probes--tab--v1",
+        status="production", metrics={"trainer": {"steps": 3}, "run": 7, "serve_probe": user_derived},
+    )
+    new = version_model.objects.create(
+        tenant_id=tenant.pk, adapter=adapter, number=2, artifact_path="/a/2", vllm_name="old-probes--tab--v2",
+        status="candidate", metrics={"serve_probe": synthetic},
+    )
+    new_apps = migrate_to(SCRUB)
+    rows = new_apps.get_model("adapters", "AdapterVersion").objects
+    assert rows.get(pk=old.pk).metrics == {"trainer": {"steps": 3}, "run": 7, "serve_probe_scrubbed": True}
+    assert rows.get(pk=new.pk).metrics == {"serve_probe": synthetic}
 
 
 def test_a_version_whose_probe_was_scrubbed_is_refused_an_experiment_with_how_to_probe_it_again(

@@ -29,26 +29,16 @@ def test_a_key_keeps_its_constraint_without_an_index_of_its_own(db, column, targ
 
 
 @pytest.mark.django_db(transaction=True)  # a non-atomic migration, run outside the test's transaction
-def test_the_end_user_index_drop_reverses_and_runs_again():
-    from django.db.migrations.executor import MigrationExecutor
-
-    def migrate(target):  # type: ignore[no-untyped-def]
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(target)
-
+def test_the_end_user_index_drop_reverses_and_runs_again(migrate_to):
     def single_column_indexes() -> list[str]:
         with connection.cursor() as cursor:
             constraints = connection.introspection.get_constraints(cursor, "cohorts_consentchange")
         return [name for name, c in constraints.items() if c["index"] and c["columns"] == ["end_user_id"]]
 
-    try:
-        migrate([("cohorts", "0006_consent_change_tenant_index_in_the_tenant_changed_at_one")])
-        assert single_column_indexes() == ["cohorts_consentchange_end_user_id_76ac85e6"]
-        migrate([("cohorts", "0007_consent_change_end_user_index_in_the_end_user_changed_at_one")])
-        assert single_column_indexes() == []
-    finally:
-        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    migrate_to([("cohorts", "0006_consent_change_tenant_index_in_the_tenant_changed_at_one")])
+    assert single_column_indexes() == ["cohorts_consentchange_end_user_id_76ac85e6"]
+    migrate_to([("cohorts", "0007_consent_change_end_user_index_in_the_end_user_changed_at_one")])
+    assert single_column_indexes() == []
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="built CONCURRENTLY on Postgres only")

@@ -2,7 +2,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from apps.dashboard.charts import ChartMarker, Interval, bar_sparkline, interval_chart, line_chart, nice_ticks
+from apps.dashboard.charts import (
+    ChartMarker,
+    Interval,
+    bar_sparkline,
+    interval_chart,
+    lift_bar,
+    line_chart,
+    nice_ticks,
+)
 
 
 def test_a_line_breaks_where_values_are_missing():
@@ -51,8 +59,6 @@ def test_sparkline_scales_to_the_tallest_bar():
 
 
 def test_a_lift_bar_with_no_interval_says_so_without_a_zero_line_through_the_words():
-    from apps.dashboard.charts import lift_bar
-
     empty = lift_bar(None, None, None, kind="none", title="Accept rate")
     assert "not testable yet" in empty and "chart__zero" not in empty
     assert "chart__zero" in lift_bar(-0.01, 0.02, 0.05, kind="none", title="Accept rate")

@@ -5,13 +5,17 @@ reads back as sent, to the bit, and the migration ``interactions.0016`` packs th
 from __future__ import annotations
 
 import math
+import os
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
+from apps.interactions.models import Interaction
 from apps.interactions.packed import pack_floats, pack_ids, unpack_floats, unpack_ids
 
 
@@ -43,8 +47,6 @@ def test_json_text_an_old_process_wrote_into_the_binary_column_reads_as_its_list
 
 @pytest.mark.django_db
 def test_the_batch_api_stores_ids_and_logprobs_packed_and_reads_them_back_as_sent(tenant, make_client):
-    from apps.interactions.models import Interaction
-
     client = make_client(tenant)
     prompt_ids = list(range(49_000, 49_152)) + [0, 7]
     logprobs = [-0.123456789012345, -2.5e-7, -9999.0]
@@ -76,8 +78,6 @@ def test_the_batch_api_stores_ids_and_logprobs_packed_and_reads_them_back_as_sen
 
 @pytest.mark.django_db
 def test_the_orm_takes_lists_and_the_values_query_gives_lists(tenant):
-    from apps.interactions.models import Interaction
-
     Interaction.objects.create(
         tenant=tenant, source="logged", prompt="p", completion="c", prompt_token_ids=[5, 6],
         completion_token_ids=[7], completion_logprobs=[-0.5], served_at=timezone.now(), received_at=timezone.now(),
@@ -91,49 +91,39 @@ BEFORE = [("interactions", "0015_stream_parts")]
 PACKED = [("interactions", "0016_packed_token_columns")]
 
 
-def _migrate(targets):  # type: ignore[no-untyped-def]
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 @pytest.mark.django_db(transaction=True)  # migrations run outside the test's transaction
-def test_the_migration_packs_json_rows_and_unpacks_them_on_the_way_back(make_tenant):
+def test_the_migration_packs_json_rows_and_unpacks_them_on_the_way_back(make_tenant, migrate_to):
     tenant, now = make_tenant("json-tokens"), timezone.now()
-    old_apps = _migrate(BEFORE)
-    try:
-        model = old_apps.get_model("interactions", "Interaction")
-        rows = {
-            "wide": ([3, 49_151, 2**31 - 1], [12, 0], [-0.25, -1e-300]),
-            "narrow": ([0, 65_535, 7], [65_535], [-0.1]),
-            "null logprob": ([5], [6, 7], [-0.5, None]),  # JSON's -inf: no logprobs kept
-            "empty": ([], [], []),
-            "none": (None, None, None),
-        }
-        for prompt, (prompt_ids, completion_ids, logprobs) in rows.items():
-            model.objects.create(
-                tenant_id=tenant.pk, source="logged", prompt=prompt, completion="c", prompt_token_ids=prompt_ids,
-                completion_token_ids=completion_ids, completion_logprobs=logprobs, served_at=now, received_at=now,
+    old_apps = migrate_to(BEFORE)
+    model = old_apps.get_model("interactions", "Interaction")
+    rows = {
+        "wide": ([3, 49_151, 2**31 - 1], [12, 0], [-0.25, -1e-300]),
+        "narrow": ([0, 65_535, 7], [65_535], [-0.1]),
+        "null logprob": ([5], [6, 7], [-0.5, None]),  # JSON's -inf: no logprobs kept
+        "empty": ([], [], []),
+        "none": (None, None, None),
+    }
+    for prompt, (prompt_ids, completion_ids, logprobs) in rows.items():
+        model.objects.create(
+            tenant_id=tenant.pk, source="logged", prompt=prompt, completion="c", prompt_token_ids=prompt_ids,
+            completion_token_ids=completion_ids, completion_logprobs=logprobs, served_at=now, received_at=now,
+        )  # fmt: skip
+    new_model = migrate_to(PACKED).get_model("interactions", "Interaction")
+    rows["null logprob"] = ([5], [6, 7], [])
+    for prompt, values in rows.items():
+        stored = new_model.objects.get(tenant_id=tenant.pk, prompt=prompt)
+        assert (stored.prompt_token_ids, stored.completion_token_ids, stored.completion_logprobs) == values
+        with connection.cursor() as cursor:  # the SQL packed them as the Python writers do
+            cursor.execute(
+                "SELECT prompt_token_ids, completion_token_ids, completion_logprobs"
+                " FROM interactions_interaction WHERE id = %s", [stored.pk],
             )  # fmt: skip
-        new_model = _migrate(PACKED).get_model("interactions", "Interaction")
-        rows["null logprob"] = ([5], [6, 7], [])
-        for prompt, values in rows.items():
-            stored = new_model.objects.get(tenant_id=tenant.pk, prompt=prompt)
-            assert (stored.prompt_token_ids, stored.completion_token_ids, stored.completion_logprobs) == values
-            with connection.cursor() as cursor:  # the SQL packed them as the Python writers do
-                cursor.execute(
-                    "SELECT prompt_token_ids, completion_token_ids, completion_logprobs"
-                    " FROM interactions_interaction WHERE id = %s", [stored.pk],
-                )  # fmt: skip
-                raw = [None if value is None else bytes(value) for value in cursor.fetchone()]
-            assert raw == [pack_ids(values[0]), pack_ids(values[1]), pack_floats(values[2])]
-        back = _migrate(BEFORE).get_model("interactions", "Interaction")
-        for prompt, values in rows.items():
-            stored = back.objects.get(tenant_id=tenant.pk, prompt=prompt)
-            assert (stored.prompt_token_ids, stored.completion_token_ids, stored.completion_logprobs) == values
-    finally:
-        _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+            raw = [None if value is None else bytes(value) for value in cursor.fetchone()]
+        assert raw == [pack_ids(values[0]), pack_ids(values[1]), pack_floats(values[2])]
+    back = migrate_to(BEFORE).get_model("interactions", "Interaction")
+    for prompt, values in rows.items():
+        stored = back.objects.get(tenant_id=tenant.pk, prompt=prompt)
+        assert (stored.prompt_token_ids, stored.completion_token_ids, stored.completion_logprobs) == values
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,11 +145,6 @@ with connection.cursor() as cursor:
 
 def test_the_migration_packs_and_unpacks_on_the_embedded_sqlite_and_keeps_the_rollup_triggers(tmp_path):
     """The embedded default (``make demo``): the table is remade there, which drops its triggers."""
-    import os
-    import sqlite3
-    import subprocess
-    import sys
-
     database = tmp_path / "embedded.sqlite3"
     env = {**os.environ, "DEBUG": "1", "DATABASE_URL": f"sqlite:///{database}"}
 

@@ -13,6 +13,8 @@ import sys
 from django.db import migrations
 from django.db.utils import DatabaseError
 
+from apps.common.migration_indexes import index_build
+
 INDEX = "cohorts_enduser_external_id_trgm"
 
 
@@ -34,17 +36,7 @@ def create(apps, schema_editor):  # type: ignore[no-untyped-def]
                     file=sys.stderr,
                 )
                 return
-        cursor.execute(
-            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s",
-            [INDEX],
-        )
-        row = cursor.fetchone()
-        if row is not None and not row[0]:
-            cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {INDEX}")
-        cursor.execute(
-            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {INDEX} ON cohorts_enduser "
-            "USING gin (UPPER(external_id::text) gin_trgm_ops)"
-        )
+        index_build(schema_editor, name=INDEX, on="cohorts_enduser USING gin (UPPER(external_id::text) gin_trgm_ops)")
         # The planner knows an expression's values only once the table is analysed: until then it
         # guessed that a search matches 0.5 % of the users and walked the tenant's ids instead.
         cursor.execute("ANALYZE cohorts_enduser")

@@ -11,6 +11,8 @@ create it the ordinary way.
 
 from django.db import migrations, models
 
+from apps.common.migration_indexes import index_build
+
 INDEX = models.Index(fields=["tenant", "changed_at"], name="cohorts_con_tenant__9e4109_idx")
 
 
@@ -18,17 +20,7 @@ def create(apps, schema_editor):  # type: ignore[no-untyped-def]
     if schema_editor.connection.vendor != "postgresql":
         schema_editor.add_index(apps.get_model("cohorts", "ConsentChange"), INDEX)
         return
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s",
-            [INDEX.name],
-        )
-        row = cursor.fetchone()
-        if row is not None and not row[0]:
-            cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {INDEX.name}")
-        cursor.execute(
-            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {INDEX.name} ON cohorts_consentchange (tenant_id, changed_at)"
-        )
+    index_build(schema_editor, name=INDEX.name, on="cohorts_consentchange (tenant_id, changed_at)")
 
 
 def drop(apps, schema_editor):  # type: ignore[no-untyped-def]

@@ -23,7 +23,7 @@ def drop(apps, schema_editor):  # type: ignore[no-untyped-def]
 
 
 def create(apps, schema_editor):  # type: ignore[no-untyped-def]
-    index_build(schema_editor, name=INDEX, table=TABLE, columns="tenant_id")
+    index_build(schema_editor, name=INDEX, on=f"{TABLE} (tenant_id)")
 
 
 class Migration(migrations.Migration):

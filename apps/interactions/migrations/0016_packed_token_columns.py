@@ -45,16 +45,6 @@ $$;
 """
 
 
-def _pack_postgres(schema_editor, table: str) -> None:
-    using = ", ".join(
-        f"ALTER COLUMN {column} TYPE bytea USING pg_temp.strop_pack_{kind}({column})"
-        for column, kind in COLUMNS.items()
-    )
-    schema_editor.execute(PG_FUNCTIONS)
-    schema_editor.execute(f"ALTER TABLE {table} {using}")
-    schema_editor.execute("DROP FUNCTION pg_temp.strop_pack_ids(jsonb); DROP FUNCTION pg_temp.strop_pack_floats(jsonb)")
-
-
 def _convert_rows(schema_editor, table: str, convert) -> None:  # type: ignore[no-untyped-def]
     """Rewrite each row's three columns with ``convert(kind, value)``, a thousand rows a batch in
     id order (SQLite both ways; Postgres on the way back)."""
@@ -79,13 +69,21 @@ def _convert_rows(schema_editor, table: str, convert) -> None:  # type: ignore[n
 
 def pack_postgres(apps, schema_editor):  # type: ignore[no-untyped-def]
     """Postgres: the columns converted in SQL, before ``AlterField`` (which then changes nothing)."""
-    if schema_editor.connection.vendor == "postgresql":
-        _pack_postgres(schema_editor, apps.get_model("interactions", "Interaction")._meta.db_table)
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    table = apps.get_model("interactions", "Interaction")._meta.db_table
+    using = ", ".join(
+        f"ALTER COLUMN {column} TYPE bytea USING pg_temp.strop_pack_{kind}({column})"
+        for column, kind in COLUMNS.items()
+    )
+    schema_editor.execute(PG_FUNCTIONS)
+    schema_editor.execute(f"ALTER TABLE {table} {using}")
+    schema_editor.execute("DROP FUNCTION pg_temp.strop_pack_ids(jsonb); DROP FUNCTION pg_temp.strop_pack_floats(jsonb)")
 
 
 def pack_rows(apps, schema_editor):  # type: ignore[no-untyped-def]
     """Other databases: ``AlterField`` remade the table with the JSON text copied; packed here."""
-    import json
+    import orjson
 
     from apps.interactions.packed import pack_floats, pack_ids
 
@@ -95,7 +93,7 @@ def pack_rows(apps, schema_editor):  # type: ignore[no-untyped-def]
     def convert(kind, value):  # type: ignore[no-untyped-def]
         if value is None or isinstance(value, (bytes, memoryview)):
             return value
-        parsed = json.loads(value)
+        parsed = orjson.loads(value)
         if not isinstance(parsed, list):
             return None
         if kind == "ids":
