@@ -78,7 +78,19 @@ def clipped_policy_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, 
     return loss, approx_kl, clip_fraction
 
 
+KL_TOKEN_CAP = 10.0
+"""The most one token adds to the KL to the reference (its k3 term), in the loss and the figure."""
+
+
 def kl_to_reference(new_logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimator of KL(policy ‖ reference): unbiased, always ≥ 0."""
-    delta = ref_logprobs - new_logprobs
-    return delta.exp() - delta - 1
+    """Per-token k3 estimator of KL(policy ‖ reference), always ≥ 0, each token's term capped at
+    ``KL_TOKEN_CAP``.
+
+    k3 = r − 1 − log r with r = π_ref / π is unbiased on tokens the policy itself samples. The
+    trainer's tokens were sampled by the serving version, so a token the update has all but ruled
+    out, where the reference still likes it, makes r huge: one such token (r ≈ e^15) once made a
+    step's mean 811 and its gradient all about that token. Capped, as verl's low-variance KL does,
+    such a token adds at most the cap and no gradient; the log-ratio is clamped first so exp never
+    overflows into a NaN gradient."""
+    delta = (ref_logprobs - new_logprobs).clamp(-20.0, 20.0)
+    return (delta.exp() - delta - 1).clamp(max=KL_TOKEN_CAP)
