@@ -66,8 +66,8 @@ class PPOConfig:
     mean per completion first, so long completions do not outweigh short ones (or silence)."""
     kl_coef: float = 0.02
     """Weight of the KL penalty to the base model (adapter disabled), k3 estimator per token,
-    each token's term capped (``losses.KL_TOKEN_CAP``). 0 disables the penalty; the KL is still
-    measured and logged."""
+    linear past a log-ratio of 3 (``losses.kl_to_reference``). 0 disables the penalty; the KL is
+    still measured and logged."""
     measure_kl_to_base: bool = True
     """Log the KL to the base model even when kl_coef is 0. Free for a fresh LoRA (it equals
     the base at the start); costs one no-grad forward pass per update for a parent adapter."""
