@@ -277,6 +277,7 @@ def run_rounds(tenant: Tenant, model_dir: Path, tokenizer: Any, config: Any, arg
                                          "max_tokens_per_pass": args.pass_tokens}),
             kl_prompts=[list(s.prompt_token_ids) for s in train_samples[:32]],
             candidate_show_threshold=threshold, parent_show_threshold=tenant.threshold, silence_reward=0.0,
+            window_show_events=window,
         )
         record = RoundRecord(number, len(train_samples), len(heldout),
                              float(result.summary.get("final_kl_to_base", float("nan"))),

@@ -1,6 +1,6 @@
 """The eval gate: may a freshly trained candidate adapter meet users?
 
-Four checks, every one recorded on the verdict with its numbers:
+Five checks, every one recorded on the verdict with its numbers:
 
 1. **finite**: the candidate is an adapter vLLM serves, with finite weights, that fits the
    base model. If not, the verdict fails at once and the other checks are skipped (a broken
@@ -20,6 +20,12 @@ Four checks, every one recorded on the verdict with its numbers:
    where the parent is an adapter, make the tenant's offline evaluation (``fim_figures``:
    first-line and whole-middle matches and edit similarity with 95 % intervals, and the paired
    lift over the parent).
+5. **feedback direction** (when the caller gives the window's shown suggestions): the window's
+   accepts must not run against the model's confidence (``feedback_direction_z``). Outcomes
+   reported the wrong way round pass checks 2 to 4, which read the same reports (an inverted
+   round passed them all on a GPU, eval set included, and took back two rounds' learning); they
+   turn over the relation every clean window shows between a suggestion's log-probability and
+   its acceptance.
 
 Memory holds one base model: the candidate and the parent are two named peft adapters on it,
 switched with ``set_adapter``; a parent that is the base model alone is ``disable_adapter()``.
@@ -52,6 +58,7 @@ from learning_shared.fingerprint import base_model_fingerprint
 from learning_shared.intervals import MIN_MEAN_INTERVAL_N
 from learning_shared.offline_eval import fim_figures
 from learning_shared.samples import Sample, check_samples_against_vocab, require_samples
+from learning_shared.show_filter import MIN_ACCEPTED, ShowEvent, feedback_direction
 
 # What callers import from here: the gate's API in one place.
 __all__ = ["GateConfig", "GateVerdict", "evaluate_candidate", "fim_decision", "off_policy_value", "PASSED", "FAILED",
@@ -75,6 +82,7 @@ def evaluate_candidate(
     candidate_show_threshold: float | None = None,
     parent_show_threshold: float | None = None,
     silence_reward: float = 0.0,
+    window_show_events: Sequence[ShowEvent] | None = None,
 ) -> GateVerdict:
     """Run the gate on ``candidate_adapter_dir`` against its parent (None: the base model).
 
@@ -82,6 +90,8 @@ def evaluate_candidate(
     format, typed). KL is measured on their completions; without held-out samples, on the next-token
     distribution after each of ``kl_prompts`` (prompt token ids), else after each FIM prompt,
     else it is skipped. ``fim_eval`` holds ``{"prefix", "suffix", "middle"}`` cases.
+    ``window_show_events``: the shown suggestions of the window the candidate was trained on, as the
+    show filter is fitted on them, for the feedback check (None: skipped).
 
     A broken candidate yields a failed verdict. Raises ``TrainerInputError`` for what the caller
     sent wrong: bad samples, FIM cases or config, a base model or parent adapter that is unusable.
@@ -92,6 +102,7 @@ def evaluate_candidate(
     samples = require_samples(heldout)
     fim_cases = _check_fim_cases(fim_eval or [])[: config.max_fim_samples]
     verdict = GateVerdict(heldout_count=len(samples))
+    _feedback_check(verdict, window_show_events, config)
     if parent_adapter_dir is not None:
         verify_adapter(parent_adapter_dir, max_rank=max_rank)
     try:
@@ -162,9 +173,31 @@ def evaluate_candidate(
         _fim_check(verdict, model, tokenizer, fim_prompts, fim_cases, parent, family, config,
                    eos_id=eos_id, pad_id=pad_id, device=device)
 
-    verdict.passed = verdict.finite and FAILED not in (verdict.kl_check, verdict.reward_check, verdict.fim_check)
+    verdict.passed = verdict.finite and FAILED not in (verdict.kl_check, verdict.reward_check, verdict.fim_check,
+                                                       verdict.feedback_check)
     verdict.seconds = time.perf_counter() - started
     return verdict
+
+
+def _feedback_check(verdict: GateVerdict, events: Sequence[ShowEvent] | None, config: GateConfig) -> None:
+    if events is None or config.feedback_direction_z is None:
+        return
+    direction = feedback_direction(events)
+    verdict.feedback_direction = direction
+    if direction is None:
+        verdict.notes.append(f"feedback direction not checked: under {MIN_ACCEPTED} accepted or under "
+                             f"{MIN_ACCEPTED} other shown suggestions in the window")
+        return
+    if direction["z"] < -config.feedback_direction_z:
+        verdict.feedback_check = FAILED
+        verdict.reasons.append(
+            f"the window's feedback runs against the model: its {direction['accepted']} accepted suggestions "
+            f"scored lower than the {direction['others']} others (ROC AUC {direction['auc']:.2f}, "
+            f"{-direction['z']:.1f} standard errors below 0.5); outcomes reported the wrong way round teach a "
+            f"candidate to unlearn: check the client's accept and reject reports "
+            f"(gate_overrides.feedback_direction_z: null turns this check off)")
+    else:
+        verdict.feedback_check = PASSED
 
 
 def _invalid(verdict: GateVerdict, exc: AdapterInvalidError, started: float) -> GateVerdict:

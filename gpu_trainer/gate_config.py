@@ -38,6 +38,13 @@ class GateConfig:
     under ``learning_shared.intervals.MIN_MEAN_INTERVAL_N`` (5) cases, where the difference has no
     interval, when the mean difference is below −fim_margin. 1 turns the check off; 0 stops any
     loss the set can tell from noise."""
+    feedback_direction_z: float | None = 4.0
+    """The window's feedback fails the gate when its accepted suggestions scored *lower* than the
+    other shown ones by more than this many standard errors (the ROC AUC of the suggestion's
+    log-probability below 0.5: ``learning_shared.show_filter.feedback_direction``). On real code
+    accepts go with the model's confidence; outcomes reported the wrong way round (a client's bug)
+    turn that over, and a candidate trained on them unlearns while the other checks, which read the
+    same reports, pass it. None turns the check off."""
     max_fim_samples: int = 64
     """Evaluate at most the first this many FIM cases (greedy decoding is the gate's slow part)."""
     max_new_tokens: int = 32
@@ -68,6 +75,8 @@ class GateConfig:
             (self.importance_cap >= 1, "importance_cap must be >= 1"),
             (self.min_heldout >= 1, "min_heldout must be >= 1"),
             (self.fim_margin >= 0, "fim_margin must be >= 0"),
+            (self.feedback_direction_z is None or self.feedback_direction_z > 0,
+             "feedback_direction_z must be > 0 (or null: no check)"),
             (self.max_fim_samples >= 1, "max_fim_samples must be >= 1"),
             (self.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
             (self.max_prompt_tokens >= 1, "max_prompt_tokens must be >= 1"),
@@ -138,6 +147,11 @@ class GateVerdict:
     under 5 cases), and the ``bound`` it was held to: the check failed where ``high`` (``paired``)
     or ``value`` (``margin``) is below it (−fim_margin)."""
     fim_count: int = 0
+    feedback_check: str = SKIPPED
+    feedback_direction: dict[str, Any] | None = None
+    """What the feedback check decided on: ``{"auc", "z", "accepted", "others"}`` over the window's
+    shown suggestions (``learning_shared.show_filter.feedback_direction``); None when it had too
+    few on either side, or no window was given."""
     fim_figures: dict[str, Any] | None = None
     """The offline evaluation a tenant reads (``learning_shared.offline_eval.fim_figures``): for the
     candidate, the parent, and the base model where the parent is an adapter, the share of cases

@@ -230,6 +230,7 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
         candidate_show_threshold=threshold_of(show_gate),
         parent_show_threshold=threshold_of(parent.show_gate if parent else None),
         silence_reward=policy.reward_not_shown,
+        window_show_events=window.show_events,
     )
     seconds["gate"] = time.perf_counter() - started
     if eval_set is not None and verdict.fim_count:

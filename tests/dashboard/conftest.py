@@ -208,6 +208,8 @@ def build_world(
         "effective_sample_size": 6.5,
         "fim_check": "skipped",
         "fim_count": 0,
+        "feedback_check": "passed",
+        "feedback_direction": {"auc": 0.912, "z": 5.3, "accepted": 12, "others": 33},
     }
     training_run_advance(
         run, status=TrainingRun.Status.TRAINING, window_size=40, heldout_size=8, stage_seconds={"export": 0.4}

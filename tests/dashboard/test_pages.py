@@ -155,6 +155,8 @@ def test_the_run_page_shows_curves_gate_and_the_error_in_one_line_without_its_tr
     client = login(world.users["viewer"])
     body = client.get(url_for("run-detail", world)).content.decode()
     assert body.count('class="card chart-card"') == 5  # from the row: registration skipped the unreadable line
+    assert "Feedback direction" in body and "ROC AUC 0.912 of the model's confidence for what was accepted" in body
+    assert "12 accepted, 33 others, +5.3 standard errors" in body
     failed = TrainingRun.objects.create(
         tenant=world.a,
         adapter=world.adapter,

@@ -18,7 +18,9 @@ from gpu_trainer.decoding import comparable, greedy_completions
 from gpu_trainer.gate import GateConfig, GateVerdict, evaluate_candidate, off_policy_value
 from gpu_trainer.model_loading import load_tokenizer, special_token_ids
 from gpu_trainer.ppo import train_ppo
+from learning_shared.errors import TrainerInputError
 from learning_shared.fim import build_fim_prompt
+from learning_shared.show_filter import ShowEvent
 from tests.fixtures.vllm import write_random_lora
 from tests.gpu_trainer.helpers import FIM_CASES, load, next_token_probs, prompt_ids, typed, without_fim_tokens
 
@@ -248,3 +250,32 @@ def test_importance_weights_are_clipped_and_self_normalised():
     assert value == pytest.approx(5 / 6) and ess == pytest.approx(36 / 26)  # weights [5, 1], not [10, 1]
     value, ess = off_policy_value(policy - 1e4, behaviour, torch.tensor([1.0, 0.0], dtype=torch.float64), cap=5.0)
     assert math.isnan(value) and ess == 0.0  # the policy never produces the logged completions
+
+
+def test_a_window_whose_accepts_run_against_the_model_fails_the_feedback_check(tiny_starter_model, trained, setting):
+    """A client reporting outcomes the wrong way round: every other check reads the same reports
+    and can pass the candidate; the window's accepts ranked below its rejections cannot."""
+    clean = [ShowEvent(-1.0 - k / 10, True) for k in range(12)] + [ShowEvent(-5.0 - k / 10, False) for k in range(60)]
+    inverted = [ShowEvent(e.score, not e.accepted) for e in clean]
+
+    def gate(events, **config):
+        return evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
+                                  candidate_adapter_dir=trained, heldout=[], kl_prompts=[setting["prompt"]],
+                                  window_show_events=events, config=GateConfig(**config))
+
+    passed = gate(clean)
+    assert passed.passed and passed.feedback_check == "passed"
+    assert passed.feedback_direction == {"auc": 1.0, "z": passed.feedback_direction["z"], "accepted": 12, "others": 60}
+    failed = gate(inverted)
+    assert not failed.passed and failed.feedback_check == "failed" and failed.kl_check == "passed"
+    assert failed.feedback_direction["auc"] == 0.0
+    assert failed.reasons[0].startswith("the window's feedback runs against the model: its 60 accepted suggestions "
+                                        "scored lower than the 12 others (ROC AUC 0.00")
+    assert _json(failed)["feedback_direction"]["accepted"] == 60
+    unchecked = gate(inverted, feedback_direction_z=None)
+    assert unchecked.passed and unchecked.feedback_check == "skipped" and unchecked.feedback_direction is None
+    too_few = gate(inverted[:5] + inverted[12:])
+    assert too_few.passed and too_few.feedback_check == "skipped"
+    assert any(note.startswith("feedback direction not checked") for note in too_few.notes)
+    with pytest.raises(TrainerInputError, match="feedback_direction_z"):
+        GateConfig(feedback_direction_z=0)

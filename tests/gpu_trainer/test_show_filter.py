@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from learning_shared.show_filter import (
     MIN_ACCEPTED,
     ShowEvent,
+    feedback_direction,
     fit_show_threshold,
     in_check_part,
     recall_of,
@@ -98,3 +101,30 @@ def test_groups_alike_need_no_more_recall_and_no_groups_skip_the_check():
     assert alike["check_recall"] >= 0.8 and alike["fit_recall"] < 0.9
     ungrouped = fit_show_threshold(events([-1.0 - k / 10 for k in range(30)], [-9.0]), recall=0.8)
     assert ungrouped["check_recall"] is None and ungrouped["fit_recall"] == 0.8
+
+
+def test_feedback_direction_is_the_roc_auc_of_the_score_with_ties_counting_half():
+    rng = random.Random(5)
+    accepted = [round(rng.gauss(-3, 2)) for _ in range(25)]  # rounded: many ties
+    others = [round(rng.gauss(-7, 2)) for _ in range(120)]
+    pairs = sum((a > o) + 0.5 * (a == o) for a in accepted for o in others) / (len(accepted) * len(others))
+    direction = feedback_direction(events(accepted, others))
+    assert direction["auc"] == pytest.approx(pairs, abs=1e-4)
+    assert (direction["accepted"], direction["others"]) == (25, 120)
+    assert direction["z"] > 4
+
+
+def test_feedback_reported_the_wrong_way_round_turns_the_direction_over():
+    accepted, others = [-1.0 - k / 10 for k in range(20)], [-5.0 - k / 10 for k in range(150)]
+    clean, inverted = feedback_direction(events(accepted, others)), feedback_direction(events(others, accepted))
+    assert clean["auc"] == 1.0 and inverted["auc"] == 0.0
+    assert inverted["z"] == -clean["z"] < -4
+
+
+def test_feedback_direction_needs_enough_on_both_sides_and_ignores_unscored_events():
+    few = [-1.0] * (MIN_ACCEPTED - 1)
+    assert feedback_direction(events(few, [-5.0] * 50)) is None
+    assert feedback_direction(events([-5.0] * 50, few)) is None
+    enough = [-1.0] * MIN_ACCEPTED
+    assert feedback_direction(events(enough + [float("-inf")], [-5.0] * MIN_ACCEPTED))["accepted"] == MIN_ACCEPTED
+    assert feedback_direction(events(enough, [-1.0] * MIN_ACCEPTED))["auc"] == 0.5  # every pair tied

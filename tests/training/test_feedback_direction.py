@@ -1,0 +1,41 @@
+"""A window whose accepts run against the model (a client reporting outcomes the wrong way round)
+ends its run rejected, with the reason, and the tenant keeps what it serves."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.interactions.models import Interaction
+from apps.training.models import TrainingPolicy
+from apps.training.services import training_schedule
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the run's heartbeat reads it from a connection of its own
+
+
+def test_a_window_whose_accepted_suggestions_the_model_was_least_sure_of_is_rejected_by_the_gate(
+    tiny_adapter, add_events, settings, tmp_path
+):
+    import torch
+
+    import apps.training.pipeline as pipeline
+
+    settings.STROP_RUN_ROOT = tmp_path
+    ids = add_events(64)  # outcomes cycle accepted, rejected, not_shown, edited
+    for k, interaction_id in enumerate(ids):
+        # Served, and the accepted ones are those the model wrote with the lowest probability.
+        logprobs = [-4.0, -3.0] if k % 4 == 0 else [-0.2, -0.1 - k / 1000]
+        Interaction.objects.filter(pk=interaction_id).update(source="served", completion_logprobs=logprobs)
+    TrainingPolicy.objects.filter(adapter=tiny_adapter).update(heldout_fraction=0.0)
+    run = training_schedule(tiny_adapter, force=True)
+    threads = torch.get_num_threads()
+    try:
+        outcome = pipeline.training_run_execute(run.pk, attempt=1)
+    finally:
+        torch.set_num_threads(threads)
+    run.refresh_from_db()
+    assert outcome == "rejected" and run.output_version is None, (outcome, run.error, run.gate)
+    assert run.gate["feedback_check"] == "failed" and run.gate["kl_check"] == "passed"
+    assert run.gate["feedback_direction"]["auc"] == 0.0
+    assert (run.gate["feedback_direction"]["accepted"], run.gate["feedback_direction"]["others"]) == (16, 32)
+    assert run.gate["reasons"][0].startswith("the window's feedback runs against the model: its 16 accepted")
+    assert "the window's feedback runs against the model" in run.log
