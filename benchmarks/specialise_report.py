@@ -51,7 +51,8 @@ class Tenant:
 def gate_numbers(verdict: Any) -> dict[str, float]:
     """The verdict's numbers worth a figure: KL to the parent, the off-policy reward gain and the
     eval set's edit-similarity gain (candidate − parent) with the paired interval the FIM check
-    decided on (``_low``, ``_high``), ``nan`` where a check was skipped."""
+    decided on (``_low``, ``_high``), and the feedback check's ROC AUC of the window, ``nan``
+    where a check was skipped."""
     nan = float("nan")
 
     def gain(new: float | None, old: float | None) -> float:
@@ -65,6 +66,7 @@ def gate_numbers(verdict: Any) -> dict[str, float]:
         "eval_set_similarity_gain": gain(fim_new.get("edit_similarity"), fim_old.get("edit_similarity")),
         "eval_set_similarity_gain_low": nan if interval.get("low") is None else float(interval["low"]),
         "eval_set_similarity_gain_high": nan if interval.get("high") is None else float(interval["high"]),
+        "feedback_auc": float((verdict.feedback_direction or {}).get("auc", nan)),
     }
 
 
