@@ -61,8 +61,8 @@ from learning_shared.samples import Sample, check_samples_against_vocab, require
 from learning_shared.show_filter import MIN_ACCEPTED, ShowEvent, feedback_direction
 
 # What callers import from here: the gate's API in one place.
-__all__ = ["GateConfig", "GateVerdict", "evaluate_candidate", "fim_decision", "off_policy_value", "PASSED", "FAILED",
-           "SKIPPED"]
+__all__ = ["GateConfig", "GateVerdict", "evaluate_candidate", "feedback_check", "fim_decision", "off_policy_value",
+           "PASSED", "FAILED", "SKIPPED"]
 
 CANDIDATE = "candidate"
 PARENT = "parent"
@@ -102,7 +102,7 @@ def evaluate_candidate(
     samples = require_samples(heldout)
     fim_cases = _check_fim_cases(fim_eval or [])[: config.max_fim_samples]
     verdict = GateVerdict(heldout_count=len(samples))
-    _feedback_check(verdict, window_show_events, config)
+    feedback_check(verdict, window_show_events, config)
     if parent_adapter_dir is not None:
         verify_adapter(parent_adapter_dir, max_rank=max_rank)
     try:
@@ -179,8 +179,10 @@ def evaluate_candidate(
     return verdict
 
 
-def _feedback_check(verdict: GateVerdict, events: Sequence[ShowEvent] | None, config: GateConfig) -> None:
-    if events is None or config.feedback_direction_z is None:
+def feedback_check(verdict: GateVerdict, events: Sequence[ShowEvent] | None, config: GateConfig) -> None:
+    """Check 5 on ``verdict``: the window's shown suggestions against ``config.feedback_direction_z``
+    (nothing without events or with the check off). The loop also calls it before training."""
+    if events is None or not config.feedback_direction_z:
         return
     direction = feedback_direction(events)
     verdict.feedback_direction = direction
@@ -195,7 +197,8 @@ def _feedback_check(verdict: GateVerdict, events: Sequence[ShowEvent] | None, co
             f"scored lower than the {direction['others']} others (ROC AUC {direction['auc']:.2f}, "
             f"{-direction['z']:.1f} standard errors below 0.5); outcomes reported the wrong way round teach a "
             f"candidate to unlearn: check the client's accept and reject reports "
-            f"(gate_overrides.feedback_direction_z: null turns this check off)")
+            f"and resend the wrong ones (a later occurred_at replaces each); gate_overrides.feedback_direction_z 0 "
+            f"turns this check off")
     else:
         verdict.feedback_check = PASSED
 

@@ -38,13 +38,14 @@ class GateConfig:
     under ``learning_shared.intervals.MIN_MEAN_INTERVAL_N`` (5) cases, where the difference has no
     interval, when the mean difference is below −fim_margin. 1 turns the check off; 0 stops any
     loss the set can tell from noise."""
-    feedback_direction_z: float | None = 4.0
+    feedback_direction_z: float = 4.0
     """The window's feedback fails the gate when its accepted suggestions scored *lower* than the
     other shown ones by more than this many standard errors (the ROC AUC of the suggestion's
     log-probability below 0.5: ``learning_shared.show_filter.feedback_direction``). On real code
     accepts go with the model's confidence; outcomes reported the wrong way round (a client's bug)
     turn that over, and a candidate trained on them unlearns while the other checks, which read the
-    same reports, pass it. None turns the check off."""
+    same reports, pass it. 0 turns the check off. The loop runs it before training too, so such a
+    window costs no training run."""
     max_fim_samples: int = 64
     """Evaluate at most the first this many FIM cases (greedy decoding is the gate's slow part)."""
     max_new_tokens: int = 32
@@ -75,8 +76,7 @@ class GateConfig:
             (self.importance_cap >= 1, "importance_cap must be >= 1"),
             (self.min_heldout >= 1, "min_heldout must be >= 1"),
             (self.fim_margin >= 0, "fim_margin must be >= 0"),
-            (self.feedback_direction_z is None or self.feedback_direction_z > 0,
-             "feedback_direction_z must be > 0 (or null: no check)"),
+            (self.feedback_direction_z >= 0, "feedback_direction_z must be >= 0 (0: no check)"),
             (self.max_fim_samples >= 1, "max_fim_samples must be >= 1"),
             (self.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
             (self.max_prompt_tokens >= 1, "max_prompt_tokens must be >= 1"),

@@ -51,6 +51,12 @@ GATE_KNOB_TEXT = {
         "worse by more than this (the 95 % interval of the difference lies wholly below minus this value; "
         "under 5 cases, the mean difference). 1 turns the check off.",
     ),
+    "feedback_direction_z": (
+        "How far feedback may run against the model",
+        "Stops a run whose accepted suggestions are those the model was least sure of (standard errors below "
+        "chance, by the model's confidence): outcomes reported the wrong way round, which would teach it to "
+        "unlearn. 0 turns the check off.",
+    ),
     "max_fim_samples": ("Eval-set cases checked", "The first this many cases of the eval set."),
     "max_new_tokens": ("Longest eval-set answer (tokens)", "Each case's middle is decoded up to this length."),
 }

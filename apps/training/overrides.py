@@ -91,7 +91,7 @@ def gate_knobs() -> dict[str, Knob]:
         "importance_cap": Knob(float, 1.0, 20.0),
         "min_heldout": Knob(int, 1, 1000),
         "fim_margin": Knob(float, 0.0, 1.0),
-        "feedback_direction_z": Knob(float, 1.0, 20.0, nullable=True),
+        "feedback_direction_z": Knob(float, 0.0, 20.0),
         "max_fim_samples": Knob(int, 1, 64),
         "max_new_tokens": Knob(int, 1, 64),
     }

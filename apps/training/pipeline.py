@@ -158,7 +158,7 @@ def failure_reason(exc: BaseException, run: TrainingRun) -> str:
 
 def _execute(run: TrainingRun, guard: _Guard) -> str:
     from gpu_trainer.config import PPOConfig
-    from gpu_trainer.gate import GateConfig, evaluate_candidate
+    from gpu_trainer.gate import FAILED, GateConfig, GateVerdict, evaluate_candidate, feedback_check
     from gpu_trainer.ppo import train_ppo
 
     _limit_cpu_threads()
@@ -174,6 +174,26 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     guard.check()
     if not window.train:
         raise ValueError("the window holds no events to train on (all were held out or none are eligible)")
+    # A policy stored before its limits were tightened fails here, with the API's own message.
+    trainer_overrides = overrides_checked("trainer_overrides", policy.trainer_overrides)
+    gate_overrides = overrides_checked("gate_overrides", policy.gate_overrides)
+    gate_config = GateConfig.from_dict({"seed": run.pk, **gate_overrides})
+    # Feedback reported the wrong way round would only be caught by the gate after a whole run: the
+    # window alone says so, so the run stops here (the gate checks it again, and records it, below).
+    early = GateVerdict(heldout_count=len(window.heldout))
+    feedback_check(early, window.show_events, gate_config)
+    if early.feedback_check == FAILED:
+        early.notes.append("stopped before training: nothing was trained on this window")
+        _advance(
+            run,
+            TrainingRun.Status.REJECTED,
+            window_size=len(window.train),
+            heldout_size=len(window.heldout),
+            gate=early.as_dict(),
+            stage_seconds=seconds,
+            log=run.log + "gate: " + "; ".join(early.reasons) + "\n",
+        )
+        return "rejected"
     _advance(
         run,
         TrainingRun.Status.TRAINING,
@@ -182,9 +202,6 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
         stage_seconds=seconds,
     )
 
-    # A policy stored before its limits were tightened fails here, with the API's own message.
-    trainer_overrides = overrides_checked("trainer_overrides", policy.trainer_overrides)
-    gate_overrides = overrides_checked("gate_overrides", policy.gate_overrides)
     run_dir = Path(settings.STROP_RUN_ROOT) / run.tenant.slug / run.adapter.name / f"run-{run.pk}-attempt-{run.attempt}"
     # The candidate's show filter, fitted on the window's training part (what serving will gate it
     # with); fitted before training, since whether there is one decides who teaches silence.
@@ -224,7 +241,7 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
         candidate_adapter_dir=result.out_dir,
         heldout=window.heldout,
         fim_eval=eval_set.cases if eval_set else None,
-        config=GateConfig.from_dict({"seed": run.pk, **gate_overrides}),
+        config=gate_config,
         max_rank=settings.VLLM_MAX_LORA_RANK,
         kl_prompts=[list(sample.prompt_token_ids) for sample in window.train[:32]],
         candidate_show_threshold=threshold_of(show_gate),

@@ -91,3 +91,15 @@ def test_an_eval_set_is_replaced_from_a_jsonl_file_and_a_bad_line_is_named(login
         and "cases[0]: must hold exactly prefix, suffix and middle" in response.content.decode()
     )
     assert len(EvalSet.objects.get(adapter=world.adapter).cases) == 2  # unchanged by the refused uploads
+
+
+def test_the_feedback_check_is_explained_and_can_be_turned_off_on_the_policy_page(login, world):
+    client = login(world.users["admin"])
+    page = client.get(url_for("training-policy", world)).content.decode()
+    assert "How far feedback may run against the model" in page and "0 turns the check off" in page
+    client.post(url_for("training-policy", world),
+                {**ACTIONS["training-policy"][1], "gate_feedback_direction_z": "0"})
+    assert TrainingPolicy.objects.get(adapter=world.adapter).gate_overrides == {"feedback_direction_z": 0.0}
+    page = client.get(url_for("training-policy", world)).content.decode()
+    field = page.split('name="gate_feedback_direction_z"', 1)[1].split(">", 1)[0]
+    assert 'value="0' in field  # shown as set, so saving the page again keeps it off

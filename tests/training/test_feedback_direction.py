@@ -1,18 +1,23 @@
 """A window whose accepts run against the model (a client reporting outcomes the wrong way round)
-ends its run rejected, with the reason, and the tenant keeps what it serves."""
+ends its run rejected before training, with the reason, and the tenant keeps what it serves; once
+the client resends the outcomes it got wrong, the same window trains."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from apps.interactions.models import Interaction
-from apps.training.models import TrainingPolicy
+from apps.interactions.services.feedback import feedback_ingest
+from apps.training.models import TrainingPolicy, TrainingRun
 from apps.training.services import training_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the run's heartbeat reads it from a connection of its own
 
 
-def test_a_window_whose_accepted_suggestions_the_model_was_least_sure_of_is_rejected_by_the_gate(
+def test_a_window_whose_accepts_the_model_was_least_sure_of_stops_before_training_until_the_client_resends(
     tiny_adapter, add_events, settings, tmp_path
 ):
     import torch
@@ -26,16 +31,34 @@ def test_a_window_whose_accepted_suggestions_the_model_was_least_sure_of_is_reje
         logprobs = [-4.0, -3.0] if k % 4 == 0 else [-0.2, -0.1 - k / 1000]
         Interaction.objects.filter(pk=interaction_id).update(source="served", completion_logprobs=logprobs)
     TrainingPolicy.objects.filter(adapter=tiny_adapter).update(heldout_fraction=0.0)
-    run = training_schedule(tiny_adapter, force=True)
-    threads = torch.get_num_threads()
-    try:
-        outcome = pipeline.training_run_execute(run.pk, attempt=1)
-    finally:
-        torch.set_num_threads(threads)
-    run.refresh_from_db()
+
+    def run_once() -> tuple[str, TrainingRun]:
+        run = training_schedule(tiny_adapter, force=True)
+        threads = torch.get_num_threads()
+        try:
+            outcome = pipeline.training_run_execute(run.pk, attempt=1)
+        finally:
+            torch.set_num_threads(threads)
+        run.refresh_from_db()
+        return outcome, run
+
+    outcome, run = run_once()
     assert outcome == "rejected" and run.output_version is None, (outcome, run.error, run.gate)
-    assert run.gate["feedback_check"] == "failed" and run.gate["kl_check"] == "passed"
+    assert run.gate["feedback_check"] == "failed" and run.gate["kl_check"] == "skipped"
+    assert run.trainer_summary in (None, {}) and "train" not in run.stage_seconds  # stopped before training
+    assert "stopped before training: nothing was trained on this window" in run.gate["notes"]
     assert run.gate["feedback_direction"]["auc"] == 0.0
     assert (run.gate["feedback_direction"]["accepted"], run.gate["feedback_direction"]["others"]) == (16, 32)
     assert run.gate["reasons"][0].startswith("the window's feedback runs against the model: its 16 accepted")
     assert "the window's feedback runs against the model" in run.log
+    # The events were not used up: the client, fixed, resends the outcomes it got wrong (a later
+    # occurred_at replaces each), and the next run takes the same window and trains.
+    later = (timezone.now() + timedelta(minutes=1)).isoformat()
+    fixed = {0: "rejected", 1: "accepted"}  # what the accepted and the rejected ones really were
+    feedback_ingest(tiny_adapter.tenant, items=[
+        {"interaction_id": interaction_id, "outcome": fixed[k % 4], "occurred_at": later}
+        for k, interaction_id in enumerate(ids) if k % 4 in fixed
+    ])
+    outcome, run = run_once()
+    assert outcome == "candidate" and run.window_size == 64, (outcome, run.error, run.gate)
+    assert run.gate["feedback_check"] == "passed" and run.gate["feedback_direction"]["auc"] > 0.5
