@@ -174,6 +174,14 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     guard.check()
     if not window.train:
         raise ValueError("the window holds no events to train on (all were held out or none are eligible)")
+    _advance(
+        run,
+        TrainingRun.Status.TRAINING,
+        window_size=len(window.train),
+        heldout_size=len(window.heldout),
+        stage_seconds=seconds,
+    )
+
     # A policy stored before its limits were tightened fails here, with the API's own message.
     trainer_overrides = overrides_checked("trainer_overrides", policy.trainer_overrides)
     gate_overrides = overrides_checked("gate_overrides", policy.gate_overrides)
@@ -187,20 +195,10 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
         _advance(
             run,
             TrainingRun.Status.REJECTED,
-            window_size=len(window.train),
-            heldout_size=len(window.heldout),
             gate=early.as_dict(),
-            stage_seconds=seconds,
             log=run.log + "gate: " + "; ".join(early.reasons) + "\n",
         )
         return "rejected"
-    _advance(
-        run,
-        TrainingRun.Status.TRAINING,
-        window_size=len(window.train),
-        heldout_size=len(window.heldout),
-        stage_seconds=seconds,
-    )
 
     run_dir = Path(settings.STROP_RUN_ROOT) / run.tenant.slug / run.adapter.name / f"run-{run.pk}-attempt-{run.attempt}"
     # The candidate's show filter, fitted on the window's training part (what serving will gate it
