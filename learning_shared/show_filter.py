@@ -155,21 +155,15 @@ def feedback_direction(events: Iterable[ShowEvent]) -> dict[str, float | int] | 
     window whose outcomes were reported the wrong way round has it far below. Unweighted: the
     question is about the reports, not about what the gate would show. None with fewer than
     ``MIN_ACCEPTED`` on either side."""
+    from scipy.stats import rankdata  # here: serving imports this module and never needs it
+
     scored = [(e.score, e.accepted) for e in events if math.isfinite(e.score)]
     accepted = sum(1 for _, a in scored if a)
     others = len(scored) - accepted
     if accepted < MIN_ACCEPTED or others < MIN_ACCEPTED:
         return None
-    # Mid-ranks of the scores (ties share their average rank), then the accepted ones' rank sum.
-    scored.sort(key=lambda pair: pair[0])
-    rank_sum, i = 0.0, 0
-    while i < len(scored):
-        j = i
-        while j < len(scored) and scored[j][0] == scored[i][0]:
-            j += 1
-        mid = (i + 1 + j) / 2  # ranks i+1 .. j
-        rank_sum += mid * sum(1 for _, a in scored[i:j] if a)
-        i = j
+    ranks = rankdata([score for score, _ in scored])  # ties share their average rank
+    rank_sum = float(sum(rank for rank, (_, a) in zip(ranks, scored, strict=True) if a))
     auc = (rank_sum - accepted * (accepted + 1) / 2) / (accepted * others)
     se = math.sqrt((accepted + others + 1) / (12 * accepted * others))
     return {"auc": round(auc, 4), "z": round((auc - 0.5) / se, 2), "accepted": accepted, "others": others}

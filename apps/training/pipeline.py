@@ -192,13 +192,7 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     feedback_check(early, window.show_events, gate_config)
     if early.feedback_check == FAILED:
         early.notes.append("stopped before training: nothing was trained on this window")
-        _advance(
-            run,
-            TrainingRun.Status.REJECTED,
-            gate=early.as_dict(),
-            log=run.log + "gate: " + "; ".join(early.reasons) + "\n",
-        )
-        return "rejected"
+        return _reject(run, early)
 
     run_dir = Path(settings.STROP_RUN_ROOT) / run.tenant.slug / run.adapter.name / f"run-{run.pk}-attempt-{run.attempt}"
     # The candidate's show filter, fitted on the window's training part (what serving will gate it
@@ -251,16 +245,9 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     if eval_set is not None and verdict.fim_count:
         # What the version's offline evaluation names: the set as it was when this run read it.
         verdict.fim_eval_set = {"cases": len(eval_set.cases), "uploaded_at": eval_set.uploaded_at.isoformat()}
-    gate = verdict.as_dict()
     if not verdict.passed:
-        _advance(
-            run,
-            TrainingRun.Status.REJECTED,
-            gate=gate,
-            stage_seconds=seconds,
-            log=run.log + "gate: " + "; ".join(verdict.reasons) + "\n",
-        )
-        return "rejected"
+        return _reject(run, verdict, stage_seconds=seconds)
+    gate = verdict.as_dict()
 
     guard.check()
     started = time.perf_counter()
@@ -293,6 +280,18 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     seconds["load"] = time.perf_counter() - started
     _advance(run, TrainingRun.Status.CANDIDATE, output_version=version, gate=gate, stage_seconds=seconds)
     return "candidate"  # the worker then starts its A/B test if the policy asks (experiment_auto_start)
+
+
+def _reject(run: TrainingRun, verdict: Any, **fields: Any) -> str:
+    """End the run rejected by the gate's ``verdict`` (a GateVerdict), its reasons in the log."""
+    _advance(
+        run,
+        TrainingRun.Status.REJECTED,
+        gate=verdict.as_dict(),
+        log=run.log + "gate: " + "; ".join(verdict.reasons) + "\n",
+        **fields,
+    )
+    return "rejected"
 
 
 def _fit_show_filter(window: Window, policy: TrainingPolicy) -> dict[str, Any] | None:

@@ -12,6 +12,24 @@ _ids = itertools.count()
 
 
 @pytest.fixture
+def execute_run():
+    """``execute(run)``: the gpu worker's task body for ``run``, in this process (its outcome). The
+    pipeline narrows torch's CPU threads for training; they are given back afterwards."""
+    import torch
+
+    import apps.training.pipeline as pipeline
+
+    def execute(run) -> str:  # type: ignore[no-untyped-def]
+        threads = torch.get_num_threads()
+        try:
+            return pipeline.training_run_execute(run.pk, attempt=run.attempt)
+        finally:
+            torch.set_num_threads(threads)
+
+    return execute
+
+
+@pytest.fixture
 def tiny_adapter(tenant, tiny_starter_model):
     base = base_model_register(name="base", path=tiny_starter_model)
     adapter = adapter_create(tenant, name="tab", base_model=base, is_default=True)

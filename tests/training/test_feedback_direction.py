@@ -18,12 +18,8 @@ pytestmark = pytest.mark.django_db(transaction=True)  # the run's heartbeat read
 
 
 def test_a_window_whose_accepts_the_model_was_least_sure_of_stops_before_training_until_the_client_resends(
-    tiny_adapter, add_events, settings, tmp_path
+    tiny_adapter, add_events, settings, tmp_path, execute_run
 ):
-    import torch
-
-    import apps.training.pipeline as pipeline
-
     settings.STROP_RUN_ROOT = tmp_path
     ids = add_events(64)  # outcomes cycle accepted, rejected, not_shown, edited
     for k, interaction_id in enumerate(ids):
@@ -34,11 +30,7 @@ def test_a_window_whose_accepts_the_model_was_least_sure_of_stops_before_trainin
 
     def run_once() -> tuple[str, TrainingRun]:
         run = training_schedule(tiny_adapter, force=True)
-        threads = torch.get_num_threads()
-        try:
-            outcome = pipeline.training_run_execute(run.pk, attempt=1)
-        finally:
-            torch.set_num_threads(threads)
+        outcome = execute_run(run)
         run.refresh_from_db()
         return outcome, run
 

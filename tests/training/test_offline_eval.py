@@ -21,12 +21,8 @@ CASES = [
 
 
 def test_a_candidate_is_evaluated_on_the_eval_set_and_the_api_reads_it_to_its_tenant_only(
-    tiny_adapter, client_a, make_tenant, make_client, settings, tmp_path
+    tiny_adapter, client_a, make_tenant, make_client, settings, tmp_path, execute_run
 ):
-    import torch
-
-    import apps.training.pipeline as pipeline
-
     settings.STROP_RUN_ROOT = tmp_path
     assert client_a.put("/v1/adapters/tab/eval-set", {"cases": CASES}, format="json").status_code == 200
     ingest_distinct_tokens(tiny_adapter.tenant, set())
@@ -35,11 +31,7 @@ def test_a_candidate_is_evaluated_on_the_eval_set_and_the_api_reads_it_to_its_te
         heldout_fraction=0.0, gate_overrides={"fim_margin": 1.0, "max_new_tokens": 8}
     )
     run = training_schedule(tiny_adapter, force=True)
-    threads = torch.get_num_threads()
-    try:
-        outcome = pipeline.training_run_execute(run.pk, attempt=1)
-    finally:
-        torch.set_num_threads(threads)
+    outcome = execute_run(run)
     run.refresh_from_db()
     assert outcome == "candidate" and run.gate["fim_count"] == len(CASES), (outcome, run.error, run.gate)
 

@@ -43,21 +43,13 @@ def ingest_distinct_tokens(tenant, probe_ids: set[int], n: int = 16) -> set[int]
     return used
 
 
-def test_a_trained_versions_serve_probe_holds_no_token_of_its_training_data(tiny_adapter, client_a):
-    import torch
-
-    import apps.training.pipeline as pipeline
-
+def test_a_trained_versions_serve_probe_holds_no_token_of_its_training_data(tiny_adapter, client_a, execute_run):
     synthetic = probe_tokens(AutoTokenizer.from_pretrained(tiny_adapter.base_model.path))
     probe_ids = {*synthetic["prompt_token_ids"], *synthetic["completion_token_ids"]}
     trained_ids = ingest_distinct_tokens(tiny_adapter.tenant, probe_ids)
     TrainingPolicy.objects.filter(adapter=tiny_adapter).update(heldout_fraction=0.0)
     run = training_schedule(tiny_adapter, force=True)
-    threads = torch.get_num_threads()
-    try:
-        outcome = pipeline.training_run_execute(run.pk, attempt=1)
-    finally:
-        torch.set_num_threads(threads)
+    outcome = execute_run(run)
     run.refresh_from_db()
     assert outcome == "candidate" and run.output_version is not None, (outcome, run.error, run.gate)
 

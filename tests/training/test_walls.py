@@ -141,13 +141,11 @@ def test_runs_past_the_wall_time_limit_end_failed_with_the_reason_and_free_the_g
 
 @pytest.mark.django_db(transaction=True)
 def test_an_erase_while_a_run_trains_discards_the_run_reports_it_and_reruns_without_the_user(
-    tiny_adapter, add_events, client_a, monkeypatch
+    tiny_adapter, add_events, client_a, monkeypatch, execute_run
 ):
     """The run fixes its window (dev-0 is in it), then dev-0 is erased through the API: the report
     names the active run, the run registers nothing and ends failed, a new run is queued, and the
     mark that the run held an erased user outlives their data without their id."""
-    import torch
-
     import apps.training.pipeline as pipeline
 
     add_events(20)
@@ -161,11 +159,7 @@ def test_an_erase_while_a_run_trains_discards_the_run_reports_it_and_reruns_with
         return window
 
     monkeypatch.setattr(pipeline, "dataset_export", export_then_erase)
-    threads = torch.get_num_threads()
-    try:
-        assert pipeline.training_run_execute(run.pk, attempt=1) == "failed"
-    finally:
-        torch.set_num_threads(threads)
+    assert execute_run(run) == "failed"
 
     report = reports[0]
     assert report.status_code == 200, report.content
