@@ -43,6 +43,7 @@ from apps.training.apis import (
     TrainingPolicyApi,
     TrainingRunCollectionApi,
     TrainingRunDetailApi,
+    TrainingRunExcludeWindowApi,
 )
 
 _public = {"authentication_classes": [], "permission_classes": [AllowAny]}
@@ -90,6 +91,11 @@ urlpatterns = [
     path("v1/adapters/<str:adapter_name>/training-runs", TrainingRunCollectionApi.as_view(), name="training-runs"),
     path("v1/adapters/<str:adapter_name>/retrain", AdapterRetrainApi.as_view(), name="adapter-retrain"),
     path("v1/training-runs/<str:run_id>", TrainingRunDetailApi.as_view(), name="training-run-detail"),
+    path(
+        "v1/training-runs/<str:run_id>/exclude-window",
+        TrainingRunExcludeWindowApi.as_view(),
+        name="training-run-exclude-window",
+    ),
     path("v1/users", EndUserListApi.as_view(), name="end-users"),
     path("v1/users/import", EndUserImportApi.as_view(), name="end-users-import"),
     path("v1/users/<str:end_user_id>", EndUserDetailApi.as_view(), name="end-user-detail"),

@@ -197,8 +197,9 @@ def feedback_check(verdict: GateVerdict, events: Sequence[ShowEvent] | None, con
             f"scored lower than the {direction['others']} others (ROC AUC {direction['auc']:.2f}, "
             f"{-direction['z']:.1f} standard errors below 0.5); outcomes reported the wrong way round teach a "
             f"candidate to unlearn: check the client's accept and reject reports "
-            f"and resend the wrong ones (a later occurred_at replaces each); gate_overrides.feedback_direction_z 0 "
-            f"turns this check off")
+            f"and resend the wrong ones (a later occurred_at replaces each), or, where they cannot be resent, leave "
+            f"this run's events out of training (its page, or POST /v1/training-runs/<id>/exclude-window); "
+            f"gate_overrides.feedback_direction_z 0 turns this check off")
     else:
         verdict.feedback_check = PASSED
 

@@ -41,6 +41,7 @@ WITH_IDS = {
     "training-runs",
     "adapter-retrain",
     "training-run-detail",
+    "training-run-exclude-window",
     "interaction-detail",
     "interaction-persistence",
     "api-key-detail",
@@ -218,6 +219,7 @@ def test_b_cannot_see_or_steer_a_training(world):
     base = BaseModel.objects.create(name="walls-base-3", path="/nonexistent", family="qwen")
     adapter = Adapter.objects.create(tenant=a.tenant, name="a-trained", base_model=base)
     run = TrainingRun.objects.create(tenant=a.tenant, adapter=adapter, status="failed", error="A's secret error")
+    rejected = TrainingRun.objects.create(tenant=a.tenant, adapter=adapter, status="rejected")
     assert b.get("/v1/adapters/a-trained/training-policy").status_code == 404
     assert b.patch("/v1/adapters/a-trained/training-policy", {"enabled": False}, format="json").status_code == 404
     cases = {"cases": [{"prefix": "a", "suffix": "b", "middle": "c"}]}
@@ -227,8 +229,10 @@ def test_b_cannot_see_or_steer_a_training(world):
     assert b.post("/v1/adapters/a-trained/retrain").status_code == 404
     response = b.get(f"/v1/training-runs/{run.pk}")
     assert response.status_code == 404 and "secret" not in response.content.decode()
+    assert b.post(f"/v1/training-runs/{rejected.pk}/exclude-window").status_code == 404
     assert not TrainingPolicy.objects.filter(adapter=adapter).exists()
-    assert TrainingRun.objects.filter(adapter=adapter).count() == 1
+    assert TrainingRun.objects.filter(adapter=adapter).count() == 2
+    assert not TrainingRun.objects.filter(adapter=adapter, window_excluded_at__isnull=False).exists()
 
 
 def test_b_cannot_see_touch_or_erase_a_end_users(world):

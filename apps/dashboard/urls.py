@@ -73,6 +73,7 @@ tenant_patterns = [
     path("runs/", runs.run_list, name="runs"),
     path("runs/<int:run_id>/", runs.run_detail, name="run-detail"),
     path("runs/<int:run_id>/status/", runs.run_status, name="run-status"),
+    path("runs/<int:run_id>/exclude-window/", runs.run_exclude_window, name="run-exclude-window"),
     path("interactions/", interactions.interaction_list, name="interactions"),
     path("interactions/export.csv", exports.interactions_export, name="interactions-csv"),
     path("interactions/<uuid:interaction_id>/", interactions.interaction_detail, name="interaction-detail"),

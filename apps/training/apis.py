@@ -15,7 +15,12 @@ from apps.training.erasure import training_lineage_retrain
 from apps.training.models import REWARD_FIELDS, TrainingPolicy, TrainingRun
 from apps.training.overrides import overrides_reference
 from apps.training.selectors import training_policy_get, training_run_get_for_tenant, training_run_list
-from apps.training.services import eval_set_upload, training_policy_update, training_schedule
+from apps.training.services import (
+    eval_set_upload,
+    training_policy_update,
+    training_schedule,
+    training_window_exclude,
+)
 
 
 class TrainingPolicyOut(serializers.ModelSerializer):
@@ -81,6 +86,8 @@ class TrainingRunOut(serializers.ModelSerializer):
             "log",
             "error",
             "erased_users",
+            "window_excluded_at",
+            "window_excluded_by",
         ]
 
     def get_error(self, obj: TrainingRun) -> str:
@@ -177,3 +184,22 @@ class TrainingRunDetailApi(ScopedApi):
     @extend_schema(responses={200: TrainingRunOut})
     def get(self, request: Request, run_id: str) -> Response:
         return Response(TrainingRunOut(training_run_get_for_tenant(self.tenant, run_id=run_id)).data)
+
+
+class TrainingRunExcludeWindowApi(ScopedApi):
+    """Leave a rejected run's events out of training for good."""
+
+    required_scope = "admin"
+
+    @extend_schema(
+        request=None,
+        responses={200: TrainingRunOut},
+        description="A rejected run does not use up its events: the next run takes the same ones. Where they "
+        "are wrong (a client reported outcomes the wrong way round) and cannot be sent again, this leaves them "
+        "(its window and its held-out events) out of every later run; 409 for a run that is not rejected. "
+        "Doing it again changes nothing.",
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        run = training_run_get_for_tenant(self.tenant, run_id=run_id)
+        run = training_window_exclude(self.tenant, run=run, actor=self.actor)
+        return Response(TrainingRunOut(run).data)

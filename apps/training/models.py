@@ -120,6 +120,10 @@ class TrainingRun(models.Model):
     dispatched_at = models.DateTimeField(
         null=True, blank=True, help_text="sent to the gpu queue (at most one waiting run per tenant)"
     )
+    window_excluded_at = models.DateTimeField(
+        null=True, blank=True, help_text="when a person left this rejected run's events out of training for good"
+    )
+    window_excluded_by = models.CharField(max_length=200, blank=True, help_text="who left them out")
 
     class Meta:
         constraints = [

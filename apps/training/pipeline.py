@@ -8,6 +8,8 @@ adapter exactly as it was.
 from __future__ import annotations
 
 import logging
+import re
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -27,7 +29,7 @@ from apps.common.tasks import enqueue
 from apps.engines.vllm_client import VLLMUnavailable
 from apps.training.dataset import Window, dataset_export
 from apps.training.erasure import training_run_erased
-from apps.training.models import TrainingPolicy, TrainingRun
+from apps.training.models import ACTIVE_STATUSES, TrainingPolicy, TrainingRun
 from apps.training.overrides import overrides_checked
 from apps.training.selectors import eval_set_get, training_policy_get
 from apps.training.services import (
@@ -114,10 +116,46 @@ def _advance(run: TrainingRun, status: str, **fields: Any) -> None:
         raise RunTakenBack(f"run {run.pk} attempt {run.attempt} was taken back")
 
 
+def run_dir_of(run: TrainingRun) -> Path:
+    """The run's working folder on this GPU host: the parent's weights fetched, the candidate's
+    written. Removed when the run ends (the adapter store keeps a registered version), so no weights
+    trained on an end user outlive an erase or a purge here."""
+    return Path(settings.STROP_RUN_ROOT) / run.tenant.slug / run.adapter.name / f"run-{run.pk}-attempt-{run.attempt}"
+
+
+_RUN_FOLDER = re.compile(r"run-(\d+)-attempt-(\d+)")
+
+
+def run_dirs_sweep() -> list[Path]:
+    """Remove this host's run folders that no active run owns: those a worker killed mid-run left
+    (a run that ends removes its own). Each run's start calls it; what it removed comes back."""
+    root = Path(settings.STROP_RUN_ROOT)
+    found = {}
+    for folder in root.glob("*/*/run-*-attempt-*"):
+        match = _RUN_FOLDER.fullmatch(folder.name)
+        if match and folder.is_dir():
+            found[folder] = (int(match[1]), int(match[2]))
+    if not found:
+        return []
+    active = set(
+        TrainingRun.objects.filter(pk__in={pk for pk, _ in found.values()}, status__in=ACTIVE_STATUSES).values_list(
+            "pk", "attempt"
+        )
+    )
+    removed = [folder for folder, key in found.items() if key not in active]
+    for folder in removed:
+        shutil.rmtree(folder, ignore_errors=True)
+    if removed:
+        logger.info("removed %d run folder(s) no active run owns under %s", len(removed), root)
+    return removed
+
+
 def training_run_execute(run_id: int, *, attempt: int) -> str:
     run = training_run_claim(run_id, attempt=attempt)
     if run is None:
         return "skipped"
+    logger.info("training run %s attempt %s started", run.pk, run.attempt)
+    run_dirs_sweep()
     heartbeat = _Heartbeat(run)
     heartbeat.start()
     try:
@@ -140,6 +178,7 @@ def training_run_execute(run_id: int, *, attempt: int) -> str:
         outcome = "failed"
     finally:
         heartbeat.stop()
+        shutil.rmtree(run_dir_of(run), ignore_errors=True)
     training_run_finished(run.stage_seconds)
     # Events that arrived while this run trained may already be enough for the next one.
     training_schedule_tenant(run.tenant_id)
@@ -194,7 +233,7 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
         early.notes.append("stopped before training: nothing was trained on this window")
         return _reject(run, early)
 
-    run_dir = Path(settings.STROP_RUN_ROOT) / run.tenant.slug / run.adapter.name / f"run-{run.pk}-attempt-{run.attempt}"
+    run_dir = run_dir_of(run)
     # The candidate's show filter, fitted on the window's training part (what serving will gate it
     # with); fitted before training, since whether there is one decides who teaches silence.
     show_gate = _fit_show_filter(window, policy)

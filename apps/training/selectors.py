@@ -65,18 +65,21 @@ def feedback_belongs_to_adapter(adapter: Adapter) -> Q:
 
 
 def training_events_eligible(adapter: Adapter, *, parent: AdapterVersion | None) -> QuerySet[Feedback]:
-    """Labelled events the consent rule allows (apps.cohorts.selectors) not yet learned in the lineage."""
+    """Labelled events the consent rule allows (apps.cohorts.selectors) not yet learned in the lineage
+    and not left out of training."""
     # NOT EXISTS (a probe of the (feedback, held_out) index per event), not NOT IN: the lineage's
     # trained events are not read whole for each query (a window's walk runs several).
     trained_in_lineage = TrainingRunEvent.objects.filter(
         feedback_id=OuterRef("pk"), run__output_version_id__in=version_lineage_ids(parent), held_out=False
     )
+    # The events of a rejected run a person left out of training (``training_window_exclude``).
+    left_out = TrainingRunEvent.objects.filter(feedback_id=OuterRef("pk"), run__window_excluded_at__isnull=False)
     consented = (
         Feedback.objects.filter(tenant_id=adapter.tenant_id, interaction__isnull=False)
         .filter(consented_events("interaction__"))
         .filter(_belongs_to_adapter(adapter))
     )
-    return feedback_learnable(consented).exclude(Exists(trained_in_lineage))
+    return feedback_learnable(consented).exclude(Exists(trained_in_lineage)).exclude(Exists(left_out))
 
 
 WINDOW_STEP = 20_000  # the tenant's events read per step of a window's walk

@@ -50,6 +50,7 @@ ACTIONS: dict[str, tuple[str, dict[str, Any], str]] = {
     "version-promote": ("post", {}, "adapter.promote"),
     "run-start": ("post", {}, "training_run.start"),
     "lineage-retrain": ("post", {}, "training_run.retrain"),
+    "run-exclude-window": ("post", {}, "training_run.exclude_window"),
     "version-purge": ("post", {}, "adapter_version.purge"),
     "training-policy": (
         "post",
@@ -143,6 +144,10 @@ def prepare(name: str, world: Any) -> None:
 
     if name == "version-rollback":  # production must be later than the version rolled back to
         adapter_version_promote(world.a, version=world.v2, actor="system")
+    elif name == "run-exclude-window":  # a rejected run's events
+        from apps.training.models import TrainingRun
+
+        world.run = TrainingRun.objects.create(tenant=world.a, adapter=world.adapter, status="rejected")
     elif name in ("lineage-retrain", "version-purge"):  # v2's run learned from an end user erased since
         from apps.training.models import TrainingRunErasure
 

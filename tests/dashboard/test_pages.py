@@ -171,6 +171,26 @@ def test_the_run_page_shows_curves_gate_and_the_error_in_one_line_without_its_tr
     assert "no output version" in body and "never reached the gate" in body
 
 
+def test_a_rejected_runs_page_offers_to_leave_its_events_out_and_then_says_when_and_who(login, world):
+    run = TrainingRun.objects.create(
+        tenant=world.a, adapter=world.adapter, status="rejected", window_size=40, heldout_size=8,
+        gate={"passed": False, "reasons": ["the window's feedback runs against the model"]},
+    )  # fmt: skip
+    url = f"/dashboard/t/{world.a.slug}/runs/{run.pk}/"
+    viewer = login(world.users["viewer"]).get(url).content.decode()
+    assert "does not use up its 48 events" in viewer and "Leave these events out of training" not in viewer
+    admin = login(world.users["admin"])
+    assert "Leave these events out of training" in admin.get(url).content.decode()
+    body = admin.post(f"{url}exclude-window/", follow=True).content.decode()
+    assert f"Run #{run.pk}&#x27;s 0 events are left out of training" in body
+    admin_pk, admin_name = world.users["admin"].pk, world.users["admin"].username
+    assert "Left out of training on" in body and f"{admin_name} (user:{admin_pk})" in body
+    assert "Leave these events out of training" not in body
+    candidate = login(world.users["admin"]).post(url_for("run-detail", world) + "exclude-window/", follow=True)
+    assert f"run {world.run.pk} is candidate" in candidate.content.decode()
+    assert admin.get(f"{url}exclude-window/").status_code == 405
+
+
 def test_an_active_run_polls_its_state_and_a_finished_one_does_not(login, world):
     client = login(world.users["viewer"])
     assert "hx-trigger" not in client.get(url_for("run-status", world)).content.decode()

@@ -1,7 +1,7 @@
 """Several gpu workers, and training pools: real prefork gpu workers (one process each, as the
 Procfile runs them) training real runs of the tiny starter model.
 
-Which worker ran a run is read from where its working directory landed: each worker here has a
+Which worker ran a run is read from its log (each logs the runs it starts); each worker here has a
 ``STROP_RUN_ROOT`` of its own. vLLM is not running (a dead address): a candidate's load is left to
 the serving queue, which no worker here takes, and the run still ends."""
 
@@ -60,7 +60,7 @@ def _tenant_ready_to_train(make_tenant, base, slug: str):
 
 
 class GpuWorkers:
-    """gpu workers that each keep their runs' working directories under a root of their own."""
+    """gpu workers, each with a run root and a log of its own."""
 
     def __init__(self, settings, tmp_path: Path, **env: str) -> None:
         self.settings, self.tmp_path, self.env = settings, tmp_path, env
@@ -77,8 +77,9 @@ class GpuWorkers:
         return self.tmp_path / f"runs-{name}"
 
     def ran(self, run: TrainingRun) -> str:
-        """The worker whose run root holds the run's working directory."""
-        names = [name for name in self.started if any(self.root(name).glob(f"*/*/run-{run.pk}-attempt-*"))]
+        """The worker whose log says it started the run (its working directory goes when it ends)."""
+        started = f"training run {run.pk} attempt {run.attempt} started"
+        names = [name for name, workers in self.started.items() if started in workers.log_tail(name, 100_000)]
         assert len(names) == 1, f"run {run.pk} ran on {names}"
         return names[0]
 

@@ -1,15 +1,19 @@
 from __future__ import annotations
 
+from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
+from apps.common.exceptions import ApplicationError
 from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.offline_eval import run_offline_eval
-from apps.dashboard.selectors import CURVES, training_run_step_metrics
+from apps.dashboard.selectors import CURVES, actor_labels, training_run_step_metrics
 from apps.dashboard.views.common import page_of, tenant_render
 from apps.training.models import TrainingRun
 from apps.training.outlook import training_outlook
 from apps.training.selectors import training_run_get_for_tenant, training_run_list
+from apps.training.services import training_window_exclude
 
 STAGES = ("export", "train", "gate", "load")
 
@@ -48,9 +52,28 @@ def run_detail(request: HttpRequest, ctx: TenantContext, run_id: int) -> HttpRes
         "curves": curves,
         "curve_series": [(label, curves.series(name)) for name, label in CURVES] if curves.steps else [],
         "offline_eval": run_offline_eval(run),
+        "actor_labels": actor_labels({run.window_excluded_by} if run.window_excluded_by else set()),
         "nav_adapter": run.adapter,
     }
     return tenant_render(request, ctx, "dashboard/training/run.html", context, section="runs")
+
+
+@tenant_page(action=True)
+@require_POST
+def run_exclude_window(request: HttpRequest, ctx: TenantContext, run_id: int) -> HttpResponse:
+    """Leave a rejected run's events out of training (one action, on the run's page)."""
+    run = training_run_get_for_tenant(ctx.tenant, run_id=run_id)
+    try:
+        run = training_window_exclude(ctx.tenant, run=run, actor=ctx.actor)
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        count = run.events.count()
+        messages.success(
+            request, f"Run #{run.pk}'s {count} event{'s' if count != 1 else ''} are left out of training: "
+            "the next run takes the ones after them.",
+        )
+    return redirect("dashboard:run-detail", tenant_slug=ctx.tenant.slug, run_id=run.pk)
 
 
 @tenant_page()

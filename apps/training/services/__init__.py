@@ -1,7 +1,8 @@
 """The training app's services, one module per job, named here for their callers: ``policies``
 (the policy a tenant admin edits, the FIM eval set), ``scheduling`` (when a run starts, one per
 tenant at a time on its GPU queue, the sweep of lost messages) and ``runs`` (the life of a run:
-claim, advance, heartbeat, the reaper, discarding a run that learned from an erased user)."""
+claim, advance, heartbeat, the reaper, discarding a run that learned from an erased user, leaving
+a rejected run's events out of training)."""
 
 from apps.training.services.policies import POLICY_FIELDS, eval_set_upload, training_policy_update
 from apps.training.services.runs import (
@@ -12,6 +13,7 @@ from apps.training.services.runs import (
     training_run_claim,
     training_run_discard,
     training_run_heartbeat,
+    training_window_exclude,
     wall_time_reason,
 )
 from apps.training.services.scheduling import (
@@ -40,5 +42,6 @@ __all__ = [
     "training_schedule_all",
     "training_schedule_tenant",
     "training_sweep_queued",
+    "training_window_exclude",
     "wall_time_reason",
 ]

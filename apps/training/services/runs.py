@@ -15,7 +15,10 @@ from django.db.models.functions import Concat
 from django.utils import timezone
 
 from apps.adapters.models import AdapterVersion
+from apps.common.exceptions import Conflict
 from apps.notifications.services import notification_send
+from apps.tenants.models import Tenant
+from apps.tenants.services import audit_record
 from apps.training.models import ACTIVE_STATUSES, TrainingRun
 from apps.training.services.scheduling import tenant_dispatch_next, tenant_lock, training_schedule
 
@@ -156,3 +159,36 @@ def training_run_discard(run: TrainingRun, *, reason: str) -> TrainingRun | None
 
 
 RERUN_TRIGGER = "rerun without an erased user"
+
+
+def training_window_exclude(tenant: Tenant, *, run: TrainingRun, actor: str) -> TrainingRun:
+    """Leave a rejected run's events (its window and what it held out) out of training for good.
+
+    A rejected run does not use up its events, so the next run takes the same oldest ones: a window
+    whose outcomes the client reported the wrong way round, and cannot send again, would be rejected
+    run after run. Left out, the next run takes the events after them. Only a rejected run's (a run
+    that registered a version learned its events; an active one has not decided); doing it twice
+    changes nothing. Audited (``training_run.exclude_window``). The events stay where they are for
+    the dashboard, experiments and erase; a later outcome sent for one of them does not bring it back."""
+    if run.tenant_id != tenant.pk:
+        raise ValueError("run belongs to another tenant")
+    if run.status != TrainingRun.Status.REJECTED:
+        raise Conflict(
+            f"only a rejected run's events can be left out of training: run {run.pk} is {run.status}",
+            code="run_not_rejected",
+        )
+    with transaction.atomic():
+        marked = TrainingRun.objects.filter(pk=run.pk, window_excluded_at__isnull=True).update(
+            window_excluded_at=timezone.now(), window_excluded_by=actor[:200]
+        )
+        if marked:
+            audit_record(
+                tenant,
+                actor=actor,
+                action="training_run.exclude_window",
+                target_type="training_run",
+                target_id=str(run.pk),
+                data={"adapter": run.adapter.name, "events": run.events.count()},
+            )
+    run.refresh_from_db(fields=["window_excluded_at", "window_excluded_by"])
+    return run
