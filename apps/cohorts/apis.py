@@ -57,15 +57,18 @@ class CsvParser(BaseParser):
         except UnicodeDecodeError:
             raise ValidationFailed("body: the CSV is not valid UTF-8", code="invalid_utf8") from None
         reader = csv.DictReader(io.StringIO(text))
-        if reader.fieldnames is None or not {"end_user_id", "opted_in"} <= set(reader.fieldnames):
-            raise ValidationFailed("body: the CSV needs a header row with end_user_id and opted_in")
         items = []
-        for row in reader:
-            flag = (row.get("opted_in") or "").strip().lower()
-            opted_in: Any = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(
-                flag, flag
-            )
-            items.append({"end_user_id": row.get("end_user_id"), "opted_in": opted_in})
+        try:
+            if reader.fieldnames is None or not {"end_user_id", "opted_in"} <= set(reader.fieldnames):
+                raise ValidationFailed("body: the CSV needs a header row with end_user_id and opted_in")
+            for row in reader:
+                flag = (row.get("opted_in") or "").strip().lower()
+                opted_in: Any = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(
+                    flag, flag
+                )
+                items.append({"end_user_id": row.get("end_user_id"), "opted_in": opted_in})
+        except csv.Error as exc:  # a field past the csv module's limit, a NUL, a broken quote
+            raise ValidationFailed(f"body: the CSV cannot be read at line {reader.line_num}: {exc}") from None
         return {"items": items}
 
 

@@ -17,9 +17,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.common.exception_handler import error_body
-from apps.common.exceptions import ValidationFailed
+from apps.common.exceptions import NotFound, ValidationFailed
 from apps.common.observability.context import current_request_id
-from apps.common.parsing import cursor_encode, end_user_id_check, query_cursor, query_int
+from apps.common.parsing import cursor_encode, end_user_id_check, header_text, query_cursor, query_int
 
 
 class ScopedApi(APIView):
@@ -34,6 +34,13 @@ class ScopedApi(APIView):
     @property
     def actor(self) -> str:
         return self.request.user.actor
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # A name in the path holding NUL (%00) names nothing Postgres can store: not found, not a 500.
+        for name, value in kwargs.items():
+            if isinstance(value, str) and "\x00" in value:
+                raise NotFound(f"{name}: nothing here is named with a NUL character")
 
 
 def batch_items(data: Any) -> list[Any] | None:
@@ -220,7 +227,7 @@ def end_user_of_request(request: Request, attrs: dict[str, Any]) -> tuple[str, b
     can send from their configuration (Continue: ``requestOptions.headers``)."""
     field_name, user = "user", attrs.get("user") or ""
     if not user:
-        field_name, user = "X-Strop-User", request.headers.get("X-Strop-User", "").strip()
+        field_name, user = "X-Strop-User", header_text(request.headers, "X-Strop-User")
     if user:
         end_user_id_check(user, field_name=field_name)
     flag = attrs.get("opted_in")

@@ -103,6 +103,9 @@ ERROR_CODES: dict[str, ErrorCode] = {
     # 409: the state of things
     "conflict": ErrorCode(409, "the object's state does not allow the call", "read the message"),
     "run_active": ErrorCode(409, "a training run is already going for the adapter or tenant", "wait for it"),
+    "run_not_rejected": ErrorCode(
+        409, "only a rejected run's events can be left out of training", "name a rejected run"
+    ),
     "nothing_to_retrain": ErrorCode(409, "no version learned from an erased end user", "nothing to do"),
     "tenant_exists": ErrorCode(409, "a tenant has that slug", "choose another slug"),
     "adapter_exists": ErrorCode(409, "the tenant has an adapter of that name", "choose another name"),

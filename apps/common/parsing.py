@@ -148,6 +148,17 @@ def end_user_id_problem(value: Any) -> str | None:
     return None
 
 
+def header_text(headers: Any, name: str) -> str:
+    """The header ``name`` as the client wrote it, stripped ("" when absent). A server hands header
+    values over decoded byte for byte (Latin-1); a client sends UTF-8, so they are read again as
+    such: "josé" stays "josé", one end user, not "josÃ©". Bytes that are not UTF-8 are a 400."""
+    value = headers.get(name, "")
+    try:
+        return value.encode("latin-1").decode("utf-8").strip()
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        raise ValidationFailed(f"{name}: the header is not UTF-8 text", details={"field": name}) from None
+
+
 def end_user_id_check(value: Any, *, field_name: str = "end_user_id") -> str:
     """``value`` when it is an addressable end user id; else a 400 naming ``field_name``."""
     problem = end_user_id_problem(value)

@@ -14,7 +14,7 @@ from apps.dashboard.selectors import NO_FEEDBACK, InteractionFilters
 from apps.experiments.stats import METRICS, ExperimentConfig
 from apps.interactions.models import Feedback
 from apps.notifications.models import EVENTS
-from apps.tenants.models import Membership
+from apps.tenants.models import RETENTION_DAYS_MOST, Membership
 from apps.tenants.services import ALL_SCOPES
 
 
@@ -89,6 +89,7 @@ class TenantSettingsForm(forms.Form):
     retention_days = forms.IntegerField(
         required=False,
         min_value=1,
+        max_value=RETENTION_DAYS_MOST,
         label="Keep interactions for (days)",
         help_text="Older interactions and their feedback are deleted within the hour, except what a running "
         "experiment, a training window or a live version's erase report needs; the charts keep their history. "

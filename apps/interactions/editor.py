@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from apps.cohorts.services import end_users_observe
-from apps.common.item_checks import ItemError
-from apps.common.parsing import end_user_id_problem
+from apps.common.item_checks import ItemError, item_id, item_text
+from apps.common.parsing import end_user_id_problem, json_problem
 from apps.interactions.models import Interaction
 from apps.interactions.served import SERVED_BY_KEY
 from apps.interactions.services import ItemResult, feedback_ingest, interactions_ingest
@@ -156,14 +156,30 @@ def editor_outcome_ingest(
         raise ItemError("accepted", "must be true, false or absent")
     user = _outcome_user(outcome, end_user)
     no_code = envelope.get("level") == "noCode"
+    # Checked before anything is looked up by them, whichever path stores the outcome: what the
+    # matching reads (a NUL cannot even be compared in Postgres) and what the link keeps.
+    completion_id = item_id(outcome, "completionId")
+    for key in ("prompt", "completion"):
+        item_text(outcome, key)
     metadata = {key: value for key, value in outcome.items() if key not in _MAPPED}
     if envelope:
         metadata["continue"] = envelope
+    for key, value in metadata.items():
+        problem = json_problem(value, key)
+        if problem is not None:
+            raise ItemError(*problem)
     own = {SERVED_BY_KEY: served_by} if served_by is not None else {}
     with transaction.atomic():
-        served = None if no_code else _served_match(tenant, outcome, user, served_by)
+        # An outcome sent again (a retry) names the interaction it made or linked the first time:
+        # recorded below as a duplicate, its feedback replacing the first by the usual rule.
+        replay = (
+            completion_id is not None and Interaction.objects.filter(tenant=tenant, client_id=completion_id).exists()
+        )
+        served = None if no_code or replay else _served_match(tenant, outcome, user, served_by)
         if served is not None:
-            return _link(tenant, served, outcome, accepted, user, metadata, consent_default, actor)
+            linked = _link(tenant, served, completion_id, accepted, user, metadata, consent_default, actor)
+            if linked is not None:
+                return linked
         # Through an editor key, an outcome that matches none of its completions keeps no text: a
         # leaked editor config cannot put text of its choosing into training (counted, not learned).
         withheld = no_code or served_by is not None
@@ -198,18 +214,17 @@ def editor_outcome_ingest(
 def _link(
     tenant: Any,
     served: Interaction,
-    outcome: dict[str, Any],
+    client_id: str | None,
     accepted: bool | None,
     user: str,
     metadata: dict[str, Any],
     consent_default: bool,
     actor: str,
-) -> EditorOutcome:
+) -> EditorOutcome | None:
     """The outcome is about ``served``: name it by the plugin's id, fill in the developer, and put
-    the feedback on it."""
-    client_id = outcome.get("completionId")
-    if not isinstance(client_id, str) or not client_id.strip() or len(client_id) > 200:
-        raise ItemError("client_id", "must be a non-blank string of at most 200 characters")
+    the feedback on it. None: the same outcome was linked meanwhile (a retry racing the first)."""
+    if client_id is None:
+        raise ItemError("completionId", "is required to link an outcome to the completion it is about", "required")
     served.client_id = client_id
     served.metadata = {**served.metadata, "editor_outcome": metadata}
     fields = ["client_id", "metadata"]
@@ -220,7 +235,11 @@ def _link(
             tenant, observations=[(served.end_user_id, None)], source="editor", actor=actor, default=consent_default
         )
         fields += ["end_user_id", "end_user_opted_in"]
-    served.save(update_fields=fields)
+    try:
+        with transaction.atomic():
+            served.save(update_fields=fields)
+    except IntegrityError:
+        return None
     stored = ItemResult(index=0, status="linked", id=str(served.pk), client_id=client_id)
     if accepted is None:
         return EditorOutcome(interaction=stored, linked=True)

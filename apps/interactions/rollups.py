@@ -26,6 +26,7 @@ first rolls up any old hour that has none yet (:func:`rollups_settle`).
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable
@@ -43,6 +44,8 @@ from apps.tenants.models import Tenant
 KEY_FIELDS = ("adapter_id", "model_name", "adapter_version_id", "experiment_id", "experiment_arm", "outcome")
 _SUMS = ("requests", "suggestions", "reward_weight", "latency_count", "latency_sum_ms")
 # How many hours one aggregation reads at most (the rebuild walks history in such slices).
+logger = logging.getLogger(__name__)
+
 HOURS_PER_PASS = 24 * 7
 # More separate ranges of marked hours than this in one pass's window, and it recomputes the span they
 # cover (at most HOURS_PER_PASS hours).
@@ -74,7 +77,10 @@ def retention_cutoff(tenant_id: int, *, now: datetime | None = None) -> datetime
     )
     if not days:
         return None
-    moment = (now or timezone.now()) - timedelta(days=days)
+    try:
+        moment = (now or timezone.now()) - timedelta(days=days)
+    except OverflowError:  # before the first year a date holds (a setting from before RETENTION_DAYS_MOST)
+        return None
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
@@ -106,9 +112,15 @@ def rollups_refresh(tenant_id: int) -> int:
 
 
 def rollups_refresh_all() -> int:
-    """Beat: refresh every tenant with marked hours."""
-    tenant_ids = RollupDirty.objects.values_list("tenant_id", flat=True).distinct()
-    return sum(rollups_refresh(tenant_id) for tenant_id in list(tenant_ids))
+    """Beat: refresh every tenant with marked hours. A tenant whose refresh fails is logged and
+    retried on the next pass; the others go on (one tenant's data never stops another's charts)."""
+    done = 0
+    for tenant_id in list(RollupDirty.objects.values_list("tenant_id", flat=True).distinct()):
+        try:
+            done += rollups_refresh(tenant_id)
+        except Exception:
+            logger.exception("rollup refresh failed for tenant %s; the next pass retries it", tenant_id)
+    return done
 
 
 def rollups_rebuild(tenant_id: int) -> int:

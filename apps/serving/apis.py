@@ -21,7 +21,8 @@ from rest_framework.response import Response
 
 from apps.adapters.selectors import adapter_list
 from apps.common.apis import ScopedApi, end_user_of_request
-from apps.common.exceptions import Forbidden
+from apps.common.exceptions import Forbidden, ValidationFailed
+from apps.common.parsing import header_text
 from apps.serving.admission import stream_lease_return, stream_lease_take
 from apps.serving.answers import CompletionAnswer
 from apps.serving.async_views import Planned, serving_view
@@ -100,7 +101,10 @@ class ServingApi(ScopedApi):
             return None
         if not isinstance(body, dict):
             return None
-        model, user = body.get("model") or "", body.get("user") or request.headers.get("X-Strop-User", "")
+        try:
+            model, user = body.get("model") or "", body.get("user") or header_text(request.headers, "X-Strop-User")
+        except ValidationFailed:
+            return None  # validation answers (a 400), after authentication
         if not (_storable(model) and _storable(user)):
             return None  # validation answers (a 400), after authentication
         self.ahead = ReadAhead(name=model.strip() or None, external_id=user.strip())

@@ -7,7 +7,7 @@ from rest_framework.response import Response
 
 from apps.common.apis import ScopedApi
 from apps.common.parsing import StrictSerializer
-from apps.tenants.models import ApiKey, AuditEvent, Tenant
+from apps.tenants.models import RETENTION_DAYS_MOST, ApiKey, AuditEvent, Tenant
 from apps.tenants.selectors import api_key_get_for_tenant, api_key_list, audit_event_list
 from apps.tenants.services import ALL_SCOPES, api_key_create, api_key_revoke, tenant_settings_update
 
@@ -37,6 +37,7 @@ class TenantSettingsIn(StrictSerializer):
         required=False,
         allow_null=True,
         min_value=1,
+        max_value=RETENTION_DAYS_MOST,
         help_text="delete interactions and feedback older than this many days (null: the operator's maximum, "
         "STROP_RETENTION_MAX_DAYS, or forever); at most that maximum. Rollups (the charts) are kept",
     )

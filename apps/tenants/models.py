@@ -5,6 +5,10 @@ from datetime import datetime
 from django.conf import settings
 from django.db import models
 
+# The longest retention a tenant may set: 100 years (null keeps forever). Beyond some 2,000 years a
+# cutoff falls before the first year a date can hold.
+RETENTION_DAYS_MOST = 36_500
+
 
 class Tenant(models.Model):
     """A customer of Strop. Every tenant-owned row points here."""

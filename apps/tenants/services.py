@@ -10,7 +10,7 @@ from django.utils.text import slugify
 
 from apps.common.exceptions import Conflict, ValidationFailed
 from apps.tenants.keys import generate_key, hash_key
-from apps.tenants.models import ApiKey, AuditEvent, Membership, Tenant
+from apps.tenants.models import RETENTION_DAYS_MOST, ApiKey, AuditEvent, Membership, Tenant
 
 ALL_SCOPES = [choice.value for choice in ApiKey.Scope]
 # What a key made without naming its scopes gets: everything, less `editor` (a subset of the rest).
@@ -83,6 +83,8 @@ def _retention_days_check(value: Any) -> None:
     most = int(settings.STROP_RETENTION_MAX_DAYS)
     if most and value > most:
         raise ValidationFailed(f"retention_days: at most {most} (the operator's maximum, STROP_RETENTION_MAX_DAYS)")
+    if value > RETENTION_DAYS_MOST:
+        raise ValidationFailed(f"retention_days: at most {RETENTION_DAYS_MOST} (100 years; null keeps them forever)")
 
 
 @transaction.atomic

@@ -107,7 +107,8 @@ def overrides_checked(field: str, overrides: Any) -> dict[str, Any]:
         knob = knobs.get(name)
         if knob is None:
             raise ValidationFailed(
-                f"{field}.{name}: not a setting a tenant may change (allowed: {', '.join(knobs)})"
+                f"{field}.{name}: not a setting a tenant may change (allowed: {', '.join(knobs)})",
+                code="unknown_field",
             )
         checked[name] = knob.check(f"{field}.{name}", value)
     return checked

@@ -185,10 +185,20 @@ def test_pending_persistence_reports_older_than_the_cutoff_go_and_are_counted(te
     assert event.data["deleted"]["pending_persistence_reports"] == 1
 
 
-def test_one_tenants_failure_is_logged_and_the_pass_goes_on_to_the_next(make_tenant, caplog):
+def test_one_tenants_failure_is_logged_and_the_pass_goes_on_to_the_next(make_tenant, caplog, monkeypatch):
+    import apps.privacy.retention as retention
+
     broken, good = make_tenant("broken"), make_tenant("good")  # in this order: the pass walks by id
-    # A row no API accepts (the bound is checked on write): its cutoff cannot be computed.
-    type(broken).objects.filter(pk=broken.pk).update(retention_days=10**6)
+    broken.retention_days = 30
+    broken.save()
+    real = retention._deletable
+
+    def deletable(tenant, cutoff):  # type: ignore[no-untyped-def]
+        if tenant.pk == broken.pk:
+            raise RuntimeError("the database refused this tenant's query")
+        return real(tenant, cutoff)
+
+    monkeypatch.setattr(retention, "_deletable", deletable)
     _log(good, prefix="old", days_ago=40)
     good.retention_days = 30
     good.save()
@@ -265,3 +275,12 @@ def test_the_pass_leaves_later_hours_marks_to_beat_and_old_hours_keep_their_roll
     assert {r.outcome: r.requests for r in hourly.filter(bucket_start__lt=cutoff)} == {"accepted": 3}
     assert {r.outcome: r.requests for r in hourly.filter(bucket_start__gte=cutoff)} == {"accepted": 2, "rejected": 1}
     assert not Interaction.objects.filter(id__in=old).exists()
+
+
+def test_a_retention_longer_than_any_date_keeps_everything(tenant, adapter):
+    # Stored before the bound on write (RETENTION_DAYS_MOST): no cutoff that far back, so nothing goes.
+    _log(tenant, prefix="old", days_ago=40)
+    type(tenant).objects.filter(pk=tenant.pk).update(retention_days=10**6)
+    tenant.refresh_from_db()
+    report = retention_prune(tenant)
+    assert report.cutoff is None and Interaction.objects.filter(tenant=tenant).count() == 3

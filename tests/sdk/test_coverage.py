@@ -83,6 +83,7 @@ OPERATIONS: dict[tuple[str, str], Method] = {
     ("get", "/v1/adapters/{adapter_name}/training-runs"): sdk("training_runs.list", "tab"),
     ("post", "/v1/adapters/{adapter_name}/training-runs"): sdk("training_runs.start", "tab"),
     ("get", "/v1/training-runs/{run_id}"): sdk("training_runs.get", 999_999),
+    ("post", "/v1/training-runs/{run_id}/exclude-window"): sdk("training_runs.exclude_window", 999_999),
     ("put", "/v1/adapters/{adapter_name}/eval-set"): sdk("eval_sets.upload", "tab", cases=[CASE]),
     # experiments
     ("get", "/v1/adapters/{adapter_name}/experiments"): sdk("experiments.list", "tab"),

@@ -54,7 +54,9 @@ def training_policy_update(tenant: Tenant, *, adapter: Adapter, actor: str, chan
             raise ValidationFailed(f"{problem[0]}: {problem[1]}")
         kind = POLICY_FIELDS.get(name)
         if kind is None:
-            raise ValidationFailed(f"{name}: not a training policy field ({', '.join(POLICY_FIELDS)})")
+            raise ValidationFailed(
+                f"{name}: not a training policy field ({', '.join(POLICY_FIELDS)})", code="unknown_field"
+            )
         if kind is float and type(value) is int:
             value = float(value)
         if type(value) is not kind:

@@ -107,7 +107,8 @@ class TrainingRun:
     ``rejected`` (the gate said no: ``gate["reasons"]``) | ``failed`` (``error``). ``window_size``
     events trained, ``heldout_size`` held out; ``stage_seconds`` per stage; ``trainer_summary``
     the trainer's figures; ``erased_users`` end users erased while their events were in its
-    window."""
+    window; ``window_excluded_at`` / ``window_excluded_by``: when and by whom a rejected run's
+    events were left out of training."""
 
     id: int
     adapter: str | None
@@ -128,11 +129,15 @@ class TrainingRun:
     log: Any
     error: str | None
     erased_users: int | None
+    window_excluded_at: datetime | None = None
+    window_excluded_by: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_json(cls, data: Any) -> TrainingRun:
-        dates = dict.fromkeys(("created_at", "started_at", "finished_at", "heartbeat_at"), parse_datetime)
+        dates = dict.fromkeys(
+            ("created_at", "started_at", "finished_at", "heartbeat_at", "window_excluded_at"), parse_datetime
+        )
         return from_fields(cls, data, **dates)
 
 

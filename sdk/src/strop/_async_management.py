@@ -220,6 +220,13 @@ class AsyncTrainingRuns(AsyncAPIResource):
         ``ConflictError`` when one is already going for the adapter, or the tenant is at its cap."""
         return await self._client._run(api.training_run_start(adapter))
 
+    async def exclude_window(self, run_id: int | str) -> TrainingRun:
+        """Leave a rejected run's events (its window and what it held out) out of every later run,
+        for good: where the client reported them wrongly and cannot send them again (else send
+        the right outcomes with a later ``occurred_at``). A ``ConflictError`` (``run_not_rejected``)
+        for a run that is not rejected; again, it changes nothing."""
+        return await self._client._run(api.training_run_exclude_window(run_id))
+
 
 class AsyncEvalSets(AsyncAPIResource):
     async def upload(self, adapter: str, *, cases: Sequence[Mapping[str, Any]]) -> EvalSet:

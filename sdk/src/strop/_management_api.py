@@ -148,6 +148,12 @@ def training_run_get(run_id: int | str) -> Call[TrainingRun]:
     return Call("GET", path, parse=_one(TrainingRun.from_json))
 
 
+def training_run_exclude_window(run_id: int | str) -> Call[TrainingRun]:
+    # Idempotent: leaving the same run's events out again changes nothing.
+    path = f"/v1/training-runs/{path_id(run_id, 'run_id')}/exclude-window"
+    return Call("POST", path, parse=_one(TrainingRun.from_json))
+
+
 def training_run_start(adapter: str) -> Call[TrainingRun]:
     # Not idempotent: the first try may have queued the run; a second answers 409.
     path = adapter_path(adapter, "/training-runs")
