@@ -78,6 +78,27 @@ def test_member_of_b_gets_404_on_every_page_and_action_of_a(login, world, name):
     assert _snapshot(world) == before
 
 
+# Route parameters that name one object of a tenant (an adapter is named, so B may have one of A's name).
+OBJECT_IDS = {"run_id", "experiment_id", "interaction_id", "key_id", "webhook_id", "membership_id", "invitation_id"}
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in tenant_routes() if dashboard_routes()[n] & OBJECT_IDS and n != "invitation-accept"]
+)
+def test_an_admin_of_b_on_bs_own_pages_cannot_reach_an_object_of_a_by_its_id(login, world, name):
+    client = login(world.users["outsider"])  # an admin of B
+    before = _snapshot(world)
+    url = url_for(name, world).replace(f"/t/{world.a.slug}/", f"/t/{world.b.slug}/", 1)
+    assert f"/t/{world.b.slug}/" in url
+    data = ACTIONS.get(name, ("post", {}, ""))[1]
+    got, posted = client.get(url), client.post(url, data)
+    assert got.status_code in (404, 405) and posted.status_code == 404, (url, got.status_code, posted.status_code)
+    for response in (got, posted):
+        body = response.content.decode()
+        assert "Tenant-A" not in body and "editor plugin" not in body and "return a + b" not in body
+    assert _snapshot(world) == before
+
+
 @pytest.mark.parametrize("name", sorted(READ))
 def test_viewer_reads_every_page(login, world, name):
     response = login(world.users["viewer"]).get(url_for(name, world))
