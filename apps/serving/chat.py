@@ -32,6 +32,7 @@ from apps.interactions.messages import turn_of
 from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served, served_rows
 from apps.interactions.sessions import conversation_outcomes_apply
 from apps.serving.chat_choice import ChoiceSoFar
+from apps.serving.completion_requests import tenant_cache_salt
 from apps.serving.selectors import ReadAhead
 from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.stream_record import Piece, StreamRecord
@@ -93,6 +94,7 @@ def _vllm_body(route: Route, request: ChatRequest) -> dict[str, Any]:
         "logprobs": True,
         "top_logprobs": request.top_logprobs or 0,
         "return_token_ids": True,
+        "cache_salt": tenant_cache_salt(route.adapter.tenant_id),
     }
     if request.tools is not None:
         body["tools"] = request.tools

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.utils.crypto import salted_hmac
 
 from apps.adapters.models import Adapter, BaseModel
 from apps.engines.stops import VLLM_MAX_STOP
@@ -104,10 +105,18 @@ def fim_stop_token_ids(model_dir: str, family: str) -> tuple[int, ...]:
     return tuple(sorted({ids[token] for token in stop_tokens(family) if token in ids}))
 
 
+def tenant_cache_salt(tenant_id: int) -> str:
+    """vLLM's prefix cache salted per tenant (its ``cache_salt``): a tenant's requests reuse the
+    prefixes its own requests left cached, never another tenant's, so no tenant can tell from its
+    latency what another sent to the same base model. Keyed by ``SECRET_KEY``: not guessable from
+    the tenant's id. 64 hex characters (vLLM takes at most 128, without '@', '/' or '\\')."""
+    return salted_hmac("strop.serving.cache_salt", str(tenant_id), algorithm="sha256").hexdigest()
+
+
 def vllm_kwargs(route: Route, request: CompletionRequest) -> dict[str, Any]:
     from learning_shared.fim import build_fim_prompt
 
-    extra: dict[str, Any] = dict(request.sampling)
+    extra: dict[str, Any] = {**request.sampling, "cache_salt": tenant_cache_salt(route.adapter.tenant_id)}
     prompt = request.prompt
     if request.is_fim:
         base = route.adapter.base_model
@@ -123,7 +132,7 @@ def vllm_kwargs(route: Route, request: CompletionRequest) -> dict[str, Any]:
         "n": request.n,
         "seed": request.seed,
         "user": request.user or None,
-        "extra": extra or None,
+        "extra": extra,
         "logprobs": request.logprobs or 1,
         # The tenant's home replica keeps its adapters in vLLM's LoRA slots (settings.VLLM_ROUTING).
         "affinity": f"tenant-{route.adapter.tenant_id}" if settings.VLLM_ROUTING == "tenant" else None,
