@@ -153,3 +153,13 @@ def test_the_user_header_is_read_as_utf8_and_bytes_that_are_not_are_a_400(client
         "/v1/editor/autocomplete", {**body, "completionId": "h2"}, format="json", HTTP_X_STROP_USER=latin1
     )
     assert response.status_code == 400 and response.json()["error"]["param"] == "X-Strop-User"
+
+
+def test_an_eval_case_too_long_to_score_is_a_400_naming_it(client_a, adapter):
+    case = {"prefix": "def f():\n    ", "suffix": "\n", "middle": "return 1"}
+    assert client_a.put("/v1/adapters/tab/eval-set", {"cases": [case]}, format="json").status_code == 200
+    for field, size in (("middle", 4_001), ("prefix", 100_001), ("suffix", 100_001)):
+        cases = [case, {**case, field: "x" * size}]
+        response = client_a.put("/v1/adapters/tab/eval-set", {"cases": cases}, format="json")
+        assert response.status_code == 400, field
+        assert response.json()["error"]["message"].startswith(f"cases[1].{field}: at most"), response.json()

@@ -85,6 +85,10 @@ def training_policy_update(tenant: Tenant, *, adapter: Adapter, actor: str, chan
 
 
 MAX_EVAL_CASES = 500
+# A case's longest fields, in characters. The gate decodes at most 64 tokens of a middle and scores
+# it by an edit distance whose cost is the product of the two lengths: a middle is a line or a block.
+# Prompts are cut to the trainer's max_prompt_tokens anyway.
+MAX_EVAL_CHARS = {"prefix": 100_000, "suffix": 100_000, "middle": 4_000}
 
 
 _EVAL_FIELDS = ("prefix", "suffix", "middle")
@@ -102,6 +106,10 @@ def eval_set_upload(tenant: Tenant, *, adapter: Adapter, cases: Any, actor: str)
         for name in _EVAL_FIELDS:
             if not isinstance(case[name], str) or "\x00" in case[name]:
                 raise ValidationFailed(f"cases[{index}].{name}: must be a string without NUL characters")
+            if len(case[name]) > MAX_EVAL_CHARS[name]:
+                raise ValidationFailed(
+                    f"cases[{index}].{name}: at most {MAX_EVAL_CHARS[name]:,} characters, got {len(case[name]):,}"
+                )
     with transaction.atomic():
         eval_set, _ = EvalSet.objects.update_or_create(adapter=adapter, defaults={"tenant": tenant, "cases": cases})
         audit_record(
