@@ -68,10 +68,8 @@ def run_exclude_window(request: HttpRequest, ctx: TenantContext, run_id: int) ->
     except ApplicationError as exc:
         messages.error(request, exc.message)
     else:
-        count = run.events.count()
         messages.success(
-            request, f"Run #{run.pk}'s {count} event{'s' if count != 1 else ''} are left out of training: "
-            "the next run takes the ones after them.",
+            request, f"Run #{run.pk}'s events are left out of training: the next run takes the ones after them."
         )
     return redirect("dashboard:run-detail", tenant_slug=ctx.tenant.slug, run_id=run.pk)
 

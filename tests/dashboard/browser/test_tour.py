@@ -12,7 +12,14 @@ from tests.dashboard.routes import ACCOUNT, CONFIRM, PUBLIC, READ, dashboard_rou
 # Fragments that htmx swaps into a page; they are seen inside the overview and the run page.
 FRAGMENTS = {"overview-live", "run-status", "experiment-live"}
 # Routes that only answer POST.
-POST_ONLY = {"logout", "run-start", "lineage-retrain", "end-user-consent", "experiments-holdout"}
+POST_ONLY = {
+    "logout",
+    "run-start",
+    "lineage-retrain",
+    "end-user-consent",
+    "experiments-holdout",
+    "run-exclude-window",
+}
 # Routes that answer a file to download, not a page.
 DOWNLOADS = {"interactions-csv", "experiment-results-csv"}
 PAGES = sorted((READ | CONFIRM | ACCOUNT | PUBLIC) - FRAGMENTS - POST_ONLY - DOWNLOADS - {"login"})
@@ -65,6 +72,33 @@ def test_a_viewer_sees_no_action_and_gets_a_message_when_acting(page, live_world
     page.goto(url_for("version-promote", live_world))
     expect(page.get_by_role("heading", name="Your role can read, not act")).to_be_visible()
     tour_page(page, "forbidden")
+
+
+@pytest.mark.slow
+def test_a_rejected_runs_events_left_out_of_training(page, live_world):
+    from apps.training.models import TrainingRun
+
+    reason = (
+        "the window's feedback runs against the model: its 40 accepted suggestions scored lower than the 120 "
+        "others (ROC AUC 0.08, 8.1 standard errors below 0.5)"
+    )
+    gate = {
+        "passed": False, "reasons": [reason], "feedback_check": "failed", "kl_check": "skipped",
+        "feedback_direction": {"auc": 0.08, "accepted": 40, "others": 120, "z": -8.1},
+        "notes": ["stopped before training: nothing was trained on this window"],
+    }  # fmt: skip
+    run = TrainingRun.objects.create(
+        tenant=live_world.a, adapter=live_world.adapter, status="rejected", window_size=230, heldout_size=26,
+        gate=gate, stage_seconds={"export": 1.2},
+    )  # fmt: skip
+    sign_in(page, live_world.users["admin"])
+    page.goto(f"/dashboard/t/{live_world.a.slug}/runs/{run.pk}/")
+    expect(page.get_by_text("does not use up its 256 events")).to_be_visible()
+    tour_page(page, "run-rejected")
+    page.get_by_role("button", name="Leave these events out of training").click()
+    expect(page.get_by_text("Its 256 events were left out of training on")).to_be_visible()
+    expect(page.get_by_role("button", name="Leave these events out of training")).to_have_count(0)
+    tour_page(page, "run-rejected-left-out")
 
 
 @pytest.mark.slow
