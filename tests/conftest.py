@@ -102,9 +102,12 @@ def _fresh_test_redis(request: pytest.FixtureRequest) -> None:
 
 @pytest.fixture(autouse=True)
 def _adapter_root(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Adapter versions written by a test land in a temporary folder, never in the repo's var/."""
+    """Adapter versions and training runs' folders written by a test land in temporary folders, never
+    in the repo's var/ (where a `make up` worker keeps its own, and other test sessions theirs)."""
     if request.config.pluginmanager.hasplugin("django"):
-        request.getfixturevalue("settings").STROP_ADAPTER_ROOT = tmp_path_factory.mktemp("adapters")
+        settings = request.getfixturevalue("settings")
+        settings.STROP_ADAPTER_ROOT = tmp_path_factory.mktemp("adapters")
+        settings.STROP_RUN_ROOT = tmp_path_factory.mktemp("runs")
 
 
 @pytest.fixture

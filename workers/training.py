@@ -69,12 +69,25 @@ def training_sweep_queued() -> int:
 @worker_init.connect
 def preload_trainer(sender: object = None, **_: object) -> None:
     """A gpu worker (queue ``gpu`` or a training pool's ``gpu-<pool>``) imports torch, transformers
-    and peft once at start, before its pool process forks, not in its first run's clock."""
+    and peft once at start, before its pool process forks, not in its first run's clock; and removes
+    the folders of ended runs a killed worker left on this host (``run_dirs_sweep``)."""
     selected = getattr(getattr(getattr(sender, "app", None), "amqp", None), "queues", None)
     queues = set(getattr(selected, "consume_from", None) or {})
     if any(queue == "gpu" or queue.startswith("gpu-") for queue in queues):
+        from django.db import connections
+
         import gpu_trainer.gate  # noqa: F401
         import gpu_trainer.ppo  # noqa: F401
+
+        # Folders of ended runs a killed worker left on this host go now, not at its next run.
+        from apps.training.pipeline import run_dirs_sweep
+
+        try:
+            run_dirs_sweep()
+        except Exception:  # the database may not answer yet: the next run's start sweeps again
+            logger.exception("the sweep of run folders at the gpu worker's start failed")
+        finally:
+            connections.close_all()  # before the pool forks: no child inherits this connection
 
 
 def experiment_auto_start(run_id: int) -> None:

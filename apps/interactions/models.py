@@ -85,7 +85,8 @@ class Interaction(models.Model):
             models.Index(fields=["tenant", "received_at"]),
             # Rollups recompute hours by served_at; the interactions list walks it newest first.
             models.Index(fields=["tenant", "served_at", "id"], name="interaction_tenant_served"),
-            models.Index(fields=["tenant", "end_user_id"]),
+            # An end user's interactions, newest first (the end-user page); every lookup by user.
+            models.Index(fields=["tenant", "end_user_id", "received_at"], name="interaction_tenant_user_recv"),
             models.Index(fields=["experiment", "end_user_id"]),
             models.Index(
                 fields=["tenant", "conversation_id", "turn"],

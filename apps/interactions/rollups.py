@@ -43,9 +43,9 @@ from apps.tenants.models import Tenant
 
 KEY_FIELDS = ("adapter_id", "model_name", "adapter_version_id", "experiment_id", "experiment_arm", "outcome")
 _SUMS = ("requests", "suggestions", "reward_weight", "latency_count", "latency_sum_ms")
-# How many hours one aggregation reads at most (the rebuild walks history in such slices).
 logger = logging.getLogger(__name__)
 
+# How many hours one aggregation reads at most (the rebuild walks history in such slices).
 HOURS_PER_PASS = 24 * 7
 # More separate ranges of marked hours than this in one pass's window, and it recomputes the span they
 # cover (at most HOURS_PER_PASS hours).

@@ -24,15 +24,12 @@ deleted and the hours before the cutoff are never recomputed again
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 from django.db import transaction
-from django.db.models import CASCADE, DO_NOTHING, SET_NULL, Exists, OuterRef, Q, QuerySet
-from django.db.models.deletion import get_candidate_relations_to_delete
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion
@@ -40,6 +37,7 @@ from apps.common.observability.metrics import retention_counted
 from apps.experiments.models import Experiment
 from apps.interactions.models import Feedback, Interaction, PersistenceReport, ServingFailure
 from apps.interactions.rollups import retention_cutoff, rollups_settle
+from apps.privacy.deletion import rows_delete
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 from apps.training.models import ACTIVE_STATUSES, TrainingRun, TrainingRunEvent
@@ -94,24 +92,6 @@ def _deletable(tenant: Tenant, cutoff: datetime) -> QuerySet[Interaction]:
     return old
 
 
-def _delete_set(rows: QuerySet[Any]) -> Counter[str]:
-    """Delete ``rows`` and what cascades from them one statement per table, children first, each
-    naming its parents by a subquery: no row is loaded, where ``QuerySet.delete()`` reads every row
-    and deletes in chunks of a hundred (a month of a big tenant is hundreds of thousands). The
-    relations are the models' own (``on_delete``); one this pass cannot follow set-wise stops it."""
-    counts: Counter[str] = Counter()
-    for relation in get_candidate_relations_to_delete(rows.model._meta):
-        children = relation.related_model._base_manager.filter(**{f"{relation.field.name}__in": rows.values("pk")})
-        if relation.on_delete is CASCADE:
-            counts += _delete_set(children)
-        elif relation.on_delete is SET_NULL:
-            children.update(**{relation.field.name: None})
-        elif relation.on_delete is not DO_NOTHING:
-            raise RuntimeError(f"retention cannot delete through {relation} ({relation.on_delete.__name__})")
-    counts[rows.model._meta.label] += rows._raw_delete(rows.db)
-    return counts
-
-
 def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int = BATCH) -> RetentionReport:
     """Delete the tenant's interactions (with their feedback and persistence reports) served before
     its retention cutoff, its pending feedback, pending persistence reports (they hold the user's
@@ -135,7 +115,7 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
             if not keys:
                 break
             after = keys[-1]
-            counts = _delete_set(Interaction.objects.filter(tenant=tenant, id__in=[pk for _, pk in keys]))
+            counts = rows_delete(Interaction.objects.filter(tenant=tenant, id__in=[pk for _, pk in keys]))
             deleted["feedback"] += counts["interactions.Feedback"]
             deleted["interactions"] += counts["interactions.Interaction"]
     pending = Feedback.objects.filter(tenant=tenant, interaction__isnull=True, received_at__lt=cutoff)

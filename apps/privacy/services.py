@@ -21,6 +21,7 @@ from apps.interactions.models import (
     StreamPart,
 )
 from apps.interactions.selectors import stream_open_ids_of_user
+from apps.privacy.deletion import rows_delete
 from apps.privacy.purge import erased_user_remains
 from apps.privacy.selectors import versions_touched_by
 from apps.tenants.models import Tenant
@@ -85,9 +86,10 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     client_ids = [c for c in interactions.values_list("client_id", flat=True) if c] + open_streams
     conversations = interactions.exclude(conversation_id="").values_list("conversation_id", flat=True)
     conversation_ids = list(conversations.distinct())
-    report.deleted["feedback"] = (
-        Feedback.objects.filter(tenant=tenant, interaction__in=interactions).delete()[1].get("interactions.Feedback", 0)
-    )
+    # Their interactions with what cascades (feedback, persistence reports, training events), set-wise
+    # (apps.privacy.deletion): a heavy user's tens of thousands of rows are never loaded.
+    deleted = rows_delete(interactions)
+    report.deleted["feedback"] = deleted["interactions.Feedback"]
     session_outcomes = (
         ConversationOutcome.objects.filter(tenant=tenant, **in_values("conversation_id", conversation_ids)).delete()[0]
         if conversation_ids
@@ -98,13 +100,13 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
         if client_ids
         else 0
     )
-    persistence_reports = PersistenceReport.objects.filter(tenant=tenant, interaction__in=interactions).delete()[0]
+    persistence_reports = deleted["interactions.PersistenceReport"]
     pending_persistence_reports = (
         PersistenceReport.objects.filter(tenant=tenant, **in_values("pending_client_id", client_ids)).delete()[0]
         if client_ids
         else 0
     )
-    report.deleted["interactions"] = interactions.delete()[1].get("interactions.Interaction", 0)
+    report.deleted["interactions"] = deleted["interactions.Interaction"]
     report.deleted["session_outcomes"] = session_outcomes
     report.deleted["persistence_reports"] = persistence_reports
     report.deleted["pending_persistence_reports"] = pending_persistence_reports

@@ -21,7 +21,7 @@ from rest_framework.response import Response
 
 from apps.adapters.selectors import adapter_list
 from apps.common.apis import ScopedApi, end_user_of_request
-from apps.common.exceptions import Forbidden, ValidationFailed
+from apps.common.exceptions import Forbidden
 from apps.common.parsing import header_text
 from apps.serving.admission import stream_lease_return, stream_lease_take
 from apps.serving.answers import CompletionAnswer
@@ -101,10 +101,7 @@ class ServingApi(ScopedApi):
             return None
         if not isinstance(body, dict):
             return None
-        try:
-            model, user = body.get("model") or "", body.get("user") or header_text(request.headers, "X-Strop-User")
-        except ValidationFailed:
-            return None  # validation answers (a 400), after authentication
+        model, user = body.get("model") or "", body.get("user") or header_text(request.headers, "X-Strop-User")
         if not (_storable(model) and _storable(user)):
             return None  # validation answers (a 400), after authentication
         self.ahead = ReadAhead(name=model.strip() or None, external_id=user.strip())

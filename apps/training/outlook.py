@@ -4,6 +4,7 @@ Every interaction attributed to the adapter (the training rule: ``feedback_belon
 falls in exactly one bucket, checked in this order: no feedback yet; feedback whose end user did
 not consent (then, or now: ``apps.cohorts.selectors.consented_events``); nothing to learn from
 (no prompt, or a suggestion the show filter withheld); already learned by the current lineage;
+left out of training by a person (a rejected run's events: ``training_window_exclude``);
 already seen by a run from the current parent (it trains again with the next successful run,
 but does not start one); new: counted against the policy's ``min_new_events``.
 """
@@ -25,6 +26,7 @@ from apps.training.selectors import (
     feedback_learnable,
     interaction_belongs_to_adapter,
     training_events_eligible,
+    training_events_left_out,
     training_events_new,
     training_policy_get,
 )
@@ -40,6 +42,7 @@ class TrainingOutlook:
     no_consent: int
     nothing_to_learn: int
     already_trained: int
+    left_out: int
     seen_from_parent: int
     new: int
     oldest_new_at: datetime | None
@@ -96,6 +99,7 @@ def training_outlook(adapter: Adapter) -> TrainingOutlook:
     eligible = training_events_eligible(adapter, parent=parent)
     new = training_events_new(adapter, parent=parent).aggregate(count=Count("id"), oldest=Min("updated_at"))
     unlearned = eligible.count()
+    left_out = training_events_left_out(adapter, parent=parent).count()
     learnable = feedback_learnable(feedback.filter(consent)).count()
     active = TrainingRun.objects.filter(adapter=adapter, status__in=ACTIVE_STATUSES).order_by("-id").first()
     return TrainingOutlook(
@@ -106,7 +110,8 @@ def training_outlook(adapter: Adapter) -> TrainingOutlook:
         no_feedback=counted["total"] - counted["with_feedback"],
         no_consent=split["total"] - split["consented"],
         nothing_to_learn=split["consented"] - learnable,
-        already_trained=learnable - unlearned,
+        already_trained=learnable - unlearned - left_out,
+        left_out=left_out,
         seen_from_parent=unlearned - new["count"],
         new=new["count"],
         oldest_new_at=new["oldest"],

@@ -127,26 +127,29 @@ _RUN_FOLDER = re.compile(r"run-(\d+)-attempt-(\d+)")
 
 
 def run_dirs_sweep() -> list[Path]:
-    """Remove this host's run folders that no active run owns: those a worker killed mid-run left
-    (a run that ends removes its own). Each run's start calls it; what it removed comes back."""
+    """Remove this host's run folders whose run has ended: those a worker killed mid-run left (a run
+    that ends removes its own). A folder is removed only when its run is in this database, under the
+    same tenant and adapter, and no longer active; anything else under the root (another
+    deployment's, a run still going, an attempt the reaper took back while its run goes on) stays.
+    Each run's start and each worker's start call it; what it removed comes back."""
     root = Path(settings.STROP_RUN_ROOT)
-    found = {}
+    found: dict[Path, tuple[str, str, int]] = {}
     for folder in root.glob("*/*/run-*-attempt-*"):
         match = _RUN_FOLDER.fullmatch(folder.name)
         if match and folder.is_dir():
-            found[folder] = (int(match[1]), int(match[2]))
+            found[folder] = (folder.parent.parent.name, folder.parent.name, int(match[1]))
     if not found:
         return []
-    active = set(
-        TrainingRun.objects.filter(pk__in={pk for pk, _ in found.values()}, status__in=ACTIVE_STATUSES).values_list(
-            "pk", "attempt"
-        )
+    ended = set(
+        TrainingRun.objects.filter(pk__in={pk for _, _, pk in found.values()})
+        .exclude(status__in=ACTIVE_STATUSES)
+        .values_list("tenant__slug", "adapter__name", "pk")
     )
-    removed = [folder for folder, key in found.items() if key not in active]
+    removed = [folder for folder, key in found.items() if key in ended]
     for folder in removed:
         shutil.rmtree(folder, ignore_errors=True)
     if removed:
-        logger.info("removed %d run folder(s) no active run owns under %s", len(removed), root)
+        logger.info("removed %d folder(s) of ended runs under %s", len(removed), root)
     return removed
 
 

@@ -1,9 +1,10 @@
 """Which labelled events a run may learn from.
 
 The rule: a run trains a new version from ``parent`` on every labelled, opted-in event of the
-adapter that no run in ``parent``'s lineage has trained on. It is a set difference, not a
-watermark, so an event committed late (a slow transaction, feedback that arrived before its
-interaction) is never skipped, and none is trained on twice in one lineage.
+adapter that no run in ``parent``'s lineage has trained on, less the events of rejected runs a
+person left out of training. It is a set difference, not a watermark, so an event committed late
+(a slow transaction, feedback that arrived before its interaction) is never skipped, and none is
+trained on twice in one lineage.
 """
 
 from __future__ import annotations
@@ -67,19 +68,37 @@ def feedback_belongs_to_adapter(adapter: Adapter) -> Q:
 def training_events_eligible(adapter: Adapter, *, parent: AdapterVersion | None) -> QuerySet[Feedback]:
     """Labelled events the consent rule allows (apps.cohorts.selectors) not yet learned in the lineage
     and not left out of training."""
+    return _not_learned(adapter, parent).exclude(_left_out(adapter))
+
+
+def _left_out(adapter: Adapter) -> Exists:
+    """The event is in a rejected run of the adapter whose events a person left out of training
+    (``training_window_exclude``)."""
+    return Exists(
+        TrainingRunEvent.objects.filter(
+            feedback_id=OuterRef("pk"), run__adapter_id=adapter.pk, run__window_excluded_at__isnull=False
+        )
+    )
+
+
+def _not_learned(adapter: Adapter, parent: AdapterVersion | None) -> QuerySet[Feedback]:
+    """Labelled, consented, learnable events of the adapter that no version of ``parent``'s lineage learned."""
     # NOT EXISTS (a probe of the (feedback, held_out) index per event), not NOT IN: the lineage's
     # trained events are not read whole for each query (a window's walk runs several).
     trained_in_lineage = TrainingRunEvent.objects.filter(
         feedback_id=OuterRef("pk"), run__output_version_id__in=version_lineage_ids(parent), held_out=False
     )
-    # The events of a rejected run a person left out of training (``training_window_exclude``).
-    left_out = TrainingRunEvent.objects.filter(feedback_id=OuterRef("pk"), run__window_excluded_at__isnull=False)
     consented = (
         Feedback.objects.filter(tenant_id=adapter.tenant_id, interaction__isnull=False)
         .filter(consented_events("interaction__"))
         .filter(_belongs_to_adapter(adapter))
     )
-    return feedback_learnable(consented).exclude(Exists(trained_in_lineage)).exclude(Exists(left_out))
+    return feedback_learnable(consented).exclude(Exists(trained_in_lineage))
+
+
+def training_events_left_out(adapter: Adapter, *, parent: AdapterVersion | None) -> QuerySet[Feedback]:
+    """Events that would be eligible but for a person leaving them out of training."""
+    return _not_learned(adapter, parent).filter(_left_out(adapter))
 
 
 WINDOW_STEP = 20_000  # the tenant's events read per step of a window's walk

@@ -46,17 +46,21 @@ def test_a_trained_run_leaves_no_weights_in_its_folder_and_its_version_keeps_its
 
 
 @pytest.mark.django_db
-def test_the_sweep_removes_the_folders_no_active_run_owns(settings, tmp_path, tiny_adapter):
+def test_the_sweep_removes_only_the_folders_of_this_databases_ended_runs(settings, tmp_path, tiny_adapter):
     settings.STROP_RUN_ROOT = tmp_path
     active = TrainingRun.objects.create(tenant=tiny_adapter.tenant, adapter=tiny_adapter, status="training", attempt=2)
     done = TrainingRun.objects.create(tenant=tiny_adapter.tenant, adapter=tiny_adapter, status="rejected")
     owned = run_dir_of(active)
-    taken_back = owned.with_name(f"run-{active.pk}-attempt-1")  # the reaper requeued it: attempt 2 owns the run
+    taken_back = owned.with_name(f"run-{active.pk}-attempt-1")  # its worker may still be writing: kept
     ended = run_dir_of(done)
-    unknown = tmp_path / "acme" / "tab" / "notes"
-    for folder in (owned, taken_back, ended, unknown):
+    elsewhere = tmp_path / "other-co" / "tab" / f"run-{done.pk}-attempt-1"  # not this run's tenant
+    unknown = tmp_path / tiny_adapter.tenant.slug / "tab" / f"run-{done.pk + 1000}-attempt-1"  # no such run here
+    notes = tmp_path / tiny_adapter.tenant.slug / "tab" / "notes"
+    for folder in (owned, taken_back, ended, elsewhere, unknown, notes):
         (folder / "adapter").mkdir(parents=True)
         (folder / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
-    assert sorted(run_dirs_sweep()) == sorted([taken_back, ended])
-    assert owned.exists() and unknown.exists() and not taken_back.exists() and not ended.exists()
+    assert run_dirs_sweep() == [ended]
+    assert not ended.exists() and all(f.exists() for f in (owned, taken_back, elsewhere, unknown, notes))
+    TrainingRun.objects.filter(pk=active.pk).update(status="candidate")
+    assert sorted(run_dirs_sweep()) == sorted([owned, taken_back])
     assert run_dirs_sweep() == []

@@ -85,3 +85,12 @@ def test_the_api_refuses_a_run_that_is_not_rejected_and_a_key_without_admin(tiny
     assert ingest_only.post(f"/v1/training-runs/{rejected.pk}/exclude-window").status_code == 403
     assert make_client(tiny_adapter.tenant).post("/v1/training-runs/nope/exclude-window").status_code == 404
     assert not TrainingRun.objects.filter(window_excluded_at__isnull=False).exists()
+
+
+def test_the_training_status_counts_them_as_left_out_not_as_learned(tiny_adapter, add_events):
+    from apps.training.outlook import training_outlook
+
+    ids = add_events(6)
+    training_window_exclude(tiny_adapter.tenant, run=rejected_run_over(tiny_adapter, ids[:4]), actor="user:1")
+    outlook = training_outlook(tiny_adapter)
+    assert (outlook.left_out, outlook.already_trained, outlook.new) == (4, 0, 2)
