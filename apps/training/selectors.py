@@ -72,11 +72,12 @@ def training_events_eligible(adapter: Adapter, *, parent: AdapterVersion | None)
 
 
 def _left_out(adapter: Adapter) -> Exists:
-    """The event is in a rejected run of the adapter whose events a person left out of training
-    (``training_window_exclude``)."""
+    """The event is in a rejected run whose events a person left out of training
+    (``training_window_exclude``): of any of the tenant's adapters, so an event whose attribution
+    moves to another adapter stays out too."""
     return Exists(
         TrainingRunEvent.objects.filter(
-            feedback_id=OuterRef("pk"), run__adapter_id=adapter.pk, run__window_excluded_at__isnull=False
+            feedback_id=OuterRef("pk"), run__tenant_id=adapter.tenant_id, run__window_excluded_at__isnull=False
         )
     )
 
