@@ -10,6 +10,7 @@ kill (platform/gunicorn.conf.py, docs/operate.md)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from typing import Any
 
@@ -37,7 +38,16 @@ class _Server(Server):
             await asyncio.wait(cancelled, timeout=self.record_s)
 
 
+def server_choices(environ: dict[str, str] = os.environ) -> dict[str, str]:  # type: ignore[assignment]
+    """uvicorn's event loop and HTTP parser: ``auto`` takes uvloop and httptools, which Strop installs
+    (the pure-Python asyncio loop and h11 parser cost about twice the CPU a completion);
+    ``STROP_API_LOOP=asyncio`` or ``STROP_API_HTTP=h11`` names the pure-Python one (docs/operate.md)."""
+    return {"loop": environ.get("STROP_API_LOOP") or "auto", "http": environ.get("STROP_API_HTTP") or "auto"}
+
+
 class StropUvicornWorker(UvicornWorker):
+    CONFIG_KWARGS = server_choices()
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         graceful = float(self.cfg.graceful_timeout)
