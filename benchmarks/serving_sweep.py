@@ -13,6 +13,11 @@ Per level and mode it prints ``name: value`` lines:
   streams_held                  most streams open at once through Strop (first byte in, last not)
   cpu_ms_per_completion         the API processes' CPU time (user + system) per completion
   refusals                      answers that were not 200 (429 / 503 included)
+and where the machine's CPU went, per side (``_direct`` / ``_strop``):
+  machine_cores_busy_*          cores busy on the whole machine while that side ran (of cpu_count)
+  client_cpu_ms_*               this load generator's CPU per completion
+  upstream_cpu_ms_*             the mock's CPU per completion (the mock only)
+  postgres_cpu_ms_*             every Postgres process's CPU per completion
 """
 
 from __future__ import annotations
@@ -47,6 +52,49 @@ def process_tree_cpu_s(root_pid: int) -> float:
     return total
 
 
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy (every core; /proc/stat less idle and iowait)."""
+    values = [int(v) for v in open("/proc/stat").readline().split()[1:9]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu_s() -> float:
+    """User + system CPU seconds of every process named ``postgres`` on this machine (a backend that
+    exits meanwhile takes its share with it: the API's connections stay open through a level)."""
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if open(f"/proc/{pid}/comm").read().strip() != "postgres":
+                continue
+            stat = open(f"/proc/{pid}/stat").read()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+@dataclass
+class CpuMeter:
+    """Where the machine's CPU goes while one side runs: the machine, this client, the upstream
+    (``upstream_pid``; 0: not measured) and Postgres, in seconds since :meth:`start`."""
+
+    upstream_pid: int = 0
+    readings: tuple[float, ...] = ()
+
+    def _read(self) -> tuple[float, ...]:
+        upstream = process_tree_cpu_s(self.upstream_pid) if self.upstream_pid else 0.0
+        return (machine_busy_s(), time.process_time(), upstream, postgres_cpu_s())
+
+    def start(self) -> None:
+        self.readings = self._read()
+
+    def stop(self) -> dict[str, float]:
+        now = self._read()
+        machine, client, upstream, postgres = (b - a for a, b in zip(self.readings, now, strict=True))
+        return {"machine": machine, "client": client, "upstream": upstream, "postgres": postgres}
+
+
 @dataclass
 class Side:
     """One side's run at one level: latencies, Strop's own overhead headers, refusals, timing."""
@@ -56,6 +104,7 @@ class Side:
     refusals: int = 0
     refused: Counter[str] = field(default_factory=Counter)  # by status, code and message
     elapsed: float = 0.0
+    cpu: dict[str, float] = field(default_factory=dict)  # CpuMeter.stop's seconds while it ran
     held_max: int = 0
 
     def refuse(self, response: httpx.Response) -> None:
@@ -123,9 +172,11 @@ async def sweep(
     api_pid: int,
     levels: tuple[int, ...] = LEVELS,
     requests: Callable[[int], int] = lambda c: max(64, 2 * c),
+    upstream_pid: int = 0,
 ) -> dict[tuple[str, int], dict[str, float]]:
     """Each level streamed and not, each side in turn (which goes first alternates); prints and
-    returns the figures by (mode, level)."""
+    returns the figures by (mode, level). ``upstream_pid``: the mock's process, whose CPU is
+    counted too."""
     figures: dict[tuple[str, int], dict[str, float]] = {}
     limits = httpx.Limits(max_connections=4096, max_keepalive_connections=1024)
     async with httpx.AsyncClient(timeout=300, limits=limits) as http:
@@ -142,7 +193,10 @@ async def sweep(
                         sent.pop("stream_options", None)  # vLLM refuses it on a whole completion
                     await run_side(http, url, bodies[: min(level, 8)], headers, level, stream)  # warm
                     cpu_before = process_tree_cpu_s(api_pid)
+                    meter = CpuMeter(upstream_pid)
+                    meter.start()
                     runs[side] = await run_side(http, url, bodies, headers, level, stream)
+                    runs[side].cpu = meter.stop()
                     if side == "strop":
                         cpu = process_tree_cpu_s(api_pid) - cpu_before
                 d, s = runs["direct"], runs["strop"]
@@ -158,6 +212,12 @@ async def sweep(
                     "cpu_ms_per_completion": cpu * 1000 / served,
                     "refusals": float(s.refusals + d.refusals),
                 }
+                for name, run in (("direct", d), ("strop", s)):
+                    done = max(1, len(run.latencies))
+                    out[f"machine_cores_busy_{name}"] = run.cpu["machine"] / max(1e-9, run.elapsed)
+                    for part in ("client", "upstream", "postgres"):
+                        if part != "upstream" or upstream_pid:
+                            out[f"{part}_cpu_ms_{name}"] = run.cpu[part] * 1000 / done
                 figures[(mode, level)] = out
                 for name, value in out.items():
                     print(f"{label}_{mode}_c{level}_{name}: {value:.2f}", flush=True)
@@ -251,8 +311,10 @@ def run_sweeps(
                 strop=(f"http://127.0.0.1:{mock_api_port}/v1/completions", pick(sized), headers),
                 api_pid=api.pid,
                 levels=levels,
+                upstream_pid=mock.pid,
             )
         )
+        print(f"mock_machine_cores: {os.cpu_count()}")
         long = {**sized[0], "max_tokens": max(max_tokens, 100)}
         held = asyncio.run(hold_streams(f"http://127.0.0.1:{mock_api_port}/v1/completions", long, headers, hold))
         print(f"mock_hold_streams_held: {held[0]}")

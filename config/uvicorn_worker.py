@@ -40,7 +40,8 @@ class _Server(Server):
 
 def server_choices(environ: dict[str, str] = os.environ) -> dict[str, str]:  # type: ignore[assignment]
     """uvicorn's event loop and HTTP parser: ``auto`` takes uvloop and httptools, which Strop installs
-    (the pure-Python asyncio loop and h11 parser cost about twice the CPU a completion);
+    (against the pure-Python asyncio loop and h11 parser: 7-28 % less API CPU a streamed completion
+    in the mock sweep, docs/performance.md);
     ``STROP_API_LOOP=asyncio`` or ``STROP_API_HTTP=h11`` names the pure-Python one (docs/operate.md)."""
     return {"loop": environ.get("STROP_API_LOOP") or "auto", "http": environ.get("STROP_API_HTTP") or "auto"}
 

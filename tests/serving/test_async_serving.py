@@ -146,6 +146,26 @@ def test_a_worker_stopped_mid_stream_serves_it_to_the_end_and_records_it(fleet, 
     assert recorded.completion == "".join(TOKENS[:40])
 
 
+def _native_modules(pid: int) -> str:
+    """The shared objects a process has mapped (which of uvloop's and httptools' it loaded)."""
+    return open(f"/proc/{pid}/maps").read()
+
+
+def test_workers_run_on_uvloop_and_httptools_unless_told_otherwise(fleet, api_servers, settings, mock_upstream):
+    """uvicorn's native event loop and HTTP parser by default (``STROP_API_LOOP`` / ``STROP_API_HTTP``
+    name the pure-Python ones); either way the openai client is served the same answer."""
+    key = fleet("loops")
+    texts = {}
+    for name, env in (("native", {}), ("pure", {"STROP_API_LOOP": "asyncio", "STROP_API_HTTP": "h11"})):
+        api = _api(api_servers, settings, mock_upstream, **env)
+        texts[name] = _client(api, key).completions.create(model="tab", prompt="def f():", max_tokens=3).choices[0].text
+        (worker,) = _worker_pids(api.proc.pid)
+        mapped = _native_modules(worker)
+        native = "uvloop/loop." in mapped and "httptools/parser/parser." in mapped
+        assert native == (name == "native"), f"{name}: uvloop and httptools loaded: {native}"
+    assert texts == {"native": "".join(TOKENS[:3]), "pure": "".join(TOKENS[:3])}
+
+
 def _parts_hold(interaction_id: str, *, at_least: int, timeout_s: float = 60.0) -> int:
     """How many tokens the stream's parts hold once they hold ``at_least``."""
     deadline = time.monotonic() + timeout_s
