@@ -178,19 +178,23 @@ async def sweep(
     returns the figures by (mode, level). ``upstream_pid``: the mock's process, whose CPU is
     counted too."""
     figures: dict[tuple[str, int], dict[str, float]] = {}
-    limits = httpx.Limits(max_connections=4096, max_keepalive_connections=1024)
-    async with httpx.AsyncClient(timeout=300, limits=limits) as http:
-        for stream in (False, True):
-            mode = "streamed" if stream else "whole"
-            for turn, level in enumerate(levels):
-                n = requests(level)
-                runs: dict[str, Side] = {}
-                cpu = 0.0
-                order = [("direct", direct), ("strop", strop)]
-                for side, (url, body, headers) in order if turn % 2 == 0 else reversed(order):
-                    bodies = [{**body(i), "stream": stream} for i in range(n)]
-                    for sent in bodies if not stream else []:
-                        sent.pop("stream_options", None)  # vLLM refuses it on a whole completion
+    for stream in (False, True):
+        mode = "streamed" if stream else "whole"
+        for turn, level in enumerate(levels):
+            n = requests(level)
+            runs: dict[str, Side] = {}
+            cpu = 0.0
+            order = [("direct", direct), ("strop", strop)]
+            for side, (url, body, headers) in order if turn % 2 == 0 else reversed(order):
+                bodies = [{**body(i), "stream": stream} for i in range(n)]
+                for sent in bodies if not stream else []:
+                    sent.pop("stream_options", None)  # vLLM refuses it on a whole completion
+                # A client (a connection pool) for this run alone: httpx's pool walks every
+                # connection it holds on each request's start and end, so one client kept
+                # across sides and levels spent more CPU a completion (20-29 ms at 64 and
+                # 256) than the API did, on whichever side ran with the most connections open.
+                limits = httpx.Limits(max_connections=level + 8, max_keepalive_connections=level + 8)
+                async with httpx.AsyncClient(timeout=300, limits=limits) as http:
                     await run_side(http, url, bodies[: min(level, 8)], headers, level, stream)  # warm
                     cpu_before = process_tree_cpu_s(api_pid)
                     meter = CpuMeter(upstream_pid)
@@ -199,28 +203,28 @@ async def sweep(
                     runs[side].cpu = meter.stop()
                     if side == "strop":
                         cpu = process_tree_cpu_s(api_pid) - cpu_before
-                d, s = runs["direct"], runs["strop"]
-                served = max(1, len(s.latencies))
-                out = {
-                    "added_p50_ms": (_pct(s.latencies, 0.5) - _pct(d.latencies, 0.5)) * 1000,
-                    "added_p99_ms": (_pct(s.latencies, 0.99) - _pct(d.latencies, 0.99)) * 1000,
-                    "overhead_header_p50_ms": _pct(s.overheads, 0.5),
-                    "overhead_header_p99_ms": _pct(s.overheads, 0.99),
-                    "throughput_kept": (len(s.latencies) / s.elapsed) / max(1e-9, len(d.latencies) / d.elapsed),
-                    "direct_completions_per_s": len(d.latencies) / d.elapsed,
-                    "streams_held": float(s.held_max),
-                    "cpu_ms_per_completion": cpu * 1000 / served,
-                    "refusals": float(s.refusals + d.refusals),
-                }
-                for name, run in (("direct", d), ("strop", s)):
-                    done = max(1, len(run.latencies))
-                    out[f"machine_cores_busy_{name}"] = run.cpu["machine"] / max(1e-9, run.elapsed)
-                    for part in ("client", "upstream", "postgres"):
-                        if part != "upstream" or upstream_pid:
-                            out[f"{part}_cpu_ms_{name}"] = run.cpu[part] * 1000 / done
-                figures[(mode, level)] = out
-                for name, value in out.items():
-                    print(f"{label}_{mode}_c{level}_{name}: {value:.2f}", flush=True)
+            d, s = runs["direct"], runs["strop"]
+            served = max(1, len(s.latencies))
+            out = {
+                "added_p50_ms": (_pct(s.latencies, 0.5) - _pct(d.latencies, 0.5)) * 1000,
+                "added_p99_ms": (_pct(s.latencies, 0.99) - _pct(d.latencies, 0.99)) * 1000,
+                "overhead_header_p50_ms": _pct(s.overheads, 0.5),
+                "overhead_header_p99_ms": _pct(s.overheads, 0.99),
+                "throughput_kept": (len(s.latencies) / s.elapsed) / max(1e-9, len(d.latencies) / d.elapsed),
+                "direct_completions_per_s": len(d.latencies) / d.elapsed,
+                "streams_held": float(s.held_max),
+                "cpu_ms_per_completion": cpu * 1000 / served,
+                "refusals": float(s.refusals + d.refusals),
+            }
+            for name, run in (("direct", d), ("strop", s)):
+                done = max(1, len(run.latencies))
+                out[f"machine_cores_busy_{name}"] = run.cpu["machine"] / max(1e-9, run.elapsed)
+                for part in ("client", "upstream", "postgres"):
+                    if part != "upstream" or upstream_pid:
+                        out[f"{part}_cpu_ms_{name}"] = run.cpu[part] * 1000 / done
+            figures[(mode, level)] = out
+            for name, value in out.items():
+                print(f"{label}_{mode}_c{level}_{name}: {value:.2f}", flush=True)
     return figures
 
 
