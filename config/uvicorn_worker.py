@@ -19,6 +19,8 @@ from uvicorn.server import Server
 from uvicorn_worker import UvicornWorker
 
 RECORD_MARGIN_S = 5.0
+LOOPS = ("auto", "uvloop", "asyncio")
+PARSERS = ("auto", "httptools", "h11")
 
 
 def stream_grace_s(graceful_timeout: float) -> float:
@@ -43,7 +45,13 @@ def server_choices(environ: dict[str, str] = os.environ) -> dict[str, str]:  # t
     (against the pure-Python asyncio loop and h11 parser: 7-28 % less API CPU a streamed completion
     in the mock sweep, docs/performance.md);
     ``STROP_API_LOOP=asyncio`` or ``STROP_API_HTTP=h11`` names the pure-Python one (docs/operate.md)."""
-    return {"loop": environ.get("STROP_API_LOOP") or "auto", "http": environ.get("STROP_API_HTTP") or "auto"}
+    choices = {}
+    for key, setting, allowed in (("loop", "STROP_API_LOOP", LOOPS), ("http", "STROP_API_HTTP", PARSERS)):
+        value = environ.get(setting) or "auto"
+        if value not in allowed:  # uvicorn would take it as a module path and fail at boot, obscurely
+            raise ValueError(f"{setting} is {value!r}: it must be one of {', '.join(allowed)}")
+        choices[key] = value
+    return choices
 
 
 class StropUvicornWorker(UvicornWorker):
