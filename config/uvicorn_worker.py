@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from gunicorn.arbiter import Arbiter
@@ -40,7 +41,7 @@ class _Server(Server):
             await asyncio.wait(cancelled, timeout=self.record_s)
 
 
-def server_choices(environ: dict[str, str] = os.environ) -> dict[str, str]:  # type: ignore[assignment]
+def server_choices(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """uvicorn's event loop and HTTP parser: ``auto`` takes uvloop and httptools, which Strop installs
     (against the pure-Python asyncio loop and h11 parser: 7-28 % less API CPU a streamed completion
     in the mock sweep, docs/performance.md);
