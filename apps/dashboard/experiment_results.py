@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count
 from django.utils.safestring import SafeString
 
 from apps.adapters.models import Adapter
@@ -20,7 +19,7 @@ from apps.experiments.models import (
     CANDIDATE,
     CONTROL,
     Experiment,
-    ExperimentExposure,
+    ExperimentArmCount,
     ExperimentSnapshot,
     HoldoutSnapshot,
 )
@@ -123,9 +122,10 @@ class ExperimentResults:
 
 
 def exposures_per_arm(experiment: Experiment) -> dict[str, int]:
+    """Users exposed in each arm now: the counts the database keeps as exposures are written
+    (``ExperimentArmCount``), not a count of the exposures (a million rows at a year's size)."""
     counts = {CONTROL: 0, CANDIDATE: 0}
-    for row in ExperimentExposure.objects.filter(experiment=experiment).values("arm").annotate(n=Count("id")):
-        counts[row["arm"]] = row["n"]
+    counts.update(ExperimentArmCount.objects.filter(experiment_id=experiment.pk).values_list("arm", "exposures"))
     return counts
 
 

@@ -83,6 +83,20 @@ class ExperimentExposure(models.Model):
         indexes = [models.Index(fields=["experiment", "arm"])]
 
 
+class ExperimentArmCount(models.Model):
+    """How many users each arm has exposed, kept by database triggers on every insert, delete and
+    arm change of an exposure (migration 0005), whichever code path makes it: the dashboard reads
+    it instead of counting a million exposures on each view. No foreign key: an exposure deleted
+    with its experiment may update it after it is gone (the trigger then updates nothing)."""
+
+    experiment_id = models.BigIntegerField()
+    arm = models.CharField(max_length=16)
+    exposures = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["experiment_id", "arm"], name="arm_count_once")]
+
+
 class ExperimentSnapshot(models.Model):
     """The statistics at one moment, kept so the dashboard can draw them over time."""
 
