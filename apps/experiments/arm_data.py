@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 from django.db import connection
-from django.db.models import Count, F, Q, QuerySet, Sum, Value
+from django.db.models import Count, Q, QuerySet, Sum, Value
 
-from apps.experiments.history import history_of_arms
-from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentExposure
+from apps.experiments.history import arms_with_history
+from apps.experiments.models import CANDIDATE, CONTROL, Experiment
 from apps.experiments.retained import retained_per_user
 from apps.experiments.stats import ArmData
 from apps.experiments.stats.metrics import USER_COLUMNS
@@ -71,15 +71,7 @@ def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
         .values("experiment_arm", "end_user_id")
         .annotate(errors=Count("id"), slow=Count("id", filter=Q(latency_ms__gt=threshold)) if threshold else Value(0))
     )
-    # Each arm's users, numbered in the order read: built from the raw rows (a million exposures
-    # are a million tuples; a loop in Python per row costs seconds).
-    exposures = list(
-        ExperimentExposure.objects.filter(experiment=experiment).values_list("arm", F("end_user__external_id"))
-    )
-    arms: dict[str, dict[str, int]] = {}
-    for arm in (CONTROL, CANDIDATE):
-        members = [user for row_arm, user in exposures if row_arm == arm]
-        arms[arm] = dict(zip(members, range(len(members)), strict=True))
+    arms, history = arms_with_history(experiment)
     columns = USER_COLUMNS
     sums = {arm: {c: np.zeros(len(users)) for c in columns} for arm, users in arms.items()}
     for row in per_user:
@@ -107,7 +99,6 @@ def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
         if index is not None:
             sums[arm]["accepted_chars"][index] += accepted_chars
             sums[arm]["retained_chars"][index] += retained_chars
-    history = history_of_arms(experiment, arms)
     control = ArmData(**sums[CONTROL], latency_p95_ms=threshold, covariates=history[CONTROL])
     candidate = ArmData(
         **sums[CANDIDATE], latency_p95_ms=_p95(interactions, experiment, CANDIDATE), covariates=history[CANDIDATE]
