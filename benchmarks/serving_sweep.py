@@ -2,7 +2,8 @@
 and through Strop at 1, 16, 64 and 256 at once, streamed and not, against the real vLLM and
 against benchmarks/mock_vllm.py (vLLM's wire format, a fixed delay per token: what the API itself
 can hold, beyond what a CPU vLLM can serve); then a burst of streams held at once on one API
-process. The load comes from one asyncio client; the two sides alternate level by level.
+process. The load comes from one asyncio client (benchmarks/light_http.py, a keep-alive connection
+per concurrent caller); the two sides alternate level by level.
 
 Per level and mode it prints ``name: value`` lines:
   added_p50_ms / added_p99_ms   latency through Strop minus direct, at the median and the 99th
@@ -27,24 +28,31 @@ import os
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
-import httpx
+from light_http import Answer, Connection
 
 LEVELS = (1, 16, 64, 256)
+T = TypeVar("T")
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process (OSError once it is gone)."""
+    stat = open(f"/proc/{pid}/stat").read()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def process_tree_cpu_s(root_pid: int) -> float:
     """User + system CPU seconds of ``root_pid`` and every process under it (gunicorn's workers)."""
     total, pending = 0.0, [root_pid]
-    tick = os.sysconf("SC_CLK_TCK")
     while pending:
         pid = pending.pop()
         try:
-            stat = open(f"/proc/{pid}/stat").read()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
+            total += process_cpu_s(pid)
             for task in os.listdir(f"/proc/{pid}/task"):
                 pending.extend(int(c) for c in open(f"/proc/{pid}/task/{task}/children").read().split())
         except (OSError, ValueError):
@@ -61,14 +69,11 @@ def machine_busy_s() -> float:
 def postgres_cpu_s() -> float:
     """User + system CPU seconds of every process named ``postgres`` on this machine (a backend that
     exits meanwhile takes its share with it: the API's connections stay open through a level)."""
-    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    total = 0.0
     for pid in (p for p in os.listdir("/proc") if p.isdigit()):
         try:
-            if open(f"/proc/{pid}/comm").read().strip() != "postgres":
-                continue
-            stat = open(f"/proc/{pid}/stat").read()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
+            if open(f"/proc/{pid}/comm").read().strip() == "postgres":
+                total += process_cpu_s(int(pid))
         except (OSError, ValueError):
             continue
     return total
@@ -76,23 +81,28 @@ def postgres_cpu_s() -> float:
 
 @dataclass
 class CpuMeter:
-    """Where the machine's CPU goes while one side runs: the machine, this client, the upstream
-    (``upstream_pid``; 0: not measured) and Postgres, in seconds since :meth:`start`."""
+    """Where the machine's CPU goes while one side runs: the machine, the API (``api_pid``'s
+    process tree), this client, the upstream (``upstream_pid``; 0: not measured) and Postgres, in
+    seconds since :meth:`start`."""
 
+    api_pid: int
     upstream_pid: int = 0
-    readings: tuple[float, ...] = ()
+    readings: dict[str, float] = field(default_factory=dict)
 
-    def _read(self) -> tuple[float, ...]:
-        upstream = process_tree_cpu_s(self.upstream_pid) if self.upstream_pid else 0.0
-        return (machine_busy_s(), time.process_time(), upstream, postgres_cpu_s())
+    def _read(self) -> dict[str, float]:
+        return {
+            "machine": machine_busy_s(),
+            "api": process_tree_cpu_s(self.api_pid),
+            "client": time.process_time(),
+            "upstream": process_tree_cpu_s(self.upstream_pid) if self.upstream_pid else 0.0,
+            "postgres": postgres_cpu_s(),
+        }
 
     def start(self) -> None:
         self.readings = self._read()
 
     def stop(self) -> dict[str, float]:
-        now = self._read()
-        machine, client, upstream, postgres = (b - a for a, b in zip(self.readings, now, strict=True))
-        return {"machine": machine, "client": client, "upstream": upstream, "postgres": postgres}
+        return {name: value - self.readings[name] for name, value in self._read().items()}
 
 
 @dataclass
@@ -107,56 +117,65 @@ class Side:
     cpu: dict[str, float] = field(default_factory=dict)  # CpuMeter.stop's seconds while it ran
     held_max: int = 0
 
-    def refuse(self, response: httpx.Response) -> None:
+    def refuse(self, response: Answer) -> None:
         self.refusals += 1
         try:
             error = response.json()["error"]
             why = f"{error.get('code')}: {error.get('message', '')[:160]}"
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             why = response.text[:160]
         self.refused[f"{response.status_code} {why}"] += 1
 
 
-async def run_side(
-    http: httpx.AsyncClient, url: str, bodies: list[dict], headers: dict, concurrency: int, stream: bool
-) -> Side:
-    """Every body once, ``concurrency`` at a time; a stream is read to its end."""
+async def run_side(url: str, bodies: list[dict], headers: dict, concurrency: int, stream: bool) -> Side:
+    """Every body once, ``concurrency`` at a time, each caller on a keep-alive connection of its own
+    (benchmarks/light_http.py); a stream is read to its end."""
     side, queue = Side(), list(reversed(bodies))
+    path = urlsplit(url).path
     held = 0
 
-    async def one(body: dict) -> None:
+    def opened() -> None:
+        nonlocal held
+        held += 1
+        side.held_max = max(side.held_max, held)
+
+    async def one(connection: Connection, body: dict) -> None:
         nonlocal held
         start = time.perf_counter()
-        if stream:
-            async with http.stream("POST", url, json=body, headers=headers) as response:
-                if response.status_code != 200:
-                    await response.aread()
-                    side.refuse(response)
-                    return
-                held += 1
-                side.held_max = max(side.held_max, held)
-                try:
-                    async for _ in response.aiter_raw():
-                        pass
-                finally:
-                    held -= 1
-        else:
-            response = await http.post(url, json=body, headers=headers)
-            if response.status_code != 200:
-                side.refuse(response)
-                return
+        try:
+            answer = await connection.post(path, body, headers, on_headers=opened if stream else None)
+        finally:
+            if stream:
+                held -= 1
+        if answer.status != 200:
+            side.refuse(answer)
+            return
         side.latencies.append(time.perf_counter() - start)
-        if "x-strop-overhead-ms" in response.headers:
-            side.overheads.append(float(response.headers["x-strop-overhead-ms"]))
+        if "x-strop-overhead-ms" in answer.headers:
+            side.overheads.append(float(answer.headers["x-strop-overhead-ms"]))
 
-    async def worker() -> None:
-        while queue:
-            await one(queue.pop())
+    async def caller() -> None:
+        connection = Connection(url)
+        try:
+            while queue:
+                await one(connection, queue.pop())
+        finally:
+            await connection.close()
 
     start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
     side.elapsed = time.perf_counter() - start
     return side
+
+
+def run_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """``coro`` on uvloop, as the API's workers run (asyncio's own loop where it is missing): the
+    load generator's CPU comes out of the same two cores as the API's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -183,26 +202,16 @@ async def sweep(
         for turn, level in enumerate(levels):
             n = requests(level)
             runs: dict[str, Side] = {}
-            cpu = 0.0
             order = [("direct", direct), ("strop", strop)]
             for side, (url, body, headers) in order if turn % 2 == 0 else reversed(order):
                 bodies = [{**body(i), "stream": stream} for i in range(n)]
                 for sent in bodies if not stream else []:
                     sent.pop("stream_options", None)  # vLLM refuses it on a whole completion
-                # A client (a connection pool) for this run alone: httpx's pool walks every
-                # connection it holds on each request's start and end, so one client kept
-                # across sides and levels spent more CPU a completion (20-29 ms at 64 and
-                # 256) than the API did, on whichever side ran with the most connections open.
-                limits = httpx.Limits(max_connections=level + 8, max_keepalive_connections=level + 8)
-                async with httpx.AsyncClient(timeout=300, limits=limits) as http:
-                    await run_side(http, url, bodies[: min(level, 8)], headers, level, stream)  # warm
-                    cpu_before = process_tree_cpu_s(api_pid)
-                    meter = CpuMeter(upstream_pid)
-                    meter.start()
-                    runs[side] = await run_side(http, url, bodies, headers, level, stream)
-                    runs[side].cpu = meter.stop()
-                    if side == "strop":
-                        cpu = process_tree_cpu_s(api_pid) - cpu_before
+                await run_side(url, bodies[: min(level, 8)], headers, level, stream)  # warm
+                meter = CpuMeter(api_pid, upstream_pid)
+                meter.start()
+                runs[side] = await run_side(url, bodies, headers, level, stream)
+                runs[side].cpu = meter.stop()
             d, s = runs["direct"], runs["strop"]
             served = max(1, len(s.latencies))
             out = {
@@ -213,7 +222,7 @@ async def sweep(
                 "throughput_kept": (len(s.latencies) / s.elapsed) / max(1e-9, len(d.latencies) / d.elapsed),
                 "direct_completions_per_s": len(d.latencies) / d.elapsed,
                 "streams_held": float(s.held_max),
-                "cpu_ms_per_completion": cpu * 1000 / served,
+                "cpu_ms_per_completion": s.cpu["api"] * 1000 / served,
                 "refusals": float(s.refusals + d.refusals),
             }
             for name, run in (("direct", d), ("strop", s)):
@@ -231,9 +240,7 @@ async def sweep(
 async def hold_streams(url: str, body: dict, headers: dict, count: int) -> tuple[int, int]:
     """``count`` streams opened at once; (most open at the same time, refusals). Prints why each
     kind of refusal was refused."""
-    limits = httpx.Limits(max_connections=count + 64, max_keepalive_connections=count)
-    async with httpx.AsyncClient(timeout=300, limits=limits) as http:
-        side = await run_side(http, url, [{**body, "stream": True}] * count, headers, count, True)
+    side = await run_side(url, [{**body, "stream": True}] * count, headers, count, True)
     for why, times in side.refused.most_common(5):
         print(f"mock_hold_refused_why: {times} x {why}")
     return side.held_max, side.refusals
@@ -285,7 +292,7 @@ def run_sweeps(
         return lambda i: {**body(i), "stream_options": {"include_usage": True}}
 
     if real:
-        asyncio.run(
+        run_loop(
             sweep(
                 "real",
                 direct=(f"{vllm_url}/v1/completions", with_usage(pick(direct_bodies)), {}),
@@ -308,7 +315,7 @@ def run_sweeps(
         api = start_gunicorn(db_url, mock_api_port, 1, **env)
         sized = [{**b, "max_tokens": max_tokens} for b in strop_bodies]
         direct_sized = [{**b, "max_tokens": max_tokens} for b in direct_bodies]
-        figures = asyncio.run(
+        figures = run_loop(
             sweep(
                 "mock",
                 direct=(f"{mock_url}/v1/completions", with_usage(pick(direct_sized)), {}),
@@ -320,7 +327,7 @@ def run_sweeps(
         )
         print(f"mock_machine_cores: {os.cpu_count()}")
         long = {**sized[0], "max_tokens": max(max_tokens, 100)}
-        held = asyncio.run(hold_streams(f"http://127.0.0.1:{mock_api_port}/v1/completions", long, headers, hold))
+        held = run_loop(hold_streams(f"http://127.0.0.1:{mock_api_port}/v1/completions", long, headers, hold))
         print(f"mock_hold_streams_held: {held[0]}")
         print(f"mock_hold_refusals: {held[1]}")
         print(
