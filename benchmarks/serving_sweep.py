@@ -276,6 +276,7 @@ def run_sweeps(
     token_delay_ms: float,
     max_tokens: int,
     hold: int,
+    hold_tokens: int = 100,
     real: bool = True,
 ) -> None:
     """The real vLLM's sweep on the caller's API (``api_port``, ``api_pid``), unless ``real`` is
@@ -326,7 +327,9 @@ def run_sweeps(
             )
         )
         print(f"mock_machine_cores: {os.cpu_count()}")
-        long = {**sized[0], "max_tokens": max(max_tokens, 100)}
+        # A stream must outlast the time the API takes to start them all, or the first end before
+        # the last begin: at 100 tokens (5 s at 50 ms), what is held is the start rate times 5 s.
+        long = {**sized[0], "max_tokens": max(max_tokens, hold_tokens)}
         held = run_loop(hold_streams(f"http://127.0.0.1:{mock_api_port}/v1/completions", long, headers, hold))
         print(f"mock_hold_streams_held: {held[0]}")
         print(f"mock_hold_refusals: {held[1]}")
@@ -359,6 +362,7 @@ def main() -> None:
     parser.add_argument("--token-delay-ms", type=float, default=50.0)
     parser.add_argument("--max-tokens", type=int, default=20)
     parser.add_argument("--hold", type=int, default=512, help="streams opened at once on one API process")
+    parser.add_argument("--hold-tokens", type=int, default=100, help="tokens in each held stream")
     args = parser.parse_args()
     db_url = fresh_database(args.database_url, "strop_bench_serving_mock")
     key, _, _ = bench_adapter(starter.ensure_starter_model("tiny"), db_url)  # the mock answers any model
@@ -379,6 +383,7 @@ def main() -> None:
         token_delay_ms=args.token_delay_ms,
         max_tokens=args.max_tokens,
         hold=args.hold,
+        hold_tokens=args.hold_tokens,
         real=False,
     )
 

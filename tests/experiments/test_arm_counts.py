@@ -1,7 +1,8 @@
 """The exposures per arm the dashboard shows are kept by the database as exposures are written
 (``ExperimentArmCount``, migration experiments.0005): they agree with counting the rows after any
 mix of first exposures, repeated ones, erased users, an arm moved, bulk inserts and an experiment
-deleted, on Postgres and on the embedded SQLite."""
+deleted, on Postgres and on the embedded SQLite (where a snapshot's read of the exposures runs
+too)."""
 
 from __future__ import annotations
 
@@ -123,6 +124,9 @@ ExperimentExposure.objects.bulk_create([make(u, "control" if i % 2 else "candida
 ExperimentExposure.objects.bulk_create([make(users[0], "control")], ignore_conflicts=True)  # a repeat
 users[1].delete()
 ExperimentExposure.objects.filter(end_user=users[2]).update(arm="candidate")
+from apps.experiments.arm_data import experiment_arm_data  # the snapshot's read of every exposure
+control, candidate = experiment_arm_data(experiment)
+print("arm users", len(control.requests), len(candidate.requests), control.covariates.shape)
 """
 
 
@@ -130,7 +134,7 @@ def test_the_embedded_sqlite_keeps_the_counts_too(tmp_path):
     database = tmp_path / "embedded.sqlite3"
     env = {**os.environ, "DEBUG": "1", "DATABASE_URL": f"sqlite:///{database}"}
 
-    def manage(*args: str) -> None:
+    def manage(*args: str) -> str:
         done = subprocess.run(
             [sys.executable, "manage.py", *args],
             cwd=settings.BASE_DIR,
@@ -140,9 +144,10 @@ def test_the_embedded_sqlite_keeps_the_counts_too(tmp_path):
             timeout=300,
         )
         assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
 
-    manage("migrate", "experiments", "-v0")
-    manage("shell", "-c", SQLITE_MIX)
+    manage("migrate", "-v0")
+    assert "arm users 2 3 (2, 4)" in manage("shell", "-c", SQLITE_MIX)
     with sqlite3.connect(database) as db:
         kept = dict(db.execute("SELECT arm, exposures FROM experiments_experimentarmcount").fetchall())
         rows = Counter(arm for (arm,) in db.execute("SELECT arm FROM experiments_experimentexposure"))
