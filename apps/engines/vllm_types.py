@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import re
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
@@ -158,6 +160,9 @@ def prompt_ids(choices: list[dict[str, Any]]) -> list[int] | None:
 
 
 _DONE: dict[str, Any] = {}
+# What is read after vLLM's ``[DONE]`` at most, hoping for the body's end (see ``_drain``).
+AFTER_DONE_LINES = 8
+AFTER_DONE_S = 1.0
 
 
 class _SSELineSplitter:
@@ -224,13 +229,38 @@ def _sse_event(line: bytes, replica: str) -> dict[str, Any] | None:
     return data  # type: ignore[no-any-return]
 
 
+def _drain(lines: Iterator[bytes]) -> None:
+    """Read what follows ``[DONE]``: vLLM's body ends right there, and a body read to its end keeps
+    its connection for the next request (one closed before it is discarded, so every streamed
+    completion would open a new connection). Anything more, or a failure reading it, costs only
+    the connection."""
+    try:
+        for _ in itertools.islice(lines, AFTER_DONE_LINES):
+            pass
+    except (httpx.TimeoutException, httpx.TransportError):
+        pass
+
+
+async def _adrain(lines: AsyncIterator[bytes]) -> None:
+    """:func:`_drain`, within ``AFTER_DONE_S``: the client's own ``[DONE]`` waits for it."""
+    try:
+        async with asyncio.timeout(AFTER_DONE_S):
+            for _ in range(AFTER_DONE_LINES):
+                if await anext(lines, None) is None:
+                    return
+    except (TimeoutError, httpx.TimeoutException, httpx.TransportError):
+        pass
+
+
 def read_sse_json(response: httpx.Response, replica: str) -> Iterator[dict[str, Any]]:
     """A streamed answer's server-sent events, one JSON object each, until ``[DONE]``; vLLM's error
     event after the 200, a stall or a dropped connection raise. Closes the response at the end."""
     try:
-        for line in sse_lines(response.iter_bytes()):
+        lines = sse_lines(response.iter_bytes())
+        for line in lines:
             data = _sse_event(line, replica)
             if data is _DONE:
+                _drain(lines)
                 return
             if data is not None:
                 yield data
@@ -245,9 +275,11 @@ def read_sse_json(response: httpx.Response, replica: str) -> Iterator[dict[str, 
 async def aread_sse_json(response: httpx.Response, replica: str) -> AsyncIterator[dict[str, Any]]:
     """:func:`read_sse_json` on an asynchronous response."""
     try:
-        async for line in asse_lines(response.aiter_bytes()):
+        lines = asse_lines(response.aiter_bytes())
+        async for line in lines:
             data = _sse_event(line, replica)
             if data is _DONE:
+                await _adrain(lines)
                 return
             if data is not None:
                 yield data

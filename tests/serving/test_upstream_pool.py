@@ -220,6 +220,52 @@ def test_the_async_client_streams_through_the_pool_and_fails_over_from_a_refusin
     run(scenario)
 
 
+def test_streams_read_to_done_keep_their_connection_for_the_next_completion():
+    """vLLM's stream ends with ``data: [DONE]`` and then the body's end: the client reads that end
+    too, so the connection goes back to the pool instead of being closed as a stream left early
+    (every streamed completion would open a new connection to vLLM)."""
+
+    async def scenario() -> None:
+        async with upstream_server() as upstream:
+            client = AsyncVLLMClient([upstream.url], api_key="")
+            for _ in range(3):
+                stream = await client.stream(model="m", prompt="x", max_tokens=2)
+                assert [len(c.choices) async for c in stream] == [1, 1, 0]
+            assert (await client.complete(model="m", prompt="x")).choice.token_ids == [7]
+            assert upstream.connections == 1
+            assert upstream.streams_left == 0
+        await async_http_close()
+
+    run(scenario)
+
+
+def test_the_synchronous_client_keeps_its_connection_after_a_stream_too(monkeypatch):
+    monkeypatch.setattr(vllm_transport, "_http", None)  # a pool of this test's own
+    loop, ready, stop = asyncio.new_event_loop(), threading.Event(), threading.Event()
+    seen: list[Upstream] = []
+
+    async def serve() -> None:
+        async with upstream_server() as upstream:
+            seen.append(upstream)
+            ready.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.02)
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    http = vllm_transport.shared_http()
+    try:
+        client = VLLMClient([seen[0].url], api_key="", timeout=5)
+        for _ in range(3):
+            assert [len(c.choices) for c in client.stream(model="m", prompt="x", max_tokens=2)] == [1, 1, 0]
+        assert seen[0].connections == 1
+    finally:
+        http.close()
+        stop.set()
+        thread.join(10)
+
+
 def test_a_stream_closed_by_a_cancelled_task_still_closes_its_connection_and_gives_its_slot_back():
     """The close's shield holds off anyio's cancellation only: asyncio's reaches the close's first
     await, and the connection and its slot are given back all the same."""
