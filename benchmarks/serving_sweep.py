@@ -124,7 +124,7 @@ class Side:
             why = f"{error.get('code')}: {error.get('message', '')[:160]}"
         except (ValueError, KeyError, TypeError, AttributeError):
             why = response.text[:160]
-        self.refused[f"{response.status_code} {why}"] += 1
+        self.refused[f"{response.status} {why}"] += 1
 
 
 async def run_side(url: str, bodies: list[dict], headers: dict, concurrency: int, stream: bool) -> Side:

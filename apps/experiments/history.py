@@ -22,6 +22,7 @@ from django.db import connection, transaction
 from django.db.models import Count, F, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
+from apps.cohorts.models import EndUser
 from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentExposure
 from apps.experiments.stats.adjustment import history_covariates
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
@@ -58,11 +59,14 @@ def history_freeze(experiment: Experiment, *, end_user_id: int | None = None) ->
             end_user__external_id=OuterRef("end_user_id"),
         ).values("first_exposed_at")[:1]
         rows = rows.annotate(exposed_at=Subquery(exposed_at)).filter(served_at__lt=F("exposed_at"))
-    rows = rows.values("end_user_id").annotate(
-        requests=Count("id"),
-        shown=Count("id", filter=~Q(completion="") & Q(feedback__outcome__in=SHOWN_OUTCOMES)),
-        accepted=Count("id", filter=~Q(completion="") & Q(feedback__outcome=Feedback.Outcome.ACCEPTED)),
-        reward=Sum(reward),  # type: ignore[arg-type]
+    rows = (
+        rows.values("end_user_id")
+        .annotate(
+            requests=Count("id"),
+            shown=Count("id", filter=~Q(completion="") & Q(feedback__outcome__in=SHOWN_OUTCOMES)),
+            accepted=Count("id", filter=~Q(completion="") & Q(feedback__outcome=Feedback.Outcome.ACCEPTED)),
+            reward=Sum(reward),  # type: ignore[arg-type]
+        )
     )
     now = timezone.now()
     sums = {row["end_user_id"]: row for row in rows}
@@ -106,7 +110,6 @@ def arms_with_history(experiment: Experiment) -> tuple[dict[str, dict[str, int]]
     One read of the exposures, on a plain cursor: a million exposures are a million tuples, and the
     ORM's iteration and a second read cost seconds of a snapshot."""
     history_freeze(experiment)
-    exposure, end_user = ExperimentExposure._meta, ExperimentExposure._meta.get_field("end_user").related_model._meta
     quote = connection.ops.quote_name
     # A sum of an exposure not frozen (meanwhile) reads 0: no history.
     sums_sql = ", ".join(
@@ -115,8 +118,8 @@ def arms_with_history(experiment: Experiment) -> tuple[dict[str, dict[str, int]]
     )
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT e.arm, u.external_id, {sums_sql} FROM {quote(exposure.db_table)} e "
-            f"JOIN {quote(end_user.db_table)} u ON u.id = e.end_user_id WHERE e.experiment_id = %s",
+            f"SELECT e.arm, u.external_id, {sums_sql} FROM {quote(ExperimentExposure._meta.db_table)} e "
+            f"JOIN {quote(EndUser._meta.db_table)} u ON u.id = e.end_user_id WHERE e.experiment_id = %s",
             [experiment.pk],
         )
         rows = cursor.fetchall()

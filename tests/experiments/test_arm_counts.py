@@ -18,34 +18,11 @@ from django.conf import settings
 from django.db.models import Count
 from django.utils import timezone
 
-from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.cohorts.models import EndUser
 from apps.dashboard.experiment_results import exposures_per_arm
 from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentArmCount, ExperimentExposure
 from apps.experiments.services import exposures as exposure_service
 from apps.privacy.services import end_user_erase
-
-
-def _experiment(tenant, name: str) -> Experiment:
-    base = BaseModel.objects.create(name=f"{name}-base", path="/nonexistent", family="qwen")
-    adapter = Adapter.objects.create(tenant=tenant, name=name, base_model=base)
-    candidate = AdapterVersion.objects.create(
-        tenant=tenant,
-        adapter=adapter,
-        number=1,
-        artifact_path=f"/x/{name}",
-        vllm_name=f"t--{name}--v1",
-        status="in_experiment",
-    )
-    return Experiment.objects.create(
-        tenant=tenant,
-        adapter=adapter,
-        candidate_version=candidate,
-        salt="s",
-        status="running",
-        started_at=timezone.now(),
-        created_by="test",
-    )
 
 
 def _counted(experiment: Experiment) -> dict[str, int]:
@@ -54,10 +31,10 @@ def _counted(experiment: Experiment) -> dict[str, int]:
 
 
 @pytest.mark.django_db(transaction=True)  # the triggers of each statement, committed as serving commits them
-def test_kept_counts_agree_with_the_rows_through_a_random_mix_of_changes(tenant, monkeypatch):
+def test_kept_counts_agree_with_the_rows_through_a_random_mix_of_changes(tenant, monkeypatch, make_running_experiment):
     monkeypatch.setattr(exposure_service, "_exposed", {})  # the process's memo must not hide a repeat
     rng = random.Random(7)
-    experiments = [_experiment(tenant, "tab"), _experiment(tenant, "chat")]
+    experiments = [make_running_experiment(tenant, "tab"), make_running_experiment(tenant, "chat")]
     users = [f"dev-{i}" for i in range(60)]
     most = 0
     for user in users:

@@ -9,7 +9,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.cohorts.models import EndUser
 from apps.experiments.arm_data import experiment_arm_data
 from apps.experiments.history import history_freeze
@@ -22,21 +21,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def experiment(tenant):
-    base = BaseModel.objects.create(name="frozen-base", path="/nonexistent", family="qwen")
-    adapter = Adapter.objects.create(tenant=tenant, name="tab", base_model=base, is_default=True)
-    candidate = AdapterVersion.objects.create(
-        tenant=tenant, adapter=adapter, number=1, artifact_path="/x", vllm_name="t--tab--v1", status="in_experiment"
-    )
-    return Experiment.objects.create(
-        tenant=tenant,
-        adapter=adapter,
-        candidate_version=candidate,
-        salt="s",
-        status="running",
-        started_at=timezone.now(),
-        created_by="test",
-    )
+def experiment(tenant, make_running_experiment):
+    return make_running_experiment(tenant, "tab", is_default=True)
 
 
 def production(tenant, user: str, *, at, outcome: str | None) -> Interaction:
