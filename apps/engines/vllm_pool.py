@@ -8,8 +8,8 @@ third of the process's CPU at 64 completions at once (py-spy, 2026-11-27). Here 
 connections to each origin are a stack: a request takes the most recently used one and asks the
 kernel about it alone, and gives it back when its answer is read or closed. What each connection
 does (connecting within the connect deadline, HTTP/1.1, closing one whose answer was not read to
-the end, so vLLM stops generating) is httpcore's, and its errors reach the caller as httpx's,
-through httpx's own transport.
+the end, so vLLM stops generating) is httpcore's, on asyncio's sockets (``vllm_socket``), and its
+errors reach the caller as httpx's, through httpx's own transport.
 
 Limits: ``max_connections`` bounds the requests in flight, each on its own connection (a request
 waits for a slot at most its ``pool`` deadline, then :class:`httpcore.PoolTimeout`);
@@ -38,7 +38,10 @@ import anyio
 import httpcore
 import httpx
 
+from apps.engines.vllm_socket import AsyncioBackend
+
 _Idle = deque[tuple[httpcore.AsyncHTTPConnection, float]]
+_SOCKETS = AsyncioBackend()  # asyncio's transports, not anyio's streams (apps/engines/vllm_socket.py)
 
 
 class UpstreamPool:
@@ -112,7 +115,12 @@ class UpstreamPool:
         if origin.scheme == b"https" and self._ssl_context is None:
             self._ssl_context = httpx.create_ssl_context(trust_env=False)
         connection = httpcore.AsyncHTTPConnection(
-            origin, ssl_context=self._ssl_context, keepalive_expiry=self._keepalive_expiry, http1=True, http2=False
+            origin,
+            ssl_context=self._ssl_context,
+            keepalive_expiry=self._keepalive_expiry,
+            http1=True,
+            http2=False,
+            network_backend=_SOCKETS,
         )
         self._open.add(connection)
         return connection
