@@ -88,3 +88,14 @@ def test_the_completion_request_validates_the_same_from_many_threads():
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+def test_a_field_with_a_mutable_default_is_rebuilt_for_each_instance():
+    class WithList(StrictSerializer):
+        items = serializers.JSONField(default=[])  # noqa: RUF012  # the case under test
+        made = serializers.JSONField(default=list)
+
+    first, second = WithList(data={}), WithList(data={})
+    assert first.is_valid() and second.is_valid()
+    first.validated_data["items"].append(1)
+    assert second.validated_data["items"] == [] and WithList().fields["items"].default == []

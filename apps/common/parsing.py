@@ -192,7 +192,21 @@ _FLAT_FIELDS = (
 def _field_templates(cls: type[serializers.Serializer]) -> tuple[tuple[str, serializers.Field, bool], ...]:
     """``cls``'s declared fields, copied once and never bound: (name, field, whether it is flat)."""
     fields = copy.deepcopy(cls._declared_fields)  # type: ignore[attr-defined]
-    return tuple((name, field, type(field) in _FLAT_FIELDS) for name, field in fields.items())
+    return tuple((name, field, _flat(field)) for name, field in fields.items())
+
+
+_IMMUTABLE = (str, bytes, int, float, bool, type(None), tuple, frozenset)
+
+
+def _flat(field: serializers.Field) -> bool:
+    """Whether a shallow copy of ``field`` shares nothing a request could change: one of
+    ``_FLAT_FIELDS`` whose default and initial value are immutable or made anew by a call (a ``[]``
+    default would be one list for every request)."""
+    shared = (field.default, field.initial)
+    return type(field) in _FLAT_FIELDS and all(
+        value is serializers.empty or callable(value) or isinstance(value, _IMMUTABLE) for value in shared
+    )
+
 
 
 class StrictSerializer(serializers.Serializer):

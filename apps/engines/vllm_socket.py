@@ -10,6 +10,9 @@ and httpcore's own errors (``ConnectError``, ``ConnectTimeout``, ``ReadError``, 
 ``WriteError``, ``WriteTimeout``), each raised from the OS error under it, which httpx maps to its
 own as before.
 
+Addresses: a host name's addresses are tried one after another within the connect deadline (anyio
+raced them); name each replica by an address or a name with one record (docs/operate.md's replicas).
+
 Flow: reading pauses while ``HIGH_WATER`` bytes wait unread (a caller that reads slowly never
 makes the buffer grow without bound); a write waits for the transport to drain below its own high
 water mark, within the write deadline.
@@ -139,9 +142,11 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         if state.ended or self._transport.is_closing():
             raise httpcore.WriteError(str(state.error or "the connection is closed")) from state.error
         self._transport.write(buffer)
+        deadline = None if timeout is None else state._loop.time() + timeout  # one deadline for the whole write
         while state.writing_paused and not state.ended:
             waiter = state.drain_waiter = state._loop.create_future()
-            if not await state.wait(waiter, timeout):
+            left = None if deadline is None else deadline - state._loop.time()
+            if not await state.wait(waiter, left):
                 state.drain_waiter = None
                 raise httpcore.WriteTimeout(f"could not write in {timeout} s")
         if state.error is not None:
@@ -149,6 +154,9 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
 
     async def aclose(self) -> None:
         # No await before the close: a cancelled caller still closes the socket (vLLM then stops).
+        # A read after it (or waiting meanwhile) is an error, never the peer's clean end.
+        if self._state.error is None:
+            self._state.error = ConnectionAbortedError("the connection was closed here")
         self._transport.abort()
 
     async def start_tls(
@@ -167,6 +175,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             self._transport.abort()
             raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
         if transport is None:  # the connection closed during the handshake
+            self._transport.abort()
             raise httpcore.ConnectError("the connection closed during the TLS handshake")
         self._state.transport = transport  # type: ignore[assignment]  # pausing reads pauses the TLS layer too
         return AsyncioStream(transport, self._state)  # type: ignore[arg-type]
@@ -213,10 +222,14 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         except OSError as exc:
             raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
         sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as anyio's: a request's head goes out at once
-            for option in socket_options or ():
-                sock.setsockopt(*option)
+        try:
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as anyio's: a request's head goes at once
+                for option in socket_options or ():
+                    sock.setsockopt(*option)
+        except OSError as exc:
+            transport.abort()
+            raise httpcore.ConnectError(f"socket option refused: {exc}") from exc
         return AsyncioStream(transport, state)
 
     async def connect_unix_socket(

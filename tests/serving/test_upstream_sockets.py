@@ -90,6 +90,8 @@ def test_a_read_past_its_deadline_is_a_read_timeout_and_the_connection_still_rea
                 await stream.read(10, timeout=0.05)
             got = await _read_all(stream)
             await stream.aclose()
+            with pytest.raises(httpcore.ReadError):  # closed here: never read as the peer's clean end
+                await stream.read(10, timeout=1)
             return got
 
     assert run(main()) == b"late"
