@@ -36,6 +36,10 @@ from urllib.parse import urlsplit
 from light_http import Answer, Connection
 
 LEVELS = (1, 16, 64, 256)
+# Completions per level: this many times the level, so that a level is mostly its steady state. The
+# first wave starts all at once and the API takes every request's setup together; at 2 waves (the
+# sweep before 2026-11-28) that start was most of what "throughput kept" measured.
+WAVES = 8
 T = TypeVar("T")
 
 
@@ -190,7 +194,7 @@ async def sweep(
     strop: tuple[str, Callable[[int], dict], dict],
     api_pid: int,
     levels: tuple[int, ...] = LEVELS,
-    requests: Callable[[int], int] = lambda c: max(64, 2 * c),
+    requests: Callable[[int], int] = lambda c: max(64, WAVES * c),
     upstream_pid: int = 0,
 ) -> dict[tuple[str, int], dict[str, float]]:
     """Each level streamed and not, each side in turn (which goes first alternates); prints and
