@@ -220,7 +220,9 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         except TimeoutError as exc:
             raise httpcore.ConnectTimeout(f"no connection to {host}:{port} in {timeout} s") from exc
         except OSError as exc:
-            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
+            # anyio's words, without asyncio's (which name the address: it must never reach a tenant);
+            # the OS error stays the cause, which the operator's log names (vllm_async._reason).
+            raise httpcore.ConnectError("All connection attempts failed") from exc
         sock = transport.get_extra_info("socket")
         try:
             if sock is not None:
