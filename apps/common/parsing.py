@@ -208,7 +208,6 @@ def _flat(field: serializers.Field) -> bool:
     )
 
 
-
 class StrictSerializer(serializers.Serializer):
     """A serializer that refuses fields it does not know, naming the first one (nested ones too).
 

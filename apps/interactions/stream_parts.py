@@ -37,7 +37,7 @@ from apps.interactions.rows import (
     row_values,
     values_sql,
 )
-from apps.interactions.services.pending import feedback_attach_pending
+from apps.interactions.services.pending import feedback_attach_pending, pending_kinds
 from apps.interactions.sessions import conversation_outcomes_apply
 from apps.tenants.models import Tenant
 
@@ -169,7 +169,9 @@ def stream_parts_recorded(tenant: Tenant, rows: list[tuple]) -> None:
         # Its parts first: the sweeper locks them before the interaction too, so the two never deadlock.
         _parts_delete(tenant.pk, ids)
         interactions_upsert(rows)
-        feedback_attach_pending(tenant, client_ids=[str(i) for i in ids])
+        client_ids = [str(i) for i in ids]
+        if "feedback" in pending_kinds(tenant, client_ids=client_ids):  # one plain probe, as ingest's
+            feedback_attach_pending(tenant, client_ids=client_ids)
 
 
 def _parts_delete(tenant_id: int, ids: Sequence[uuid.UUID]) -> None:
@@ -189,7 +191,7 @@ def _parts_delete(tenant_id: int, ids: Sequence[uuid.UUID]) -> None:
 def stream_parts_discard(tenant: Tenant, *, ids: Sequence[uuid.UUID]) -> None:
     """Drop an open stream's parts: vLLM failed it, and a failed stream is recorded as a failure,
     never as half an interaction. Feedback that waits on it is kept (pending), never deleted."""
-    StreamPart.objects.filter(tenant=tenant, interaction_id__in=list(ids)).delete()
+    _parts_delete(tenant.pk, ids)
 
 
 def stream_parts_sweep(*, stale_s: float | None = None, now: datetime | None = None) -> int:
@@ -215,7 +217,7 @@ def stream_parts_sweep(*, stale_s: float | None = None, now: datetime | None = N
                 logger.exception("stale stream %s not recorded (the next sweep tries again)", interaction_id)
                 continue
             logger.exception("stale stream %s not recorded since %s: its parts are dropped", interaction_id, last)
-            StreamPart.objects.filter(tenant_id=tenant_id, interaction_id=interaction_id).delete()
+            _parts_delete(tenant_id, [interaction_id])
     return recorded
 
 

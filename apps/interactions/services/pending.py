@@ -7,7 +7,6 @@ import uuid
 from collections.abc import Sequence
 
 from django.db import connection, transaction
-from django.db.models import Model
 
 from apps.common.lookups import in_values
 from apps.common.parsing import is_uuid
@@ -20,17 +19,8 @@ def pending_kinds(tenant: Tenant, *, client_ids: Sequence[str]) -> set[str]:
     """Which early rows wait for any of ``client_ids``: "feedback", "persistence" (reports), both or
     neither. One plain query probes both tables: the ingest hot path asks it for every batch it
     stores, and the common answer is neither."""
-    kinds = (("feedback", Feedback), ("persistence", PersistenceReport))
-    waiting = _waiting(tenant, client_ids, [model for _, model in kinds])
-    return {kind for (kind, _), found in zip(kinds, waiting, strict=True) if found}
-
-
-def _waiting(tenant: Tenant, client_ids: Sequence[str], models: Sequence[type[Model]]) -> list[bool]:
-    """For each of ``models``: whether a row of the tenant waits under one of ``client_ids``. One
-    plain query (the ORM spends more compiling an ``exists()`` than Postgres answering it), planned
-    each time: the partial index of pending rows answers it whatever the table's size."""
     if not client_ids:
-        return [False] * len(models)
+        return set()
     quote = connection.ops.quote_name
     if connection.vendor == "postgresql":
         among, values = "= ANY(%s)", [list(client_ids)]
@@ -39,11 +29,12 @@ def _waiting(tenant: Tenant, client_ids: Sequence[str], models: Sequence[type[Mo
     probes = [
         f"EXISTS (SELECT 1 FROM {quote(model._meta.db_table)} WHERE tenant_id = %s "
         f"AND pending_client_id IS NOT NULL AND pending_client_id {among})"
-        for model in models
+        for model in (Feedback, PersistenceReport)
     ]
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {', '.join(probes)}", [v for _ in models for v in (tenant.pk, *values)])
-        return [bool(found) for found in cursor.fetchone()]
+        cursor.execute(f"SELECT {', '.join(probes)}", [tenant.pk, *values, tenant.pk, *values])
+        feedback, reports = cursor.fetchone()
+    return {kind for kind, waiting in (("feedback", feedback), ("persistence", reports)) if waiting}
 
 
 def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None = None) -> int:
@@ -52,13 +43,10 @@ def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None 
     Called in the transaction that stores interactions, and periodically by a sweeper for the rare
     case where both arrived at the same moment in two transactions that could not see each other.
     """
-    # The common case on the hot paths (ingest, a stream's end): nothing waits. One indexed probe.
-    if client_ids is not None and not _waiting(tenant, client_ids, [Feedback])[0]:
-        return 0
     pending = Feedback.objects.filter(tenant=tenant, pending_client_id__isnull=False)
     if client_ids is not None:
         pending = pending.filter(**in_values("pending_client_id", client_ids))
-    elif not pending.exists():
+    if not pending.exists():  # the common case on the ingest hot path: one indexed probe, no savepoint
         return 0
     attached = 0
     with transaction.atomic():
