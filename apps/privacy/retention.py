@@ -37,7 +37,7 @@ from apps.common.observability.metrics import retention_counted
 from apps.experiments.models import Experiment
 from apps.interactions.models import Feedback, Interaction, PersistenceReport, ServingFailure
 from apps.interactions.rollups import retention_cutoff, rollups_settle
-from apps.privacy.deletion import rows_delete
+from apps.privacy.deletion import keys_delete
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 from apps.training.models import ACTIVE_STATUSES, TrainingRun, TrainingRunEvent
@@ -115,7 +115,7 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
             if not keys:
                 break
             after = keys[-1]
-            counts = rows_delete(Interaction.objects.filter(tenant=tenant, id__in=[pk for _, pk in keys]))
+            counts = keys_delete(Interaction, [pk for _, pk in keys])  # the tenant's, as found above
             deleted["feedback"] += counts["interactions.Feedback"]
             deleted["interactions"] += counts["interactions.Interaction"]
     pending = Feedback.objects.filter(tenant=tenant, interaction__isnull=True, received_at__lt=cutoff)

@@ -39,23 +39,15 @@ def versions_touched_by(interactions: QuerySet[Any]) -> tuple[list[dict[str, Any
     """The adapter versions whose runs trained on, and were evaluated on (held out), these
     interactions' events: (trained_on, evaluated_on), each sorted by adapter and number."""
     events = TrainingRunEvent.objects.filter(feedback__interaction__in=interactions, run__output_version__isnull=False)
-    out: list[list[dict[str, Any]]] = []
-    for held_out in (False, True):
-        rows = (
-            events.filter(held_out=held_out)
-            .values("run__output_version__number", "run__output_version__vllm_name", "run__adapter__name")
-            .distinct()
-        )
-        out.append(
-            [
-                {
-                    "adapter": r["run__adapter__name"],
-                    "version": r["run__output_version__number"],
-                    "vllm_name": r["run__output_version__vllm_name"],
-                }
-                for r in sorted(rows, key=lambda r: (r["run__adapter__name"], r["run__output_version__number"]))
-            ]
-        )
+    rows = events.values(
+        "held_out", "run__output_version__number", "run__output_version__vllm_name", "run__adapter__name"
+    ).distinct()  # one pass over their events for both lists
+    out: list[list[dict[str, Any]]] = [[], []]
+    for r in sorted(rows, key=lambda r: (r["run__adapter__name"], r["run__output_version__number"])):
+        out[r["held_out"]].append(
+            {"adapter": r["run__adapter__name"], "version": r["run__output_version__number"],
+             "vllm_name": r["run__output_version__vllm_name"]}
+        )  # fmt: skip
     return out[0], out[1]
 
 
