@@ -68,8 +68,8 @@ def test_keys_delete_takes_what_cascades_chunk_by_chunk_and_nothing_else(tenant,
     assert _left(tenant) == (2, 2, 2, 2) and _left(other) == (3, 3, 3, 3)
     assert set(map(str, Interaction.objects.filter(tenant=tenant).values_list("id", flat=True))) == set(kept)
     # The statements come in chunks: 5 keys in 3 of 2, or in one.
-    statements = [q["sql"] for q in queries.captured_queries]
-    assert len([s for s in statements if s.startswith('DELETE FROM "interactions_interaction"')]) == (3 if chunk == 2 else 1)
+    deletes = [q for q in queries.captured_queries if q["sql"].startswith('DELETE FROM "interactions_interaction"')]
+    assert len(deletes) == (3 if chunk == 2 else 1)
     # Feedback went before its interactions: the rollup triggers marked their hour for a refresh.
     assert RollupDirty.objects.filter(tenant_id=tenant.pk).exists()
     assert keys_delete(Interaction, []) == {}
