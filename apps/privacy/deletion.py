@@ -29,10 +29,19 @@ def rows_delete(rows: QuerySet[Any]) -> Counter[str]:
     """Delete ``rows`` and what cascades from them (the models' own ``on_delete``); rows deleted by
     model label. A relation this cannot follow set-wise (``PROTECT``, ``SET_DEFAULT``, a callable,
     a foreign key to a field other than the primary key) stops it before anything is deleted from
-    that table. ``rows`` themselves go by their own filter (an end user's by the user's index, in the
-    table's order), what cascades by their keys."""
-    counts = _children_delete(rows.model, list(rows.values_list("pk", flat=True)))
-    counts[rows.model._meta.label] += rows._raw_delete(rows.db)
+    that table.
+
+    The rows deleted are those ``rows`` named when this began: one that arrives meanwhile (a request
+    of the user served during their erase) stays, with what hangs off it, as one served just after
+    would. On Postgres they go by their own filter as well as their keys (an end user's by the user's
+    index, in the table's order, where key by key reads a page per row)."""
+    model = rows.model
+    keys = list(rows.values_list("pk", flat=True))
+    counts = _children_delete(model, keys)
+    if keys and connection.vendor == "postgresql" and model._meta.pk.get_lookup("any") is not None:
+        counts[model._meta.label] += rows.filter(pk__any=keys)._raw_delete(rows.db)
+    elif keys:
+        counts[model._meta.label] += _run("delete", model, model._meta.pk.column, _key_chunks(model._meta.pk, keys))
     return counts
 
 
@@ -90,8 +99,13 @@ def _key_chunks(pk: Field[Any, Any], keys: Sequence[Any]) -> list[tuple[str, lis
     chunks = [prepared[start : start + size] for start in range(0, len(prepared), size)]
     if vendor == "postgresql":
         kind = pk.rel_db_type(connection)
-        return [(f"%s::{kind}[]", ["{" + ",".join(map(str, chunk)) + "}"]) for chunk in chunks]
+        return [(f"%s::{kind}[]", ["{" + ",".join(map(_element, chunk)) + "}"]) for chunk in chunks]
     return [(", ".join(["%s"] * len(chunk)), chunk) for chunk in chunks]
+
+
+def _element(key: Any) -> str:
+    """A key as an element of a Postgres array literal: quoted, so any text is one element."""
+    return '"' + str(key).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _run(kind: str, model: type[Model], column: str, chunks: list[tuple[str, list[Any]]]) -> Any:

@@ -84,3 +84,32 @@ def test_rows_delete_takes_the_filtered_rows_and_theirs(tenant, make_tenant):
     assert counts["interactions.Interaction"] == 3 and counts["training.TrainingRunEvent"] == 3
     assert _left(tenant) == (2, 2, 2, 2) and _left(other) == (2, 2, 2, 2)
     assert not Interaction.objects.filter(tenant=tenant, end_user_id="erased").exists()
+
+
+def test_a_row_that_arrives_during_the_delete_stays_with_its_feedback(tenant, monkeypatch):
+    _world(tenant, prefix="a", n=3, user="erased")
+    children_delete = deletion._children_delete
+    late: list[str] = []
+
+    def then_a_request_is_served(model, keys):  # type: ignore[no-untyped-def]
+        counts = children_delete(model, keys)
+        if model is Interaction:
+            late.extend(_world(tenant, prefix="late", n=1, user="erased"))
+        return counts
+
+    monkeypatch.setattr(deletion, "_children_delete", then_a_request_is_served)
+    counts = rows_delete(Interaction.objects.filter(tenant=tenant, end_user_id="erased"))
+    assert counts["interactions.Interaction"] == 3 and counts["interactions.Feedback"] == 3
+    assert list(map(str, Interaction.objects.filter(tenant=tenant).values_list("id", flat=True))) == late
+    assert Feedback.objects.filter(interaction_id=late[0]).exists()
+    if connection.vendor == "postgresql":  # the deferred foreign keys hold: nothing refers to a deleted row
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="Postgres' array literals")
+def test_every_key_is_one_element_of_the_array_literal():
+    keys = ["a,b", 'q"uote', "{brace}", "back\\slash", "NULL", " spaced ", ""]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::text[]", ["{" + ",".join(map(deletion._element, keys)) + "}"])
+        assert cursor.fetchone()[0] == keys
