@@ -4,11 +4,11 @@ columns included) and deletes in chunks of a hundred: a month of a big tenant (r
 end user (an erase) is tens or hundreds of thousands. Strop's models have no delete signals, so
 nothing is skipped.
 
-Each table's rows are named by their keys: on Postgres one array parameter (``= ANY(%s)``), which
-costs the planner what one value does, where an ``IN`` list of thousands of placeholders, nested a
-level per table, cost more than the deletes themselves; on SQLite (the embedded default) ``IN``
-lists within its limit on parameters. Children go before their parents: the rollup triggers of
-feedback read its interaction's hour (``interactions.0010``)."""
+Each table's rows are named by their keys, a chunk a statement: on Postgres a chunk is one array
+literal joined as a set (``unnest``), where ``IN`` lists of thousands of placeholders, nested a level
+per table, cost more than the deletes themselves; on SQLite (the embedded default) ``IN`` lists
+within its limit on parameters. Children go before their parents: the rollup triggers of feedback
+read its interaction's hour (``interactions.0010``)."""
 
 from __future__ import annotations
 
@@ -37,36 +37,39 @@ def rows_delete(rows: QuerySet[Any]) -> Counter[str]:
     index, in the table's order, where key by key reads a page per row)."""
     model = rows.model
     keys = list(rows.values_list("pk", flat=True))
-    counts = _children_delete(model, keys)
-    if keys and connection.vendor == "postgresql" and model._meta.pk.get_lookup("any") is not None:
-        counts[model._meta.label] += rows.filter(pk__any=keys)._raw_delete(rows.db)
-    elif keys:
-        counts[model._meta.label] += _run("delete", model, model._meta.pk.column, _key_chunks(model._meta.pk, keys))
-    return counts
+    if connection.vendor == "postgresql" and model._meta.pk.get_lookup("any") is not None:
+        return _delete(model, keys, own=rows.filter(pk__any=keys))
+    return _delete(model, keys)
 
 
 def keys_delete(model: type[Model], keys: Sequence[Any]) -> Counter[str]:
     """:func:`rows_delete` for the rows of ``model`` whose primary keys are ``keys``."""
-    counts = _children_delete(model, keys)
-    if keys:
-        counts[model._meta.label] += _run("delete", model, model._meta.pk.column, _key_chunks(model._meta.pk, keys))
+    return _delete(model, keys)
+
+
+def _delete(model: type[Model], keys: Sequence[Any], *, own: QuerySet[Any] | None = None) -> Counter[str]:
+    """The rows of ``model`` whose primary keys are ``keys``, after what cascades from them; by the
+    ``own`` queryset instead of by key where given."""
+    if not keys:
+        return Counter()
+    meta = model._meta
+    chunks = _key_chunks(meta.pk, keys)
+    counts = _children_delete(model, chunks)
+    counts[meta.label] += own._raw_delete(own.db) if own is not None else _run("delete", model, meta.pk.column, chunks)
     return counts
 
 
-def _children_delete(model: type[Model], keys: Sequence[Any]) -> Counter[str]:
-    """What cascades from the rows of ``model`` whose primary keys are ``keys``."""
+def _children_delete(model: type[Model], chunks: list[tuple[str, list[Any]]]) -> Counter[str]:
+    """What cascades from the rows of ``model`` whose primary keys are in ``chunks``."""
     counts: Counter[str] = Counter()
-    if not keys:
-        return counts
     meta = model._meta
-    chunks = _key_chunks(meta.pk, keys)
     for relation in get_candidate_relations_to_delete(meta):
         field, child = relation.field, relation.related_model
         if field.target_field != meta.pk:
             raise RuntimeError(f"cannot delete set-wise through {relation} (a key other than the primary key)")
         if relation.on_delete is CASCADE:
             rows = _run("select", child, field.column, chunks)
-            counts += keys_delete(child, [row[0] for row in rows])
+            counts += _delete(child, [row[0] for row in rows])
         elif relation.on_delete is SET_NULL:
             _run("set_null", child, field.column, chunks)
         elif relation.on_delete is not DO_NOTHING:

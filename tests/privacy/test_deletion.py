@@ -91,8 +91,8 @@ def test_a_row_that_arrives_during_the_delete_stays_with_its_feedback(tenant, mo
     children_delete = deletion._children_delete
     late: list[str] = []
 
-    def then_a_request_is_served(model, keys):  # type: ignore[no-untyped-def]
-        counts = children_delete(model, keys)
+    def then_a_request_is_served(model, chunks):  # type: ignore[no-untyped-def]
+        counts = children_delete(model, chunks)
         if model is Interaction:
             late.extend(_world(tenant, prefix="late", n=1, user="erased"))
         return counts
