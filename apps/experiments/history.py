@@ -17,14 +17,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import numpy as np
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count, F, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
-from apps.cohorts.models import EndUser
-from apps.experiments.models import CANDIDATE, CONTROL, Experiment, ExperimentExposure
-from apps.experiments.stats.adjustment import history_covariates
+from apps.experiments.models import Experiment, ExperimentExposure
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
 from apps.interactions.rewards import reward_expression, reward_table_for
 
@@ -59,14 +56,11 @@ def history_freeze(experiment: Experiment, *, end_user_id: int | None = None) ->
             end_user__external_id=OuterRef("end_user_id"),
         ).values("first_exposed_at")[:1]
         rows = rows.annotate(exposed_at=Subquery(exposed_at)).filter(served_at__lt=F("exposed_at"))
-    rows = (
-        rows.values("end_user_id")
-        .annotate(
-            requests=Count("id"),
-            shown=Count("id", filter=~Q(completion="") & Q(feedback__outcome__in=SHOWN_OUTCOMES)),
-            accepted=Count("id", filter=~Q(completion="") & Q(feedback__outcome=Feedback.Outcome.ACCEPTED)),
-            reward=Sum(reward),  # type: ignore[arg-type]
-        )
+    rows = rows.values("end_user_id").annotate(
+        requests=Count("id"),
+        shown=Count("id", filter=~Q(completion="") & Q(feedback__outcome__in=SHOWN_OUTCOMES)),
+        accepted=Count("id", filter=~Q(completion="") & Q(feedback__outcome=Feedback.Outcome.ACCEPTED)),
+        reward=Sum(reward),  # type: ignore[arg-type]
     )
     now = timezone.now()
     sums = {row["end_user_id"]: row for row in rows}
@@ -100,39 +94,3 @@ def history_freeze(experiment: Experiment, *, end_user_id: int | None = None) ->
                 batch_size=1000,
             )
     return frozen
-
-
-def arms_with_history(experiment: Experiment) -> tuple[dict[str, dict[str, int]], dict[str, np.ndarray]]:
-    """Each arm's exposed users, numbered in the order read (arm → {external id: index}), and per
-    arm the (users, k) covariates from their frozen pre-exposure sums (freezing any exposure still
-    without them first; one not frozen meanwhile counts as no history).
-
-    One read of the exposures, on a plain cursor: a million exposures are a million tuples, and the
-    ORM's iteration and a second read cost seconds of a snapshot."""
-    history_freeze(experiment)
-    quote = connection.ops.quote_name
-    # A sum of an exposure not frozen (meanwhile) reads 0: no history.
-    sums_sql = ", ".join(
-        f"CASE WHEN e.history_frozen_at IS NULL THEN 0 ELSE COALESCE(e.history_{name}, 0) END"
-        for name in ("requests", "shown", "accepted", "reward")
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT e.arm, u.external_id, {sums_sql} FROM {quote(ExperimentExposure._meta.db_table)} e "
-            f"JOIN {quote(EndUser._meta.db_table)} u ON u.id = e.end_user_id WHERE e.experiment_id = %s",
-            [experiment.pk],
-        )
-        rows = cursor.fetchall()
-    # Columns, then each arm by a mask: no Python step per exposure. A user is exposed once per
-    # experiment and an external id names one user of the tenant, so each arm numbers its users
-    # without gaps.
-    table = np.array(rows, dtype=object).reshape(len(rows), 6)
-    arms, users_of, sums = table[:, 0], table[:, 1], table[:, 2:].T.astype(np.float64)
-    masks = {name: arms == name for name in (CONTROL, CANDIDATE)}
-    users = {
-        name: dict(zip(users_of[mask].tolist(), range(int(mask.sum())), strict=True)) for name, mask in masks.items()
-    }
-    # All users together, control's first: a user without history gets the pooled value of both arms.
-    z = history_covariates(*sums[:, np.concatenate([np.flatnonzero(masks[CONTROL]), np.flatnonzero(masks[CANDIDATE])])])
-    split = len(users[CONTROL])
-    return users, {CONTROL: z[:split], CANDIDATE: z[split:]}

@@ -7,34 +7,25 @@ editors send no reports sees zeros (the metrics then have no data, not a lift)."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from django.db.models import OuterRef, Subquery, Sum
+from django.db.models import F, OuterRef, QuerySet, Subquery, Sum
 
 from apps.experiments.models import Experiment
 from apps.interactions.models import PersistenceReport
 
 
-def retained_per_user(experiment: Experiment) -> Iterator[tuple[str, str, int, int]]:
-    """(arm, end user, accepted characters, retained characters), one row per user with reports, in
-    one grouped query."""
+def retained_per_user(experiment: Experiment) -> QuerySet:
+    """One grouped query: per arm (``part_arm``) and end user (``part_user``) with reports, the
+    characters ``accepted`` and ``retained``."""
     latest = (
         PersistenceReport.objects.filter(interaction=OuterRef("interaction"))
         .order_by("-checkpoint_s")
         .values("checkpoint_s")[:1]
     )
-    rows = (
+    return (
         PersistenceReport.objects.filter(
             interaction__experiment=experiment, retained_chars__isnull=False, checkpoint_s=Subquery(latest)
         )
-        .values("interaction__experiment_arm", "interaction__end_user_id")
+        .values(part_arm=F("interaction__experiment_arm"), part_user=F("interaction__end_user_id"))
         .annotate(accepted=Sum("accepted_chars"), retained=Sum("retained_chars"))
         .order_by()
     )
-    for row in rows:
-        yield (
-            row["interaction__experiment_arm"],
-            row["interaction__end_user_id"],
-            row["accepted"] or 0,
-            row["retained"] or 0,
-        )
