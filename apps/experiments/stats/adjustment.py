@@ -47,13 +47,12 @@ class CovariateMoments:
     def from_users(cls, z: ArrayLike, y: ArrayLike, x: ArrayLike) -> CovariateMoments:
         """``z``: (users, k); ``y``, ``x``: (users,)."""
         z_arr = np.asarray(z, dtype=np.float64)
-        y_arr = np.asarray(y, dtype=np.float64)[:, None]
-        x_arr = np.asarray(x, dtype=np.float64)[:, None]
+        # Products with z as matrix products: no (users, k) temporaries (a million users' snapshot).
         return cls(
             sum_z=z_arr.sum(axis=0),
             sum_zz=z_arr.T @ z_arr,
-            sum_yz=(z_arr * y_arr).sum(axis=0),
-            sum_xz=(z_arr * x_arr).sum(axis=0),
+            sum_yz=np.asarray(y, dtype=np.float64) @ z_arr,
+            sum_xz=np.asarray(x, dtype=np.float64) @ z_arr,
         )
 
     @classmethod
