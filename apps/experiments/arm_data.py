@@ -13,11 +13,12 @@ behaviour before exposure is a valid covariate), frozen on the exposure row when
 exposed (``apps.experiments.history``), turned into the covariates of the regression-adjusted
 lift (``stats.adjustment``).
 
-One statement reads it all: the exposures, each joined with its user's sums over the experiment's
-interactions, serving failures and persistence reports (grouped by the database, matched to the
-exposure by the user's key and arm), one row of numbers an exposure. A million exposures are a
-million rows; on Postgres they come back as binary ``COPY`` read into numpy at once, with no
-Python step per row (a cursor's fetch of them cost seconds of a snapshot).
+A snapshot reads every exposure once, as numbers (its id, its arm, its frozen history), then each
+per-user part (the sums over the experiment's interactions, serving failures and persistence
+reports, grouped by the database) with the id of the exposure it belongs to, and places the part's
+rows by that id: no Python step per exposure, and only the users with rows in a part are looked up
+by their external id. A million exposures are a million rows; on Postgres they come back as float8
+arrays in binary ``COPY``, which numpy reads whole (a cursor's fetch of them cost seconds).
 """
 
 from __future__ import annotations
@@ -123,11 +124,16 @@ def numbers(statement: str, params: list, width: int) -> np.ndarray:
         aggregates = ", ".join(f"array_agg(CAST(s.c{i} AS DOUBLE PRECISION))" for i in range(width))
         named = ", ".join(f"c{i}" for i in range(width))
         data = bytearray()
-        with cursor.cursor.copy(
-            f"COPY (SELECT {aggregates} FROM ({statement}) AS s ({named}) GROUP BY s.c0 / {_ARRAY_ROWS}) "
-            f"TO STDOUT (FORMAT BINARY)",
-            params,
-        ) as copy:
+        # On the driver's cursor (Django's has no COPY): its errors still reach callers as Django's,
+        # and a broken connection is marked so, as with every other statement.
+        with (
+            connection.wrap_database_errors,
+            cursor.cursor.copy(
+                f"COPY (SELECT {aggregates} FROM ({statement}) AS s ({named}) GROUP BY s.c0 / {_ARRAY_ROWS}) "
+                f"TO STDOUT (FORMAT BINARY)",
+                params,
+            ) as copy,
+        ):
             for block in copy:
                 data += block
     return binary_copy_arrays(data, width)
@@ -152,14 +158,16 @@ def binary_copy_arrays(data: bytes | bytearray, width: int) -> np.ndarray:
         at += 2
         for column in columns:
             length = int.from_bytes(data[at : at + 4], "big", signed=True)
+            if length < 12:
+                raise ValueError("binary COPY field is not a one-dimensional array without nulls")
             dims, has_nulls, of_type = struct.unpack_from(">iiI", data, at + 4)
-            if length < 0 or has_nulls or dims > 1:
+            if has_nulls or dims > 1:
                 raise ValueError("binary COPY field is not a one-dimensional array without nulls")
             if of_type != _FLOAT8:
                 raise ValueError(f"binary COPY array of type {of_type}, not float8")
             count = struct.unpack_from(">i", data, at + 16)[0] if dims else 0
             values = np.frombuffer(data, dtype=element, count=count, offset=at + 16 + 8 * dims)
-            if (values["length"] != 8).any():
+            if (values["length"] != 8).any() or length != 12 + 8 * dims + 12 * count:
                 raise ValueError("binary COPY array elements are not float8")
             column.append(values["value"].astype(np.float64))
             at += 4 + length
@@ -167,9 +175,9 @@ def binary_copy_arrays(data: bytes | bytearray, width: int) -> np.ndarray:
 
 
 def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
-    """(control, candidate) per-user sums: the experiment's exposures, each with its user's sums,
-    in one statement whatever the traffic (after freezing any exposure's history still unfrozen;
-    one not frozen meanwhile counts as no history)."""
+    """(control, candidate) per-user sums, entry i of each the same exposed user, in a few grouped
+    statements whatever the traffic (after freezing any exposure's history still unfrozen; one not
+    frozen meanwhile counts as no history)."""
     interactions = Interaction.objects.filter(experiment=experiment)
     threshold = _p95(interactions, experiment, CONTROL)
     reward = reward_expression(reward_table_for(experiment.adapter))

@@ -49,9 +49,9 @@ def covariates_of(experiment: Experiment, user: str) -> list[float]:
     exposure = ExperimentExposure.objects.get(experiment=experiment, end_user__external_id=user)
     arm = control if exposure.arm == "control" else candidate
     ids = list(
-        ExperimentExposure.objects.filter(experiment=experiment, arm=exposure.arm).values_list(
-            "end_user__external_id", flat=True
-        )
+        ExperimentExposure.objects.filter(experiment=experiment, arm=exposure.arm)
+        .order_by("id")  # an arm's users are in the order of their exposures' ids
+        .values_list("end_user__external_id", flat=True)
     )
     return arm.covariates[ids.index(user)].tolist()
 
