@@ -216,9 +216,10 @@ def experiment_arm_data(experiment: Experiment) -> tuple[ArmData, ArmData]:
     column |= {f"history_{n}": exposures[:, 2 + i] for i, n in enumerate(HISTORY)}
     for alias, (rows, names) in parts.items():
         part = numbers(*_part(experiment, rows, names), 1 + len(names))
-        at = np.minimum(np.searchsorted(exposures[:, 0], part[:, 0]), max(users - 1, 0))
+        at = np.searchsorted(exposures[:, 0], part[:, 0])
         # A user exposed after the exposures were read has no row here: their sums wait for the next snapshot.
-        known = exposures[at, 0] == part[:, 0] if users else np.zeros(len(part), dtype=bool)
+        known = at < users
+        known[known] = exposures[at[known], 0] == part[known, 0]
         for i, name in enumerate(names):
             column[f"{alias}_{name}"] = np.bincount(at[known], weights=part[known, 1 + i], minlength=users)
     candidate = column.pop("candidate")

@@ -15,7 +15,8 @@ from apps.cohorts.models import EndUser
 from apps.experiments import arm_data
 from apps.experiments.arm_data import binary_copy_arrays, experiment_arm_data, numbers
 from apps.experiments.models import ExperimentExposure
-from apps.interactions.models import Feedback, Interaction, ServingFailure
+from apps.interactions.models import ServingFailure
+from tests.fixtures.interactions import interaction_with_feedback
 
 pytestmark = pytest.mark.django_db
 
@@ -24,23 +25,10 @@ postgres_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="Po
 
 def _served(tenant, experiment, user: str, arm: str, *, outcomes: list[str | None], at) -> None:
     for i, outcome in enumerate(outcomes):
-        interaction = Interaction.objects.create(
-            tenant=tenant,
-            source="served",
-            prompt="p",
-            completion="c",
-            end_user_id=user,
-            end_user_opted_in=True,
-            experiment=experiment,
-            experiment_arm=arm,
-            served_at=at + timedelta(seconds=i),
-            received_at=at,
-            latency_ms=10.0,
-        )
-        if outcome is not None:
-            Feedback.objects.create(
-                tenant=tenant, interaction=interaction, outcome=outcome, occurred_at=at, received_at=at, updated_at=at
-            )
+        interaction_with_feedback(
+            tenant, user, at=at + timedelta(seconds=i), outcome=outcome, source="served", experiment=experiment,
+            experiment_arm=arm, latency_ms=10.0,
+        )  # fmt: skip
 
 
 def test_each_users_sums_land_on_their_own_row(tenant, make_running_experiment) -> None:

@@ -3,7 +3,6 @@ traffic, late feedback and retention deleting the pre-period leave their covaria
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -16,6 +15,7 @@ from apps.experiments.models import Experiment, ExperimentExposure
 from apps.experiments.services import exposure_record
 from apps.interactions.models import Feedback, Interaction
 from apps.privacy.retention import retention_prune
+from tests.fixtures.interactions import interaction_with_feedback
 
 pytestmark = pytest.mark.django_db
 
@@ -26,22 +26,7 @@ def experiment(tenant, make_running_experiment):
 
 
 def production(tenant, user: str, *, at, outcome: str | None) -> Interaction:
-    interaction = Interaction.objects.create(
-        id=uuid.uuid4(),
-        tenant=tenant,
-        source="logged",
-        prompt="p",
-        completion="c",
-        end_user_id=user,
-        end_user_opted_in=True,
-        served_at=at,
-        received_at=at,
-    )
-    if outcome is not None:
-        Feedback.objects.create(
-            tenant=tenant, interaction=interaction, outcome=outcome, occurred_at=at, received_at=at, updated_at=at
-        )
-    return interaction
+    return interaction_with_feedback(tenant, user, at=at, outcome=outcome, source="logged")
 
 
 def covariates_of(experiment: Experiment, user: str) -> list[float]:
