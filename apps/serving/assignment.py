@@ -39,7 +39,9 @@ def serving_assignment(
         actor=actor,
         stored=found.end_user,
     )
-    route = serving_route(tenant, adapter=adapter, end_user_id=user, opted_in=consent, running=found.experiment)
+    route = serving_route(
+        tenant, adapter=adapter, end_user_id=user, opted_in=consent, running=found.experiment, stored=found.end_user
+    )
     experiment, version = route.experiment, route.version  # the one routing rule serving follows
     return Assignment(
         adapter=adapter.name,

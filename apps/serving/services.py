@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from apps.adapters.models import Adapter, AdapterVersion
+from apps.cohorts.models import EndUser
 from apps.cohorts.selectors import consent_default
 from apps.cohorts.services import end_user_consent_now
 from apps.experiments.assignment import HOLDOUT, assign_arm, in_holdout
@@ -53,14 +54,21 @@ class Route:
 
 
 def serving_route(
-    tenant: Tenant, *, adapter: Adapter, end_user_id: str, opted_in: bool, running: Experiment | None
+    tenant: Tenant,
+    *,
+    adapter: Adapter,
+    end_user_id: str,
+    opted_in: bool,
+    running: Experiment | None,
+    stored: EndUser | None = None,
 ) -> Route:
     """Production, or for an opted-in end user the arm of the adapter's running experiment.
 
     Only opted-in users are randomised (one rule with training: apps.cohorts.selectors); their
     arm is a hash of the experiment's salt and their id, so it never moves; the exposure is
     recorded once. Everyone else gets production. ``running``: the adapter's running experiment
-    or None, as the request read it (``serving_lookup``)."""
+    or None, and ``stored``: the end user's row (None: not stored before this request), as the
+    request read them (``serving_lookup``)."""
     version = adapter.production_version
     if version is not None and version.status == AdapterVersion.Status.FAILED:
         version = None  # never route to a version vLLM refused; the base model still answers
@@ -69,7 +77,8 @@ def serving_route(
             return Route(adapter=adapter, version=None, arm=HOLDOUT)  # the base model, across promotions
         if running is not None:
             arm = assign_arm(running.salt, end_user_id, candidate_weight=running.candidate_weight)
-            exposure_record(running, external_id=end_user_id, arm=arm)
+            row = stored.pk if stored is not None else None
+            exposure_record(running, external_id=end_user_id, arm=arm, end_user_id=row)
             return Route(adapter=adapter, version=running.version_of(arm), arm=arm, experiment=running)
     return Route(adapter=adapter, version=version)
 
@@ -120,5 +129,12 @@ def serving_request_route(
         actor=actor,
         stored=found.end_user,
     )
-    route = serving_route(tenant, adapter=found.adapter, end_user_id=user, opted_in=consent, running=found.experiment)
+    route = serving_route(
+        tenant,
+        adapter=found.adapter,
+        end_user_id=user,
+        opted_in=consent,
+        running=found.experiment,
+        stored=found.end_user,
+    )
     return Routed(adapter=found.adapter, user=user, opted_in=consent, route=route)

@@ -179,7 +179,7 @@ def test_serving_freezes_a_users_production_history_when_it_exposes_them(
 
 
 def test_an_opted_in_users_completion_reads_its_key_adapter_consent_and_arm_in_one_round_trip(
-    serving_tenant, serving_adapter, admin, probed_version, settings
+    serving_tenant, serving_adapter, admin, probed_version, settings, django_capture_on_commit_callbacks
 ):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -189,7 +189,8 @@ def test_an_opted_in_users_completion_reads_its_key_adapter_consent_and_arm_in_o
     running(serving_tenant, serving_adapter, candidate)
     arms = {}
     for user in ("in-0", "in-1"):  # with SALT: in-0 and in-1 fall in different arms
-        arms[user] = serve(admin, user)[1]  # first sight: the user is created, the exposure recorded
+        with django_capture_on_commit_callbacks(execute=True):  # committed: the process remembers the exposure
+            arms[user] = serve(admin, user)[1]  # first sight: the user is created, the exposure recorded
     assert set(arms.values()) == {serving_adapter.base_model.name, candidate.vllm_name}
     for user, version in arms.items():
         with CaptureQueriesContext(connection) as captured:
