@@ -70,3 +70,14 @@ def test_a_remembered_exposure_costs_no_query(tenant, experiment, django_capture
         exposure_record(experiment, external_id="dev", arm="control", end_user_id=user.pk)
     assert len(queries) == 0 and not callbacks
     assert ExperimentExposure.objects.filter(experiment=experiment).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)  # committed as serving commits: the foreign key is checked then
+def test_a_user_erased_after_the_request_read_them_is_not_exposed_and_the_request_goes_on(tenant, experiment):
+    read = EndUser.objects.create(tenant=tenant, external_id="dev", opted_in=True).pk  # what the request read
+    end_user_erase(tenant, external_id="dev", actor="test")  # meanwhile
+
+    exposure_record(experiment, external_id="dev", arm="control", end_user_id=read)  # no IntegrityError
+
+    assert not ExperimentExposure.objects.filter(experiment=experiment).exists()
+    assert not exposure_service._exposed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.cohorts.models import EndUser
@@ -35,18 +35,21 @@ def exposure_record(experiment: Experiment, *, external_id: str, arm: str, end_u
     key = (experiment.pk, end_user_id)
     if key in _exposed:
         return
-    ExperimentExposure.objects.bulk_create(
-        [
-            ExperimentExposure(
-                tenant_id=experiment.tenant_id,
-                experiment=experiment,
-                end_user_id=end_user_id,
-                arm=arm,
-                first_exposed_at=timezone.now(),
-            )
-        ],
-        ignore_conflicts=True,
+    exposure = ExperimentExposure(
+        tenant_id=experiment.tenant_id,
+        experiment=experiment,
+        end_user_id=end_user_id,
+        arm=arm,
+        first_exposed_at=timezone.now(),
     )
+    try:
+        # Serving runs in autocommit, so the user's foreign key is checked as this block commits: an
+        # erase since the request read the user is a user not exposed, not a failed completion.
+        with transaction.atomic():
+            ExperimentExposure.objects.bulk_create([exposure], ignore_conflicts=True)
+    except IntegrityError:
+        logger.info("experiment %s: an end user erased while being routed is not exposed", experiment.pk)
+        return
     try:
         with transaction.atomic():  # a failure here must not fail the completion or its transaction
             history_freeze(experiment, end_user_id=end_user_id)  # nothing to do when the row was there, frozen
