@@ -24,7 +24,10 @@ DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/strop"
 # will do. Strop sends the vLLM key to vLLMs of the benchmarks' own, which have none and ignore it. A
 # deployment sends reset mail by SMTP: the benchmarks send none.
 RUN_SECRETS = {
-    **{name: secrets.token_urlsafe(50) for name in ("SECRET_KEY", "API_KEY_PEPPER", "ERASURE_MARK_KEY")},
+    **{
+        name: secrets.token_urlsafe(50)
+        for name in ("SECRET_KEY", "API_KEY_PEPPER", "ERASURE_MARK_KEY", "STORED_SECRETS_KEY")
+    },
     "VLLM_API_KEY": secrets.token_urlsafe(32),
     "EMAIL_HOST": "127.0.0.1",
 }

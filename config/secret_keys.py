@@ -8,8 +8,8 @@ process with one error that names each setting; a missing one does too where its
 deployment (``DEBUG`` off and ``DATABASE_URL`` set) must also send password-reset mail: a backend that
 prints, keeps or drops it is refused.
 
-``SECRET_KEY`` and ``API_KEY_PEPPER`` (and ``ERASURE_MARK_KEY``) are generated once when unset on the
-embedded default (no ``DATABASE_URL``) and under ``DEBUG``: into a file of their own under ``VAR_DIR``
+``SECRET_KEY`` and ``API_KEY_PEPPER`` (and ``ERASURE_MARK_KEY``, ``STORED_SECRETS_KEY``) are generated once
+when unset on the embedded default (no ``DATABASE_URL``) and under ``DEBUG``: into a file of their own under ``VAR_DIR``
 (mode 0600), which every process of the machine then reads, so the API, the workers and ``manage.py``
 agree on the keys, and they survive a restart.
 """
@@ -107,6 +107,13 @@ SECRETS: tuple[Secret, ...] = (
         hint=" (erasure marks no longer use SECRET_KEY: to keep the marks made so far, set it to the "
         "SECRET_KEY they were made under)",
     ),
+    Secret(
+        "STORED_SECRETS_KEY",
+        MIN_LENGTH,
+        always,
+        hint=" (it encrypts the webhook signing secrets Strop stores; the upgrade that added it seals "
+        "the existing ones with it, so set it before migrating)",
+    ),
     # Strop and every vLLM replica: a replica reachable without it loads and serves any adapter.
     Secret("VLLM_API_KEY", 32, always),
     # GET /metrics: without a token only loopback callers are served, so it may stay unset.
@@ -124,7 +131,7 @@ SECRETS: tuple[Secret, ...] = (
     Secret("EMAIL_HOST_PASSWORD", 16, with_setting("EMAIL_HOST_USER")),
 )
 # The secrets Strop can generate for itself when not deployed (config/settings.py's load_secrets).
-GENERATED = ("SECRET_KEY", "API_KEY_PEPPER", "ERASURE_MARK_KEY")
+GENERATED = ("SECRET_KEY", "API_KEY_PEPPER", "ERASURE_MARK_KEY", "STORED_SECRETS_KEY")
 
 # Mail backends that print, keep or drop a message instead of sending it: a reset link printed to a
 # container's log is a password for whoever reads the logs.

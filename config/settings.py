@@ -27,10 +27,10 @@ VAR_DIR.mkdir(parents=True, exist_ok=True)
 DEBUG = env_bool("DEBUG", False)
 # A deployment: DEBUG off and DATABASE_URL set. Every secret is checked at the end of this file
 # (config/secret_keys.py, check_deployment): with DEBUG off none may be weak, and a deployment must set
-# each one its table marks as required. The embedded default generates SECRET_KEY, API_KEY_PEPPER and
-# ERASURE_MARK_KEY once under VAR_DIR. SECRET_KEY signs sessions and CSRF tokens. API keys are
-# HMAC-SHA256(API_KEY_PEPPER, key): changing the pepper invalidates every issued key, so it is a secret of
-# its own, rotated on its own.
+# each one its table marks as required. The embedded default generates SECRET_KEY, API_KEY_PEPPER,
+# ERASURE_MARK_KEY and STORED_SECRETS_KEY once under VAR_DIR. SECRET_KEY signs sessions and CSRF tokens.
+# API keys are HMAC-SHA256(API_KEY_PEPPER, key): changing the pepper invalidates every issued key, so it
+# is a secret of its own, rotated on its own.
 STROP_DEPLOYED = not DEBUG and bool(os.environ.get("DATABASE_URL"))
 _secrets = load_secrets(GENERATED, deployed=STROP_DEPLOYED, var_dir=VAR_DIR)
 SECRET_KEY = _secrets["SECRET_KEY"]
@@ -38,6 +38,12 @@ API_KEY_PEPPER = _secrets["API_KEY_PEPPER"]
 # Erasure marks (apps.training.erasure) are HMAC-SHA256(ERASURE_MARK_KEY, tenant:end user): a key of
 # their own, so rotating SECRET_KEY keeps the marks; changing this one orphans every existing mark.
 ERASURE_MARK_KEY = _secrets["ERASURE_MARK_KEY"]
+# Secrets Strop stores and reads back (webhook signing secrets) are encrypted under this key
+# (apps.common.stored_secrets); the fallbacks (comma-separated) still open what older keys sealed.
+STORED_SECRETS_KEY = _secrets["STORED_SECRETS_KEY"]
+STORED_SECRETS_KEY_FALLBACKS = [
+    key.strip() for key in os.environ.get("STORED_SECRETS_KEY_FALLBACKS", "").split(",") if key.strip()
+]
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
 
 # HTTPS (platform/env.example). Off by default: the embedded default serves plain HTTP on loopback.

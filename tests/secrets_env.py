@@ -22,6 +22,7 @@ TEST_SECRETS = {
     "SECRET_KEY": secrets.token_urlsafe(50),
     "API_KEY_PEPPER": secrets.token_urlsafe(50),
     "ERASURE_MARK_KEY": secrets.token_urlsafe(50),
+    "STORED_SECRETS_KEY": secrets.token_urlsafe(50),
     "VLLM_API_KEY": secrets.token_urlsafe(32),
     "EMAIL_HOST": "127.0.0.1",
 }

@@ -171,6 +171,10 @@ def test_the_table_checks_a_secret_only_once_the_settings_hold_it():
     assert secret_problems({"ERASURE_MARK_KEY": "change-me"}, deployed=False, published=frozenset()) == [
         "ERASURE_MARK_KEY is not a real secret: it is a placeholder (contains 'change-me')"
     ]
+    assert secret_problems({"STORED_SECRETS_KEY": ""}, deployed=True, published=frozenset()) == [
+        "STORED_SECRETS_KEY is not set (it encrypts the webhook signing secrets Strop stores; the upgrade that "
+        "added it seals the existing ones with it, so set it before migrating)"
+    ]
 
 
 def test_a_value_published_in_the_example_settings_is_refused_even_without_a_marker(tmp_path):

@@ -55,6 +55,7 @@ def deployment_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
         SECRET_KEY=secrets.token_urlsafe(50),
         API_KEY_PEPPER=secrets.token_urlsafe(50),
         ERASURE_MARK_KEY=secrets.token_urlsafe(50),
+        STORED_SECRETS_KEY=secrets.token_urlsafe(50),
         VLLM_API_KEY=secrets.token_urlsafe(32),
         STROP_METRICS_TOKEN=secrets.token_urlsafe(32),
         EMAIL_HOST_PASSWORD=secrets.token_urlsafe(16),
@@ -91,7 +92,12 @@ def test_env_example_as_shipped_is_refused_naming_every_placeholder(tmp_path):
 
 @pytest.mark.parametrize(
     ("unset", "set_too"),
-    [("SECRET_KEY", "API_KEY_PEPPER"), ("API_KEY_PEPPER", "SECRET_KEY"), ("ERASURE_MARK_KEY", "SECRET_KEY")],
+    [
+        ("SECRET_KEY", "API_KEY_PEPPER"),
+        ("API_KEY_PEPPER", "SECRET_KEY"),
+        ("ERASURE_MARK_KEY", "SECRET_KEY"),
+        ("STORED_SECRETS_KEY", "SECRET_KEY"),
+    ],
 )
 def test_a_deployment_missing_one_secret_does_not_start_and_names_it(tmp_path, unset, set_too):
     env = deployment_env(tmp_path)

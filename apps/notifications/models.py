@@ -4,6 +4,7 @@ from urllib.parse import urlsplit
 
 from django.db import models
 
+from apps.common.stored_secrets import SealedTextField
 from apps.tenants.models import Tenant
 
 EVENTS = {
@@ -21,15 +22,21 @@ def url_host(url: str) -> str:
     return urlsplit(url).netloc.rpartition("@")[2] or url[:40]
 
 
+SECRET_PURPOSE = "webhook.secret"  # what a sealed signing secret is bound to (apps.common.stored_secrets)
+
+
 class Webhook(models.Model):
     """A tenant's endpoint for events, with the secret that signs every delivery to it."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="webhooks")
     url = models.URLField(max_length=500)
     events = models.JSONField(default=list, help_text="the event names it receives")
-    secret = models.CharField(max_length=80, help_text="signs deliveries (HMAC-SHA256); shown once")
-    previous_secret = models.CharField(
-        max_length=80, blank=True, help_text="the secret before the last rotation: it also signs until its expiry"
+    # Stored encrypted under STORED_SECRETS_KEY (apps.common.stored_secrets); the attribute is the plaintext.
+    secret = SealedTextField(purpose=SECRET_PURPOSE, help_text="signs deliveries (HMAC-SHA256); shown once")
+    previous_secret = SealedTextField(
+        purpose=SECRET_PURPOSE,
+        blank=True,
+        help_text="the secret before the last rotation: it also signs until its expiry",
     )
     previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
     secret_rotated_at = models.DateTimeField(null=True, blank=True)

@@ -77,3 +77,23 @@ def test_a_viewer_cannot_rotate_a_secret(client, hooked, make_user):
     _signed_in(client, make_user("vera", tenant, role="viewer"))
     assert client.post(f"/dashboard/t/{tenant.slug}/webhooks/{webhook.pk}/rotate/").status_code == 403
     assert Webhook.objects.get(pk=webhook.pk).secret == webhook.secret
+
+
+@pytest.mark.django_db
+def test_a_webhook_whose_secret_no_key_opens_still_lists_and_its_rotation_says_only_the_new_one_signs(
+    client, hooked, make_user, settings
+):
+    import secrets
+
+    tenant, webhook = hooked
+    settings.STORED_SECRETS_KEY, settings.STORED_SECRETS_KEY_FALLBACKS = secrets.token_urlsafe(50), []
+    _signed_in(client, make_user("ada", tenant, role="admin"))
+
+    listed = client.get(f"/dashboard/t/{tenant.slug}/webhooks/")
+    assert listed.status_code == 200 and "hooks.example.com" in listed.content.decode()
+    response = client.post(f"/dashboard/t/{tenant.slug}/webhooks/{webhook.pk}/rotate/")
+
+    assert response.status_code == 201
+    html = response.content.decode()
+    assert "The old secret could not be read" in html and "two signatures" not in html
+    assert Webhook.objects.get(pk=webhook.pk).secret in html

@@ -75,6 +75,7 @@ def test_whitenoise_serves_the_built_files_with_no_vendored_folder_at_run_time(s
         SECRET_KEY=os.environ["SECRET_KEY"],
         API_KEY_PEPPER=os.environ["API_KEY_PEPPER"],
         ERASURE_MARK_KEY=os.environ["ERASURE_MARK_KEY"],
+        STORED_SECRETS_KEY=os.environ["STORED_SECRETS_KEY"],
     )
     code = (
         "import django; django.setup(); from django.test import Client; "

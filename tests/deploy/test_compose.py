@@ -48,6 +48,7 @@ SECRETS = {
     "SECRET_KEY",
     "API_KEY_PEPPER",
     "ERASURE_MARK_KEY",
+    "STORED_SECRETS_KEY",
     "VLLM_API_KEY",
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
@@ -320,7 +321,7 @@ def test_the_env_file_example_holds_what_compose_requires_and_only_known_names()
 
 def test_the_env_file_example_secrets_are_placeholders_strop_refuses():
     example = env_example_names()
-    for name in ("SECRET_KEY", "API_KEY_PEPPER", "ERASURE_MARK_KEY"):
+    for name in ("SECRET_KEY", "API_KEY_PEPPER", "ERASURE_MARK_KEY", "STORED_SECRETS_KEY"):
         assert weakness(example[name]) is not None, name
     for name in (SECRETS - {"AWS_ACCESS_KEY_ID"}) & set(example):
         assert "change-me" in example[name], name

@@ -17,6 +17,7 @@ from apps.notifications.services.webhooks import (
     webhook_create,
     webhook_delete,
     webhook_secret_rotate,
+    webhook_secrets_reseal,
     webhook_url_addresses,
     webhook_url_problem,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "webhook_delivery_claim",
     "webhook_delivery_record",
     "webhook_secret_rotate",
+    "webhook_secrets_reseal",
     "webhook_url_addresses",
     "webhook_url_problem",
 ]

@@ -35,6 +35,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from apps.common.stored_secrets import SecretUnreadable
 from apps.common.tasks import enqueue, enqueue_on_commit
 from apps.notifications.addresses import AddressRefused, Resolver, system_resolver
 from apps.notifications.models import EVENTS, Webhook, WebhookDelivery
@@ -186,13 +187,20 @@ def _post(delivery: WebhookDelivery, *, resolver: Resolver) -> PostResult:
         return PostResult(None, f"not sent: {exc}")
     body = json.dumps({"id": delivery.pk, **delivery.payload}, separators=(",", ":")).encode()
     timestamp = str(int(time.time()))
+    try:
+        signed = signature_header(webhook, timestamp=timestamp, body=body, now=timezone.now())
+    except SecretUnreadable as exc:  # the operator's key changed: their log says which, the tenant's what to do
+        logger.error(
+            "webhook %s of tenant %s: delivery %s not signed: %s", webhook.pk, webhook.tenant_id, delivery.pk, exc
+        )
+        return PostResult(None, "not sent: its signing secret cannot be read (ask the operator, or rotate the secret)")
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "Strop-Webhooks/1",
         "X-Strop-Event": delivery.event,
         "X-Strop-Delivery": str(delivery.pk),
         "X-Strop-Timestamp": timestamp,
-        "X-Strop-Signature": signature_header(webhook, timestamp=timestamp, body=body, now=timezone.now()),
+        "X-Strop-Signature": signed,
     }
     return post_pinned(
         webhook.url,

@@ -13,16 +13,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.common.exceptions import ValidationFailed
+from apps.common.stored_secrets import Unreadable, current_key_id, opened, readable, sealed, sealed_by
 from apps.notifications.addresses import AddressRefused, IPAddress, Resolver, resolve_public, system_resolver
-from apps.notifications.models import EVENTS, Webhook, url_host
+from apps.notifications.models import EVENTS, SECRET_PURPOSE, Webhook, url_host
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 
@@ -129,7 +131,10 @@ def webhook_secret_rotate(tenant: Tenant, *, webhook: Webhook, actor: str) -> We
     webhook = Webhook.objects.select_for_update().get(pk=webhook.pk)
     now = timezone.now()
     expires = now + timedelta(seconds=settings.STROP_WEBHOOK_SECRET_OVERLAP_S)
-    webhook.previous_secret, webhook.previous_secret_expires_at = webhook.secret, expires
+    # A secret no configured key opens cannot sign beside the new one: the new one alone signs.
+    opens = not isinstance(webhook.secret, Unreadable)
+    webhook.previous_secret = webhook.secret if opens else ""
+    webhook.previous_secret_expires_at = expires if opens else None
     webhook.secret, webhook.secret_rotated_at = _new_secret(), now
     webhook.save(update_fields=["secret", "previous_secret", "previous_secret_expires_at", "secret_rotated_at"])
     audit_record(
@@ -138,18 +143,68 @@ def webhook_secret_rotate(tenant: Tenant, *, webhook: Webhook, actor: str) -> We
         action="webhook.secret_rotate",
         target_type="webhook",
         target_id=str(webhook.pk),
-        data={"host": url_host(webhook.url), "previous_secret_valid_until": expires.isoformat()},
+        data={
+            "host": url_host(webhook.url),
+            "previous_secret_valid_until": expires.isoformat() if opens else None,
+        },
     )
     return webhook
 
 
+@dataclass
+class ResealReport:
+    key_id: str
+    resealed: int = 0  # secrets sealed anew under the current key (or in the clear until now)
+    current: int = 0  # already under it
+    dropped: int = 0  # previous secrets past their overlap that no key opens: they sign nothing
+    unreadable: set[int] = field(default_factory=set)  # webhooks with a secret no configured key opens
+
+
+_SECRET_COLUMNS = ("secret", "previous_secret")
+
+
+def webhook_secrets_reseal(*, now: datetime | None = None) -> ResealReport:
+    """Seal every webhook's secrets under the current ``STORED_SECRETS_KEY`` (after a key rotation,
+    or a secret stored in the clear; ``manage.py stored_secrets_reseal``). Each value is replaced
+    only if it is still the one read (a rotation meanwhile wins). A secret no configured key opens is
+    left as it is and its webhook named, unless it is a previous secret past its overlap: that one
+    no longer signs, and goes."""
+    now = now or timezone.now()
+    report = ResealReport(key_id=current_key_id())
+    table = connection.ops.quote_name(Webhook._meta.db_table)
+    expiry = dict(Webhook.objects.values_list("pk", "previous_secret_expires_at"))
+    with connection.cursor() as cursor:  # the stored text, not what the field opens it to
+        cursor.execute(f"SELECT id, secret, previous_secret FROM {table}")
+        rows = cursor.fetchall()
+    for pk, secret, previous in rows:
+        expires = expiry.get(pk)
+        for column, stored in zip(_SECRET_COLUMNS, (secret, previous), strict=True):
+            if not stored:
+                continue
+            if sealed_by(stored, report.key_id):
+                report.current += 1
+                continue
+            plain = opened(stored, purpose=SECRET_PURPOSE)
+            if isinstance(plain, Unreadable) and (column == "secret" or (expires is not None and expires > now)):
+                report.unreadable.add(pk)
+                continue
+            new = "" if isinstance(plain, Unreadable) else sealed(plain, purpose=SECRET_PURPOSE)
+            with connection.cursor() as cursor:
+                cursor.execute(f"UPDATE {table} SET {column} = %s WHERE id = %s AND {column} = %s", [new, pk, stored])
+                if cursor.rowcount:
+                    report.dropped += not new
+                    report.resealed += bool(new)
+    return report
+
+
 def signing_secrets(webhook: Webhook, *, now: datetime) -> list[str]:
     """The secrets a delivery is signed with now: the current one, and the previous one during
-    the overlap after a rotation."""
+    the overlap after a rotation. :class:`SecretUnreadable` when one of them cannot be opened (the
+    key it was sealed under is gone: the delivery fails saying so)."""
     overlap = bool(webhook.previous_secret) and (
         webhook.previous_secret_expires_at is not None and webhook.previous_secret_expires_at > now
     )
-    return [webhook.secret, webhook.previous_secret] if overlap else [webhook.secret]
+    return [readable(webhook.secret), readable(webhook.previous_secret)] if overlap else [readable(webhook.secret)]
 
 
 def signature(secret: str, timestamp: str, body: bytes) -> str:
