@@ -46,6 +46,9 @@ class Unreadable(str):
         value.stored = stored
         return value
 
+    def __getnewargs_ex__(self) -> tuple[tuple[str], dict[str, str]]:  # pickle and copy keep ``stored``
+        return (str(self),), {"stored": self.stored}
+
 
 class SecretUnreadable(ValueError):
     """A stored secret was needed and none of the configured keys opens it."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import pickle
 import secrets
 from datetime import timedelta
 from io import StringIO
@@ -180,6 +181,7 @@ def test_a_malformed_or_expired_unreadable_secret_never_breaks_loading_and_resea
 
     loaded = Webhook.objects.get(pk=webhook.pk)
     assert isinstance(loaded.secret, Unreadable) and isinstance(loaded.previous_secret, Unreadable)
+    assert pickle.loads(pickle.dumps(loaded)).previous_secret.stored == lost  # a cache keeps what is stored
     loaded.save()  # saving a row with such values writes back what was stored, unchanged
     assert _stored(webhook.pk) == ("v1:abc", lost)
 

@@ -44,11 +44,12 @@ def exposure_record(experiment: Experiment, *, external_id: str, arm: str, end_u
     )
     try:
         # Serving runs in autocommit, so the user's foreign key is checked as this block commits: an
-        # erase since the request read the user is a user not exposed, not a failed completion.
+        # erase since the request read the user is a user not exposed, not a failed completion. (Inside
+        # a caller's transaction the check waits for that transaction's commit.)
         with transaction.atomic():
             ExperimentExposure.objects.bulk_create([exposure], ignore_conflicts=True)
     except IntegrityError:
-        logger.info("experiment %s: an end user erased while being routed is not exposed", experiment.pk)
+        logger.info("experiment %s: not exposed, the end user (or the experiment) is gone", experiment.pk)
         return
     try:
         with transaction.atomic():  # a failure here must not fail the completion or its transaction

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.common.exceptions import ValidationFailed
@@ -188,12 +189,17 @@ def webhook_secrets_reseal(*, now: datetime | None = None) -> ResealReport:
             if isinstance(plain, Unreadable) and (column == "secret" or (expires is not None and expires > now)):
                 report.unreadable.add(pk)
                 continue
-            new = "" if isinstance(plain, Unreadable) else sealed(plain, purpose=SECRET_PURPOSE)
+            if isinstance(plain, Unreadable):  # an expired previous secret: still expired, still this one
+                expired = Q(previous_secret_expires_at__isnull=True) | Q(previous_secret_expires_at__lte=now)
+                unchanged = Webhook.objects.filter(expired, pk=pk, previous_secret=stored)
+                report.dropped += unchanged.update(previous_secret="")
+                continue
             with connection.cursor() as cursor:
-                cursor.execute(f"UPDATE {table} SET {column} = %s WHERE id = %s AND {column} = %s", [new, pk, stored])
-                if cursor.rowcount:
-                    report.dropped += not new
-                    report.resealed += bool(new)
+                cursor.execute(
+                    f"UPDATE {table} SET {column} = %s WHERE id = %s AND {column} = %s",
+                    [sealed(plain, purpose=SECRET_PURPOSE), pk, stored],
+                )
+                report.resealed += cursor.rowcount
     return report
 
 
