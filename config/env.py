@@ -1,4 +1,4 @@
-"""Reading settings from the environment: booleans, integers and a database URL as Django's dict."""
+"""Reading settings from the environment: booleans, integers, lists and a database URL as Django's dict."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ def env_bool(name: str, default: bool) -> bool:
 def env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     return default if value in (None, "") else int(value)
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    """A comma-separated setting: its items, stripped, the empty ones left out."""
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
 def database_from_url(url: str) -> dict[str, object]:

@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from config.celery_config import broker_transport_options, gpu_pools, task_queues
-from config.env import database_from_url, env_bool, env_int
+from config.env import database_from_url, env_bool, env_int, env_list
 from config.http_settings import CONTENT_SECURITY_POLICY, REST_FRAMEWORK, SPECTACULAR_SETTINGS  # noqa: F401 (settings)
 from config.log_config import log_format, logging_config
 from config.secret_keys import GENERATED, check_deployment, load_secrets
@@ -41,16 +41,14 @@ ERASURE_MARK_KEY = _secrets["ERASURE_MARK_KEY"]
 # Secrets Strop stores and reads back (webhook signing secrets) are encrypted under this key
 # (apps.common.stored_secrets); the fallbacks (comma-separated) still open what older keys sealed.
 STORED_SECRETS_KEY = _secrets["STORED_SECRETS_KEY"]
-STORED_SECRETS_KEY_FALLBACKS = [
-    key.strip() for key in os.environ.get("STORED_SECRETS_KEY_FALLBACKS", "").split(",") if key.strip()
-]
+STORED_SECRETS_KEY_FALLBACKS = env_list("STORED_SECRETS_KEY_FALLBACKS")
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
 
 # HTTPS (platform/env.example). Off by default: the embedded default serves plain HTTP on loopback.
 # Behind a TLS-terminating proxy, SECURE_PROXY_SSL_HEADER names the header it sets and the value that
 # means HTTPS, Django-style ("HTTP_X_FORWARDED_PROTO,https"); only for a proxy that always sets it and
 # drops a client's own.
-_proxy_ssl_header = [part.strip() for part in os.environ.get("SECURE_PROXY_SSL_HEADER", "").split(",") if part.strip()]
+_proxy_ssl_header = env_list("SECURE_PROXY_SSL_HEADER")
 if _proxy_ssl_header and len(_proxy_ssl_header) != 2:
     raise ValueError("SECURE_PROXY_SSL_HEADER must be HEADER,VALUE, e.g. HTTP_X_FORWARDED_PROTO,https")
 SECURE_PROXY_SSL_HEADER = (_proxy_ssl_header[0], _proxy_ssl_header[1]) if _proxy_ssl_header else None
@@ -68,7 +66,7 @@ SESSION_COOKIE_HTTPONLY = True
 # No script reads the CSRF cookie: every form carries its token.
 CSRF_COOKIE_HTTPONLY = True
 # Origins (scheme://host) whose form posts are trusted, e.g. the public https URL behind a proxy.
-CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -321,7 +319,7 @@ STROP_RATE_LIMIT_PROCESSES = env_int("STROP_RATE_LIMIT_PROCESSES", 1)
 STROP_KEY_LAST_USED_RESOLUTION_S = env_int("STROP_KEY_LAST_USED_RESOLUTION_S", 60)
 
 # vLLM: one or more replicas (comma-separated base URLs), and the limits it was started with.
-VLLM_BASE_URLS = [u.strip() for u in os.environ.get("VLLM_BASE_URLS", "http://127.0.0.1:8100").split(",") if u.strip()]
+VLLM_BASE_URLS = env_list("VLLM_BASE_URLS", "http://127.0.0.1:8100")
 VLLM_MAX_LORA_RANK = env_int("VLLM_MAX_LORA_RANK", 16)
 VLLM_MAX_LORAS = env_int("VLLM_MAX_LORAS", 4)
 VLLM_MAX_CPU_LORAS = env_int("VLLM_MAX_CPU_LORAS", 16)

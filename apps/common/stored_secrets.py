@@ -69,18 +69,21 @@ def _keys() -> list[tuple[str, AESGCM]]:
     return [_derived(key) for key in names if key]
 
 
-def current_key_id() -> str:
-    keys = _keys()
-    if not keys:
+def _current() -> tuple[str, AESGCM]:
+    if not settings.STORED_SECRETS_KEY:
         raise SecretUnreadable("STORED_SECRETS_KEY is not set: Strop cannot store a secret")
-    return keys[0][0]
+    return _derived(settings.STORED_SECRETS_KEY)
+
+
+def current_key_id() -> str:
+    return _current()[0]
 
 
 def sealed(plaintext: str, *, purpose: str) -> str:
     """``plaintext`` encrypted under the current key, as stored."""
-    key_id = current_key_id()
+    key_id, aead = _current()
     nonce = os.urandom(12)
-    ciphertext = _keys()[0][1].encrypt(nonce, plaintext.encode(), purpose.encode())
+    ciphertext = aead.encrypt(nonce, plaintext.encode(), purpose.encode())
     return f"{VERSION}:{key_id}:{base64.urlsafe_b64encode(nonce + ciphertext).decode()}"
 
 
