@@ -17,7 +17,7 @@ MAKE_STARTED := $(shell date +%s)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/strop
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: venv assets browser services test test-hosts demo up starter vllm lint lint-imports bench-ingest bench-serving bench-capacity bench-trainer bench-freshness bench-experiments bench-dashboard bench-data bench-learning bench-agent-learning bench-specialise vllm-env clean
+.PHONY: venv assets browser services test test-hosts demo up starter vllm lint lint-imports typecheck bench-ingest bench-serving bench-capacity bench-trainer bench-freshness bench-experiments bench-dashboard bench-data bench-learning bench-agent-learning bench-specialise vllm-env clean
 
 venv: $(STAMP)
 
@@ -41,7 +41,7 @@ services:
 browser:
 	@bash platform/ensure-browser.sh
 
-test: venv assets browser services lint-imports
+test: venv assets browser services lint-imports typecheck
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
 # One learning round across separate hosts: network namespaces with no shared filesystem (needs root;
@@ -60,8 +60,13 @@ up:
 starter: venv
 	$(PY) -m model_supply starter --size small
 
-lint: venv lint-imports
+lint: venv lint-imports typecheck
 	$(VENV)/bin/ruff check apps config workers benchmarks tests gpu_trainer learning_shared model_supply demo sdk platform
+
+# Types: mypy with the Django and DRF stubs ([tool.mypy] in pyproject.toml). The stubs' plugin
+# loads the settings, which need no secrets under DEBUG.
+typecheck: venv
+	DEBUG=1 $(VENV)/bin/mypy apps config workers gpu_trainer learning_shared model_supply sdk/src demo
 
 # The import contracts in pyproject.toml ([tool.importlinter]).
 lint-imports: venv

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from strop import APIStatusError, Strop, TrainingRun
+from strop import APIStatusError, Metric, Strop, TrainingRun
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
@@ -53,7 +53,7 @@ EXPERIMENT_USERS = WAVE_USERS * WAVES
 # rolled candidates back for their serving path, not for what they learned (the measurements are
 # in benchmarks/results-log.md). On a GPU the LoRA path costs little and the latency guardrail
 # belongs on, as it is by default.
-GUARDRAILS = ["accepted_per_request", "error_rate", "dissatisfied_rate"]
+GUARDRAILS: list[Metric] = ["accepted_per_request", "error_rate", "dissatisfied_rate"]
 RUN_TIMEOUT_S = 1800
 # Tasks carry a short window of the file, so that serving and training on CPU stay quick.
 CONTEXT = Context(max_prefix_lines=12, max_prefix_chars=500, suffix_lines=2, max_typed_chars=300, max_suffix_chars=300)
@@ -369,7 +369,7 @@ def main() -> None:
             if run is None:
                 continue
             report_run(t, run)
-            if run.status == "candidate":
+            if run.status == "candidate" and run.output_version is not None:
                 tasks = load_tasks("eval", args.experiment_requests, seed=round_no * 10 + i, context=context)
                 now = time.monotonic()  # a next round takes longer than this one has so far
                 last = round_no == args.rounds or (now - started) + (now - round_started) > args.budget_min * 60

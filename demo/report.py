@@ -103,7 +103,9 @@ def chart(rows: list[Row], path: Path) -> None:
         (axes[0], "accept_rate", "accept rate of shown suggestions"),
         (axes[1], "accepted_per_request", "accepted per request"),
     ):
-        values, errors, colours = [], [[], []], []
+        values: list[float] = []
+        errors: list[list[float]] = [[], []]
+        colours: list[str] = []
         for r in shown:
             e = getattr(r.summary, name)
             ok = e.n > 0 and e.value == e.value

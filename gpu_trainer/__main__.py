@@ -32,23 +32,23 @@ def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
 def _cmd_train(args: argparse.Namespace) -> int:
     from gpu_trainer.config import GRPOConfig, PPOConfig
 
-    config_cls = GRPOConfig if args.mode == "grpo" else PPOConfig
     data: dict[str, Any] = json.loads(Path(args.config).read_text()) if args.config else {}
     data.update(_parse_overrides(args.set))
     if args.seed is not None:
         data["seed"] = args.seed
-    config = config_cls.from_dict(data)
     if args.mode == "grpo":
         from gpu_trainer.grpo import train_grpo
         from gpu_trainer.scoring import read_records
 
-        result = train_grpo(config, read_records(args.data), base_model_dir=args.base, out_dir=args.out,
+        grpo_config = GRPOConfig.from_dict(data)
+        result = train_grpo(grpo_config, read_records(args.data), base_model_dir=args.base, out_dir=args.out,
                             parent_adapter_dir=args.parent, progress=not args.no_progress)
     else:
         from gpu_trainer.ppo import train_ppo
         from learning_shared.samples import load_samples
 
-        result = train_ppo(config, load_samples(args.data), base_model_dir=args.base, out_dir=args.out,
+        ppo_config = PPOConfig.from_dict(data)
+        result = train_ppo(ppo_config, load_samples(args.data), base_model_dir=args.base, out_dir=args.out,
                            parent_adapter_dir=args.parent, progress=not args.no_progress)
     print(json.dumps({"out_dir": str(result.out_dir), "steps": result.steps, **result.summary}, indent=2))
     return 0

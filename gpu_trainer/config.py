@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from learning_shared.errors import TrainerInputError
 
@@ -208,7 +208,7 @@ class PPOConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PPOConfig:
+    def from_dict(cls, data: dict[str, Any]) -> Self:
         """Build from a dict (e.g. tenant settings); unknown keys are an error, not ignored."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)

@@ -88,7 +88,8 @@ def train_grpo(config: GRPOConfig, records: list[dict[str, Any]], *, base_model_
     stopped_early = False
     all_samples: list[Sample] = []
     for _ in range(config.rounds):
-        samples, advantages = [], []
+        samples: list[Sample] = []
+        advantages: list[torch.Tensor] = []
         for record in records:
             prompt = build_fim_prompt(family, record["prefix"], record.get("suffix", ""))
             prompt_ids = policy.tokenizer.encode(prompt, add_special_tokens=False)

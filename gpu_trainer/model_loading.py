@@ -32,7 +32,7 @@ def seed_everything(seed: int, *, deterministic: bool) -> None:
     torch.use_deterministic_algorithms(deterministic, warn_only=True)
     # Deterministic mode fills fresh tensors with NaN by default; that costs ~2x on CPU and
     # buys nothing here (no kernel reads uninitialised memory).
-    torch.utils.deterministic.fill_uninitialized_memory = False
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]  # set at run time
 
 
 def load_tokenizer(base_model_dir: str | Path):
@@ -49,7 +49,7 @@ def load_base_model(base_model_dir: str | Path, device: torch.device, dtype: tor
     if not (path / "config.json").is_file():
         raise TrainerInputError(f"base model {path}: not a Hugging Face model directory (no config.json)")
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-    model.to(device)
+    model.to(device)  # type: ignore[arg-type]  # transformers' stub of .to() takes a model
     model.requires_grad_(False)
     return model
 
@@ -94,7 +94,7 @@ def attach_lora(model, config: PPOConfig, *, base_model_dir: Path, base_fingerpr
     else:
         lora = LoraConfig(
             r=config.lora_rank,
-            lora_alpha=config.lora_alpha,
+            lora_alpha=config.lora_alpha,  # type: ignore[arg-type]  # peft takes a float (its scaling divides by r)
             lora_dropout=config.lora_dropout,
             target_modules=list(config.lora_target_modules),
             bias="none",

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -61,6 +61,16 @@ class _PassRunner:
         return completion_and_silence_logprobs(model, batch, silent_ids=self.silent_ids, with_entropy=with_entropy)
 
 
+_T = TypeVar("_T")
+
+
+def _known(value: _T | None, what: str) -> _T:
+    """A pass's tensor that an earlier step computed (its old log-probs, weights, entropy)."""
+    if value is None:
+        raise RuntimeError(f"{what} missing: the first step computes them before any update")
+    return value
+
+
 def _pass_advantages(rows: list[int], samples: list[Sample], advantages: torch.Tensor,
                      per_token: Sequence[torch.Tensor | None] | None, eos_id: int) -> torch.Tensor:
     """The advantages of one pass: one per row ([b]) as always, or, when a row has token-level
@@ -72,8 +82,9 @@ def _pass_advantages(rows: list[int], samples: list[Sample], advantages: torch.T
     width = max(lengths)
     out = advantages[rows].unsqueeze(-1).repeat(1, width)
     for row, (index, length) in enumerate(zip(rows, lengths, strict=True)):
-        if per_token[index] is not None:
-            out[row, width - length:] = per_token[index]
+        credit = per_token[index]
+        if credit is not None:
+            out[row, width - length:] = credit
     return out
 
 
@@ -117,7 +128,8 @@ def _set_old(part: Pass, old: torch.Tensor, batch: PaddedBatch, config: PPOConfi
 def _reuses_first_step(model, config: PPOConfig) -> bool:
     """True when the policy's first training forward pass computes exactly the old log-probs:
     nothing random in train mode (no dropout), so they need no pass of their own."""
-    if config.lora_dropout > 0 or getattr(model.config, "attention_dropout", 0.0):
+    attention_dropout: Any = getattr(model.config, "attention_dropout", 0.0)
+    if config.lora_dropout > 0 or attention_dropout:
         return False
     return not any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
@@ -165,7 +177,7 @@ def _accumulate_gradients(runner: _PassRunner, minibatch: Minibatch, *, need_ref
         if need_reference and part.reference is None:
             part.reference = part.old
         policy_loss, approx_kl, clip_fraction = clipped_policy_loss(
-            new, part.old, part.advantages, batch.mask, part.weights,
+            new, _known(part.old, "old log-probs"), part.advantages, batch.mask, _known(part.weights, "weights"),
             clip_eps=config.clip_eps, aggregation=config.loss_aggregation, **shares,
         )
         loss = policy_loss
@@ -177,7 +189,8 @@ def _accumulate_gradients(runner: _PassRunner, minibatch: Minibatch, *, need_ref
                 loss = loss + config.kl_coef * kl_base
         silent_loss = torch.zeros(())
         if new_silent is not None:
-            silent_loss = silence_loss(new_silent, part.old_silent, part.silence_advantages,
+            silent_loss = silence_loss(new_silent, _known(part.old_silent, "old silence log-probs"),
+                                       _known(part.silence_advantages, "silence advantages"),
                                        clip=config.silence_clip, denominator=silence_denominator)
             loss = loss + silent_loss
         if not torch.isfinite(loss):
@@ -194,18 +207,19 @@ def _accumulate_gradients(runner: _PassRunner, minibatch: Minibatch, *, need_ref
             loss=loss.detach(),
             approx_kl=approx_kl,
             clip_fraction=clip_fraction,
-            entropy=masked_mean(entropy, batch.mask, tokens=minibatch.tokens),
+            entropy=masked_mean(_known(entropy, "entropy"), batch.mask, tokens=minibatch.tokens),
             kl_to_base=kl_base.detach(),
             silence_loss=silent_loss.detach(),
             silence_prob_sum=nan if new_silent is None else new_silent.detach().exp().sum(),
         )
-        figures.importance_weight_sum += float((part.weights * batch.mask).sum())
+        figures.importance_weight_sum += float((_known(part.weights, "weights") * batch.mask).sum())
         figures.tokens += batch.num_tokens
         del new, entropy, loss, policy_loss, kl_base, new_silent, silent_loss  # this pass's graph
         release_freed_memory()
     for pair in minibatch.pairs:
         kept, shown = pair_logprobs(runner.policy, runner.samples, pair.rows, config)
-        pair_loss, margins = preference_loss(kept, shown, pair.old_kept, pair.old_shown, beta=config.preference_beta,
+        pair_loss, margins = preference_loss(kept, shown, _known(pair.old_kept, "old log-probs"),
+                                             _known(pair.old_shown, "old log-probs"), beta=config.preference_beta,
                                              coef=config.preference_coef, denominator=minibatch.sequences)
         if not torch.isfinite(pair_loss):
             raise TrainingDivergedError(f"non-finite preference loss at {where}")

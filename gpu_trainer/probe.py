@@ -36,8 +36,9 @@ def probe_logprobs(*, base_model_dir: str | Path, adapter_dir: str | Path, promp
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(base_model_dir), dtype=torch.float32).to(device)
-    model = PeftModel.from_pretrained(model, str(adapter_dir)).eval()
+    base = AutoModelForCausalLM.from_pretrained(str(base_model_dir), dtype=torch.float32)
+    base.to(device)  # type: ignore[arg-type]  # transformers' stub of .to() takes a model
+    model = PeftModel.from_pretrained(base, str(adapter_dir)).eval()
     ids = torch.tensor([list(prompt_token_ids) + list(completion_token_ids)], device=device)
     with torch.inference_mode():
         logits = model(input_ids=ids).logits[0, len(prompt_token_ids) - 1 : -1].float()
@@ -52,5 +53,10 @@ def serve_probe(*, base_model_dir: str | Path, adapter_dir: str | Path) -> dict[
     from transformers import AutoTokenizer
 
     tokens = probe_tokens(AutoTokenizer.from_pretrained(str(base_model_dir)))
-    logprobs = probe_logprobs(base_model_dir=base_model_dir, adapter_dir=adapter_dir, **tokens)
+    logprobs = probe_logprobs(
+        base_model_dir=base_model_dir,
+        adapter_dir=adapter_dir,
+        prompt_token_ids=tokens["prompt_token_ids"],
+        completion_token_ids=tokens["completion_token_ids"],
+    )
     return {"source": PROBE_SOURCE, **tokens, "logprobs": logprobs}

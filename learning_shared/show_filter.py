@@ -105,7 +105,7 @@ def checked_recall(events: Sequence[ShowEvent], recall: float) -> tuple[float, f
         target = min(1.0, round(target + RECALL_STEP, 6))
 
 
-def fit_show_threshold(events: Iterable[ShowEvent], *, recall: float) -> dict[str, float | int] | None:
+def fit_show_threshold(events: Iterable[ShowEvent], *, recall: float) -> dict[str, float | int | None] | None:
     """The gate learned from ``events`` (see the module docstring), or None when too few were accepted.
 
     Returns ``threshold``, the recall it was fitted at and the check's, and what it would have

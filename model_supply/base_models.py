@@ -353,7 +353,7 @@ def convert_gguf(gguf: Path, out_dir: Path, *, progress: bool = False) -> None:
         if not progress:
             hf_logging.enable_progress_bar()
     # The weights are dense now; what remains of the quantizer only stops save_pretrained.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     model.config.__dict__.pop("quantization_config", None)
     model.save_pretrained(str(out_dir), safe_serialization=True)
     tokenizer.save_pretrained(str(out_dir))

@@ -57,7 +57,8 @@ class OfflineEvalOut(serializers.Serializer):
 
 
 class AdapterVersionOut(serializers.ModelSerializer):
-    parent = serializers.IntegerField(source="parent.number", allow_null=True, default=None)
+    # A declared field named as a field attribute is never shadowed by it (DRF's _declared_fields).
+    parent = serializers.IntegerField(source="parent.number", allow_null=True, default=None)  # type: ignore[assignment]
     status_message = serializers.SerializerMethodField(help_text="why the version failed to load, if it did")
     offline_eval = serializers.SerializerMethodField(
         help_text="the gate's evaluation of this version on the adapter's eval set; null without one"

@@ -117,8 +117,9 @@ def serve_probe_verify(version: AdapterVersion) -> list[ProbeCheck]:
     prompt, completion, expected = probe["prompt_token_ids"], probe["completion_token_ids"], probe["logprobs"]
     for index, replica in enumerate(client.base_urls, start=1):
         served = client.prompt_logprobs(replica, model=version.vllm_name, token_ids=[*prompt, *completion])
-        tail = served[len(prompt) :]
-        if len(tail) != len(expected) or any(v is None for v in tail):
+        served_tail = served[len(prompt) :]
+        tail = [v for v in served_tail if v is not None]
+        if len(served_tail) != len(expected) or len(tail) != len(served_tail):
             checks.append(ProbeCheck(index, None, False, "vLLM returned no log-prob for some probe tokens"))
             continue
         gap = max(abs(float(a) - float(b)) for a, b in zip(tail, expected, strict=True))

@@ -28,12 +28,22 @@ class ScopedApi(APIView):
     required_scope: str = ""
 
     @property
+    def principal(self) -> Any:
+        """The authenticated key's principal (``apps.tenants.authentication.ApiPrincipal``)."""
+        return self.request.user
+
+    @property
+    def api_key(self) -> Any:
+        """The ``ApiKey`` the request authenticated with."""
+        return self.request.auth
+
+    @property
     def tenant(self) -> Any:
-        return self.request.user.tenant
+        return self.principal.tenant
 
     @property
     def actor(self) -> str:
-        return self.request.user.actor
+        return str(self.principal.actor)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)

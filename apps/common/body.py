@@ -55,5 +55,5 @@ class ChunkedBodyMiddleware:
                 status=413,
             )
         meta["CONTENT_LENGTH"] = str(len(body))
-        request._stream = LimitedStream(io.BytesIO(body), len(body))  # type: ignore[attr-defined]
+        request._stream = LimitedStream(io.BytesIO(body), len(body))  # type: ignore[assignment]
         return None

@@ -12,18 +12,26 @@ pool and is safe to share between threads, and a pool starts afresh in a forked 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.cache.backends.redis import RedisCacheClient
 
-# (server, options) -> (pool, client), for the whole process.
-_shared: dict[tuple[str, str], tuple[Any, Any]] = {}
+# (server, pool class, options) -> (pool, client), for the whole process.
+_shared: dict[tuple[str, Any, str], tuple[Any, Any]] = {}
 _shared_lock = threading.Lock()
 
 
 class _SharedClients(RedisCacheClient):
+    # Set by RedisCacheClient (private there, so django-stubs does not declare them).
+    _servers: list[str]
+    _pool_class: Any
+    _pool_options: dict[str, Any]
+    _client: Any
+    _get_connection_pool_index: Callable[[bool], int]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._options_key = repr(sorted((name, repr(value)) for name, value in self._pool_options.items()))

@@ -33,7 +33,7 @@ def database_unreachable(exc: Exception) -> bool:
         return True
     if not isinstance(exc, OperationalError):
         return False
-    cause = exc.__cause__
+    cause: Any = exc.__cause__
     if not hasattr(cause, "sqlstate"):  # not a Postgres error (SQLite's "database is locked")
         return False
     state = cause.sqlstate

@@ -22,10 +22,10 @@ class AnyLookup(Lookup):
     lookup_name = "any"
     prepare_rhs = False
 
-    def get_db_prep_lookup(self, value: Any, connection: Any) -> tuple[str, list[Any]]:
+    def get_db_prep_lookup(self, value: Any, connection: Any) -> tuple[str, Any]:
         return "%s", [list(value)]
 
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, Any]:
         lhs, lhs_params = self.process_lhs(compiler, connection)
         rhs, rhs_params = self.process_rhs(compiler, connection)
         return f"{lhs} = ANY({rhs})", [*lhs_params, *rhs_params]
@@ -49,16 +49,17 @@ def tenant_rows(
 
     The ingest and serving hot paths ask this on every request; the ORM spends more compiling it
     than the database answering."""
-    key_field = model._meta.get_field(key)
+    key_field: Any = model._meta.get_field(key)  # a concrete field: its column and conversions
     wanted = [key_field.get_db_prep_value(value, connection) for value in values]
     if not wanted:
         return []
     quote = connection.ops.quote_name
+    params: list[Any]
     if connection.vendor == "postgresql":
         where, params = f"{quote(key)} = ANY(%s)", [tenant_id, wanted]
     else:
         where, params = f"{quote(key)} IN ({', '.join(['%s'] * len(wanted))})", [tenant_id, *wanted]
-    fields = [model._meta.get_field(name) for name in columns]
+    fields: list[Any] = [model._meta.get_field(name) for name in columns]
     # Planned on every call, never prepared: Postgres would keep the generic plan it chose while the
     # table was small (every row of the tenant, filtered against the array), and the table grows.
     with connection.cursor() as cursor:
@@ -109,7 +110,14 @@ def model_columns(model: type[Model], alias: str) -> str:
 
 @functools.cache
 def _model_columns(model: type[Model], alias: str, vendor: str) -> str:
-    return ", ".join(f"{alias}.{connection.ops.quote_name(f.column)}" for f in model._meta.concrete_fields)
+    return ", ".join(f"{alias}.{connection.ops.quote_name(_column(f))}" for f in model._meta.concrete_fields)
+
+
+def _column(field: Any) -> str:
+    column = field.column
+    if column is None:  # a concrete field always has one
+        raise RuntimeError(f"{field} has no column")
+    return str(column)
 
 
 # One statement to read: (sql, params, the models whose columns it selects in turn).
@@ -158,7 +166,8 @@ def _pipelined(reads: Sequence[Read]) -> list[Any]:
         for cursor in cursors:
             cursor.close()
     if connection.queries_logged:
-        sql = "; ".join(connection.ops.compose_sql(sql, params) for sql, params, _ in reads)
+        ops: Any = connection.ops  # Postgres' operations (compose_sql)
+        sql = "; ".join(ops.compose_sql(sql, params) for sql, params, _ in reads)
         connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
     return rows
 
@@ -169,7 +178,8 @@ class _ServerCursorDebugWrapper(CursorDebugWrapper):
 
     def debug_sql(self, sql: Any = None, params: Any = None, use_last_executed_query: bool = False, many: bool = False):
         if use_last_executed_query and sql is not None:
-            sql = connection.ops.compose_sql(sql, params)
+            ops: Any = connection.ops  # Postgres' operations (compose_sql)
+            sql = ops.compose_sql(sql, params)
         return super().debug_sql(sql, params, use_last_executed_query=False, many=many)
 
 

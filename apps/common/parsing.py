@@ -23,7 +23,7 @@ from apps.common.exceptions import NotFound, PayloadTooLarge, ValidationFailed
 _DIGITS = re.compile(r"(?:0|[1-9][0-9]{0,17})")  # fits a signed 64-bit integer
 
 
-def parse_id(value: str, *, what: str) -> int:
+def parse_id(value: int | str, *, what: str) -> int:
     """A numeric id from a URL path; anything but plain ASCII digits is a 404 for ``what``."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value

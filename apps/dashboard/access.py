@@ -14,7 +14,7 @@ from functools import wraps
 from typing import Any
 
 from django.contrib.auth.views import redirect_to_login
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render
 from django.urls import reverse
 
@@ -61,15 +61,15 @@ class TenantContext:
         return found
 
 
-TenantView = Callable[..., HttpResponse]
+TenantView = Callable[..., HttpResponseBase]
 
 
-def tenant_page(*, action: bool = False) -> Callable[[TenantView], Callable[..., HttpResponse]]:
+def tenant_page(*, action: bool = False) -> Callable[[TenantView], Callable[..., HttpResponseBase]]:
     """Wrap a view taking ``(request, ctx, **kwargs)``: sign-in, membership (404), role (403 for actions)."""
 
-    def decorator(view: TenantView) -> Callable[..., HttpResponse]:
+    def decorator(view: TenantView) -> Callable[..., HttpResponseBase]:
         @wraps(view)
-        def wrapped(request: HttpRequest, tenant_slug: str, **kwargs: Any) -> HttpResponse:
+        def wrapped(request: HttpRequest, tenant_slug: str, **kwargs: Any) -> HttpResponseBase:
             if not request.user.is_authenticated:
                 if request.headers.get("HX-Request"):
                     # A polling fragment must not swap the login page into the page: reload it whole.

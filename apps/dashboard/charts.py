@@ -143,17 +143,17 @@ def line_chart(
         )
         return mark_safe("".join(out))
     path, pen_down = [], False
-    for x, y in zip(xs, (p[1] for p in points), strict=True):
-        if y is None or not math.isfinite(float(y)):
+    for x, value in zip(xs, (p[1] for p in points), strict=True):
+        if value is None or not math.isfinite(float(value)):
             pen_down = False
             continue
-        path.append(f"{'L' if pen_down else 'M'}{sx(x):.1f} {sy(float(y)):.1f}")
+        path.append(f"{'L' if pen_down else 'M'}{sx(x):.1f} {sy(float(value)):.1f}")
         pen_down = True
     out.append(f'<path class="chart__line" d="{" ".join(path)}"/>')
     if len(points) <= 72:
-        for x, y in zip(xs, (p[1] for p in points), strict=True):
-            if y is not None and math.isfinite(float(y)):
-                out.append(f'<circle class="chart__dot" cx="{sx(x):.1f}" cy="{sy(float(y)):.1f}" r="2.5"/>')
+        for x, value in zip(xs, (p[1] for p in points), strict=True):
+            if value is not None and math.isfinite(float(value)):
+                out.append(f'<circle class="chart__dot" cx="{sx(x):.1f}" cy="{sy(float(value)):.1f}" r="2.5"/>')
     out.append("</svg>")
     return mark_safe("".join(out))
 

@@ -18,7 +18,15 @@ from apps.tenants.models import RETENTION_DAYS_MOST, Membership
 from apps.tenants.services import ALL_SCOPES
 
 
-def attach_service_error(form: forms.Form, exc: ValidationFailed) -> None:
+def choice_field(form: forms.BaseForm, name: str) -> forms.ChoiceField:
+    """The form's field ``name``, a choice field whose choices are set per instance."""
+    field = form.fields[name]
+    if not isinstance(field, forms.ChoiceField):
+        raise TypeError(f"{type(form).__name__}.{name} is not a choice field")
+    return field
+
+
+def attach_service_error(form: forms.BaseForm, exc: ValidationFailed) -> None:
     """Put a service's ``"field: message"`` beside that field, else above the form."""
     name, sep, message = exc.message.partition(":")
     name = name.strip()
@@ -113,7 +121,7 @@ class InteractionFilterForm(forms.Form):
 
     def __init__(self, *args: Any, versions: list[tuple[int, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["version"].choices = [("", "Any version"), *versions]
+        choice_field(self, "version").choices = [("", "Any version"), *versions]
 
     def filters(self) -> InteractionFilters:
         data = self.cleaned_data if self.is_valid() else {}
@@ -137,7 +145,7 @@ class AuditFilterForm(forms.Form):
 
     def __init__(self, *args: Any, actions: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["action"].choices = [("", "Any action"), *((a, a) for a in actions)]
+        choice_field(self, "action").choices = [("", "Any action"), *((a, a) for a in actions)]
 
 
 class ExperimentStartForm(forms.Form):
@@ -183,16 +191,17 @@ class ExperimentStartForm(forms.Form):
     def __init__(self, *args: Any, candidates: list[tuple[int, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         metric_choices = [(name, m.label) for name, m in METRICS.items()]
-        self.fields["candidate_version"].choices = candidates
-        self.fields["primary_metric"].choices = metric_choices
-        self.fields["guardrails"].choices = metric_choices
+        choice_field(self, "candidate_version").choices = candidates
+        choice_field(self, "primary_metric").choices = metric_choices
+        choice_field(self, "guardrails").choices = metric_choices
         self.fields["guardrails"].initial = list(ExperimentConfig().guardrails)
         self.fields["expected_users"].initial = int(ExperimentConfig().n_star)
         if candidates:
             self.fields["candidate_version"].initial = candidates[0][0]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         primary, guardrails = data.get("primary_metric"), data.get("guardrails") or []
         if primary and primary in guardrails:
             self.add_error("guardrails", "The primary metric cannot also be a guardrail: untick it here.")
@@ -223,7 +232,7 @@ class EndUserSearchForm(forms.Form):
     )
 
 
-ROLE_LABELS = {
+ROLE_LABELS: dict[str, str] = {
     Membership.Role.VIEWER: "Viewer: reads every page",
     Membership.Role.ADMIN: "Admin: also acts (promotes, trains, manages keys and the team)",
     Membership.Role.OWNER: "Owner: also manages owners",
@@ -248,7 +257,7 @@ class InvitationCreateForm(forms.Form):
 
     def __init__(self, *args: Any, roles: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _role_field(self.fields["role"], roles)
+        _role_field(choice_field(self, "role"), roles)
 
 
 class MemberRoleForm(forms.Form):
@@ -256,7 +265,7 @@ class MemberRoleForm(forms.Form):
 
     def __init__(self, *args: Any, roles: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _role_field(self.fields["role"], roles)
+        _role_field(choice_field(self, "role"), roles)
 
 
 class StrengthBesidePasswordMixin:

@@ -58,14 +58,14 @@ class OfflineEvalTable:
 
 def version_offline_eval(gate: dict[str, Any] | None, version: AdapterVersion) -> OfflineEvalTable | None:
     """The table for ``version`` from its stored gate verdict (its parent from the relation cache)."""
-    parent = f"v{version.parent.number}" if version.parent_id else None
+    parent = f"v{version.parent.number}" if version.parent is not None else None
     return offline_eval_table(gate, candidate=f"v{version.number}", parent=parent)
 
 
 def run_offline_eval(run: TrainingRun) -> OfflineEvalTable | None:
     """The table for a run's candidate, registered as a version or not."""
-    candidate = f"v{run.output_version.number}" if run.output_version_id else "the candidate"
-    parent = f"v{run.parent_version.number}" if run.parent_version_id else None
+    candidate = f"v{run.output_version.number}" if run.output_version is not None else "the candidate"
+    parent = f"v{run.parent_version.number}" if run.parent_version is not None else None
     return offline_eval_table(run.gate, candidate=candidate, parent=parent)
 
 
@@ -108,7 +108,7 @@ def offline_eval_table(gate: dict[str, Any] | None, *, candidate: str, parent: s
         rows=rows,
         has_intervals=any(cell and cell.get("low") is not None for row in rows for _, cell in row.cells),
         check=record.get("check"),
-        accepted=(values[0], values[1]) if None not in values else None,
+        accepted=(float(values[0]), float(values[1])) if values[0] is not None and values[1] is not None else None,
     )
 
 

@@ -77,7 +77,8 @@ ADVANCED_FIELDS = ("heldout_fraction", "show_gate_recall", "show_gate_explore", 
 def _gate_field(name: str, knob: Knob, default: Any) -> forms.Field:
     label, help_text = GATE_KNOB_TEXT.get(name, (name.replace("_", " ").capitalize(), ""))
     bounds = f"{knob.low:g}–{knob.high:g}, default {default:g}."
-    field_class = forms.IntegerField if knob.kind is int else forms.FloatField
+    # An integer knob's bounds are whole numbers held as floats (the knob table's one type).
+    field_class: Any = forms.IntegerField if knob.kind is int else forms.FloatField
     return field_class(
         required=False,
         min_value=knob.low,
@@ -175,9 +176,7 @@ class TrainingPolicyForm(forms.Form):
         initial = {name: getattr(policy, name) for name in cls.base_fields}
         initial.update({GATE_FIELD_PREFIX + k: v for k, v in (policy.gate_overrides or {}).items()})
         # An agent reward someone set is shown even where no agent has been seen yet.
-        agent = agent or any(
-            getattr(policy, name) != TrainingPolicy._meta.get_field(name).default for name in AGENT_REWARD_FIELDS
-        )
+        agent = agent or any(getattr(policy, name) != _model_default(name) for name in AGENT_REWARD_FIELDS)
         return cls(data=data, initial=initial, agent=agent)
 
     @property
@@ -193,7 +192,8 @@ class TrainingPolicyForm(forms.Form):
         return any(name in self.errors for name in ADVANCED_FIELDS) or any(f.errors for f in self.gate_fields)
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         gate = {}
         for name in list(data):
             if name.startswith(GATE_FIELD_PREFIX):
@@ -219,3 +219,9 @@ class TrainingPolicyForm(forms.Form):
             for name, value in self.cleaned_data.items()
             if value is not None and value != getattr(policy, name)
         }
+
+
+def _model_default(name: str) -> Any:
+    """The default of the training policy's field ``name``."""
+    field: Any = TrainingPolicy._meta.get_field(name)
+    return field.default

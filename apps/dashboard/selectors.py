@@ -96,8 +96,8 @@ class StepCurves:
         points = []
         for index, row in enumerate(self.steps):
             value = row.get(name)
-            ok = isinstance(value, int | float) and math.isfinite(value)
-            points.append((float(row.get("step", index)), float(value) if ok else None))
+            finite = float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+            points.append((float(row.get("step", index)), finite))
         return points
 
 

@@ -22,6 +22,7 @@ exception), bounded by a tenant's rate, not by its history.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -73,7 +74,7 @@ class Rates:
     reward_sum: float = 0.0
 
     @classmethod
-    def from_row(cls, row: dict[str, Any], prefix: str = "") -> Rates:
+    def from_row(cls, row: Mapping[str, Any], prefix: str = "") -> Rates:
         return cls(**{name: row[prefix + name] or 0 for name in _COUNT_NAMES})
 
     @property

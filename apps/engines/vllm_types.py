@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import json
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -252,7 +252,7 @@ async def _adrain(lines: AsyncIterator[bytes]) -> None:
         pass
 
 
-def read_sse_json(response: httpx.Response, replica: str) -> Iterator[dict[str, Any]]:
+def read_sse_json(response: httpx.Response, replica: str) -> Generator[dict[str, Any], None, None]:
     """A streamed answer's server-sent events, one JSON object each, until ``[DONE]``; vLLM's error
     event after the 200, a stall or a dropped connection raise. Closes the response at the end."""
     try:

@@ -56,14 +56,14 @@ def history_freeze(experiment: Experiment, *, end_user_id: int | None = None) ->
             end_user__external_id=OuterRef("end_user_id"),
         ).values("first_exposed_at")[:1]
         rows = rows.annotate(exposed_at=Subquery(exposed_at)).filter(served_at__lt=F("exposed_at"))
-    rows = rows.values("end_user_id").annotate(
+    per_user = rows.values("end_user_id").annotate(
         requests=Count("id"),
         shown=Count("id", filter=~Q(completion="") & Q(feedback__outcome__in=SHOWN_OUTCOMES)),
         accepted=Count("id", filter=~Q(completion="") & Q(feedback__outcome=Feedback.Outcome.ACCEPTED)),
         reward=Sum(reward),  # type: ignore[arg-type]
     )
     now = timezone.now()
-    sums = {row["end_user_id"]: row for row in rows}
+    sums = {row["end_user_id"]: row for row in per_user}
     frozen = 0
     # Only rows still unfrozen are written: a concurrent freeze of the same user got there first.
     # Users without history (often most): one UPDATE per batch.

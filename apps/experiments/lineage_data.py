@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from django.db.models import Aggregate, Count, Q, QuerySet, Sum
@@ -76,7 +77,7 @@ def user_sums(adapter: Adapter, interactions: QuerySet[Interaction]) -> UserSums
         "shown_chars": Sum(Length("completion"), filter=_SHOWN),
         **{name: make() for name, make in _EXTRA_COLUMNS.items()},
     }
-    rows = list(interactions.values("end_user_id").annotate(**aggregates).order_by("end_user_id"))
+    rows: list[Any] = list(interactions.values("end_user_id").annotate(**aggregates).order_by("end_user_id"))
     return UserSums(
         users=[row["end_user_id"] for row in rows],
         columns={name: np.array([float(row[name] or 0) for row in rows]) for name in aggregates},

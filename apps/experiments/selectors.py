@@ -102,5 +102,5 @@ def experiment_arms_of_logged(tenant: Tenant, items: Sequence[tuple[str, str]]) 
     for model, user in items:
         experiment = by_adapter.get(model) or default
         arm = exposed.get((experiment.pk, user)) if experiment is not None and user else None
-        out.append((experiment.pk, arm) if arm is not None else None)
+        out.append((experiment.pk, arm) if experiment is not None and arm is not None else None)
     return out

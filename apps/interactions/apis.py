@@ -124,7 +124,7 @@ def label_ingest(view: ScopedApi, request: Request, ingest: LabelIngest) -> Resp
     207 with a verdict per item; one item 200 when recorded, 202 when kept as pending, or its error.
     An editor key's prefix goes as ``served_by``: it labels only what it served."""
     items = batch_items(request.data)
-    served_by = request.auth.prefix if acts_as_editor(request.user, view.required_scope) else None
+    served_by = view.api_key.prefix if acts_as_editor(view.principal, view.required_scope) else None
     if items is not None:
         results = ingest(view.tenant, items=items, served_by=served_by)
         return batch_response(results, ("recorded", "pending", "rejected"))
@@ -153,11 +153,11 @@ class InteractionCollectionApi(ScopedApi):
     )
     def post(self, request: Request) -> Response:
         items = batch_items(request.data)
-        consent = {"consent_default": consent_default(self.tenant, api_key=request.auth), "actor": self.actor}
+        default = consent_default(self.tenant, api_key=self.api_key)
         if items is not None:
-            results = interactions_ingest(self.tenant, items=items, **consent)
+            results = interactions_ingest(self.tenant, items=items, consent_default=default, actor=self.actor)
             return batch_response(results, ("created", "duplicate", "rejected"))
-        (result,) = interactions_ingest(self.tenant, items=[request.data], **consent)
+        (result,) = interactions_ingest(self.tenant, items=[request.data], consent_default=default, actor=self.actor)
         if result.status == "rejected":
             _raise_item_error(result)
         interaction = interaction_get_for_tenant(self.tenant, interaction_id=result.id or "")
@@ -257,15 +257,15 @@ class EditorOutcomeApi(ScopedApi):
                 self.tenant,
                 payload=request.data,
                 end_user=user,
-                consent_default=consent_default(self.tenant, api_key=request.auth),
+                consent_default=consent_default(self.tenant, api_key=self.api_key),
                 actor=self.actor,
-                served_by=request.auth.prefix if acts_as_editor(request.user, self.required_scope) else None,
+                served_by=self.api_key.prefix if acts_as_editor(self.principal, self.required_scope) else None,
             )
         except ItemError as exc:
             raise ValidationFailed(exc.message, code=exc.code, details=exc.as_dict()) from None
-        if result.ignored:
-            return Response({"status": "ignored", "reason": result.ignored}, status=202)
         stored = result.interaction
+        if result.ignored or stored is None:
+            return Response({"status": "ignored", "reason": result.ignored}, status=202)
         if stored.status == "rejected":
             error = dict(stored.error or {})
             field = error.get("field", "")

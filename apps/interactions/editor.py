@@ -73,7 +73,7 @@ def _timestamp(value: Any) -> str | None:
         raise ItemError("timestamp", f"{value!r} ms since the epoch is not a date from year 1 to 9999") from None
 
 
-def _unwrap(payload: Any) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
+def _unwrap(payload: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """(event name, the outcome, envelope fields worth keeping) of an enveloped or bare body."""
     if not isinstance(payload, dict):
         raise ItemError("body", "must be a JSON object (an autocomplete outcome, or Continue's event envelope)")

@@ -34,7 +34,7 @@ def _to_bytes(values: array) -> bytes:  # type: ignore[type-arg]
     return values.tobytes()
 
 
-def _from_bytes(code: str, raw: bytes | memoryview) -> list[Any]:
+def _from_bytes(code: str, raw: bytes | bytearray | memoryview) -> list[Any]:
     values = array(code)
     values.frombytes(raw)
     if _SWAP:
@@ -53,21 +53,21 @@ def pack_ids(values: Sequence[int] | None) -> bytes | None:
     return bytes((width,)) + _to_bytes(array(_WIDTHS[width], values))
 
 
-def _json_written(raw: bytes | memoryview | str) -> bool:
+def _json_written(raw: bytes | bytearray | memoryview | str) -> bool:
     """Whether the value is JSON text an old process (one still running while an upgrade migrated)
     wrote into the binary column (SQLite gives it back as text). Its first byte, "[", is no width
     and no logprob's first byte (a float that starts 0x5B is over 1e130)."""
     return isinstance(raw, str) or raw[:1] == b"["
 
 
-def unpack_ids(raw: bytes | memoryview | str | None) -> list[int] | None:
+def unpack_ids(raw: bytes | bytearray | memoryview | str | None) -> list[int] | None:
     if raw is None:
         return None
-    if _json_written(raw):
+    if isinstance(raw, str) or _json_written(raw):
         return orjson.loads(raw if isinstance(raw, str) else bytes(raw))  # type: ignore[no-any-return]
     if not raw:
         return []
-    code = _WIDTHS.get(raw[0])  # type: ignore[index]
+    code = _WIDTHS.get(raw[0])
     if code is None:
         raise ValueError(f"packed token ids start with {raw[0]}, not a width (2 or 4)")
     return _from_bytes(code, raw[1:])
@@ -80,24 +80,28 @@ def pack_floats(values: Sequence[float] | None) -> bytes | None:
     return None if values is None else _to_bytes(array("d", values))
 
 
-def unpack_floats(raw: bytes | memoryview | str | None) -> list[float] | None:
+def unpack_floats(raw: bytes | bytearray | memoryview | str | None) -> list[float] | None:
     if raw is None:
         return None
-    if _json_written(raw):
+    if isinstance(raw, str) or _json_written(raw):
         return orjson.loads(raw if isinstance(raw, str) else bytes(raw))  # type: ignore[no-any-return]
-    return _from_bytes("d", raw)  # type: ignore[arg-type]
+    return _from_bytes("d", raw)
 
 
 class _PackedListField(models.BinaryField):
     """A list of numbers in a binary column: lists in and out of the ORM, bytes in the database.
     Serialized (``dumpdata``) as a string of JSON, which ``loaddata`` reads back."""
 
+    # What django-stubs' plugin types the model attribute as (set and read).
+    _pyi_private_set_type: Sequence[Any] | bytes | None  # type: ignore[assignment]
+    _pyi_private_get_type: list[Any] | None  # type: ignore[assignment]
+
     @staticmethod
     def pack(values: Sequence[Any] | None) -> bytes | None:
         raise NotImplementedError
 
     @staticmethod
-    def unpack(raw: bytes | memoryview | str | None) -> list[Any] | None:
+    def unpack(raw: bytes | bytearray | memoryview | str | None) -> list[Any] | None:
         raise NotImplementedError
 
     def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
@@ -120,12 +124,16 @@ class _PackedListField(models.BinaryField):
 class PackedIdsField(_PackedListField):
     """Token ids, 2 or 4 bytes each (:func:`pack_ids`)."""
 
+    _pyi_private_get_type: list[int] | None
+
     pack = staticmethod(pack_ids)
     unpack = staticmethod(unpack_ids)
 
 
 class PackedFloatsField(_PackedListField):
     """Log-probabilities, 8 bytes each."""
+
+    _pyi_private_get_type: list[float] | None
 
     pack = staticmethod(pack_floats)
     unpack = staticmethod(unpack_floats)

@@ -72,7 +72,9 @@ class PersistenceCheckpointOut(serializers.ModelSerializer):
         ]
 
     def get_retained_share(self, report: PersistenceReport) -> float | None:
-        return report.retained_chars / report.accepted_chars if report.accepted_chars else None
+        if not report.accepted_chars or report.retained_chars is None:
+            return None
+        return report.retained_chars / report.accepted_chars
 
 
 class InteractionPersistenceOut(serializers.Serializer):

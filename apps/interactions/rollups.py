@@ -31,6 +31,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -220,7 +221,7 @@ def _recompute(tenant_id: int, hours: list[datetime]) -> None:
     else:
         hourly.filter(bucket_start__in=hours).delete()
     latency = _latency_counts()
-    rows = (
+    rows: Any = (
         Interaction.objects.filter(tenant_id=tenant_id)
         .filter(_served_within(ranges))
         .annotate(

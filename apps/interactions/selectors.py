@@ -55,11 +55,12 @@ def interaction_list(tenant: Tenant, *, end_user_id: str | None = None) -> Query
 def conversation_turns(tenant: Tenant, *, conversation_id: str) -> list[dict[str, Any]]:
     """The turns of one agent session, in order, with their feedback's outcome (several choices
     of one turn share its number)."""
-    return list(
+    turns: Any = (
         Interaction.objects.filter(tenant=tenant, conversation_id=conversation_id)
         .order_by("turn", "served_at", "id")
         .values("id", "turn", "served_at", "feedback__outcome", "feedback__session_outcome_id")[:200]
     )
+    return list(turns)
 
 
 def feedback_for_interaction(tenant: Tenant, *, interaction: Interaction) -> Feedback | None:

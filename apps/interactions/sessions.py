@@ -59,10 +59,13 @@ def conversation_outcomes_apply(tenant: Tenant, *, conversation_ids: Iterable[st
 
 
 def _spread(tenant: Tenant, outcome: ConversationOutcome, *, now: datetime) -> int:
-    turns = list(
-        Interaction.objects.filter(tenant=tenant, conversation_id=outcome.conversation_id, turn__isnull=False)
-        .values_list("id", "turn")
-    )
+    turns = [
+        (pk, turn)
+        for pk, turn in Interaction.objects.filter(
+            tenant=tenant, conversation_id=outcome.conversation_id, turn__isnull=False
+        ).values_list("id", "turn")
+        if turn is not None
+    ]
     if not turns:
         return 0
     existing = {

@@ -53,9 +53,11 @@ def _delete(model: type[Model], keys: Sequence[Any], *, own: QuerySet[Any] | Non
     if not keys:
         return Counter()
     meta = model._meta
-    chunks = _key_chunks(meta.pk, keys)
+    chunks = _key_chunks(_pk(model), keys)
     counts = _children_delete(model, chunks)
-    counts[meta.label] += own._raw_delete(own.db) if own is not None else _run("delete", model, meta.pk.column, chunks)
+    counts[meta.label] += (
+        own._raw_delete(own.db) if own is not None else _run("delete", model, _pk_column(model), chunks)
+    )
     return counts
 
 
@@ -63,7 +65,8 @@ def _children_delete(model: type[Model], chunks: list[tuple[str, list[Any]]]) ->
     """What cascades from the rows of ``model`` whose primary keys are in ``chunks``."""
     counts: Counter[str] = Counter()
     meta = model._meta
-    for relation in get_candidate_relations_to_delete(meta):
+    relations: list[Any] = list(get_candidate_relations_to_delete(meta))  # ForeignObjectRel
+    for relation in relations:
         field, child = relation.field, relation.related_model
         if field.target_field != meta.pk:
             raise RuntimeError(f"cannot delete set-wise through {relation} (a key other than the primary key)")
@@ -94,6 +97,20 @@ _STATEMENTS = {
 }
 
 
+def _pk(model: type[Model]) -> Field[Any, Any]:
+    pk = model._meta.pk
+    if pk is None:  # only an abstract model has none
+        raise RuntimeError(f"{model._meta.label} has no primary key")
+    return pk
+
+
+def _pk_column(model: type[Model]) -> str:
+    column = _pk(model).column
+    if column is None:
+        raise RuntimeError(f"{model._meta.label}'s primary key has no column")
+    return column
+
+
 def _key_chunks(pk: Field[Any, Any], keys: Sequence[Any]) -> list[tuple[str, list[Any]]]:
     """``keys`` (values of ``pk``) in chunks, each as its placeholders and parameters."""
     vendor = connection.vendor
@@ -115,7 +132,7 @@ def _run(kind: str, model: type[Model], column: str, chunks: list[tuple[str, lis
     """One of the statements above on ``model``'s rows whose ``column`` is one of the keys, a
     statement a chunk: the rows a ``select`` returns, or how many rows the others changed."""
     quote = connection.ops.quote_name
-    names = {"table": quote(model._meta.db_table), "col": quote(column), "pk": quote(model._meta.pk.column)}
+    names = {"table": quote(model._meta.db_table), "col": quote(column), "pk": quote(_pk_column(model))}
     statement = _STATEMENTS.get(connection.vendor, _STATEMENTS["sqlite"])[kind]
     rows: list[Any] = []
     changed = 0

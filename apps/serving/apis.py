@@ -58,7 +58,7 @@ class ServingApi(ScopedApi):
                 fields=fields,
                 user=user,
                 flag=flag,
-                api_key=request.auth,
+                api_key=self.api_key,
                 actor=self.actor,
                 ahead=self.ahead,
             )
@@ -176,8 +176,10 @@ class ModelOut(serializers.Serializer):
     object = serializers.CharField(default="model")
     created = serializers.IntegerField()
     owned_by = serializers.CharField()
-    root = serializers.CharField(help_text="the base model the adapter is trained on")
-    parent = serializers.CharField(allow_null=True)
+    # OpenAI's model object names these two; a serializer's declared fields never shadow the
+    # field attributes of the same names (DRF moves them into ``_declared_fields``).
+    root = serializers.CharField(help_text="the base model the adapter is trained on")  # type: ignore[assignment]
+    parent = serializers.CharField(allow_null=True)  # type: ignore[assignment]
 
 
 class ModelListApi(ScopedApi):

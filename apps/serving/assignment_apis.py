@@ -48,7 +48,7 @@ class AssignmentApi(ScopedApi):
         },
     )
     def get(self, request: Request, adapter_name: str) -> Response:
-        if not self.consent_scopes & request.user.scopes:
+        if not self.consent_scopes & self.principal.scopes:
             raise PermissionDenied("this API key lacks the 'serve' or 'ingest' scope (assignment records consent)")
         reject_unknown_query(request.query_params, {"user", "opted_in"})
         user = query_text(request.query_params, "user") or ""
@@ -57,6 +57,6 @@ class AssignmentApi(ScopedApi):
         end_user_id_check(user, field_name="user")
         flag = query_bool(request.query_params, "opted_in")
         found = serving_assignment(
-            self.tenant, adapter_name=adapter_name, user=user, flag=flag, api_key=request.auth, actor=self.actor
+            self.tenant, adapter_name=adapter_name, user=user, flag=flag, api_key=self.api_key, actor=self.actor
         )
         return Response(dataclasses.asdict(found))

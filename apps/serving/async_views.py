@@ -167,7 +167,8 @@ def serving_view(drf_view: Callable[..., HttpResponseBase], endpoint: str) -> Ca
                 response = sse_response(_bodies(planned))
                 response.strop_planned = planned  # type: ignore[attr-defined]  # released if never sent
                 if not pooled():  # not the ASGI server: read whole on this event loop (see below)
-                    response.streaming_content = [part async for part in response.streaming_content]
+                    parts: Any = response.streaming_content  # sse_response's body: asynchronous
+                    response.streaming_content = [part async for part in parts]
             else:
                 answer = await planned.serve(plan)
                 response = HttpResponse(orjson.dumps(planned.shape(answer)), content_type="application/json")

@@ -80,7 +80,7 @@ def _statements(named: bool, tenant: str, vendor: str) -> tuple[str, str, str]:
 def _reads(tenant: str, tenant_params: list, *, name: str | None, external_id: str) -> list[Read]:
     which = [*tenant_params, name] if name else tenant_params
     adapter_sql, experiment_sql, end_user_sql = _statements(bool(name), tenant, connection.vendor)
-    reads = [
+    reads: list[Read] = [
         (adapter_sql, which, ADAPTER_ROW),
         (experiment_sql, [*which, Experiment.Status.RUNNING.value], _EXPERIMENT_ROW),
     ]
@@ -95,8 +95,11 @@ def serving_lookup(
     """The adapter ``name`` names (the default one when empty; 404 when none), the end user
     ``external_id`` names and the adapter's running experiment, in one round trip, or in none
     when ``ahead`` read them with the API key."""
-    read = ahead is not None and ahead.rows is not None
-    if read and (ahead.tenant_id, ahead.name, ahead.external_id) == (tenant.pk, name, external_id):
+    if (
+        ahead is not None
+        and ahead.rows is not None
+        and (ahead.tenant_id, ahead.name, ahead.external_id) == (tenant.pk, name, external_id)
+    ):
         found = ahead.rows
     else:
         found = joined_rows(_reads("%s", [tenant.pk], name=name, external_id=external_id))

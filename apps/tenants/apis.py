@@ -87,7 +87,7 @@ class TenantMeApi(ScopedApi):
         responses={200: inline_serializer(name="TenantMe", fields={**TenantOut().fields, "key": ApiKeyOut()})}
     )
     def get(self, request: Request) -> Response:
-        return Response({**TenantOut(self.tenant).data, "key": ApiKeyOut(request.auth).data})
+        return Response({**TenantOut(self.tenant).data, "key": ApiKeyOut(self.api_key).data})
 
     @extend_schema(request=TenantSettingsIn, responses={200: TenantOut})
     def patch(self, request: Request) -> Response:

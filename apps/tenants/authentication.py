@@ -47,7 +47,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("invalid API key")
         # A view that knows what it reads next has it read in the key's round trip (serving).
         view = (getattr(request, "parser_context", None) or {}).get("view")
-        ahead = view.read_ahead(request) if hasattr(view, "read_ahead") else None
+        ahead = view.read_ahead(request) if view is not None and hasattr(view, "read_ahead") else None
         api_key, rows = api_key_find_with(prefix=parsed.prefix, also=ahead.reads(parsed.prefix) if ahead else [])
         if api_key is None or not key_matches(parsed.raw, api_key.key_hash):
             raise exceptions.AuthenticationFailed("invalid API key")

@@ -25,7 +25,7 @@ EDITOR_SCOPE = "editor"
 def acts_as_editor(principal: Any, required: str) -> bool:
     """Whether a key reaches a view needing ``required`` only through the ``editor`` scope: then
     it serves completions without giving consent, and sends feedback only on what it served."""
-    scopes = getattr(principal, "scopes", frozenset())
+    scopes: frozenset[str] = getattr(principal, "scopes", frozenset())
     return required not in scopes and EDITOR_SCOPE in scopes
 
 
@@ -41,7 +41,7 @@ class HasScope(permissions.BasePermission):
     """
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        principal = request.user
+        principal: Any = request.user
         if principal is None or not getattr(principal, "is_authenticated", False) or not hasattr(principal, "tenant"):
             raise exceptions.NotAuthenticated("send an API key: 'Authorization: Bearer <API key>'")
         scope_of = getattr(view, "get_required_scope", None)

@@ -24,7 +24,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.db import transaction
 
@@ -50,10 +50,18 @@ class Window:
     show_events: list[ShowEvent] = field(default_factory=list)
 
 
+def _interaction(feedback: Feedback) -> Interaction:
+    """The interaction of a window's event: pending feedback (none yet) is never in a window."""
+    interaction = feedback.interaction
+    if interaction is None:
+        raise ValueError(f"feedback {feedback.pk} has no interaction: pending feedback is never in a training window")
+    return interaction
+
+
 def show_event(feedback: Feedback) -> ShowEvent | None:
     """The show filter's view of one event: a completion Strop served (its own logprobs) that the
     user saw, or None."""
-    interaction = feedback.interaction
+    interaction = _interaction(feedback)
     logprobs = interaction.completion_logprobs
     if (
         interaction.source != Interaction.Source.SERVED
@@ -85,7 +93,7 @@ def _vocab_size(model_dir: str) -> int:
     return int(json.loads((Path(model_dir) / "config.json").read_text())["vocab_size"])
 
 
-def _ids_fit(ids: list[int] | None, vocab_size: int) -> bool:
+def _ids_fit(ids: list[int] | None, vocab_size: int) -> TypeGuard[list[int]]:
     return ids is not None and all(0 <= t < vocab_size for t in ids)
 
 
@@ -115,7 +123,7 @@ def feedback_credit(
     weight = feedback.reward_weight
     return event_credit(
         feedback.outcome,
-        feedback.interaction.completion,
+        _interaction(feedback).completion,
         completion_token_ids,
         accepted_chars=feedback.accepted_chars,
         kept_text=feedback.kept_text,
@@ -206,7 +214,7 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
         for feedback in events:
             reward = reward_value(rewards, outcome=feedback.outcome, weight=feedback.reward_weight)
             held_out = rng.random() < policy.heldout_fraction
-            interaction = feedback.interaction
+            interaction = _interaction(feedback)
             tokens = _tokens(interaction, base=base)
             credit = feedback_credit(feedback, completion_token_ids=tokens[1], base=base, policy=policy)
             sample = _sample(interaction, tokens, reward=reward, silence_reward=agent_silence_reward, credit=credit)

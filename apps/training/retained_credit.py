@@ -22,6 +22,8 @@ from learning_shared.credit import persisted_token_rewards
 def latest_report(feedback: Feedback) -> PersistenceReport | None:
     """The report at the latest checkpoint of the feedback's interaction (the prefetched rows when
     the export prefetched them: no query per event)."""
+    if feedback.interaction is None:
+        return None
     reports = [r for r in feedback.interaction.persistence_reports.all() if r.retained_chars is not None]
     return max(reports, key=lambda r: r.checkpoint_s, default=None)
 

@@ -96,7 +96,7 @@ def worker_exits(**_: Any) -> None:
 _worker_role: str | None = None
 
 
-def worker_role(queues: object) -> str:
+def worker_role(queues: Any) -> str:
     """``worker-gpu``, ``worker-default,serving``, ``worker-gpu-pool-a``: the queues a worker takes."""
     return "worker-" + ",".join(sorted(str(queue) for queue in queues or ())) if queues else "worker"
 

@@ -93,6 +93,6 @@ class StropCollector:
                 up.add_metric([source], 1)
                 yield from families
         yield up
-        for source, reader in registered:
-            if source is None:
+        for registered_source, reader in registered:
+            if registered_source is None:
                 yield from import_string(reader)()

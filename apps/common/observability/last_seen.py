@@ -21,6 +21,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -96,7 +97,8 @@ def processes_last_seen() -> list[tuple[str, str, float]]:
     horizon = time.time() - FORGET_AFTER_S
     seen: list[tuple[str, str, float]] = []
     if settings.REDIS_URL:
-        for member, score in _redis(settings.REDIS_URL).zrangebyscore(REDIS_KEY, horizon, "+inf", withscores=True):
+        found: Any = _redis(settings.REDIS_URL).zrangebyscore(REDIS_KEY, horizon, "+inf", withscores=True)
+        for member, score in found:
             role, name = json.loads(member)
             seen.append((str(role), str(name), float(score)))
         return seen

@@ -47,7 +47,8 @@ class EvalSetForm(forms.Form):
     )
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         upload = data.get("file")
         limit = settings.STROP_EVAL_SET_MAX_BYTES
         if upload is not None:

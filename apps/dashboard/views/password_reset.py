@@ -13,7 +13,7 @@ from typing import Any
 
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import PasswordResetForm
-from django.http import HttpResponse, HttpResponseRedirect
+from django.http import HttpResponse, HttpResponseBase, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse_lazy
 from django.utils.cache import add_never_cache_headers
@@ -45,7 +45,7 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
     token_generator = reset_link_tokens  # type: ignore[assignment]
     form_class = DashboardSetPasswordForm
 
-    def dispatch(self, *args: Any, **kwargs: Any) -> HttpResponse:
+    def dispatch(self, *args: Any, **kwargs: Any) -> HttpResponseBase:
         user = self.get_user(kwargs.get("uidb64", ""))
         token = kwargs.get("token")
         if token == self.reset_url_token:

@@ -307,6 +307,8 @@ def _watch_store(
 def _raise(adapter: Adapter, version: AdapterVersion, watched: MetricWatch, kind: str) -> PromotionAlarm | None:
     metric = watched.metric
     now, ref, change, reason = watched.observed, watched.reference_value, watched.relative_change, watched.reason
+    if now is None or ref is None or change is None:  # an alarm is raised on figures it measured
+        return None
     try:
         with transaction.atomic():
             alarm = PromotionAlarm.objects.create(

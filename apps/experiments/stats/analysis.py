@@ -130,7 +130,7 @@ def _compare(
 
     significant = sequential and abs(float(diff)) > float(av_half)
     adjusted = _adjusted(metric, control, candidate, config, sequential=enough)
-    decisive = diff
+    decisive: float | inference.FloatArray = diff
     if adjusted is not None:
         # Where the arms carry covariates the adjusted sequence alone decides, at every look: a
         # look it cannot test is not significant (never handed to the unadjusted sequence).

@@ -45,7 +45,7 @@ class RatioMoments:
         # Elementwise products and numpy's pairwise sum, not np.dot: BLAS threads cost more than
         # they save at this size on a busy machine, and pairwise summation loses less precision.
         return cls(
-            n=np.float64(y_arr.size),
+            n=np.float64(y_arr.size),  # type: ignore[arg-type]  # a scalar: each field is a scalar or an array
             sum_y=y_arr.sum(),
             sum_x=x_arr.sum(),
             sum_yy=(y_arr * y_arr).sum(),

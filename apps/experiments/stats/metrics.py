@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -101,7 +102,8 @@ class ArmData:
     @classmethod
     def empty(cls) -> ArmData:
         """An arm nobody has been exposed to yet."""
-        return cls(**{name: np.zeros(0) for name in USER_COLUMNS})
+        columns: dict[str, Any] = {name: np.zeros(0) for name in USER_COLUMNS}
+        return cls(**columns)
 
     @property
     def users(self) -> int:

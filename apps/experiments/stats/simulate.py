@@ -237,9 +237,9 @@ def peeking_simulation(
         significant_fixed = has_se & (np.abs(diff) > inference.z_quantile(alpha) * se)
         better = significant & (diff > 0)
     outcome = PeekingOutcome(
-        ever_significant=significant.any(axis=-1),
-        ever_better=better.any(axis=-1),
-        ever_significant_fixed=significant_fixed.any(axis=-1),
+        ever_significant=np.asarray(significant.any(axis=-1)),
+        ever_better=np.asarray(better.any(axis=-1)),
+        ever_significant_fixed=np.asarray(significant_fixed.any(axis=-1)),
     )
     if history is None:
         return outcome
@@ -260,7 +260,7 @@ def peeking_simulation(
     return dataclasses.replace(
         outcome,
         users_to_better=_first_users(better, at),
-        ever_significant_adjusted=significant_adjusted.any(axis=-1),
+        ever_significant_adjusted=np.asarray(significant_adjusted.any(axis=-1)),
         users_to_better_adjusted=_first_users(better_adjusted, at),
     )
 

@@ -267,6 +267,7 @@ def _feedback_store_one(
     its ``accepted_chars`` is checked against the completion's length)."""
     if connection.vendor != "postgresql" or item.conversation_id is not None or item.accepted_chars is not None:
         return False
+    value: Any
     if item.interaction_id is not None:
         key, value = "id", item.interaction_id
     else:

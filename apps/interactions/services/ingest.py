@@ -209,7 +209,12 @@ def _interactions_store(
     if not _interactions_write(rows, optimistic=optimistic):
         stored = ids_by_client_id(Interaction, tenant.pk, new_ids)
         for result in results:
-            if result is not None and result.status == "created" and stored[result.client_id] != uuid.UUID(result.id):
+            if (
+                result is not None
+                and result.status == "created"
+                and result.client_id is not None
+                and stored[result.client_id] != uuid.UUID(result.id)
+            ):
                 result.status, result.id = "duplicate", str(stored[result.client_id])  # lost a race: theirs is kept
     waiting = pending_kinds(tenant, client_ids=list(new_ids))
     if "feedback" in waiting:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import connection, transaction
 
@@ -22,6 +23,7 @@ def pending_kinds(tenant: Tenant, *, client_ids: Sequence[str]) -> set[str]:
     if not client_ids:
         return set()
     quote = connection.ops.quote_name
+    values: list[Any]
     if connection.vendor == "postgresql":
         among, values = "= ANY(%s)", [list(client_ids)]
     else:
@@ -51,7 +53,7 @@ def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None 
     attached = 0
     with transaction.atomic():
         waiting = list(pending.select_for_update())
-        named = [f.pending_client_id for f in waiting]
+        named = [f.pending_client_id for f in waiting if f.pending_client_id is not None]
         ids = dict(
             Interaction.objects.filter(tenant=tenant, **in_values("client_id", named)).values_list("client_id", "id")
         )

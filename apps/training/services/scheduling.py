@@ -166,11 +166,11 @@ def training_sweep_queued(*, older_than_s: int = 60) -> list[int]:
     for run in runs:
         _dispatch(run)  # outside a transaction, on_commit sends at once
     # A tenant whose queued runs wait with none of them sent (a dispatch lost with its transaction).
-    waiting = queued.filter(created_at__lt=cutoff).values_list("tenant_id", flat=True).distinct()
-    for tenant_id in set(waiting) - {run.tenant_id for run in runs}:
+    stalled = queued.filter(created_at__lt=cutoff).values_list("tenant_id", flat=True).distinct()
+    for tenant_id in set(stalled) - {run.tenant_id for run in runs}:
         with transaction.atomic():
             tenant_lock(tenant_id)
-            sent = tenant_dispatch_next(tenant_id)
-        if sent is not None:
-            runs.append(sent)
+            next_run = tenant_dispatch_next(tenant_id)
+        if next_run is not None:
+            runs.append(next_run)
     return [run.pk for run in runs]

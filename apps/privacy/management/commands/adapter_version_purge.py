@@ -26,7 +26,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         tenant = Tenant.objects.filter(slug=options["tenant"]).first()
         adapter = Adapter.objects.filter(tenant=tenant, name=options["adapter"]).first() if tenant else None
-        if adapter is None:
+        if tenant is None or adapter is None:
             raise CommandError(f"no adapter {options['adapter']!r} of a tenant {options['tenant']!r}")
         versions = AdapterVersion.objects.filter(adapter=adapter).order_by("number")
         if options["numbers"]:
