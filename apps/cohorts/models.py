@@ -49,3 +49,18 @@ class ConsentChange(models.Model):
         # (tenant, changed_at): the cohorts chart's last 30 days of changes (migration 0005 builds it
         # without blocking writes).
         indexes = [models.Index(fields=["end_user", "changed_at"]), models.Index(fields=["tenant", "changed_at"])]
+
+
+class ErasedId(models.Model):
+    """A client id or conversation id that named an erased end user's data, as a keyed digest
+    (apps.cohorts.erased): a label that would wait for it as pending (feedback, a persistence report,
+    a session outcome sent late) is refused instead of keeping the user's text after the erase.
+    Kept ``ERASED_IDS_KEPT`` (apps.cohorts.erased), then dropped by the hourly retention pass."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    digest = models.CharField(max_length=64, help_text="HMAC-SHA256 of tenant, kind and id (ERASURE_MARK_KEY)")
+    erased_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "digest"], name="erased_id_one_per_digest")]
+        indexes = [models.Index(fields=["erased_at"], name="erased_id_erased_at")]

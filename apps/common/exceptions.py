@@ -94,6 +94,12 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "method_not_allowed": ErrorCode(405, "the method is not allowed on this path", "see the `Allow` header"),
     "not_acceptable": ErrorCode(406, "the `Accept` header asks for something other than JSON", "accept JSON"),
     "invitation_unusable": ErrorCode(410, "the invitation was used, revoked or has expired", "ask for a new one"),
+    "erased": ErrorCode(
+        410,
+        "a label (feedback, persistence report, session outcome) for an interaction or session erased with its "
+        "end user",
+        "drop the label: nothing of that user is kept",
+    ),
     "length_required": ErrorCode(411, "a body without `Content-Length` (chunked)", "send a Content-Length"),
     "payload_too_large": ErrorCode(413, "the body or the batch is too large", "split it"),
     "unsupported_media_type": ErrorCode(

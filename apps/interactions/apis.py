@@ -15,6 +15,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.cohorts.erased import Erased
 from apps.cohorts.selectors import consent_default
 from apps.common.apis import ScopedApi, batch_items, batch_response, end_user_of_request, paginated, paginated_schema
 from apps.common.exceptions import NotFound, ValidationFailed
@@ -112,6 +113,8 @@ def _raise_item_error(result: ItemResult) -> None:
     error = result.error or {}
     if error.get("code") in {"not_found", "unknown_interaction"}:
         raise NotFound(error["message"], code=error["code"])
+    if error.get("code") == "erased":
+        raise Erased(error["message"], details=error)
     raise ValidationFailed(error.get("message", "invalid item"), code=error.get("code", "invalid"), details=error)
 
 

@@ -294,6 +294,12 @@ class ServingFailure(models.Model):
     kind = models.CharField(max_length=32, help_text="the error code: vllm_unavailable, vllm_error, ...")
     message = models.TextField(blank=True)
     streamed = models.BooleanField(default=False, help_text="the failure came after the stream had started")
+    stream_ids = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="the interaction ids a failed stream had given out: feedback sent on them waits as pending "
+        "under these, and an erase of the user finds it here",
+    )
     occurred_at = models.DateTimeField()
     latency_ms = models.FloatField(null=True, blank=True)
 

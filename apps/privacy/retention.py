@@ -33,9 +33,10 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion
+from apps.cohorts.erased import erased_ids_expire
 from apps.common.observability.metrics import retention_counted
 from apps.experiments.models import Experiment
-from apps.interactions.models import Feedback, Interaction, PersistenceReport, ServingFailure
+from apps.interactions.models import ConversationOutcome, Feedback, Interaction, PersistenceReport, ServingFailure
 from apps.interactions.rollups import retention_cutoff, rollups_settle
 from apps.privacy.deletion import keys_delete
 from apps.tenants.models import Tenant
@@ -95,13 +96,21 @@ def _deletable(tenant: Tenant, cutoff: datetime) -> QuerySet[Interaction]:
 def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int = BATCH) -> RetentionReport:
     """Delete the tenant's interactions (with their feedback and persistence reports) served before
     its retention cutoff, its pending feedback, pending persistence reports (they hold the user's
-    code) and serving failures older than that; what must stay stays."""
+    code), serving failures and sessions' outcomes no kept turn carries, older than that; what must
+    stay stays."""
     cutoff = retention_cutoff(tenant.pk, now=now)
     report = RetentionReport(cutoff=cutoff)
     if cutoff is None:
         return report
     rollups_settle(tenant.pk, cutoff)  # the charts keep the hours whose rows go now
-    kinds = ("interactions", "feedback", "pending_feedback", "pending_persistence_reports", "serving_failures")
+    kinds = (
+        "interactions",
+        "feedback",
+        "pending_feedback",
+        "pending_persistence_reports",
+        "serving_failures",
+        "session_outcomes",
+    )
     deleted = dict.fromkeys(kinds, 0)
     old = _deletable(tenant, cutoff).order_by("served_at", "id")
     # Walked by (served_at, id): each batch starts past the last one, so kept rows are read once.
@@ -125,6 +134,11 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
     running = Experiment.objects.filter(tenant=tenant, status=Experiment.Status.RUNNING).values("pk")
     failures = ServingFailure.objects.filter(tenant=tenant, occurred_at__lt=cutoff).exclude(experiment_id__in=running)
     deleted["serving_failures"] = failures.delete()[1].get("interactions.ServingFailure", 0)
+    # Sessions' outcomes last changed before the cutoff that no kept turn carries any more (one that
+    # waited for turns that never came, or whose turns went above).
+    carried = Feedback.objects.filter(session_outcome=OuterRef("pk"))
+    outcomes = ConversationOutcome.objects.filter(tenant=tenant, updated_at__lt=cutoff).exclude(Exists(carried))
+    deleted["session_outcomes"] = outcomes.delete()[1].get("interactions.ConversationOutcome", 0)
     report.deleted = deleted
     if any(deleted.values()):
         audit_record(
@@ -151,4 +165,5 @@ def retention_prune_all(*, now: datetime | None = None) -> dict[str, RetentionRe
             logger.exception(
                 "retention pass failed for tenant %s (%s); the next pass retries it", tenant.pk, tenant.slug
             )
+    erased_ids_expire(now=now)  # what erases removed, remembered a while (apps.cohorts.erased)
     return reports

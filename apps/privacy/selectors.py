@@ -56,10 +56,12 @@ def end_user_erase_preview(tenant: Tenant, *, external_id: str) -> dict[str, Any
     that learned from the user's events (the same lineage the erase report names)."""
     user = EndUser.objects.filter(tenant=tenant, external_id=external_id).first()
     interactions = Interaction.objects.filter(tenant=tenant, end_user_id=external_id)
-    if user is None and not interactions.exists():
+    failures = ServingFailure.objects.filter(tenant=tenant, end_user_id=external_id)
+    open_streams = stream_open_ids_of_user(tenant, end_user_id=external_id)  # feedback waits under these too
+    if user is None and not open_streams and not interactions.exists() and not failures.exists():
         raise NotFound(f"no end user {external_id[:200]!r}")
-    client_ids = [c for c in interactions.values_list("client_id", flat=True) if c]
-    client_ids += stream_open_ids_of_user(tenant, end_user_id=external_id)  # feedback waits under these too
+    failed_streams = [i for ids in failures.values_list("stream_ids", flat=True) for i in ids or ()]
+    client_ids = [c for c in interactions.values_list("client_id", flat=True) if c] + open_streams + failed_streams
     trained_on, evaluated_on = versions_touched_by(interactions)
     return {
         "deleted": {
@@ -81,7 +83,7 @@ def end_user_erase_preview(tenant: Tenant, *, external_id: str) -> dict[str, Any
             ).count()
             if client_ids
             else 0,
-            "serving_failures": ServingFailure.objects.filter(tenant=tenant, end_user_id=external_id).count(),
+            "serving_failures": failures.count(),
             "exposures": ExperimentExposure.objects.filter(end_user=user).count() if user else 0,
             "consent_history": ConsentChange.objects.filter(end_user=user).count() if user else 0,
             "end_users": 1 if user else 0,

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import transaction
 
+from apps.cohorts.erased import erased_ids_record
 from apps.cohorts.models import ConsentChange, EndUser
 from apps.common.exceptions import NotFound
 from apps.common.lookups import in_values
@@ -75,7 +76,9 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     open_streams = stream_open_ids_of_user(tenant, end_user_id=external_id)
     StreamPart.objects.filter(tenant=tenant, interaction_id__in=open_streams).delete()
     interactions = Interaction.objects.filter(tenant=tenant, end_user_id=external_id)
-    if user is None and not interactions.exists():
+    failures = ServingFailure.objects.filter(tenant=tenant, end_user_id=external_id)
+    # Nothing left of them: not even a failure recorded for a request that read them before an erase.
+    if user is None and not open_streams and not interactions.exists() and not failures.exists():
         raise NotFound(f"no end user {external_id[:200]!r}")
     report = EraseReport()
     report.versions_trained_on, report.versions_evaluated_on = versions_touched_by(interactions)
@@ -83,9 +86,13 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     erased_runs = training_erasure_record(tenant, interactions=interactions, external_id=external_id)
     report.training_runs, report.retrain = erased_runs.runs, erased_runs.retrain
     report.remains = erased_user_remains(tenant, trained_on=report.versions_trained_on)
-    client_ids = [c for c in interactions.values_list("client_id", flat=True) if c] + open_streams
+    # Feedback waits under a failed stream's ids too (apps.serving.vllm_calls), out of reach otherwise.
+    failed_streams = [i for ids in failures.values_list("stream_ids", flat=True) for i in ids or ()]
+    client_ids = [c for c in interactions.values_list("client_id", flat=True) if c] + open_streams + failed_streams
     conversations = interactions.exclude(conversation_id="").values_list("conversation_id", flat=True)
     conversation_ids = list(conversations.distinct())
+    # Labels sent late for what goes now would wait for it as pending, out of any erase's reach.
+    erased_ids_record(tenant.pk, client_ids=client_ids, conversation_ids=conversation_ids)
     # Their interactions with what cascades (feedback, persistence reports, training events), set-wise
     # (apps.privacy.deletion): a heavy user's tens of thousands of rows are never loaded.
     deleted = rows_delete(interactions)
@@ -110,9 +117,7 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     report.deleted["session_outcomes"] = session_outcomes
     report.deleted["persistence_reports"] = persistence_reports
     report.deleted["pending_persistence_reports"] = pending_persistence_reports
-    report.deleted["serving_failures"] = ServingFailure.objects.filter(tenant=tenant, end_user_id=external_id).delete()[
-        0
-    ]
+    report.deleted["serving_failures"] = failures.delete()[0]
     if user is not None:
         report.deleted["exposures"] = ExperimentExposure.objects.filter(end_user=user).delete()[0]
         report.deleted["consent_history"] = ConsentChange.objects.filter(end_user=user).delete()[0]

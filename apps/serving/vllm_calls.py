@@ -75,6 +75,7 @@ def serving_failure_record(
         kind=error.code,
         message=error.message[:2000],
         streamed=streamed,
+        stream_ids=[str(i) for i in stream_parts or ()],
         occurred_at=timezone.now(),
         latency_ms=(time.perf_counter() - started) * 1000,
     )

@@ -209,6 +209,9 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
     agent_silence_reward = policy.reward_follow_up_dissatisfied
     rewards = policy.reward_table()  # once per window, not once per event
     with transaction.atomic():
+        # Held until the window is committed: an erase meanwhile waits for it, and then finds its
+        # events (apps.training.erasure).
+        list(TrainingRun.objects.select_for_update().filter(pk=run.pk).values_list("pk"))
         events = training_window_events(run.adapter, parent=run.parent_version, limit=max_events)
         rows = []
         for feedback in events:

@@ -48,6 +48,15 @@ class ErasedRuns:
 def training_erasure_record(tenant: Tenant, *, interactions: QuerySet[Any], external_id: str) -> ErasedRuns:
     """Mark every run whose window holds these interactions' events; call before they are deleted,
     inside the erase's transaction."""
+    # The tenant's active runs are locked first: one fixing its window holds its row until the window
+    # is committed (apps.training.dataset), so its events are read below; one that starts fixing it
+    # after waits for the erase, and its window finds the user's feedback gone.
+    list(
+        TrainingRun.objects.select_for_update()
+        .filter(tenant=tenant, status__in=ACTIVE_STATUSES)
+        .order_by("pk")
+        .values_list("pk")
+    )
     events = TrainingRunEvent.objects.filter(run__tenant=tenant, feedback__interaction__in=interactions)
     trained: dict[int, bool] = {}  # run id -> whether the user was in its trained part (else held out only)
     for run_id, held_out in events.values_list("run_id", "held_out").distinct():

@@ -15,6 +15,7 @@ from django.db.models import QuerySet
 from django.db.models.functions import Length
 from django.utils import timezone
 
+from apps.cohorts.erased import erased_among, erased_label_error
 from apps.common.item_checks import ItemError
 from apps.common.lookups import ids_by_client_id, in_values, prepared_cursor, tenant_rows
 from apps.common.observability.metrics import ingest_counted
@@ -108,9 +109,16 @@ def _feedback_store(
     known_ids |= _ended_streams(tenant, ids - known_ids - open_ids)
     by_client_id = ids_by_client_id(Interaction, tenant.pk, client_ids)
     lengths = _completion_lengths(tenant, valid, known_ids, by_client_id)
+    # Labels that would wait for what an erase removed are refused (apps.cohorts.erased).
+    erased_clients = erased_among(tenant.pk, "client", client_ids - set(by_client_id))
+    erased_sessions = erased_sessions_among(tenant, {i.conversation_id for _, i in valid if i.conversation_id})
     merged: dict[tuple[str, str], _FeedbackRow] = {}
     for index, item in valid:
         interaction_id: uuid.UUID | None = None
+        if item.conversation_id is not None and item.conversation_id in erased_sessions:
+            error = erased_label_error("conversation_id", item.conversation_id)
+            results[index] = ItemResult(index=index, status="rejected", error=error)
+            continue
         if item.conversation_id is not None:
             if conversation_outcome_record(tenant, item=item, now=now):
                 training_check_on_commit(tenant.pk)
@@ -133,6 +141,10 @@ def _feedback_store(
             interaction_id = item.interaction_id
         elif item.client_id in by_client_id:
             interaction_id = by_client_id[item.client_id]
+        elif item.client_id in erased_clients:
+            error = erased_label_error("client_id", item.client_id)
+            results[index] = ItemResult(index=index, status="rejected", client_id=item.client_id, error=error)
+            continue
         elif not tenant.accept_pending_feedback:
             results[index] = ItemResult(
                 index=index,
@@ -176,6 +188,18 @@ def _feedback_store(
         _feedback_upsert(tenant, merged.values(), now=now)
         if any(row.interaction_id is not None for row in merged.values()):
             training_check_on_commit(tenant.pk)
+
+
+def erased_sessions_among(tenant: Tenant, conversation_ids: set[str]) -> set[str]:
+    """The sessions an erase removed and that hold no turn now: an outcome for one would wait for
+    turns that are gone. A session the user went on with after the erase has turns again."""
+    erased = erased_among(tenant.pk, "conversation", conversation_ids)
+    if not erased:
+        return set()
+    going_on = Interaction.objects.filter(tenant=tenant, **in_values("conversation_id", erased)).values_list(
+        "conversation_id", flat=True
+    )
+    return erased - set(going_on)
 
 
 def _ended_streams(

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.cohorts.erased import erased_among, erased_label_error
 from apps.common.exceptions import PayloadTooLarge
 from apps.common.item_checks import ItemError
 from apps.common.lookups import in_values
@@ -134,6 +135,8 @@ def _persistence_store(
         if client_ids
         else {}
     )
+    # A report that would wait for what an erase removed is refused (apps.cohorts.erased).
+    erased = erased_among(tenant.pk, "client", client_ids - set(by_client_id))
     merged: dict[tuple[str, str, int], _Row] = {}
     for index, item in valid:
         interaction_id: uuid.UUID | None = None
@@ -148,6 +151,9 @@ def _persistence_store(
             interaction_id, completion = item.interaction_id, by_id[item.interaction_id]
         elif item.client_id in by_client_id:
             interaction_id, completion = by_client_id[item.client_id]
+        elif item.client_id in erased:
+            results[index] = _rejected(index, item, erased_label_error("client_id", item.client_id))
+            continue
         elif not tenant.accept_pending_feedback:
             message = (
                 f"client_id: no interaction {item.client_id!r} yet, and this tenant does not keep reports for "

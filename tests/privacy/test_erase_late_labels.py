@@ -1,0 +1,207 @@
+"""What arrives after an erase for what it removed (apps.cohorts.erased): late labels are refused
+instead of waiting as pending, out of any later erase's reach; a serving failure or a failed
+stream's feedback is still erasable; and an erase waits for a run fixing its window."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from apps.adapters.services import adapter_create, base_model_register
+from apps.cohorts.erased import ERASED_IDS_KEPT, erased_ids_expire
+from apps.cohorts.models import EndUser, ErasedId
+from apps.interactions.models import ConversationOutcome, Feedback, Interaction, PersistenceReport, ServingFailure
+from apps.interactions.services import feedback_ingest, interactions_ingest
+from apps.privacy.retention import retention_prune
+from apps.privacy.services import end_user_erase
+from apps.training.dataset import dataset_export
+from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunErasure, TrainingRunEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def _log(client: Any, client_id: str, user: str, **extra: Any) -> None:
+    body = {"client_id": client_id, "completion": "secret code", "end_user_id": user, "opted_in": True}
+    if "messages" not in extra:
+        body["prompt"] = "p"
+    response = client.post("/v1/interactions", {**body, **extra}, format="json")
+    assert response.status_code == 201, response.content
+
+
+def _erase(client: Any, user: str) -> dict[str, Any]:
+    response = client.delete(f"/v1/users/{user}")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def test_feedback_sent_after_the_erase_for_an_erased_interaction_is_refused_not_kept(client_a):
+    _log(client_a, "e1", "gone")
+    _erase(client_a, "gone")
+    response = client_a.post(
+        "/v1/feedback", {"client_id": "e1", "outcome": "edited", "kept_text": "USER CODE"}, format="json"
+    )
+    assert response.status_code == 410, response.content
+    assert response.json()["error"]["code"] == "erased"
+    assert "erased with its end user" in response.json()["error"]["message"]
+    batch = client_a.post(
+        "/v1/feedback",
+        {"items": [{"client_id": "e1", "outcome": "accepted"}, {"client_id": "not-yet", "outcome": "accepted"}]},
+        format="json",
+    )
+    assert batch.status_code == 207
+    assert [r["status"] for r in batch.json()["results"]] == ["rejected", "pending"]
+    assert batch.json()["results"][0]["error"]["code"] == "erased"
+    assert list(Feedback.objects.values_list("pending_client_id", flat=True)) == ["not-yet"]
+
+
+def test_a_persistence_report_sent_after_the_erase_is_refused_and_keeps_no_text(client_a):
+    _log(client_a, "p1", "gone")
+    assert client_a.post("/v1/feedback", {"client_id": "p1", "outcome": "accepted"}, format="json").status_code == 200
+    _erase(client_a, "gone")
+    response = client_a.post(
+        "/v1/feedback/persistence",
+        {"client_id": "p1", "checkpoint_s": 600, "text": "USER DOCUMENT secret code"},
+        format="json",
+    )
+    assert response.status_code == 410, response.content
+    assert response.json()["error"]["code"] == "erased"
+    assert not PersistenceReport.objects.exists()
+
+
+def test_a_session_outcome_for_an_erased_session_is_refused_until_the_session_goes_on(client_a):
+    turn = {"messages": [{"role": "user", "content": "hi"}], "conversation_id": "sess-1"}
+    _log(client_a, "c1", "gone", turn=0, **turn)
+    _erase(client_a, "gone")
+    outcome = {"conversation_id": "sess-1", "turn": 0, "outcome": "rejected"}
+    response = client_a.post("/v1/feedback", outcome, format="json")
+    assert response.status_code == 410, response.content
+    assert not ConversationOutcome.objects.exists()
+    # The user goes on with the session after the erase: new data, and its outcome is taken.
+    _log(client_a, "c2", "gone", turn=1, **turn)
+    assert client_a.post("/v1/feedback", {**outcome, "turn": 1}, format="json").status_code == 200
+    assert ConversationOutcome.objects.filter(conversation_id="sess-1").exists()
+
+
+def test_another_tenants_label_under_the_same_client_id_still_waits(client_a, make_tenant, make_client):
+    _log(client_a, "shared", "gone")
+    _erase(client_a, "gone")
+    other = make_client(make_tenant("other"))
+    response = other.post("/v1/feedback", {"client_id": "shared", "outcome": "accepted"}, format="json")
+    assert response.status_code == 202, response.content
+    assert Feedback.objects.filter(tenant=other.tenant, pending_client_id="shared").exists()
+
+
+def test_the_erase_keeps_digests_not_ids_and_they_expire(client_a, tenant):
+    _log(client_a, "e2", "gone")
+    _erase(client_a, "gone")
+    (digest,) = ErasedId.objects.filter(tenant=tenant).values_list("digest", flat=True)
+    assert "e2" not in digest and len(digest) == 64
+    assert erased_ids_expire(now=timezone.now() + ERASED_IDS_KEPT - timedelta(minutes=1)) == 0
+    assert erased_ids_expire(now=timezone.now() + ERASED_IDS_KEPT + timedelta(minutes=1)) == 1
+    # Past that, a label for the id waits as any early one does.
+    assert client_a.post("/v1/feedback", {"client_id": "e2", "outcome": "accepted"}, format="json").status_code == 202
+
+
+def test_a_serving_failure_alone_is_erasable(client_a, tenant, tiny_starter_model):
+    base = base_model_register(name="base", path=tiny_starter_model)
+    adapter = adapter_create(tenant, name="tab", base_model=base, is_default=True)
+    ServingFailure.objects.create(
+        tenant=tenant, adapter=adapter, end_user_id="ghost", kind="vllm_error", message="m", occurred_at=timezone.now()
+    )
+    assert _erase(client_a, "ghost")["deleted"]["serving_failures"] == 1
+    assert client_a.delete("/v1/users/ghost").status_code == 404  # nothing left of them now
+
+
+def test_feedback_waiting_on_a_stream_vllm_failed_goes_with_the_erase(client_a, tenant, tiny_starter_model):
+    base = base_model_register(name="base", path=tiny_starter_model)
+    adapter = adapter_create(tenant, name="tab", base_model=base, is_default=True)
+    EndUser.objects.create(tenant=tenant, external_id="u1", opted_in=True)
+    stream_id = "0b7e6f0c-5a52-4d0c-9a43-0a3a9d1e2f10"
+    ServingFailure.objects.create(
+        tenant=tenant,
+        adapter=adapter,
+        end_user_id="u1",
+        kind="vllm_error",
+        streamed=True,
+        stream_ids=[stream_id],
+        occurred_at=timezone.now(),
+    )
+    Feedback.objects.create(
+        tenant=tenant,
+        pending_client_id=stream_id,
+        outcome="edited",
+        kept_text="USER CODE",
+        occurred_at=timezone.now(),
+        received_at=timezone.now(),
+        updated_at=timezone.now(),
+    )
+    report = _erase(client_a, "u1")
+    assert report["deleted"]["pending_feedback"] == 1
+    assert not Feedback.objects.exists()
+
+
+def test_retention_drops_session_outcomes_no_kept_turn_carries(tenant):
+    old = timezone.now() - timedelta(days=40)
+    fields = {"turn": 0, "outcome": "rejected", "occurred_at": old, "received_at": old, "updated_at": old}
+    lonely = ConversationOutcome.objects.create(tenant=tenant, conversation_id="never-came", **fields)
+    carried = ConversationOutcome.objects.create(tenant=tenant, conversation_id="kept", **fields)
+    interactions_ingest(  # a turn that arrives now: the session's outcome is spread to it
+        tenant,
+        items=[{"client_id": "k1", "completion": "x", "conversation_id": "kept", "turn": 0,
+                "messages": [{"role": "user", "content": "hi"}]}],
+    )  # fmt: skip
+    assert Feedback.objects.filter(session_outcome=carried).exists()
+    tenant.retention_days = 30
+    tenant.save()
+    report = retention_prune(tenant)
+    assert report.deleted["session_outcomes"] == 1
+    assert list(ConversationOutcome.objects.values_list("pk", flat=True)) == [carried.pk]
+    assert not ConversationOutcome.objects.filter(pk=lonely.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_erase_waits_for_a_run_fixing_its_window_and_names_it(tenant, tiny_starter_model, monkeypatch):
+    base = base_model_register(name="base", path=tiny_starter_model)
+    adapter = adapter_create(tenant, name="tab", base_model=base, is_default=True)
+    policy = TrainingPolicy.objects.create(tenant=tenant, adapter=adapter, heldout_fraction=0.0)
+    items = [
+        {"client_id": f"w{i}", "prompt": "x = ", "completion": "1", "end_user_id": "gone", "opted_in": True}
+        for i in range(3)
+    ]
+    interactions_ingest(tenant, items=items)
+    feedback_ingest(tenant, items=[{"client_id": f"w{i}", "outcome": "accepted"} for i in range(3)])
+    run = TrainingRun.objects.create(tenant=tenant, adapter=adapter, status="exporting")
+    written, outcome = threading.Event(), {}
+    bulk_create = TrainingRunEvent.objects.bulk_create
+
+    def slow_bulk_create(rows: Any, **kwargs: Any) -> Any:  # the window written, not yet committed
+        created = bulk_create(rows, **kwargs)
+        written.set()
+        time.sleep(1.0)
+        return created
+
+    monkeypatch.setattr(TrainingRunEvent.objects, "bulk_create", slow_bulk_create)
+
+    def export() -> None:
+        try:
+            outcome["window"] = dataset_export(run, policy=policy)
+        except Exception as exc:  # pragma: no cover - reported below
+            outcome["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=export)
+    thread.start()
+    assert written.wait(60)
+    report = end_user_erase(tenant, external_id="gone", actor="test")
+    thread.join(60)
+    assert "error" not in outcome and len(outcome["window"].train) == 3  # committed before the erase went on
+    assert [r["run"] for r in report.training_runs] == [run.pk]
+    assert TrainingRunErasure.objects.filter(run=run).exists()
+    assert not Interaction.objects.exists() and not TrainingRunEvent.objects.exists()
