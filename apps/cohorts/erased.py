@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from apps.cohorts.models import ErasedId
@@ -45,18 +46,34 @@ class Erased(ApplicationError):
 
 def erased_digest(tenant_id: int, kind: Kind, value: str) -> str:
     message = f"{tenant_id}:{kind}:{value}".encode()
-    return hmac.new(settings.ERASURE_MARK_KEY.encode(), message, hashlib.sha256).hexdigest()
+    return hmac.new(settings.ERASURE_MARK_KEY.encode(), message, hashlib.sha256).hexdigest()[:32]
 
 
 def erased_ids_record(
     tenant_id: int, *, client_ids: Iterable[str], conversation_ids: Iterable[str], now: datetime | None = None
 ) -> int:
-    """Remember the ids an erase removed (in the erase's transaction). Returns how many are new."""
+    """Remember the ids an erase removed (in the erase's transaction), from ``now`` (an id erased
+    again is kept ``ERASED_IDS_KEPT`` from the later erase). Returns how many ids it wrote."""
     erased_at = now or timezone.now()
     digests = {erased_digest(tenant_id, "client", c) for c in client_ids if c}
     digests |= {erased_digest(tenant_id, "conversation", c) for c in conversation_ids if c}
-    rows = [ErasedId(tenant_id=tenant_id, digest=d, erased_at=erased_at) for d in sorted(digests)]
-    return len(ErasedId.objects.bulk_create(rows, batch_size=_BATCH, ignore_conflicts=True))
+    if not digests:
+        return 0
+    ordered = sorted(digests)  # two erases of one tenant write their rows in the same order
+    if connection.vendor == "postgresql":  # one statement, however many: a heavy user has tens of thousands
+        table = connection.ops.quote_name(ErasedId._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} (tenant_id, digest, erased_at) SELECT %s, d, %s FROM unnest(%s::text[]) AS d "
+                "ON CONFLICT (tenant_id, digest) DO UPDATE SET erased_at = EXCLUDED.erased_at",
+                [tenant_id, erased_at, ordered],
+            )
+        return len(ordered)
+    rows = [ErasedId(tenant_id=tenant_id, digest=d, erased_at=erased_at) for d in ordered]
+    ErasedId.objects.bulk_create(
+        rows, batch_size=_BATCH, update_conflicts=True, unique_fields=["tenant", "digest"], update_fields=["erased_at"]
+    )
+    return len(rows)
 
 
 def erased_among(tenant_id: int, kind: Kind, values: Iterable[str]) -> set[str]:

@@ -57,10 +57,14 @@ class ErasedId(models.Model):
     a session outcome sent late) is refused instead of keeping the user's text after the erase.
     Kept ``ERASED_IDS_KEPT`` (apps.cohorts.erased), then dropped by the hourly retention pass."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
-    digest = models.CharField(max_length=64, help_text="HMAC-SHA256 of tenant, kind and id (ERASURE_MARK_KEY)")
+    # An erase writes one row per id it removed, tens of thousands for a heavy user: no foreign key
+    # check at commit (a tenant's delete still cascades here, in Django) and no index but the unique
+    # one (the hourly expiry reads the table whole).
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False)
+    digest = models.CharField(
+        max_length=32, help_text="HMAC-SHA256 of tenant, kind and id (ERASURE_MARK_KEY), its first 128 bits in hex"
+    )
     erased_at = models.DateTimeField()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "digest"], name="erased_id_one_per_digest")]
-        indexes = [models.Index(fields=["erased_at"], name="erased_id_erased_at")]

@@ -216,8 +216,10 @@ def lift_over_time(experiment: Experiment, metric: str) -> list[charts.BandPoint
 
 def _time_format(points: list[charts.BandPoint]) -> Any:
     """Labels as fine as the chart's span needs: seconds within minutes, days past a day."""
-    first: Any = points[0].x  # a datetime on these charts
-    span = (points[-1].x - first).total_seconds() if len(points) > 1 else 0
+    span = 0.0
+    if len(points) > 1:
+        first: Any = points[0].x  # a datetime on these charts
+        span = (points[-1].x - first).total_seconds()
     pattern = "%H:%M:%S" if span < 600 else "%H:%M" if span < 86400 else "%d %b %H:%M"
     return lambda moment: moment.strftime(pattern)
 

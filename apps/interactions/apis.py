@@ -203,11 +203,14 @@ class FeedbackIngestApi(ScopedApi):
             200: _item_result(),
             202: OpenApiResponse(_item_result(), description="kept as pending until the interaction arrives"),
             207: _batch_result("FeedbackBatchResult", ("recorded", "pending", "rejected")),
+            410: OpenApiResponse(description="the interaction or session was erased with its end user: not kept"),
         },
         description="Name the interaction by `interaction_id` (Strop's id) or `client_id` (yours). Feedback sent "
         "twice is counted once: the event with the latest `occurred_at` wins. Feedback for a client_id not seen "
         "yet is kept as pending (202) and attached when the interaction arrives, unless the tenant turned that "
-        "off. An unknown `interaction_id` is 404: Strop issued those ids, so none can arrive later. `partial` "
+        "off, or an erase removed that interaction (410 `erased`; a session outcome for an erased session with no "
+        "turn now, too). An unknown `interaction_id` is 404: Strop issued those ids, so none can arrive later. "
+        "`partial` "
         "(the user took the completion's first `accepted_chars` characters) is checked against the completion: "
         "`accepted_chars` outside 1 to its length - 1 is a 400 naming the field.",
     )

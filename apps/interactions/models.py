@@ -294,8 +294,9 @@ class ServingFailure(models.Model):
     kind = models.CharField(max_length=32, help_text="the error code: vllm_unavailable, vllm_error, ...")
     message = models.TextField(blank=True)
     streamed = models.BooleanField(default=False, help_text="the failure came after the stream had started")
-    stream_ids = models.JSONField(
+    stream_ids = models.JSONField(  # nullable: a process from before the column inserts without it
         default=list,
+        null=True,
         blank=True,
         help_text="the interaction ids a failed stream had given out: feedback sent on them waits as pending "
         "under these, and an erase of the user finds it here",

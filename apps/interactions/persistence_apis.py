@@ -44,16 +44,19 @@ class PersistenceReportIngestApi(ScopedApi):
                 PersistenceReportResultOut, description="kept as pending until the interaction arrives"
             ),
             207: _batch_result("PersistenceReportBatchResult", ("recorded", "pending", "rejected")),
+            410: OpenApiResponse(description="the interaction was erased with its end user: the report is not kept"),
         },
         description="Name the interaction by `interaction_id` or `client_id`, the `checkpoint_s` (seconds after "
         "the accept) and either `text` (what is at the insertion point now, or the document) or `retained_ratio`. "
         "Strop measures `retained_chars` by edit distance against the accepted text (the completion, or its first "
         "`accepted_chars`). One report per interaction and checkpoint: sent twice it is counted once and the "
         "latest `occurred_at` wins; checkpoints may come in any order; a report for a client_id not seen yet is "
-        "pending (202) and measured when the interaction arrives, as feedback is.",
+        "pending (202) and measured when the interaction arrives, as feedback is; one for an interaction an erase "
+        "removed is refused (410 `erased`).",
     )
     def post(self, request: Request) -> Response:
         return label_ingest(self, request, persistence_ingest)
+
 
 class PersistenceCheckpointOut(serializers.ModelSerializer):
     retained_share = serializers.SerializerMethodField(help_text="retained ÷ accepted characters (null: none accepted)")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from apps.adapters.models import BaseModel
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
@@ -196,6 +196,17 @@ def _tokens(interaction: Interaction, *, base: BaseModel) -> Tokens:
     return prompt_ids, completion_ids, logprobs
 
 
+def _window_lock(run: TrainingRun) -> None:
+    """Held until the window is committed: an erase meanwhile (it locks the tenant's active runs
+    FOR UPDATE) waits for it, and then finds its events (apps.training.erasure). KEY SHARE, so the
+    run's own heartbeat and status updates go on. SQLite has no row locks: its writers take turns."""
+    if connection.vendor != "postgresql":
+        return
+    table = connection.ops.quote_name(TrainingRun._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR KEY SHARE", [run.pk])
+
+
 def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int | None = None) -> Window:
     """Fix the run's window (recorded as TrainingRunEvent rows) and build its samples.
 
@@ -209,9 +220,7 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
     agent_silence_reward = policy.reward_follow_up_dissatisfied
     rewards = policy.reward_table()  # once per window, not once per event
     with transaction.atomic():
-        # Held until the window is committed: an erase meanwhile waits for it, and then finds its
-        # events (apps.training.erasure).
-        list(TrainingRun.objects.select_for_update().filter(pk=run.pk).values_list("pk"))
+        _window_lock(run)
         events = training_window_events(run.adapter, parent=run.parent_version, limit=max_events)
         rows = []
         for feedback in events:

@@ -14,7 +14,7 @@ from django.utils import timezone
 from apps.adapters.services import adapter_create, base_model_register
 from apps.cohorts.models import EndUser
 from apps.common.exceptions import ApplicationError
-from apps.interactions.models import Feedback, Interaction, StreamPart
+from apps.interactions.models import Feedback, Interaction, ServingFailure, StreamPart
 from apps.interactions.served import ServedCompletion, interactions_record_served, served_rows
 from apps.interactions.services import feedback_ingest
 from apps.interactions.stream_parts import Part, stream_part_head, stream_parts_sweep, stream_parts_write
@@ -209,14 +209,16 @@ def test_a_streams_end_never_touches_another_tenants_row_with_the_same_id(adapte
     # The upsert's tenant wall, on whichever database the suite runs (Postgres by its WHERE, SQLite by
     # its read-merge-write): an id already recorded for one tenant is left as it was by another's end.
     interaction_id = uuid.uuid4()
-    interactions_record_served(adapter.tenant, stream_parts=True, **_fields(adapter, interaction_id, " mine", [10],
-                                                                             metadata={"owner": "a"}))
+    interactions_record_served(
+        adapter.tenant, stream_parts=True, **_fields(adapter, interaction_id, " mine", [10], metadata={"owner": "a"})
+    )
     other_tenant = make_tenant()
     EndUser.objects.create(tenant=other_tenant, external_id="u1", opted_in=True)
     base = base_model_register(name="base-b", path=tiny_starter_model)
     other = adapter_create(other_tenant, name="tab", base_model=base, is_default=True)
-    interactions_record_served(other_tenant, stream_parts=True, **_fields(other, interaction_id, " theirs", [11],
-                                                                           metadata={"owner": "b"}))
+    interactions_record_served(
+        other_tenant, stream_parts=True, **_fields(other, interaction_id, " theirs", [11], metadata={"owner": "b"})
+    )
     row = Interaction.objects.get(pk=interaction_id)
     assert (row.tenant_id, row.completion, row.completion_token_ids) == (adapter.tenant_id, " mine", [10])
     assert row.metadata.get("owner") == "a"
@@ -235,6 +237,26 @@ def test_a_stream_that_fails_after_a_write_keeps_its_feedback(adapter):
     assert not Interaction.objects.filter(pk=interaction_id).exists()  # a failure, never half an interaction
     assert not StreamPart.objects.exists()  # nor later, by the sweeper
     assert Feedback.objects.filter(tenant=adapter.tenant, pending_client_id=str(interaction_id)).exists()
+
+
+def test_the_erase_finds_the_feedback_waiting_on_a_stream_vllm_failed(adapter):
+    interaction_id = _open_stream(adapter, [(" a", [10])])
+    _feedback(adapter.tenant, interaction_id)
+    error = ApplicationError("vLLM went away", code="upstream_error")
+    error.status_code = 502
+    serving_failure_record(
+        adapter.tenant,
+        route=Route(adapter=adapter, version=None),
+        user="u1",
+        error=error,
+        started=0.0,
+        streamed=True,
+        stream_parts=[interaction_id],
+    )
+    assert ServingFailure.objects.get().stream_ids == [str(interaction_id)]
+    report = end_user_erase(adapter.tenant, external_id="u1", actor="test")
+    assert report.deleted["pending_feedback"] == 1 and report.deleted["serving_failures"] == 1
+    assert not Feedback.objects.exists()
 
 
 def test_one_bad_part_costs_no_other_part_of_its_write(adapter):

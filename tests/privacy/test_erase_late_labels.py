@@ -14,8 +14,8 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.adapters.services import adapter_create, base_model_register
-from apps.cohorts.erased import ERASED_IDS_KEPT, erased_ids_expire
-from apps.cohorts.models import EndUser, ErasedId
+from apps.cohorts.erased import ERASED_IDS_KEPT, erased_digest, erased_ids_expire
+from apps.cohorts.models import ErasedId
 from apps.interactions.models import ConversationOutcome, Feedback, Interaction, PersistenceReport, ServingFailure
 from apps.interactions.services import feedback_ingest, interactions_ingest
 from apps.privacy.retention import retention_prune
@@ -101,7 +101,7 @@ def test_the_erase_keeps_digests_not_ids_and_they_expire(client_a, tenant):
     _log(client_a, "e2", "gone")
     _erase(client_a, "gone")
     (digest,) = ErasedId.objects.filter(tenant=tenant).values_list("digest", flat=True)
-    assert "e2" not in digest and len(digest) == 64
+    assert digest == erased_digest(tenant.pk, "client", "e2") != "e2" and len(digest) == 32
     assert erased_ids_expire(now=timezone.now() + ERASED_IDS_KEPT - timedelta(minutes=1)) == 0
     assert erased_ids_expire(now=timezone.now() + ERASED_IDS_KEPT + timedelta(minutes=1)) == 1
     # Past that, a label for the id waits as any early one does.
@@ -118,38 +118,13 @@ def test_a_serving_failure_alone_is_erasable(client_a, tenant, tiny_starter_mode
     assert client_a.delete("/v1/users/ghost").status_code == 404  # nothing left of them now
 
 
-def test_feedback_waiting_on_a_stream_vllm_failed_goes_with_the_erase(client_a, tenant, tiny_starter_model):
-    base = base_model_register(name="base", path=tiny_starter_model)
-    adapter = adapter_create(tenant, name="tab", base_model=base, is_default=True)
-    EndUser.objects.create(tenant=tenant, external_id="u1", opted_in=True)
-    stream_id = "0b7e6f0c-5a52-4d0c-9a43-0a3a9d1e2f10"
-    ServingFailure.objects.create(
-        tenant=tenant,
-        adapter=adapter,
-        end_user_id="u1",
-        kind="vllm_error",
-        streamed=True,
-        stream_ids=[stream_id],
-        occurred_at=timezone.now(),
-    )
-    Feedback.objects.create(
-        tenant=tenant,
-        pending_client_id=stream_id,
-        outcome="edited",
-        kept_text="USER CODE",
-        occurred_at=timezone.now(),
-        received_at=timezone.now(),
-        updated_at=timezone.now(),
-    )
-    report = _erase(client_a, "u1")
-    assert report["deleted"]["pending_feedback"] == 1
-    assert not Feedback.objects.exists()
-
-
 def test_retention_drops_session_outcomes_no_kept_turn_carries(tenant):
     old = timezone.now() - timedelta(days=40)
     fields = {"turn": 0, "outcome": "rejected", "occurred_at": old, "received_at": old, "updated_at": old}
     lonely = ConversationOutcome.objects.create(tenant=tenant, conversation_id="never-came", **fields)
+    waiting = ConversationOutcome.objects.create(  # within the retention: its turns may still come
+        tenant=tenant, conversation_id="on-its-way", **{**fields, "updated_at": timezone.now()}
+    )
     carried = ConversationOutcome.objects.create(tenant=tenant, conversation_id="kept", **fields)
     interactions_ingest(  # a turn that arrives now: the session's outcome is spread to it
         tenant,
@@ -161,10 +136,11 @@ def test_retention_drops_session_outcomes_no_kept_turn_carries(tenant):
     tenant.save()
     report = retention_prune(tenant)
     assert report.deleted["session_outcomes"] == 1
-    assert list(ConversationOutcome.objects.values_list("pk", flat=True)) == [carried.pk]
+    assert set(ConversationOutcome.objects.values_list("pk", flat=True)) == {carried.pk, waiting.pk}
     assert not ConversationOutcome.objects.filter(pk=lonely.pk).exists()
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks between two connections: Postgres")
 @pytest.mark.django_db(transaction=True)
 def test_an_erase_waits_for_a_run_fixing_its_window_and_names_it(tenant, tiny_starter_model, monkeypatch):
     base = base_model_register(name="base", path=tiny_starter_model)
