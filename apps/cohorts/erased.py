@@ -44,9 +44,14 @@ class Erased(ApplicationError):
     code = "erased"
 
 
+def erasure_hmac(message: str) -> str:
+    """HMAC-SHA256 under ``ERASURE_MARK_KEY``, in hex: what erasure keeps instead of an id (these
+    digests, and the training runs' marks of an erased user)."""
+    return hmac.new(settings.ERASURE_MARK_KEY.encode(), message.encode(), hashlib.sha256).hexdigest()
+
+
 def erased_digest(tenant_id: int, kind: Kind, value: str) -> str:
-    message = f"{tenant_id}:{kind}:{value}".encode()
-    return hmac.new(settings.ERASURE_MARK_KEY.encode(), message, hashlib.sha256).hexdigest()[:32]
+    return erasure_hmac(f"{tenant_id}:{kind}:{value}")[:32]
 
 
 def erased_ids_record(

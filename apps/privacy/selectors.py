@@ -51,6 +51,15 @@ def versions_touched_by(interactions: QuerySet[Any]) -> tuple[list[dict[str, Any
     return out[0], out[1]
 
 
+def pending_keys(
+    interactions: QuerySet[Interaction], *, failures: QuerySet[ServingFailure], open_streams: list[str]
+) -> list[str]:
+    """The ids an end user's labels may wait under as pending: their interactions' client ids, their
+    open streams' ids, and the ids of the streams vLLM failed for them (kept on the failure)."""
+    failed_streams = [i for ids in failures.values_list("stream_ids", flat=True) for i in ids or ()]
+    return [c for c in interactions.values_list("client_id", flat=True) if c] + open_streams + failed_streams
+
+
 def end_user_erase_preview(tenant: Tenant, *, external_id: str) -> dict[str, Any]:
     """What ``end_user_erase`` would delete now, counted without deleting anything, and the versions
     that learned from the user's events (the same lineage the erase report names)."""
@@ -60,8 +69,7 @@ def end_user_erase_preview(tenant: Tenant, *, external_id: str) -> dict[str, Any
     open_streams = stream_open_ids_of_user(tenant, end_user_id=external_id)  # feedback waits under these too
     if user is None and not open_streams and not interactions.exists() and not failures.exists():
         raise NotFound(f"no end user {external_id[:200]!r}")
-    failed_streams = [i for ids in failures.values_list("stream_ids", flat=True) for i in ids or ()]
-    client_ids = [c for c in interactions.values_list("client_id", flat=True) if c] + open_streams + failed_streams
+    client_ids = pending_keys(interactions, failures=failures, open_streams=open_streams)
     trained_on, evaluated_on = versions_touched_by(interactions)
     return {
         "deleted": {

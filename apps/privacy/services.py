@@ -24,7 +24,7 @@ from apps.interactions.models import (
 from apps.interactions.selectors import stream_open_ids_of_user
 from apps.privacy.deletion import rows_delete
 from apps.privacy.purge import erased_user_remains
-from apps.privacy.selectors import versions_touched_by
+from apps.privacy.selectors import pending_keys, versions_touched_by
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 from apps.training.erasure import training_erasure_record
@@ -86,9 +86,7 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     erased_runs = training_erasure_record(tenant, interactions=interactions, external_id=external_id)
     report.training_runs, report.retrain = erased_runs.runs, erased_runs.retrain
     report.remains = erased_user_remains(tenant, trained_on=report.versions_trained_on)
-    # Feedback waits under a failed stream's ids too (apps.serving.vllm_calls), out of reach otherwise.
-    failed_streams = [i for ids in failures.values_list("stream_ids", flat=True) for i in ids or ()]
-    client_ids = [c for c in interactions.values_list("client_id", flat=True) if c] + open_streams + failed_streams
+    client_ids = pending_keys(interactions, failures=failures, open_streams=open_streams)
     conversations = interactions.exclude(conversation_id="").values_list("conversation_id", flat=True)
     conversation_ids = list(conversations.distinct())
     # Labels sent late for what goes now would wait for it as pending, out of any erase's reach.

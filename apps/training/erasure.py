@@ -10,16 +10,14 @@ learned from an erased user (``training_lineage_retrain``).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, QuerySet
 
 from apps.adapters.models import Adapter, AdapterVersion
+from apps.cohorts.erased import erasure_hmac
 from apps.common.exceptions import Conflict
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
@@ -33,8 +31,7 @@ RETRAIN_TRIGGER = "retrain without erased users"
 def erased_user_hash(tenant: Tenant, external_id: str) -> str:
     """Keyed, so a list of likely ids (emails) cannot be hashed and matched against the records; with
     ``ERASURE_MARK_KEY``, a key of its own, so rotating ``SECRET_KEY`` leaves the marks valid."""
-    message = f"{tenant.pk}:{external_id}".encode()
-    return hmac.new(settings.ERASURE_MARK_KEY.encode(), message, hashlib.sha256).hexdigest()
+    return erasure_hmac(f"{tenant.pk}:{external_id}")
 
 
 @dataclass

@@ -212,12 +212,13 @@ def test_a_version_that_learned_from_an_erased_user_stays_marked_and_its_lineage
 
 @pytest.mark.django_db(transaction=True)
 def test_an_erase_that_meets_a_run_registering_its_version_waits_for_it_and_names_the_version(
-    tiny_adapter, add_events, make_lora_adapter
+    tiny_adapter, policy, add_events, make_lora_adapter
 ):
     """The pipeline registers a version with the run's row locked; an erase of a user in its window
     that comes meanwhile waits for the commit, then reports the version (not a discarded run) and
     marks it. Without the erase's lock the registration commits only after 60 s, and the erase
-    has read the run without its version by then."""
+    has read the run without its version by then. Nothing is held out (``policy``): the user's events
+    are in the trained part whatever the run's id seeds."""
     import threading
     import time
 
