@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from django.db import transaction
@@ -127,18 +128,20 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
             counts = keys_delete(Interaction, [pk for _, pk in keys])  # the tenant's, as found above
             deleted["feedback"] += counts["interactions.Feedback"]
             deleted["interactions"] += counts["interactions.Interaction"]
+    # The rest by key in batches too: a tenant's first pass, or one after its retention was shortened,
+    # may find hundreds of thousands of each.
     pending = Feedback.objects.filter(tenant=tenant, interaction__isnull=True, received_at__lt=cutoff)
-    deleted["pending_feedback"] = pending.only("id").delete()[1].get("interactions.Feedback", 0)
+    deleted["pending_feedback"] = _batches_delete(pending, batch)
     reports = PersistenceReport.objects.filter(tenant=tenant, interaction__isnull=True, received_at__lt=cutoff)
-    deleted["pending_persistence_reports"] = reports.delete()[1].get("interactions.PersistenceReport", 0)
+    deleted["pending_persistence_reports"] = _batches_delete(reports, batch)
     running = Experiment.objects.filter(tenant=tenant, status=Experiment.Status.RUNNING).values("pk")
     failures = ServingFailure.objects.filter(tenant=tenant, occurred_at__lt=cutoff).exclude(experiment_id__in=running)
-    deleted["serving_failures"] = failures.delete()[1].get("interactions.ServingFailure", 0)
+    deleted["serving_failures"] = _batches_delete(failures, batch)
     # Sessions' outcomes last changed before the cutoff that no kept turn carries any more (one that
     # waited for turns that never came, or whose turns went above).
     carried = Feedback.objects.filter(session_outcome=OuterRef("pk"))
     outcomes = ConversationOutcome.objects.filter(tenant=tenant, updated_at__lt=cutoff).exclude(Exists(carried))
-    deleted["session_outcomes"] = outcomes.delete()[1].get("interactions.ConversationOutcome", 0)
+    deleted["session_outcomes"] = _batches_delete(outcomes, batch)
     report.deleted = deleted
     if any(deleted.values()):
         audit_record(
@@ -151,6 +154,19 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
         )
         retention_counted(tenant.slug, deleted)
     return report
+
+
+def _batches_delete(rows: QuerySet[Any], batch: int) -> int:
+    """Delete ``rows`` (with what cascades from them, :func:`keys_delete`) ``batch`` keys a short
+    transaction, as ingest goes on beside it; how many of ``rows``' own model went."""
+    label = rows.model._meta.label
+    total = 0
+    while True:
+        with transaction.atomic():
+            keys = list(rows.order_by().values_list("pk", flat=True)[:batch])
+            if not keys:
+                return total
+            total += keys_delete(rows.model, keys)[label]
 
 
 def retention_prune_all(*, now: datetime | None = None) -> dict[str, RetentionReport]:

@@ -12,7 +12,15 @@ from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
 from apps.experiments.models import Experiment
-from apps.interactions.models import Feedback, Interaction, InteractionRollup, PersistenceReport, RollupDirty
+from apps.interactions.models import (
+    ConversationOutcome,
+    Feedback,
+    Interaction,
+    InteractionRollup,
+    PersistenceReport,
+    RollupDirty,
+    ServingFailure,
+)
 from apps.interactions.rollups import rollups_refresh
 from apps.interactions.services import feedback_ingest, interactions_ingest
 from apps.privacy.purge import tainted_versions
@@ -284,3 +292,44 @@ def test_a_retention_longer_than_any_date_keeps_everything(tenant, adapter):
     tenant.refresh_from_db()
     report = retention_prune(tenant)
     assert report.cutoff is None and Interaction.objects.filter(tenant=tenant).count() == 3
+
+
+def test_old_pending_labels_failures_and_session_outcomes_go_in_batches_and_recent_ones_stay(tenant, adapter):
+    def at(days_ago: float):
+        return timezone.now() - timedelta(days=days_ago)
+
+    for i, days_ago in enumerate([40, 40, 40, 40, 40, 2]):
+        Feedback.objects.create(
+            tenant=tenant,
+            pending_client_id=f"p-{i}",
+            outcome="accepted",
+            occurred_at=at(days_ago),
+            received_at=at(days_ago),
+            updated_at=at(days_ago),
+        )
+        ConversationOutcome.objects.create(
+            tenant=tenant,
+            conversation_id=f"s-{i}",
+            turn=0,
+            outcome="thumbs_up",
+            occurred_at=at(days_ago),
+            received_at=at(days_ago),
+            updated_at=at(days_ago),
+        )
+        ServingFailure.objects.create(
+            tenant=tenant,
+            adapter=adapter,
+            end_user_id="dev-1",
+            kind="upstream_error",
+            occurred_at=at(days_ago),
+        )
+    tenant.retention_days = 30
+    tenant.save()
+    report = retention_prune(tenant, batch=2)  # three batches each, the last one short
+    assert report.deleted["pending_feedback"] == 5
+    assert report.deleted["session_outcomes"] == 5
+    assert report.deleted["serving_failures"] == 5
+    assert list(Feedback.objects.filter(tenant=tenant).values_list("pending_client_id", flat=True)) == ["p-5"]
+    assert list(ConversationOutcome.objects.filter(tenant=tenant).values_list("conversation_id", flat=True)) == ["s-5"]
+    assert ServingFailure.objects.filter(tenant=tenant).count() == 1
+    assert retention_prune(tenant, batch=2).deleted == dict.fromkeys(report.deleted, 0)
