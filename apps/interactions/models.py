@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-import uuid
-
 from django.db import models
 from django.db.models import Q
 
+from apps.interactions.ids import time_id
 from apps.interactions.packed import PackedFloatsField, PackedIdsField
 from apps.tenants.models import Tenant
 
@@ -22,7 +21,8 @@ class Interaction(models.Model):
         SERVED = "served"
         EDITOR = "editor"
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # Made from when it was served (apps.interactions.ids): ids sort by served time.
+    id = models.UUIDField(primary_key=True, default=time_id, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     client_id = models.CharField(max_length=200, null=True, blank=True, help_text="the tenant's id; unique per tenant")
     source = models.CharField(max_length=16, choices=Source.choices)

@@ -28,6 +28,7 @@ from apps.adapters.models import Adapter
 from apps.common.exceptions import ApplicationError
 from apps.engines.vllm import vllm_async_client
 from apps.engines.vllm_async import ClosingStream
+from apps.interactions.ids import time_id
 from apps.interactions.messages import turn_of
 from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served, served_rows
 from apps.interactions.sessions import conversation_outcomes_apply
@@ -357,7 +358,7 @@ def chat_plan(
         request=request,
         route=routed.route,
         adapter_name=routed.adapter.name,
-        ids=[uuid.uuid4() for _ in range(request.n)],
+        ids=[time_id() for _ in range(request.n)],  # by time, as every interaction's (ids.py)
         body=_vllm_body(routed.route, request),
         stream=fields["stream"],
     )

@@ -43,6 +43,7 @@ from apps.engines.vllm_client import (
     Usage,
     merge_chunks,
 )
+from apps.interactions.ids import time_id
 from apps.interactions.served import ServedCompletion, interactions_record_served, served_rows
 from apps.serving.completion_requests import CompletionRequest, completion_request_build, suffix_shown, vllm_kwargs
 from apps.serving.selectors import ReadAhead
@@ -376,7 +377,7 @@ def completion_plan(
         request=request,
         route=routed.route,
         adapter_name=routed.adapter.name,
-        ids=[uuid.uuid4() for _ in range(request.n)],
+        ids=[time_id() for _ in range(request.n)],  # by time, as every interaction's (ids.py)
         kwargs=vllm_kwargs(routed.route, request),
         stream=fields["stream"],
         gate=show_gate_of(routed.route),

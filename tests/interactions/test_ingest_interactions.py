@@ -3,14 +3,15 @@ from __future__ import annotations
 import random
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from apps.cohorts.models import ConsentChange, EndUser
+from apps.interactions.ids import time_ids
 from apps.interactions.models import Interaction
-from apps.interactions.rows import fresh_ids
 
 pytestmark = pytest.mark.django_db
 
@@ -158,10 +159,27 @@ def test_fim_and_plain_prompts_and_empty_completions_are_accepted(client_a):
     assert Interaction.objects.get(client_id="silent").completion == ""
 
 
-def test_fresh_ids_are_distinct_random_uuids_as_uuid4_writes_them():
-    ids = fresh_ids(2000)
+def test_time_ids_are_distinct_version_7_uuids_that_sort_by_their_moment():
+    base = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    moments = [base + timedelta(milliseconds=7 * i) for i in range(2000)]
+    ids = time_ids(moments)
     assert len(set(ids)) == 2000
-    for text in ids:
+    for text, moment in zip(ids, moments, strict=True):
         parsed = uuid.UUID(text)
-        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
-    assert fresh_ids(0) == []
+        assert (parsed.version, parsed.variant, str(parsed)) == (7, uuid.RFC_4122, text)
+        assert int.from_bytes(parsed.bytes[:6], "big") == int(moment.timestamp() * 1000)
+    assert ids == sorted(ids) and [uuid.UUID(i) for i in ids] == sorted(uuid.UUID(i) for i in ids)
+    assert time_ids([]) == []
+    assert time_ids([datetime(1960, 1, 1, tzinfo=UTC)])[0].startswith("00000000-0000-7")  # before 1970: 1970
+
+
+def test_a_logged_interactions_id_carries_its_served_time(tenant, client_a):
+    served = "2025-06-01T10:00:00.250Z"
+    body = client_a.post(
+        "/v1/interactions",
+        {"items": [{"client_id": "t1", "prefix": "a", "completion": "b", "served_at": served}]},
+        format="json",
+    ).json()
+    stored = Interaction.objects.get(pk=body["results"][0]["id"])
+    assert int.from_bytes(stored.pk.bytes[:6], "big") == int(stored.served_at.timestamp() * 1000)
+    assert stored.pk.version == 7

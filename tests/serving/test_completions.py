@@ -67,6 +67,9 @@ def test_n_choices_are_recorded_as_one_interaction_each(serve_client, serving_ad
     ids = [choice["interaction_id"] for choice in body["choices"]]
     assert body["id"] == ids[0] and len(set(ids)) == 3
     assert Interaction.objects.filter(pk__in=ids).count() == 3
+    for row in Interaction.objects.filter(pk__in=ids):  # ids sort by served time (apps.interactions.ids)
+        made = int.from_bytes(row.pk.bytes[:6], "big") / 1000
+        assert row.pk.version == 7 and abs(made - row.served_at.timestamp()) < 5
 
 
 def test_routing_follows_the_production_pointer(serving_tenant, serve_client, serving_adapter, loaded_version, served):

@@ -19,11 +19,11 @@ from apps.common.item_checks import ItemError
 from apps.common.lookups import ids_by_client_id
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.arms import arms_of_logged
+from apps.interactions.ids import time_ids
 from apps.interactions.models import Interaction
 from apps.interactions.packed import pack_floats, pack_ids
 from apps.interactions.rows import (
     INTERACTION_COLUMNS,
-    fresh_ids,
     interactions_bulk_insert,
     interactions_copy,
     json_text,
@@ -167,13 +167,13 @@ def _interactions_store(
     known = {} if optimistic else ids_by_client_id(Interaction, tenant.pk, client_ids)
     new: list[tuple[int, InteractionIn]] = []
     new_ids: dict[str, str] = {}
-    fresh = iter(fresh_ids(len(valid)))
-    for index, item in valid:
+    fresh = time_ids([item.served_at or now for _, item in valid])  # ids sort by served time (ids.py)
+    for (index, item), fresh_id in zip(valid, fresh, strict=True):
         if item.client_id in known or item.client_id in new_ids:
             existing = known.get(item.client_id) or new_ids[item.client_id]
             results[index] = ItemResult(index=index, status="duplicate", id=str(existing), client_id=item.client_id)
             continue
-        new_ids[item.client_id] = next(fresh)
+        new_ids[item.client_id] = fresh_id
         new.append((index, item))
     if not new:
         return
