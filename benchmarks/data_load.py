@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import random
 import time
-import uuid
 from datetime import timedelta
 
 DAYS = 365
@@ -50,6 +49,7 @@ def _load_tenant(cursor, rng, *, tenant, adapter, version, count, now, experimen
     """``count`` interactions spread over the year (70 % with feedback), written oldest first as
     traffic arrives (a month's rows are neighbours on disk, as in production); those of the last 3
     days from an exposed user carry the experiment's arm."""
+    from apps.interactions.ids import time_id
     from apps.interactions.packed import pack_floats, pack_ids
 
     # Token ids as a 49,152-token vocabulary draws them (SmolLM2's), not small integers: their size
@@ -66,8 +66,8 @@ def _load_tenant(cursor, rng, *, tenant, adapter, version, count, now, experimen
     for start in range(0, count, CHUNK):
         interactions, feedback = [], []
         for age in ages[start : start + CHUNK]:
-            pk = uuid.uuid4()
             served = now - timedelta(seconds=age)
+            pk = time_id(served)  # as ingest makes them (apps.interactions.ids)
             user = f"dev-{rng.randrange(DEVELOPERS):03d}"
             arm, exp_id, version_id = "", None, version.pk
             if experiment is not None and served > now - timedelta(days=3) and rng.random() < 0.5:

@@ -120,6 +120,7 @@ def main() -> None:
     setup_django(db_url)
     from django.utils import timezone
 
+    from apps.interactions.ids import time_id
     from apps.interactions.rows import INTERACTION_COLUMNS
     from apps.interactions.services.ingest import _interaction_row
     from apps.interactions.validation import interaction_validate
@@ -132,7 +133,7 @@ def main() -> None:
             _interaction_row(
                 tenant,
                 interaction_validate({**e, "client_id": "ceil-" + e["client_id"]}),
-                new_id=uuid.uuid4(),
+                new_id=time_id(now),  # as ingest makes them
                 source="logged",
                 now=now,
                 opted_in=e["opted_in"],
