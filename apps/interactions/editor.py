@@ -201,6 +201,10 @@ def editor_outcome_ingest(
         (stored,) = interactions_ingest(
             tenant, items=[interaction], source=Interaction.Source.EDITOR, consent_default=consent_default, actor=actor
         )
+        if stored.status == "duplicate" and served_by is not None and not _made_by(tenant, stored.id, served_by):
+            # Another key's or the tenant's own row under that id: an editor key is not told its id,
+            # which says when it was served (apps.interactions.ids), as it sees nothing else of it.
+            stored.id = None
         if stored.status == "rejected" or accepted is None:
             return EditorOutcome(interaction=stored)
         (feedback,) = feedback_ingest(
@@ -209,6 +213,12 @@ def editor_outcome_ingest(
             served_by=served_by,
         )
     return EditorOutcome(interaction=stored, feedback=feedback)
+
+
+def _made_by(tenant: Any, interaction_id: str | None, served_by: str) -> bool:
+    """Whether the interaction was served through, or recorded for, the editor key ``served_by``."""
+    own = {f"metadata__{SERVED_BY_KEY}": served_by}
+    return interaction_id is not None and Interaction.objects.filter(tenant=tenant, pk=interaction_id, **own).exists()
 
 
 def _link(

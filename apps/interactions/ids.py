@@ -3,8 +3,9 @@
 The first 48 bits are the served moment's Unix milliseconds, the other 74 random, so ids sort by
 served time: each new row's key lands at the end of the primary key's index (a random id lands on
 any of its pages, which at tens of millions of rows are mostly not in memory), and a range of ids
-is a range of served time. A client cannot tell them from the version 4 ids of rows stored before:
-both are the canonical 36-character form, and nothing reads an id's version.
+is a range of served time. Rows stored before keep their random (version 4) ids: nothing reads an
+id's version or its bits. An editor key is not told the id of a row it did not make
+(``apps.interactions.editor``), as the id says when that row was served.
 """
 
 from __future__ import annotations

@@ -158,14 +158,17 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
 
 def _batches_delete(rows: QuerySet[Any], batch: int) -> int:
     """Delete ``rows`` (with what cascades from them, :func:`keys_delete`) ``batch`` keys a short
-    transaction, as ingest goes on beside it; how many of ``rows``' own model went."""
+    transaction, as ingest goes on beside it; how many of ``rows``' own model went. Walked by key,
+    each batch past the last: rows the filter keeps are read once, not once a batch."""
     label = rows.model._meta.label
-    total = 0
+    total, after = 0, None
     while True:
         with transaction.atomic():
-            keys = list(rows.order_by().values_list("pk", flat=True)[:batch])
+            page = rows.order_by("pk") if after is None else rows.filter(pk__gt=after).order_by("pk")
+            keys = list(page.values_list("pk", flat=True)[:batch])
             if not keys:
                 return total
+            after = keys[-1]
             total += keys_delete(rows.model, keys)[label]
 
 

@@ -233,6 +233,12 @@ def test_an_editor_outcome_naming_another_interactions_client_id_labels_nothing(
     response = editor.post("/v1/editor/autocomplete", _outcome("c-7", "z", accepted=False), format="json")
     assert response.status_code == 200 and response.json()["feedback"]["status"] == "rejected", response.content
     assert not Feedback.objects.exists()
+    # Nor is it told that row's id (it says when the row was served: apps.interactions.ids) ...
+    assert response.json()["interaction"] == {"index": 0, "status": "duplicate", "client_id": "c-7"}
+    # ... while a replay of its own outcome answers its own id.
+    first = editor.post("/v1/editor/autocomplete", _outcome("cmp-own", "z"), format="json").json()
+    again = editor.post("/v1/editor/autocomplete", _outcome("cmp-own", "z"), format="json").json()
+    assert again["interaction"]["status"] == "duplicate" and again["interaction"]["id"] == first["interaction"]["id"]
 
 
 def test_an_editor_key_is_made_by_the_api_the_command_and_offered_by_the_dashboard(tenant, capsys):
