@@ -24,6 +24,7 @@ from apps.tenants.services import audit_record
 from apps.training.models import ACTIVE_STATUSES, TrainingRun, TrainingRunErasure, TrainingRunEvent
 from apps.training.selectors import adapter_lineage_head
 from apps.training.services import training_schedule
+from apps.training.services.scheduling import tenant_lock
 
 RETRAIN_TRIGGER = "retrain without erased users"
 
@@ -47,7 +48,11 @@ def training_erasure_record(tenant: Tenant, *, interactions: QuerySet[Any], exte
     inside the erase's transaction."""
     # The tenant's active runs are locked first: one fixing its window holds its row until the window
     # is committed (apps.training.dataset), so its events are read below; one that starts fixing it
-    # after waits for the erase, and its window finds the user's feedback gone.
+    # after waits for the erase, and its window finds the user's feedback gone. Under the tenant's
+    # lock, as scheduling, claiming and requeuing take the tenant's and then runs' rows (a requeue
+    # locks its run, then the queued run it sends next, which may have the lower id): taken in the
+    # same order, an erase waits for them instead of deadlocking with one.
+    tenant_lock(tenant.pk)
     list(
         TrainingRun.objects.select_for_update()
         .filter(tenant=tenant, status__in=ACTIVE_STATUSES)

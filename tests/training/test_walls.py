@@ -278,3 +278,60 @@ def test_erasure_marks_are_keyed_with_their_own_key_so_rotating_secret_key_keeps
     assert erased_user_hash(tenant, "dev-0") == mark
     settings.ERASURE_MARK_KEY = "another-" + settings.ERASURE_MARK_KEY
     assert erased_user_hash(tenant, "dev-0") != mark
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_erase_meeting_a_requeue_that_locks_a_later_run_first_waits_instead_of_deadlocking(
+    tenant, tiny_adapter, add_events
+):
+    """A requeue locks the tenant, its run, then the queued run it sends next, which may have the
+    lower id; an erase locks the tenant's active runs in id order. The erase takes the tenant's
+    lock first, so it waits for the requeue; locking the runs alone it would hold the lower one and
+    wait for the higher, while the requeue waits for the lower: a deadlock, one of them aborted."""
+    import threading
+    import time
+
+    from django.db import connection, transaction
+
+    from apps.training.services.scheduling import tenant_lock
+
+    tenant.max_concurrent_training_runs = 2
+    tenant.save()
+    other = adapter_create(tenant, name="chat", base_model=tiny_adapter.base_model)
+    add_events(5)  # one of each of five developers
+    lower = training_schedule(tiny_adapter, force=True)
+    higher = training_schedule(other, force=True)
+    assert lower is not None and higher is not None and lower.pk < higher.pk
+    holding, errors = threading.Event(), []
+
+    def requeue() -> None:
+        try:
+            with transaction.atomic():
+                tenant_lock(tenant.pk)
+                TrainingRun.objects.select_for_update().get(pk=higher.pk)
+                holding.set()
+                # Go on only once the erase waits for a lock (an ungranted one), as a requeue that
+                # meets an erase mid-way would.
+                deadline = time.monotonic() + 60
+                with connection.cursor() as cursor:
+                    while time.monotonic() < deadline:
+                        cursor.execute(
+                            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                            " WHERE NOT l.granted AND a.datname = current_database()"
+                        )
+                        if cursor.fetchone()[0]:
+                            break
+                        time.sleep(0.05)
+                TrainingRun.objects.select_for_update().get(pk=lower.pk)
+        except Exception as exc:  # a deadlock aborts one side: recorded, and the test fails on it
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    requeuing = threading.Thread(target=requeue)
+    requeuing.start()
+    assert holding.wait(timeout=30)
+    report = end_user_erase(tenant, external_id="dev-0", actor="test")
+    requeuing.join(timeout=60)
+    assert not requeuing.is_alive() and errors == []
+    assert report.deleted["interactions"] == 1
