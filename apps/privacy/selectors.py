@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from apps.cohorts.models import ConsentChange, EndUser
 from apps.cohorts.selectors import consent_history
@@ -71,12 +71,17 @@ def end_user_erase_preview(tenant: Tenant, *, external_id: str) -> dict[str, Any
         raise NotFound(f"no end user {external_id[:200]!r}")
     client_ids = pending_keys(interactions, failures=failures, open_streams=open_streams)
     trained_on, evaluated_on = versions_touched_by(interactions)
+    others_turns = Interaction.objects.filter(tenant=tenant, conversation_id=OuterRef("conversation_id")).exclude(
+        end_user_id=external_id
+    )
     return {
         "deleted": {
             "interactions": interactions.count(),
             "session_outcomes": ConversationOutcome.objects.filter(
                 tenant=tenant, conversation_id__in=interactions.exclude(conversation_id="").values("conversation_id")
-            ).count(),
+            )
+            .exclude(Exists(others_turns))  # another user's turns share the session: its outcome stays
+            .count(),
             "feedback": Feedback.objects.filter(tenant=tenant, interaction__in=interactions).count(),
             "pending_feedback": Feedback.objects.filter(
                 tenant=tenant, **in_values("pending_client_id", client_ids)

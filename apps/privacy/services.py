@@ -95,9 +95,19 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     # (apps.privacy.deletion): a heavy user's tens of thousands of rows are never loaded.
     deleted = rows_delete(interactions)
     report.deleted["feedback"] = deleted["interactions.Feedback"]
-    session_outcomes = (
-        ConversationOutcome.objects.filter(tenant=tenant, **in_values("conversation_id", conversation_ids)).delete()[0]
+    # A session's outcome goes with the user's turns, unless another user's turns share the session
+    # (a tenant's ids reused across users): it is theirs too, spread to their turns.
+    shared = set(
+        Interaction.objects.filter(tenant=tenant, **in_values("conversation_id", conversation_ids))
+        .values_list("conversation_id", flat=True)
+        .distinct()
         if conversation_ids
+        else ()
+    )
+    own_sessions = [c for c in conversation_ids if c not in shared]
+    session_outcomes = (
+        ConversationOutcome.objects.filter(tenant=tenant, **in_values("conversation_id", own_sessions)).delete()[0]
+        if own_sessions
         else 0
     )
     report.deleted["pending_feedback"] = (

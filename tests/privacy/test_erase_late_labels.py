@@ -19,6 +19,7 @@ from apps.cohorts.models import ErasedId
 from apps.interactions.models import ConversationOutcome, Feedback, Interaction, PersistenceReport, ServingFailure
 from apps.interactions.services import feedback_ingest, interactions_ingest
 from apps.privacy.retention import retention_prune
+from apps.privacy.selectors import end_user_erase_preview
 from apps.privacy.services import end_user_erase
 from apps.training.dataset import dataset_export
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunErasure, TrainingRunEvent
@@ -181,3 +182,17 @@ def test_an_erase_waits_for_a_run_fixing_its_window_and_names_it(tenant, tiny_st
     assert [r["run"] for r in report.training_runs] == [run.pk]
     assert TrainingRunErasure.objects.filter(run=run).exists()
     assert not Interaction.objects.exists() and not TrainingRunEvent.objects.exists()
+
+
+def test_a_session_that_another_users_turns_share_keeps_its_outcome_for_them(client_a, tenant):
+    turn = {"messages": [{"role": "user", "content": "hi"}], "conversation_id": "shared-sess"}
+    _log(client_a, "mine", "gone", turn=0, **turn)
+    _log(client_a, "theirs", "stays", turn=1, **turn)
+    outcome = {"conversation_id": "shared-sess", "turn": 1, "outcome": "thumbs_up"}
+    assert client_a.post("/v1/feedback", outcome, format="json").status_code == 200
+    assert Feedback.objects.filter(interaction__client_id="theirs", session_outcome__isnull=False).exists()
+    assert end_user_erase_preview(tenant, external_id="gone")["deleted"]["session_outcomes"] == 0
+    report = _erase(client_a, "gone")
+    assert report["deleted"]["session_outcomes"] == 0 and report["deleted"]["interactions"] == 1
+    assert ConversationOutcome.objects.filter(conversation_id="shared-sess").exists()
+    assert Feedback.objects.filter(interaction__client_id="theirs", session_outcome__isnull=False).exists()
