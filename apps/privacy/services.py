@@ -89,6 +89,16 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     client_ids = pending_keys(interactions, failures=failures, open_streams=open_streams)
     conversations = interactions.exclude(conversation_id="").values_list("conversation_id", flat=True)
     conversation_ids = list(conversations.distinct())
+    if conversation_ids:
+        # Their sessions' outcomes are locked before the turns' feedback goes, in the order recording
+        # an outcome takes them (the outcome, then its turns' feedback: apps.interactions.sessions);
+        # deleting the feedback first deadlocked with an outcome sent meanwhile.
+        list(
+            ConversationOutcome.objects.select_for_update()
+            .filter(tenant=tenant, **in_values("conversation_id", conversation_ids))
+            .order_by("pk")
+            .values_list("pk")
+        )
     # Labels sent late for what goes now would wait for it as pending, out of any erase's reach.
     erased_ids_record(tenant.pk, client_ids=client_ids, conversation_ids=conversation_ids)
     # Their interactions with what cascades (feedback, persistence reports, training events), set-wise
@@ -98,7 +108,8 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     # A session's outcome goes with the user's turns, unless another user's turns share the session
     # (a tenant's ids reused across users): it is theirs too, spread to their turns.
     shared = set(
-        Interaction.objects.filter(tenant=tenant, **in_values("conversation_id", conversation_ids))
+        Interaction.objects.filter(tenant=tenant, turn__isnull=False, **in_values("conversation_id", conversation_ids))
+        .exclude(end_user_id=external_id)  # a turn of theirs recorded during this erase is not another's
         .values_list("conversation_id", flat=True)
         .distinct()
         if conversation_ids

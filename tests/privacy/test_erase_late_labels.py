@@ -196,3 +196,54 @@ def test_a_session_that_another_users_turns_share_keeps_its_outcome_for_them(cli
     assert report["deleted"]["session_outcomes"] == 0 and report["deleted"]["interactions"] == 1
     assert ConversationOutcome.objects.filter(conversation_id="shared-sess").exists()
     assert Feedback.objects.filter(interaction__client_id="theirs", session_outcome__isnull=False).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_erase_meeting_a_session_outcome_being_recorded_waits_instead_of_deadlocking(make_tenant, make_client):
+    """Recording a session's outcome locks the outcome, then its turns' feedback
+    (apps.interactions.sessions); the erase locks the user's sessions' outcomes before their turns'
+    feedback goes, so it waits for the recording. Deleting the feedback first, it held the rows the
+    recording wanted while waiting for the outcome the recording held: a deadlock."""
+    from django.db import transaction
+
+    tenant = make_tenant("sessions")
+    client = make_client(tenant)
+    turn = {"messages": [{"role": "user", "content": "hi"}], "conversation_id": "s-lock"}
+    _log(client, "t0", "gone", turn=0, **turn)
+    outcome = {"conversation_id": "s-lock", "turn": 0, "outcome": "thumbs_up"}
+    assert client.post("/v1/feedback", outcome, format="json").status_code == 200
+    holding, errors = threading.Event(), []
+
+    def record() -> None:
+        try:
+            with transaction.atomic():
+                ConversationOutcome.objects.select_for_update().get(tenant=tenant, conversation_id="s-lock")
+                holding.set()
+                _wait_for_a_waiting_lock()
+                list(Feedback.objects.select_for_update().filter(tenant=tenant, interaction__conversation_id="s-lock"))
+        except Exception as exc:  # a deadlock aborts one side: recorded, and the test fails on it
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    recording = threading.Thread(target=record)
+    recording.start()
+    assert holding.wait(timeout=30)
+    report = end_user_erase(tenant, external_id="gone", actor="test")
+    recording.join(timeout=60)
+    assert not recording.is_alive() and errors == []
+    assert report.deleted["interactions"] == 1 and report.deleted["session_outcomes"] == 1
+
+
+def _wait_for_a_waiting_lock(seconds: float = 60) -> None:
+    """Return once some session of this database waits for a lock (an ungranted one)."""
+    deadline = time.monotonic() + seconds
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                " WHERE NOT l.granted AND a.datname = current_database()"
+            )
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.05)
