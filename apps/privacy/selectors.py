@@ -71,9 +71,13 @@ def end_user_erase_preview(tenant: Tenant, *, external_id: str) -> dict[str, Any
         raise NotFound(f"no end user {external_id[:200]!r}")
     client_ids = pending_keys(interactions, failures=failures, open_streams=open_streams)
     trained_on, evaluated_on = versions_touched_by(interactions)
-    others_turns = Interaction.objects.filter(
-        tenant=tenant, conversation_id=OuterRef("conversation_id"), turn__isnull=False
-    ).exclude(end_user_id=external_id)
+    # Another user's turns in one of the sessions (by the partial index on sessions' turns, which
+    # the non-empty test lets the planner use).
+    others_turns = (
+        Interaction.objects.filter(tenant=tenant, conversation_id=OuterRef("conversation_id"), turn__isnull=False)
+        .exclude(conversation_id="")
+        .exclude(end_user_id=external_id)
+    )
     return {
         "deleted": {
             "interactions": interactions.count(),

@@ -109,6 +109,7 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     # (a tenant's ids reused across users): it is theirs too, spread to their turns.
     shared = set(
         Interaction.objects.filter(tenant=tenant, turn__isnull=False, **in_values("conversation_id", conversation_ids))
+        .exclude(conversation_id="")  # lets the planner use the partial index on sessions' turns
         .exclude(end_user_id=external_id)  # a turn of theirs recorded during this erase is not another's
         .values_list("conversation_id", flat=True)
         .distinct()
