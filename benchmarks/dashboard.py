@@ -18,7 +18,6 @@ import random
 import statistics
 import sys
 import time
-import uuid
 from datetime import timedelta
 
 from common import DEFAULT_DATABASE_URL, ROOT, fresh_database, percentile, setup_django
@@ -36,6 +35,7 @@ def build(exposures: int, snapshots: int, seed: int) -> dict[str, object]:
     from apps.cohorts.models import ConsentChange, EndUser
     from apps.experiments.models import Experiment, ExperimentExposure, ExperimentSnapshot
     from apps.experiments.services import experiment_snapshot_take
+    from apps.interactions.ids import time_id
     from apps.interactions.models import Feedback, Interaction
     from apps.tenants.services import membership_create, tenant_create
 
@@ -90,7 +90,7 @@ def build(exposures: int, snapshots: int, seed: int) -> dict[str, object]:
                 served = now - timedelta(hours=rng.uniform(0, 72))
                 interactions.append(
                     Interaction(
-                        id=uuid.uuid4(), tenant=tenant, source="served", prompt="def f(x):\n    ",
+                        id=time_id(served), tenant=tenant, source="served", prompt="def f(x):\n    ",
                         completion="return x" if rng.random() < 0.9 else "", adapter=adapter,
                         adapter_version=candidate if arm == "candidate" else control, experiment=experiment,
                         experiment_arm=arm, end_user_id=u.external_id, end_user_opted_in=True, served_at=served,

@@ -159,7 +159,6 @@ def snapshot_seconds_db_aggregation(users: int, seed: int) -> float | None:
     ``users`` exposures and two requests each, in a fresh database. None without one to use."""
     import os
     import random
-    import uuid
 
     from common import DEFAULT_DATABASE_URL, fresh_database, setup_django
 
@@ -173,6 +172,7 @@ def snapshot_seconds_db_aggregation(users: int, seed: int) -> float | None:
     from apps.cohorts.models import EndUser
     from apps.experiments.models import Experiment, ExperimentExposure
     from apps.experiments.services import experiment_snapshot_take
+    from apps.interactions.ids import time_id
     from apps.interactions.models import Feedback, Interaction
     from apps.tenants.services import tenant_create
 
@@ -227,7 +227,7 @@ def snapshot_seconds_db_aggregation(users: int, seed: int) -> float | None:
             for _ in range(2):
                 interactions.append(
                     Interaction(
-                        id=uuid.uuid4(),
+                        id=time_id(now),
                         tenant=tenant,
                         source="served",
                         prompt="p",
