@@ -21,21 +21,25 @@ _VERSION_7 = bytes((b & 0x0F) | 0x70 for b in range(256))  # byte 6's high nibbl
 _VARIANT = bytes((b & 0x3F) | 0x80 for b in range(256))  # byte 8's top bits: the RFC 9562 variant
 
 
-def time_ids(moments: Sequence[datetime]) -> list[str]:
-    """A new id for each of ``moments``, as text (as ``str(uuid.UUID)`` writes it); the random bytes
-    drawn at once for a batch. A moment before 1970 is taken as 1970."""
-    count = len(moments)
-    raw = bytearray(os.urandom(16 * count))
+def _raw(moments: Sequence[datetime]) -> bytearray:
+    """16 bytes an id, one per moment, the random bytes drawn at once. A moment before 1970 is taken
+    as 1970."""
+    raw = bytearray(os.urandom(16 * len(moments)))
     for i, moment in enumerate(moments):
         millis = max(int(moment.timestamp() * 1000), 0)  # 48 bits hold years past any datetime's 9999
         raw[16 * i : 16 * i + 6] = millis.to_bytes(6, "big")
     raw[6::16] = raw[6::16].translate(_VERSION_7)
     raw[8::16] = raw[8::16].translate(_VARIANT)
-    h = raw.hex()
+    return raw
+
+
+def time_ids(moments: Sequence[datetime]) -> list[str]:
+    """A new id for each of ``moments``, as text (as ``str(uuid.UUID)`` writes it)."""
+    h = _raw(moments).hex()
     return [f"{h[i : i + 8]}-{h[i + 8 : i + 12]}-{h[i + 12 : i + 16]}-{h[i + 16 : i + 20]}-{h[i + 20 : i + 32]}"
-            for i in range(0, 32 * count, 32)]  # fmt: skip
+            for i in range(0, 32 * len(moments), 32)]  # fmt: skip
 
 
 def time_id(moment: datetime | None = None) -> uuid.UUID:
-    """One id made from ``moment`` (now, if not given): :func:`time_ids`."""
-    return uuid.UUID(time_ids([moment or timezone.now()])[0])
+    """One id made from ``moment`` (now, if not given), as a UUID (no text made and parsed back)."""
+    return uuid.UUID(bytes=bytes(_raw([moment or timezone.now()])))

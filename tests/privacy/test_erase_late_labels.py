@@ -23,6 +23,7 @@ from apps.privacy.selectors import end_user_erase_preview
 from apps.privacy.services import end_user_erase
 from apps.training.dataset import dataset_export
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunErasure, TrainingRunEvent
+from tests.fixtures.locks import wait_for_a_waiting_lock
 
 pytestmark = pytest.mark.django_db
 
@@ -219,7 +220,7 @@ def test_an_erase_meeting_a_session_outcome_being_recorded_waits_instead_of_dead
             with transaction.atomic():
                 ConversationOutcome.objects.select_for_update().get(tenant=tenant, conversation_id="s-lock")
                 holding.set()
-                _wait_for_a_waiting_lock()
+                wait_for_a_waiting_lock()
                 list(Feedback.objects.select_for_update().filter(tenant=tenant, interaction__conversation_id="s-lock"))
         except Exception as exc:  # a deadlock aborts one side: recorded, and the test fails on it
             errors.append(exc)
@@ -234,16 +235,3 @@ def test_an_erase_meeting_a_session_outcome_being_recorded_waits_instead_of_dead
     assert not recording.is_alive() and errors == []
     assert report.deleted["interactions"] == 1 and report.deleted["session_outcomes"] == 1
 
-
-def _wait_for_a_waiting_lock(seconds: float = 60) -> None:
-    """Return once some session of this database waits for a lock (an ungranted one)."""
-    deadline = time.monotonic() + seconds
-    with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
-            cursor.execute(
-                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-                " WHERE NOT l.granted AND a.datname = current_database()"
-            )
-            if cursor.fetchone()[0]:
-                return
-            time.sleep(0.05)

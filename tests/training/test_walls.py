@@ -15,6 +15,7 @@ from apps.privacy.services import end_user_erase
 from apps.training.erasure import erased_user_hash
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunErasure, TrainingRunEvent
 from apps.training.services import RERUN_TRIGGER, training_reap_stale, training_run_claim, training_schedule
+from tests.fixtures.locks import wait_for_a_waiting_lock
 from tests.fixtures.workers import wait_until
 
 TERMINAL = ("candidate", "rejected", "failed")
@@ -220,7 +221,6 @@ def test_an_erase_that_meets_a_run_registering_its_version_waits_for_it_and_name
     has read the run without its version by then. Nothing is held out (``policy``): the user's events
     are in the trained part whatever the run's id seeds."""
     import threading
-    import time
 
     from django.db import connection, transaction
 
@@ -246,16 +246,7 @@ def test_an_erase_that_meets_a_run_registering_its_version_waits_for_it_and_name
                 TrainingRun.objects.filter(pk=run.pk).update(output_version=version)
                 # Commit only once the erase waits for this row (an ungranted lock), so an erase
                 # that did not wait would have read the run before its version.
-                deadline = time.monotonic() + 60
-                with connection.cursor() as cursor:
-                    while time.monotonic() < deadline:
-                        cursor.execute(
-                            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-                            " WHERE NOT l.granted AND a.datname = current_database()"
-                        )
-                        if cursor.fetchone()[0]:
-                            break
-                        time.sleep(0.05)
+                wait_for_a_waiting_lock()
         finally:
             connection.close()
 
@@ -289,7 +280,6 @@ def test_an_erase_meeting_a_requeue_that_locks_a_later_run_first_waits_instead_o
     lock first, so it waits for the requeue; locking the runs alone it would hold the lower one and
     wait for the higher, while the requeue waits for the lower: a deadlock, one of them aborted."""
     import threading
-    import time
 
     from django.db import connection, transaction
 
@@ -312,16 +302,7 @@ def test_an_erase_meeting_a_requeue_that_locks_a_later_run_first_waits_instead_o
                 holding.set()
                 # Go on only once the erase waits for a lock (an ungranted one), as a requeue that
                 # meets an erase mid-way would.
-                deadline = time.monotonic() + 60
-                with connection.cursor() as cursor:
-                    while time.monotonic() < deadline:
-                        cursor.execute(
-                            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-                            " WHERE NOT l.granted AND a.datname = current_database()"
-                        )
-                        if cursor.fetchone()[0]:
-                            break
-                        time.sleep(0.05)
+                wait_for_a_waiting_lock()
                 TrainingRun.objects.select_for_update().get(pk=lower.pk)
         except Exception as exc:  # a deadlock aborts one side: recorded, and the test fails on it
             errors.append(exc)
