@@ -136,13 +136,15 @@ def start_gunicorn(
     return proc
 
 
-def stop(proc: subprocess.Popen) -> None:
+def stop(proc: subprocess.Popen, *, grace_s: float = 30.0) -> None:
+    """SIGTERM the process group; SIGKILL it if it has not exited ``grace_s`` seconds later."""
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
 
 
 def percentile(values: list[float], q: float) -> float:

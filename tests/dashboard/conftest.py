@@ -75,8 +75,10 @@ def log_events(
     user: str = "dev-1",
     completion: str = "return a + b",
     version: Any = None,
+    refresh: bool = True,
 ) -> list[str]:
-    """Log one interaction per outcome (None: no feedback) through the ingest services; ids returned."""
+    """Log one interaction per outcome (None: no feedback) through the ingest services; ids returned.
+    ``refresh=False`` leaves the rollups to a later ``rollups_refresh`` (one pass for many calls)."""
     from apps.interactions.models import Interaction
     from apps.interactions.rollups import rollups_refresh
     from apps.interactions.services import feedback_ingest, interactions_ingest
@@ -109,7 +111,8 @@ def log_events(
     ]
     if feedback:
         feedback_ingest(tenant, items=feedback)
-    rollups_refresh(tenant.pk)  # what beat does every few seconds: the pages read rollups
+    if refresh:
+        rollups_refresh(tenant.pk)  # what beat does every few seconds: the pages read rollups
     return ids
 
 
@@ -290,6 +293,7 @@ def feed_experiment(
     from apps.cohorts.services import end_users_observe
     from apps.experiments.models import CANDIDATE, CONTROL
     from apps.experiments.services import experiment_snapshot_take, exposure_record
+    from apps.interactions.rollups import rollups_refresh
 
     names = [f"{prefix}-{i:04d}" for i in range(users)]
     end_users_observe(
@@ -307,6 +311,7 @@ def feed_experiment(
             exposure_record(world.experiment, external_id=names[index], arm=arm)
             accepted = index % 2 if arm == CONTROL else 2 + index % 3
             outcomes: list[str | None] = ["accepted"] * accepted + ["rejected"] * (4 - accepted)
-            log_events(world.a, outcomes=outcomes, user=names[index], minutes_ago=minutes_ago)
+            log_events(world.a, outcomes=outcomes, user=names[index], minutes_ago=minutes_ago, refresh=False)
+        rollups_refresh(world.a.pk)  # beat's pass over the batch's hours, before its snapshot
         snapshot = experiment_snapshot_take(world.experiment.pk)
     return snapshot

@@ -82,7 +82,12 @@ def live_world(transactional_db: Any, make_tenant, make_user, tiny_starter_model
     mixes = [["accepted", "rejected", "not_shown"], ["accepted", "accepted", "edited", "rejected"], ["rejected", None]]
     for hour in range(1, 22):
         log_events(
-            world.a, outcomes=mixes[hour % 3], minutes_ago=hour * 60 - 5, user=f"dev-{hour % 4}", version=world.v1
+            world.a,
+            outcomes=mixes[hour % 3],
+            minutes_ago=hour * 60 - 5,
+            user=f"dev-{hour % 4}",
+            version=world.v1,
+            refresh=False,  # feed_experiment's refresh below covers these hours too
         )
     # Long text must wrap or be cut with an ellipsis, never widen a page.
     long_line = "    result_{0} = compute_something_rather_long(argument_{0}, option={0})"
@@ -92,6 +97,7 @@ def live_world(transactional_db: Any, make_tenant, make_user, tiny_starter_model
         minutes_ago=2,
         completion="\n".join(long_line.format(i) for i in range(40)),
         user="an-end-user-id-from-the-tenants-own-directory-service-0123456789abcdef-0123456789abcdef",
+        refresh=False,
     )
     # The running experiment, with a few snapshots to draw; its traffic is older than the overview's
     # day, so the overview's numbers stay the ones its test states.
