@@ -13,8 +13,10 @@ must never delete is theirs:
   reads them to say which versions learned from the user. The windows of purged or failed
   versions, and of runs that registered none, go.
 
-Each pass deletes in batches (short transactions: ingest goes on beside it) and records what it
-removed in the audit log (``retention.prune``) and in ``strop_retention_deleted`` on ``/metrics``.
+Each pass deletes in batches (short transactions: ingest goes on beside it), reading what it must
+keep anew for each batch while the tenant's runs are held (``training_windows_hold``), and records
+what it removed in the audit log (``retention.prune``) and in ``strop_retention_deleted_total`` on
+``/metrics``, what its batches committed before a failure included.
 Before deleting, the pass rolls up every old hour that has no rollup yet (``rollups_settle``: an
 install upgraded from before rollups); pending marks are left to beat's refresh; rollups are never
 deleted and the hours before the cutoff are never recomputed again
@@ -24,6 +26,7 @@ deleted and the hours before the cutoff are never recomputed again
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -42,6 +45,7 @@ from apps.interactions.rollups import retention_cutoff, rollups_settle
 from apps.privacy.deletion import keys_delete
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
+from apps.training.erasure import training_windows_hold
 from apps.training.models import ACTIVE_STATUSES, TrainingRun, TrainingRunEvent
 from apps.training.selectors import GOOD_VERSION_STATUSES, interaction_belongs_to_adapter
 
@@ -107,69 +111,109 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
     kinds = (
         "interactions",
         "feedback",
+        "persistence_reports",
+        "training_window_events",  # of windows no version an erase reads needs (purged, failed, none)
         "pending_feedback",
         "pending_persistence_reports",
         "serving_failures",
         "session_outcomes",
     )
     deleted = dict.fromkeys(kinds, 0)
-    old = _deletable(tenant, cutoff).order_by("served_at", "id")
+    try:
+        _prune(tenant, cutoff, batch, deleted)
+    except Exception as exc:  # what the batches before it deleted is gone: it is recorded all the same
+        _recorded(tenant, RetentionReport(cutoff=cutoff, deleted=deleted), error=f"{type(exc).__name__}: {exc}")
+        raise
+    report.deleted = deleted
+    _recorded(tenant, report)
+    return report
+
+
+def _recorded(tenant: Tenant, report: RetentionReport, *, error: str = "") -> None:
+    """The audit entry and ``/metrics``' counts of what a pass deleted (nothing: no entry)."""
+    if not any(report.deleted.values()):
+        return
+    data = report.as_dict()
+    if error:
+        data["error"] = error[:500]  # the pass stopped there; the next one goes on
+    audit_record(
+        tenant, actor="system", action="retention.prune", target_type="tenant", target_id=tenant.slug, data=data
+    )
+    retention_counted(tenant.slug, report.deleted)
+
+
+def _prune(tenant: Tenant, cutoff: datetime, batch: int, deleted: dict[str, int]) -> None:
+    """The pass's deletes, batch by batch, counted into ``deleted`` as each batch commits."""
     # Walked by (served_at, id): each batch starts past the last one, so kept rows are read once.
     after: tuple[datetime, UUID] | None = None
     while True:
         with transaction.atomic():
-            page = old
+            # No window is fixed, version registered or run requeued while a batch is chosen and
+            # deleted, and what it must keep is read anew each batch: a pass of many batches sees
+            # a run that ended meanwhile as it is now (its version, live, keeps its window).
+            training_windows_hold(tenant.pk)
+            page = _deletable(tenant, cutoff).order_by("served_at", "id")
             if after is not None:
-                page = old.filter(Q(served_at__gt=after[0]) | Q(served_at=after[0], id__gt=after[1]))
+                page = page.filter(Q(served_at__gt=after[0]) | Q(served_at=after[0], id__gt=after[1]))
             keys = list(page.values_list("served_at", "id")[:batch])
             if not keys:
                 break
             after = keys[-1]
             counts = keys_delete(Interaction, [pk for _, pk in keys])  # the tenant's, as found above
-            deleted["feedback"] += counts["interactions.Feedback"]
-            deleted["interactions"] += counts["interactions.Interaction"]
+        # Counted once the batch has committed.
+        deleted["feedback"] += counts["interactions.Feedback"]
+        deleted["interactions"] += counts["interactions.Interaction"]
+        deleted["persistence_reports"] += counts["interactions.PersistenceReport"]
+        deleted["training_window_events"] += counts["training.TrainingRunEvent"]
     # The rest by key in batches too: a tenant's first pass, or one after its retention was shortened,
-    # may find hundreds of thousands of each.
-    pending = Feedback.objects.filter(tenant=tenant, interaction__isnull=True, received_at__lt=cutoff)
-    deleted["pending_feedback"] = _batches_delete(pending, batch)
-    reports = PersistenceReport.objects.filter(tenant=tenant, interaction__isnull=True, received_at__lt=cutoff)
-    deleted["pending_persistence_reports"] = _batches_delete(reports, batch)
+    # may find hundreds of thousands of each. Pending labels by their last event: one sent again
+    # since the cutoff is recent.
+    pending = Feedback.objects.filter(tenant=tenant, interaction__isnull=True, updated_at__lt=cutoff)
+    _kind_delete(pending, "pending_feedback", batch, deleted)
+    reports = PersistenceReport.objects.filter(tenant=tenant, interaction__isnull=True, updated_at__lt=cutoff)
+    _kind_delete(reports, "pending_persistence_reports", batch, deleted)
     running = Experiment.objects.filter(tenant=tenant, status=Experiment.Status.RUNNING).values("pk")
     failures = ServingFailure.objects.filter(tenant=tenant, occurred_at__lt=cutoff).exclude(experiment_id__in=running)
-    deleted["serving_failures"] = _batches_delete(failures, batch)
+    _kind_delete(failures, "serving_failures", batch, deleted)
     # Sessions' outcomes last changed before the cutoff that no kept turn carries any more (one that
     # waited for turns that never came, or whose turns went above).
     carried = Feedback.objects.filter(session_outcome=OuterRef("pk"))
     outcomes = ConversationOutcome.objects.filter(tenant=tenant, updated_at__lt=cutoff).exclude(Exists(carried))
-    deleted["session_outcomes"] = _batches_delete(outcomes, batch)
-    report.deleted = deleted
-    if any(deleted.values()):
-        audit_record(
-            tenant,
-            actor="system",
-            action="retention.prune",
-            target_type="tenant",
-            target_id=tenant.slug,
-            data=report.as_dict(),
-        )
-        retention_counted(tenant.slug, deleted)
-    return report
+    _kind_delete(outcomes, "session_outcomes", batch, deleted)
 
 
-def _batches_delete(rows: QuerySet[Any], batch: int) -> int:
+def _kind_delete(rows: QuerySet[Any], kind: str, batch: int, deleted: dict[str, int]) -> None:
+    """:func:`_batches_delete`, its rows counted as ``kind`` (what its batches committed, even if a
+    later one fails), the training events that cascaded from them as such."""
+    counts: Counter[str] = Counter()
+    try:
+        _batches_delete(rows, batch, counts)
+    finally:
+        deleted[kind] += counts[rows.model._meta.label]
+        deleted["training_window_events"] += counts["training.TrainingRunEvent"]
+
+
+def _batches_delete(rows: QuerySet[Any], batch: int, counts: Counter[str]) -> None:
     """Delete ``rows`` (with what cascades from them, :func:`keys_delete`) ``batch`` keys a short
-    transaction, as ingest goes on beside it; how many of ``rows``' own model went. Walked by key,
-    each batch past the last: rows the filter keeps are read once, not once a batch."""
-    label = rows.model._meta.label
-    total, after = 0, None
+    transaction, as ingest goes on beside it, adding each committed batch's rows by model label to
+    ``counts``. Walked by key, each batch past the last: rows the filter keeps are read once.
+
+    A batch's rows are locked, then read again by the whole filter: one changed meanwhile (a pending
+    label attached to its interaction, a session's outcome sent again or spread to a new turn) no
+    longer matches and stays; locked, none can change until the batch is deleted."""
+    model = rows.model
+    after = None
     while True:
         with transaction.atomic():
             page = rows.order_by("pk") if after is None else rows.filter(pk__gt=after).order_by("pk")
             keys = list(page.values_list("pk", flat=True)[:batch])
             if not keys:
-                return total
+                return
             after = keys[-1]
-            total += keys_delete(rows.model, keys)[label]
+            locked = list(model.objects.select_for_update().filter(pk__in=keys).order_by("pk").values_list("pk"))
+            still = list(rows.filter(pk__in=[pk for (pk,) in locked]).values_list("pk", flat=True))
+            done = keys_delete(model, still)
+        counts.update(done)
 
 
 def retention_prune_all(*, now: datetime | None = None) -> dict[str, RetentionReport]:

@@ -43,6 +43,20 @@ class ErasedRuns:
     retrain: list[dict[str, str]] = field(default_factory=list)
 
 
+def training_windows_hold(tenant_id: int) -> None:
+    """Until the caller's transaction ends, no run of the tenant fixes its window, registers a
+    version, is requeued or scheduled: the tenant's lock, then its active runs' rows, in the order
+    scheduling, claiming and requeuing take them (no deadlock with one). A run fixing its window
+    holds its row until the window is committed (apps.training.dataset): this waits for it."""
+    tenant_lock(tenant_id)
+    list(
+        TrainingRun.objects.select_for_update()
+        .filter(tenant_id=tenant_id, status__in=ACTIVE_STATUSES)
+        .order_by("pk")
+        .values_list("pk")
+    )
+
+
 def training_erasure_record(tenant: Tenant, *, interactions: QuerySet[Any], external_id: str) -> ErasedRuns:
     """Mark every run whose window holds these interactions' events; call before they are deleted,
     inside the erase's transaction."""
@@ -52,13 +66,7 @@ def training_erasure_record(tenant: Tenant, *, interactions: QuerySet[Any], exte
     # lock, as scheduling, claiming and requeuing take the tenant's and then runs' rows (a requeue
     # locks its run, then the queued run it sends next, which may have the lower id): taken in the
     # same order, an erase waits for them instead of deadlocking with one.
-    tenant_lock(tenant.pk)
-    list(
-        TrainingRun.objects.select_for_update()
-        .filter(tenant=tenant, status__in=ACTIVE_STATUSES)
-        .order_by("pk")
-        .values_list("pk")
-    )
+    training_windows_hold(tenant.pk)
     events = TrainingRunEvent.objects.filter(run__tenant=tenant, feedback__interaction__in=interactions)
     trained: dict[int, bool] = {}  # run id -> whether the user was in its trained part (else held out only)
     for run_id, held_out in events.values_list("run_id", "held_out").distinct():

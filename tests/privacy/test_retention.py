@@ -59,11 +59,16 @@ def adapter(tenant):
 
 def test_old_interactions_go_recent_ones_stay_and_the_pass_says_what_it_removed(tenant, adapter):
     old, recent = _log(tenant, prefix="old", days_ago=40), _log(tenant, prefix="new", days_ago=2)
+    at = timezone.now() - timedelta(days=40)
+    PersistenceReport.objects.create(  # what the editor kept of an old suggestion goes with it
+        tenant=tenant, interaction_id=old[0], checkpoint_s=30, occurred_at=at, received_at=at, updated_at=at
+    )
     rollups_refresh(tenant.pk)
     tenant.retention_days = 30
     tenant.save()
     report = retention_prune(tenant)
     assert report.deleted["interactions"] == 3 and report.deleted["feedback"] == 3
+    assert report.deleted["persistence_reports"] == 1
     assert set(map(str, Interaction.objects.filter(tenant=tenant).values_list("id", flat=True))) == set(recent)
     assert not Feedback.objects.filter(interaction_id__in=old).exists()
     event = AuditEvent.objects.get(tenant=tenant, action="retention.prune")
@@ -153,7 +158,26 @@ def _trained(tenant, adapter, version, ids: list[str]) -> TrainingRun:
     return run
 
 
-def test_an_ancestor_of_a_live_version_keeps_its_window_so_a_later_erase_still_taints_its_heirs(tenant, adapter):
+def _counted(client, kind: str, tenant) -> float:
+    """``strop_retention_deleted_total`` for ``kind`` and ``tenant``, read from ``/metrics`` (the
+    test client is a loopback caller)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = client.get("/metrics")
+    assert response.status_code == 200, response.content
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            if sample.name == "strop_retention_deleted_total" and sample.labels == {
+                "kind": kind,
+                "tenant": tenant.slug,
+            }:
+                return sample.value
+    return 0.0
+
+
+def test_an_ancestor_of_a_live_version_keeps_its_window_so_a_later_erase_still_taints_its_heirs(
+    tenant, adapter, client
+):
     v1 = _version(tenant, adapter, 1, status="retired")
     v2 = _version(tenant, adapter, 2, status="production", parent=v1)
     _trained(tenant, adapter, v1, _log(tenant, prefix="v1", days_ago=50, user="only-in-v1"))
@@ -162,7 +186,14 @@ def test_an_ancestor_of_a_live_version_keeps_its_window_so_a_later_erase_still_t
     _trained(tenant, adapter, gone, _log(tenant, prefix="gone", days_ago=50, user="dev-3"))
     tenant.retention_days = 30
     tenant.save()
-    assert retention_prune(tenant).deleted["interactions"] == 3  # only the purged version's window goes
+    before = _counted(client, "training_window_events", tenant)
+    report = retention_prune(tenant)
+    assert report.deleted["interactions"] == 3  # only the purged version's window goes
+    # ... and says so: its window's rows, in the audit entry and on /metrics.
+    assert report.deleted["training_window_events"] == 3
+    event = AuditEvent.objects.get(tenant=tenant, action="retention.prune")
+    assert event.data["deleted"]["training_window_events"] == 3
+    assert _counted(client, "training_window_events", tenant) == before + 3
     end_user_erase(tenant, external_id="only-in-v1", actor="test")
     assert tainted_versions(adapter) == {v1.pk, v2.pk}
 
@@ -263,6 +294,7 @@ def test_what_hangs_off_an_old_interaction_goes_with_it_set_by_set(tenant, adapt
     tenant.save()
     report = retention_prune(tenant)
     assert report.deleted["interactions"] == 2 and report.deleted["feedback"] == 2
+    assert report.deleted["persistence_reports"] == 2 and report.deleted["training_window_events"] == 2
     assert [str(r.interaction_id) for r in PersistenceReport.objects.filter(tenant=tenant)] == recent
     assert [str(e.feedback.interaction_id) for e in TrainingRunEvent.objects.filter(run=run)] == recent
 
@@ -323,13 +355,122 @@ def test_old_pending_labels_failures_and_session_outcomes_go_in_batches_and_rece
             kind="upstream_error",
             occurred_at=at(days_ago),
         )
+    # A label first sent before the cutoff and sent again since is as recent as its last event.
+    Feedback.objects.create(
+        tenant=tenant,
+        pending_client_id="p-resent",
+        outcome="rejected",
+        occurred_at=at(2),
+        received_at=at(40),
+        updated_at=at(2),
+        events_received=2,
+    )
     tenant.retention_days = 30
     tenant.save()
     report = retention_prune(tenant, batch=2)  # three batches each, the last one short
     assert report.deleted["pending_feedback"] == 5
     assert report.deleted["session_outcomes"] == 5
     assert report.deleted["serving_failures"] == 5
-    assert list(Feedback.objects.filter(tenant=tenant).values_list("pending_client_id", flat=True)) == ["p-5"]
+    kept = Feedback.objects.filter(tenant=tenant).order_by("pending_client_id")
+    assert list(kept.values_list("pending_client_id", flat=True)) == ["p-5", "p-resent"]
     assert list(ConversationOutcome.objects.filter(tenant=tenant).values_list("conversation_id", flat=True)) == ["s-5"]
     assert ServingFailure.objects.filter(tenant=tenant).count() == 1
     assert retention_prune(tenant, batch=2).deleted == dict.fromkeys(report.deleted, 0)
+
+
+def test_a_run_that_registers_its_version_during_a_pass_keeps_its_window_in_the_batches_after(
+    tenant, adapter, monkeypatch
+):
+    """What a pass must keep is read again each batch: a run active when the pass began, that
+    registered a version between two batches, keeps its window as that live version's."""
+    import apps.privacy.retention as retention
+
+    _log(tenant, prefix="plain", days_ago=60)  # the oldest: the first batches take them
+    window = _log(tenant, prefix="window", days_ago=50, user="dev-2")
+    run = TrainingRun.objects.create(tenant=tenant, adapter=adapter, status="evaluating")
+    for feedback in Feedback.objects.filter(interaction_id__in=window):
+        TrainingRunEvent.objects.create(run=run, feedback=feedback, held_out=False, reward=1.0)
+    tenant.retention_days = 30
+    tenant.save()
+    delete = retention.keys_delete
+
+    def then_the_run_registers(model, keys):
+        counts = delete(model, keys)
+        if not TrainingRun.objects.filter(pk=run.pk, output_version__isnull=False).exists():
+            version = _version(tenant, adapter, 1, status="candidate")
+            TrainingRun.objects.filter(pk=run.pk).update(status="candidate", output_version=version)
+        return counts
+
+    monkeypatch.setattr(retention, "keys_delete", then_the_run_registers)
+    report = retention_prune(tenant, batch=1)
+    assert report.deleted["interactions"] == 3 and report.deleted["training_window_events"] == 0
+    assert set(map(str, Interaction.objects.filter(tenant=tenant).values_list("id", flat=True))) == set(window)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pending_label_attached_while_the_pass_waits_for_it_stays(make_tenant):
+    """The pass locks a batch of old pending labels, then reads them again: one attached to its
+    interaction meanwhile (it waited for the attach's lock) is no longer pending, and stays."""
+    import threading
+
+    from django.db import transaction
+
+    from tests.fixtures.locks import wait_for_a_waiting_lock
+
+    tenant = make_tenant("retention-attach")
+    at = timezone.now() - timedelta(days=40)
+    label = Feedback.objects.create(
+        tenant=tenant, pending_client_id="late-1", outcome="accepted", occurred_at=at, received_at=at, updated_at=at
+    )
+    # An interaction under another client id (under its own, ingest would attach the label at once;
+    # the thread below attaches it as the pending sweeper does).
+    item = {"client_id": "other", "prefix": "a", "completion": "b", "end_user_id": "dev-1", "opted_in": True}
+    (arrived,) = interactions_ingest(tenant, items=[item])
+    assert arrived.id is not None, arrived.error
+    tenant.retention_days = 30
+    tenant.save()
+    holding, errors = threading.Event(), []
+
+    def attach() -> None:  # as apps.interactions.services.pending does: the label locked, then set
+        try:
+            with transaction.atomic():
+                Feedback.objects.select_for_update().get(pk=label.pk)
+                holding.set()
+                wait_for_a_waiting_lock()  # the pass waits for this label
+                Feedback.objects.filter(pk=label.pk).update(interaction_id=arrived.id, pending_client_id=None)
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    attaching = threading.Thread(target=attach)
+    attaching.start()
+    assert holding.wait(timeout=30)
+    report = retention_prune(tenant)
+    attaching.join(timeout=60)
+    assert not attaching.is_alive() and errors == []
+    assert report.deleted["pending_feedback"] == 0
+    assert Feedback.objects.filter(pk=label.pk, interaction_id=arrived.id).exists()
+
+
+def test_a_pass_that_fails_part_way_records_what_its_earlier_batches_deleted(tenant, adapter, monkeypatch):
+    import apps.privacy.retention as retention
+
+    _log(tenant, prefix="old", days_ago=40)
+    tenant.retention_days = 30
+    tenant.save()
+    delete, calls = retention.keys_delete, []
+
+    def the_second_batch_fails(model, keys):
+        calls.append(keys)
+        if len(calls) == 2:
+            raise RuntimeError("the database went away")
+        return delete(model, keys)
+
+    monkeypatch.setattr(retention, "keys_delete", the_second_batch_fails)
+    with pytest.raises(RuntimeError):
+        retention_prune(tenant, batch=1)
+    event = AuditEvent.objects.get(tenant=tenant, action="retention.prune")
+    assert event.data["deleted"]["interactions"] == 1 and event.data["deleted"]["feedback"] == 1
+    assert event.data["error"] == "RuntimeError: the database went away"
+    assert Interaction.objects.filter(tenant=tenant).count() == 2
