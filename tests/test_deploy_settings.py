@@ -201,3 +201,19 @@ def test_dashboard_pages_carry_the_content_security_policy_and_httponly_cookies(
     assert policy["object-src"] == "'none'" and policy["frame-ancestors"] == "'none'"
     assert response.cookies["csrftoken"]["httponly"]
     assert "Content-Security-Policy" not in client.get("/health")  # JSON for API clients: no policy to build
+
+
+@pytest.mark.parametrize(("value", "starts"), [("-1", False), ("0", True), ("30", True)])
+def test_a_negative_retention_maximum_does_not_start(tmp_path, value, starts):
+    """A negative maximum would put every tenant's retention cutoff in the future: the settings
+    refuse it, where a retention pass would have deleted nearly everything."""
+    done = run(
+        deployment_env(tmp_path, STROP_RETENTION_MAX_DAYS=value),
+        "-c",
+        "import django; django.setup(); from django.conf import settings; print(settings.STROP_RETENTION_MAX_DAYS)",
+    )
+    if starts:
+        assert done.returncode == 0 and done.stdout.strip() == value, done.stderr
+    else:
+        assert done.returncode != 0
+        assert "STROP_RETENTION_MAX_DAYS=-1: give a number of days, or 0 for no maximum" in done.stderr

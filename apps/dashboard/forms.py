@@ -7,6 +7,7 @@ from datetime import UTC
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib.auth.forms import PasswordChangeForm, SetPasswordForm, UserCreationForm
 
 from apps.common.exceptions import ValidationFailed
@@ -103,6 +104,17 @@ class TenantSettingsForm(forms.Form):
         "experiment, a training window or a live version's erase report needs; the charts keep their history. "
         "Empty: the operator's maximum, or forever.",
     )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        most = int(settings.STROP_RETENTION_MAX_DAYS)
+        if most:  # the bound that applies, stated where it is set (the service refuses more)
+            field = self.fields["retention_days"]
+            field.help_text = field.help_text.replace(
+                "Empty: the operator's maximum, or forever.",
+                f"At most {most} (the operator's maximum), which a stored value above it is cut to; "
+                f"empty: {most}.",
+            )
 
 
 OUTCOME_CHOICES = [("", "Any outcome"), *Feedback.Outcome.choices, (NO_FEEDBACK, "No feedback yet")]

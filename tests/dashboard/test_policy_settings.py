@@ -103,3 +103,27 @@ def test_the_feedback_check_is_explained_and_can_be_turned_off_on_the_policy_pag
     page = client.get(url_for("training-policy", world)).content.decode()
     field = page.split('name="gate_feedback_direction_z"', 1)[1].split(">", 1)[0]
     assert 'value="0' in field  # shown as set, so saving the page again keeps it off
+
+
+def test_the_retention_is_set_on_the_settings_page_within_the_operators_maximum(login, world, settings):
+    from apps.tenants.models import AuditEvent, Tenant
+
+    settings.STROP_RETENTION_MAX_DAYS = 365
+    client = login(world.users["admin"])
+    page = client.get(url_for("settings", world)).content.decode()
+    assert 'name="retention_days"' in page and "At most 365 (the operator&#x27;s maximum)" in page
+    tenant = Tenant.objects.get(pk=world.a.pk)
+    keep = {
+        name: "on"
+        for name in ("default_opt_in", "experiment_auto_promote", "experiment_auto_rollback", "accept_pending_feedback")
+        if getattr(tenant, name)
+    }
+    response = client.post(url_for("settings", world), {**keep, "retention_days": "400"})
+    assert response.status_code == 400
+    beside = response.content.decode().split('id="id_retention_days_error">', 1)[1].split("</p>", 1)[0]
+    assert "365" in beside  # the maximum, beside the field
+    assert Tenant.objects.get(pk=world.a.pk).retention_days == tenant.retention_days
+    client.post(url_for("settings", world), {**keep, "retention_days": "90"})
+    assert Tenant.objects.get(pk=world.a.pk).retention_days == 90
+    event = AuditEvent.objects.filter(tenant=world.a, action="tenant.settings").latest("id")
+    assert "retention_days" in str(event.data)
