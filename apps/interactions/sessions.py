@@ -54,8 +54,16 @@ def conversation_outcome_record(tenant: Tenant, *, item: FeedbackIn, now: dateti
 def conversation_outcomes_apply(tenant: Tenant, *, conversation_ids: Iterable[str], now: datetime) -> int:
     """Spread the sessions' outcomes that arrived before some of their turns (called when turns are
     stored). Returns how many turns now carry one."""
-    outcomes = ConversationOutcome.objects.filter(tenant=tenant, **in_values("conversation_id", list(conversation_ids)))
-    return sum(_spread(tenant, outcome, now=now) for outcome in outcomes)
+    ids = list(conversation_ids)
+    # One transaction (a served chat turn calls this on its own, outside any): each outcome locked,
+    # then its turns' feedback, the order recording an outcome takes them.
+    with transaction.atomic():
+        outcomes = (
+            ConversationOutcome.objects.select_for_update()
+            .filter(tenant=tenant, **in_values("conversation_id", ids))
+            .order_by("pk")
+        )
+        return sum(_spread(tenant, outcome, now=now) for outcome in outcomes)
 
 
 def _spread(tenant: Tenant, outcome: ConversationOutcome, *, now: datetime) -> int:

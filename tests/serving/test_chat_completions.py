@@ -211,3 +211,23 @@ def test_continues_chat_request_shape_is_served(live_server, serve_client, servi
     first = json.loads(events[0][6:])
     assert first["object"] == "chat.completion.chunk" and first["choices"][0]["interaction_id"] == first["id"]
     assert Interaction.objects.get(pk=first["id"]).messages == body["messages"]
+
+
+def test_a_turn_served_after_its_sessions_outcome_arrived_carries_it(client, live_server, serve_client):
+    """An agent's user rated the session before its turn was recorded: the served turn takes the
+    outcome as it is stored (apps.interactions.sessions), the request answered as usual."""
+    from apps.interactions.models import Feedback
+
+    outcome = {"conversation_id": "s-early", "turn": 0, "outcome": "thumbs_up"}
+    sent = httpx.post(
+        f"{live_server.url}/v1/feedback",
+        json=outcome,
+        headers={"Authorization": f"Bearer {serve_client.raw_key}"},
+        timeout=60,
+    )
+    assert sent.status_code < 300, sent.text
+    completion = client.chat.completions.create(
+        model="autocomplete", messages=MESSAGES, max_tokens=4, extra_body={"conversation_id": "s-early"}
+    )
+    feedback = Feedback.objects.get(interaction_id=completion.id)
+    assert feedback.session_outcome is not None and feedback.outcome == "thumbs_up"
