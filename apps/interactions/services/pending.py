@@ -52,7 +52,7 @@ def feedback_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None 
         return 0
     attached = 0
     with transaction.atomic():
-        waiting = list(pending.select_for_update())
+        waiting = list(pending.select_for_update().order_by("pk"))  # in key order, as retention locks them
         named = [f.pending_client_id for f in waiting if f.pending_client_id is not None]
         ids = dict(
             Interaction.objects.filter(tenant=tenant, **in_values("client_id", named)).values_list("client_id", "id")

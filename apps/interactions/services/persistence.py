@@ -272,7 +272,7 @@ def persistence_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | No
         return 0
     attached = 0
     with transaction.atomic():
-        waiting = list(pending.select_for_update())
+        waiting = list(pending.select_for_update().order_by("pk"))  # in key order, as retention locks them
         found = {
             client_id: (interaction_id, completion)
             for client_id, interaction_id, completion in Interaction.objects.filter(
