@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
@@ -50,6 +50,11 @@ from apps.training.models import ACTIVE_STATUSES, TrainingRun, TrainingRunEvent
 from apps.training.selectors import GOOD_VERSION_STATUSES, interaction_belongs_to_adapter
 
 BATCH = 5000
+LOCK_NOT_AVAILABLE = "55P03"  # Postgres: lock_timeout ran out
+# How long a batch waits for the tenant's runs (one fixing its window or registering its version
+# holds its row): past it, the pass leaves the old interactions to the next one rather than hold the
+# tenant's lock, which scheduling, claiming and the reaper wait for, while it waits.
+RUNS_WAIT_S = 5.0
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +63,13 @@ logger = logging.getLogger(__name__)
 class RetentionReport:
     cutoff: datetime | None
     deleted: dict[str, int] = field(default_factory=dict)
+    deferred: str = ""  # why the old interactions were left to the next pass, if they were
 
     def as_dict(self) -> dict[str, object]:
-        return {"cutoff": self.cutoff.isoformat() if self.cutoff else None, "deleted": self.deleted}
+        out: dict[str, object] = {"cutoff": self.cutoff.isoformat() if self.cutoff else None, "deleted": self.deleted}
+        if self.deferred:
+            out["deferred"] = self.deferred
+        return out
 
 
 def _versions_an_erase_reads(tenant: Tenant) -> set[int]:
@@ -118,13 +127,12 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
         "serving_failures",
         "session_outcomes",
     )
-    deleted = dict.fromkeys(kinds, 0)
+    report.deleted = dict.fromkeys(kinds, 0)
     try:
-        _prune(tenant, cutoff, batch, deleted)
+        _prune(tenant, cutoff, batch, report)
     except Exception as exc:  # what the batches before it deleted is gone: it is recorded all the same
-        _recorded(tenant, RetentionReport(cutoff=cutoff, deleted=deleted), error=f"{type(exc).__name__}: {exc}")
+        _recorded(tenant, report, error=f"{type(exc).__name__}: {exc}")
         raise
-    report.deleted = deleted
     _recorded(tenant, report)
     return report
 
@@ -142,24 +150,32 @@ def _recorded(tenant: Tenant, report: RetentionReport, *, error: str = "") -> No
     retention_counted(tenant.slug, report.deleted)
 
 
-def _prune(tenant: Tenant, cutoff: datetime, batch: int, deleted: dict[str, int]) -> None:
-    """The pass's deletes, batch by batch, counted into ``deleted`` as each batch commits."""
+def _prune(tenant: Tenant, cutoff: datetime, batch: int, report: RetentionReport) -> None:
+    """The pass's deletes, batch by batch, counted into the report as each batch commits."""
+    deleted = report.deleted
     # Walked by (served_at, id): each batch starts past the last one, so kept rows are read once.
     after: tuple[datetime, UUID] | None = None
     while True:
-        with transaction.atomic():
-            # No window is fixed, version registered or run requeued while a batch is chosen and
-            # deleted, and what it must keep is read anew each batch: a pass of many batches sees
-            # a run that ended meanwhile as it is now (its version, live, keeps its window).
-            training_windows_hold(tenant.pk)
-            page = _deletable(tenant, cutoff).order_by("served_at", "id")
-            if after is not None:
-                page = page.filter(Q(served_at__gt=after[0]) | Q(served_at=after[0], id__gt=after[1]))
-            keys = list(page.values_list("served_at", "id")[:batch])
-            if not keys:
-                break
-            after = keys[-1]
-            counts = keys_delete(Interaction, [pk for _, pk in keys])  # the tenant's, as found above
+        try:
+            with transaction.atomic():
+                # No window is fixed, version registered or run requeued while a batch is chosen and
+                # deleted, and what it must keep is read anew each batch: a pass of many batches sees
+                # a run that ended meanwhile as it is now (its version, live, keeps its window).
+                _runs_hold(tenant.pk)
+                page = _deletable(tenant, cutoff).order_by("served_at", "id")
+                if after is not None:
+                    page = page.filter(Q(served_at__gt=after[0]) | Q(served_at=after[0], id__gt=after[1]))
+                keys = list(page.values_list("served_at", "id")[:batch])
+                if not keys:
+                    break
+                after = keys[-1]
+                counts = keys_delete(Interaction, [pk for _, pk in keys])  # the tenant's, as found above
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            report.deferred = f"a training run held its window or version past {RUNS_WAIT_S:g} s; the next pass goes on"
+            logger.warning("retention pass for tenant %s (%s): %s", tenant.pk, tenant.slug, report.deferred)
+            break
         # Counted once the batch has committed.
         deleted["feedback"] += counts["interactions.Feedback"]
         deleted["interactions"] += counts["interactions.Interaction"]
@@ -180,6 +196,19 @@ def _prune(tenant: Tenant, cutoff: datetime, batch: int, deleted: dict[str, int]
     carried = Feedback.objects.filter(session_outcome=OuterRef("pk"))
     outcomes = ConversationOutcome.objects.filter(tenant=tenant, updated_at__lt=cutoff).exclude(Exists(carried))
     _kind_delete(outcomes, "session_outcomes", batch, deleted)
+
+
+def _runs_hold(tenant_id: int) -> None:
+    """``training_windows_hold``, waiting at most ``RUNS_WAIT_S`` for the locks on Postgres."""
+    if connection.vendor != "postgresql":
+        training_windows_hold(tenant_id)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('lock_timeout')")
+        (before,) = cursor.fetchone()
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(RUNS_WAIT_S * 1000)}ms"])
+        training_windows_hold(tenant_id)
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [before])  # the deletes wait as before
 
 
 def _kind_delete(rows: QuerySet[Any], kind: str, batch: int, deleted: dict[str, int]) -> None:

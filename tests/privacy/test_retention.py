@@ -474,3 +474,56 @@ def test_a_pass_that_fails_part_way_records_what_its_earlier_batches_deleted(ten
     assert event.data["deleted"]["interactions"] == 1 and event.data["deleted"]["feedback"] == 1
     assert event.data["error"] == "RuntimeError: the database went away"
     assert Interaction.objects.filter(tenant=tenant).count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_that_waits_too_long_for_a_run_fixing_its_window_leaves_the_old_rows_to_the_next(
+    make_tenant, monkeypatch
+):
+    """A run fixing its window holds its row (apps.training.dataset); the pass waits for it with the
+    tenant's lock held, which scheduling and the reaper wait for: past RUNS_WAIT_S it leaves the old
+    interactions to the next pass, says so, and still does the rest."""
+    import threading
+
+    from django.db import transaction
+
+    import apps.privacy.retention as retention
+
+    monkeypatch.setattr(retention, "RUNS_WAIT_S", 0.5)
+    tenant = make_tenant("retention-wait")
+    base = BaseModel.objects.create(name="ret-wait-base", path="/nonexistent", family="qwen")
+    adapter = Adapter.objects.create(tenant=tenant, name="tab", base_model=base, is_default=True)
+    old = _log(tenant, prefix="old", days_ago=40)
+    at = timezone.now() - timedelta(days=40)
+    Feedback.objects.create(
+        tenant=tenant, pending_client_id="p-old", outcome="accepted", occurred_at=at, received_at=at, updated_at=at
+    )
+    run = TrainingRun.objects.create(tenant=tenant, adapter=adapter, status="exporting")
+    tenant.retention_days = 30
+    tenant.save()
+    holding, release = threading.Event(), threading.Event()
+
+    def export() -> None:  # as dataset_export holds its run while it fixes the window
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SELECT 1 FROM training_trainingrun WHERE id = %s FOR KEY SHARE", [run.pk])
+                holding.set()
+                release.wait(timeout=60)
+        finally:
+            connection.close()
+
+    exporting = threading.Thread(target=export)
+    exporting.start()
+    assert holding.wait(timeout=30)
+    try:
+        report = retention_prune(tenant)
+    finally:
+        release.set()
+        exporting.join(timeout=60)
+    assert "a training run held its window or version past 0.5 s" in report.deferred
+    assert report.deleted["interactions"] == 0 and report.deleted["pending_feedback"] == 1
+    assert Interaction.objects.filter(tenant=tenant).count() == len(old)
+    event = AuditEvent.objects.get(tenant=tenant, action="retention.prune")
+    assert event.data["deferred"] == report.deferred
+    TrainingRun.objects.filter(pk=run.pk).update(status="failed")
+    assert retention_prune(tenant).deleted["interactions"] == len(old)  # the next pass goes on
