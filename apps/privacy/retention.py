@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.db import OperationalError, connection, transaction
+from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
@@ -45,12 +45,11 @@ from apps.interactions.rollups import retention_cutoff, rollups_settle
 from apps.privacy.deletion import keys_delete
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
-from apps.training.erasure import training_windows_hold
+from apps.training.erasure import RunsBusy, training_windows_hold
 from apps.training.models import ACTIVE_STATUSES, TrainingRun, TrainingRunEvent
 from apps.training.selectors import GOOD_VERSION_STATUSES, interaction_belongs_to_adapter
 
 BATCH = 5000
-LOCK_NOT_AVAILABLE = "55P03"  # Postgres: lock_timeout ran out
 # How long a batch waits for the tenant's runs (one fixing its window or registering its version
 # holds its row): past it, the pass leaves the old interactions to the next one rather than hold the
 # tenant's lock, which scheduling, claiming and the reaper wait for, while it waits.
@@ -161,7 +160,7 @@ def _prune(tenant: Tenant, cutoff: datetime, batch: int, report: RetentionReport
                 # No window is fixed, version registered or run requeued while a batch is chosen and
                 # deleted, and what it must keep is read anew each batch: a pass of many batches sees
                 # a run that ended meanwhile as it is now (its version, live, keeps its window).
-                _runs_hold(tenant.pk)
+                training_windows_hold(tenant.pk, wait_s=RUNS_WAIT_S)
                 page = _deletable(tenant, cutoff).order_by("served_at", "id")
                 if after is not None:
                     page = page.filter(Q(served_at__gt=after[0]) | Q(served_at=after[0], id__gt=after[1]))
@@ -170,10 +169,8 @@ def _prune(tenant: Tenant, cutoff: datetime, batch: int, report: RetentionReport
                     break
                 after = keys[-1]
                 counts = keys_delete(Interaction, [pk for _, pk in keys])  # the tenant's, as found above
-        except OperationalError as exc:
-            if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
-                raise
-            report.deferred = f"a training run held its window or version past {RUNS_WAIT_S:g} s; the next pass goes on"
+        except RunsBusy as exc:
+            report.deferred = f"{exc}; the next pass goes on"
             logger.warning("retention pass for tenant %s (%s): %s", tenant.pk, tenant.slug, report.deferred)
             break
         # Counted once the batch has committed.
@@ -196,19 +193,6 @@ def _prune(tenant: Tenant, cutoff: datetime, batch: int, report: RetentionReport
     carried = Feedback.objects.filter(session_outcome=OuterRef("pk"))
     outcomes = ConversationOutcome.objects.filter(tenant=tenant, updated_at__lt=cutoff).exclude(Exists(carried))
     _kind_delete(outcomes, "session_outcomes", batch, deleted)
-
-
-def _runs_hold(tenant_id: int) -> None:
-    """``training_windows_hold``, waiting at most ``RUNS_WAIT_S`` for the locks on Postgres."""
-    if connection.vendor != "postgresql":
-        training_windows_hold(tenant_id)
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('lock_timeout')")
-        (before,) = cursor.fetchone()
-        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(RUNS_WAIT_S * 1000)}ms"])
-        training_windows_hold(tenant_id)
-        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [before])  # the deletes wait as before
 
 
 def _kind_delete(rows: QuerySet[Any], kind: str, batch: int, deleted: dict[str, int]) -> None:

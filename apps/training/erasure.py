@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import Count, QuerySet
 
 from apps.adapters.models import Adapter, AdapterVersion
@@ -27,6 +27,7 @@ from apps.training.services import training_schedule
 from apps.training.services.scheduling import tenant_lock
 
 RETRAIN_TRIGGER = "retrain without erased users"
+LOCK_NOT_AVAILABLE = "55P03"  # Postgres: lock_timeout ran out
 
 
 def erased_user_hash(tenant: Tenant, external_id: str) -> str:
@@ -43,11 +44,34 @@ class ErasedRuns:
     retrain: list[dict[str, str]] = field(default_factory=list)
 
 
-def training_windows_hold(tenant_id: int) -> None:
+class RunsBusy(Exception):
+    """A run held its row past ``training_windows_hold``'s ``wait_s``; the caller's transaction is
+    spoilt and rolls back."""
+
+
+def training_windows_hold(tenant_id: int, *, wait_s: float | None = None) -> None:
     """Until the caller's transaction ends, no run of the tenant fixes its window, registers a
     version, is requeued or scheduled: the tenant's lock, then its active runs' rows, in the order
     scheduling, claiming and requeuing take them (no deadlock with one). A run fixing its window
-    holds its row until the window is committed (apps.training.dataset): this waits for it."""
+    holds its row until the window is committed (apps.training.dataset): this waits for it, at most
+    ``wait_s`` on Postgres where given (then :class:`RunsBusy`)."""
+    if wait_s is None or connection.vendor != "postgresql":
+        _hold(tenant_id)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('lock_timeout')")
+        (before,) = cursor.fetchone()
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(wait_s * 1000)}ms"])
+        try:
+            _hold(tenant_id)
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+                raise RunsBusy(f"a training run held its window or version past {wait_s:g} s") from exc
+            raise
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [before])  # later statements wait as before
+
+
+def _hold(tenant_id: int) -> None:
     tenant_lock(tenant_id)
     list(
         TrainingRun.objects.select_for_update()

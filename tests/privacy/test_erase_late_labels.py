@@ -23,7 +23,7 @@ from apps.privacy.selectors import end_user_erase_preview
 from apps.privacy.services import end_user_erase
 from apps.training.dataset import dataset_export
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunErasure, TrainingRunEvent
-from tests.fixtures.locks import wait_for_a_waiting_lock
+from tests.fixtures.locks import held_in_a_thread, wait_for_a_waiting_lock
 
 pytestmark = pytest.mark.django_db
 
@@ -213,25 +213,14 @@ def test_an_erase_meeting_a_session_outcome_being_recorded_waits_instead_of_dead
     _log(client, "t0", "gone", turn=0, **turn)
     outcome = {"conversation_id": "s-lock", "turn": 0, "outcome": "thumbs_up"}
     assert client.post("/v1/feedback", outcome, format="json").status_code == 200
-    holding, errors = threading.Event(), []
 
-    def record() -> None:
-        try:
-            with transaction.atomic():
-                ConversationOutcome.objects.select_for_update().get(tenant=tenant, conversation_id="s-lock")
-                holding.set()
-                wait_for_a_waiting_lock()
-                list(Feedback.objects.select_for_update().filter(tenant=tenant, interaction__conversation_id="s-lock"))
-        except Exception as exc:  # a deadlock aborts one side: recorded, and the test fails on it
-            errors.append(exc)
-        finally:
-            connection.close()
+    def record(holding) -> None:
+        with transaction.atomic():
+            ConversationOutcome.objects.select_for_update().get(tenant=tenant, conversation_id="s-lock")
+            holding.set()
+            wait_for_a_waiting_lock()
+            list(Feedback.objects.select_for_update().filter(tenant=tenant, interaction__conversation_id="s-lock"))
 
-    recording = threading.Thread(target=record)
-    recording.start()
-    assert holding.wait(timeout=30)
-    report = end_user_erase(tenant, external_id="gone", actor="test")
-    recording.join(timeout=60)
-    assert not recording.is_alive() and errors == []
+    with held_in_a_thread(record):  # a deadlock that aborts the recording fails the test
+        report = end_user_erase(tenant, external_id="gone", actor="test")
     assert report.deleted["interactions"] == 1 and report.deleted["session_outcomes"] == 1
-

@@ -411,11 +411,10 @@ def test_a_run_that_registers_its_version_during_a_pass_keeps_its_window_in_the_
 def test_a_pending_label_attached_while_the_pass_waits_for_it_stays(make_tenant):
     """The pass locks a batch of old pending labels, then reads them again: one attached to its
     interaction meanwhile (it waited for the attach's lock) is no longer pending, and stays."""
-    import threading
 
     from django.db import transaction
 
-    from tests.fixtures.locks import wait_for_a_waiting_lock
+    from tests.fixtures.locks import held_in_a_thread, wait_for_a_waiting_lock
 
     tenant = make_tenant("retention-attach")
     at = timezone.now() - timedelta(days=40)
@@ -429,26 +428,16 @@ def test_a_pending_label_attached_while_the_pass_waits_for_it_stays(make_tenant)
     assert arrived.id is not None, arrived.error
     tenant.retention_days = 30
     tenant.save()
-    holding, errors = threading.Event(), []
 
-    def attach() -> None:  # as apps.interactions.services.pending does: the label locked, then set
-        try:
-            with transaction.atomic():
-                Feedback.objects.select_for_update().get(pk=label.pk)
-                holding.set()
-                wait_for_a_waiting_lock()  # the pass waits for this label
-                Feedback.objects.filter(pk=label.pk).update(interaction_id=arrived.id, pending_client_id=None)
-        except Exception as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
+    def attach(holding) -> None:  # as apps.interactions.services.pending does: the label locked, then set
+        with transaction.atomic():
+            Feedback.objects.select_for_update().get(pk=label.pk)
+            holding.set()
+            wait_for_a_waiting_lock()  # the pass waits for this label
+            Feedback.objects.filter(pk=label.pk).update(interaction_id=arrived.id, pending_client_id=None)
 
-    attaching = threading.Thread(target=attach)
-    attaching.start()
-    assert holding.wait(timeout=30)
-    report = retention_prune(tenant)
-    attaching.join(timeout=60)
-    assert not attaching.is_alive() and errors == []
+    with held_in_a_thread(attach):
+        report = retention_prune(tenant)
     assert report.deleted["pending_feedback"] == 0
     assert Feedback.objects.filter(pk=label.pk, interaction_id=arrived.id).exists()
 
@@ -488,6 +477,7 @@ def test_a_pass_that_waits_too_long_for_a_run_fixing_its_window_leaves_the_old_r
     from django.db import transaction
 
     import apps.privacy.retention as retention
+    from tests.fixtures.locks import held_in_a_thread
 
     monkeypatch.setattr(retention, "RUNS_WAIT_S", 0.5)
     tenant = make_tenant("retention-wait")
@@ -501,25 +491,19 @@ def test_a_pass_that_waits_too_long_for_a_run_fixing_its_window_leaves_the_old_r
     run = TrainingRun.objects.create(tenant=tenant, adapter=adapter, status="exporting")
     tenant.retention_days = 30
     tenant.save()
-    holding, release = threading.Event(), threading.Event()
+    release = threading.Event()
 
-    def export() -> None:  # as dataset_export holds its run while it fixes the window
+    def export(holding) -> None:  # as dataset_export holds its run while it fixes the window
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM training_trainingrun WHERE id = %s FOR KEY SHARE", [run.pk])
+            holding.set()
+            release.wait(timeout=60)
+
+    with held_in_a_thread(export):
         try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SELECT 1 FROM training_trainingrun WHERE id = %s FOR KEY SHARE", [run.pk])
-                holding.set()
-                release.wait(timeout=60)
+            report = retention_prune(tenant)
         finally:
-            connection.close()
-
-    exporting = threading.Thread(target=export)
-    exporting.start()
-    assert holding.wait(timeout=30)
-    try:
-        report = retention_prune(tenant)
-    finally:
-        release.set()
-        exporting.join(timeout=60)
+            release.set()
     assert "a training run held its window or version past 0.5 s" in report.deferred
     assert report.deleted["interactions"] == 0 and report.deleted["pending_feedback"] == 1
     assert Interaction.objects.filter(tenant=tenant).count() == len(old)

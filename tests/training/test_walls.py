@@ -15,7 +15,7 @@ from apps.privacy.services import end_user_erase
 from apps.training.erasure import erased_user_hash
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunErasure, TrainingRunEvent
 from apps.training.services import RERUN_TRIGGER, training_reap_stale, training_run_claim, training_schedule
-from tests.fixtures.locks import wait_for_a_waiting_lock
+from tests.fixtures.locks import held_in_a_thread, wait_for_a_waiting_lock
 from tests.fixtures.workers import wait_until
 
 TERMINAL = ("candidate", "rejected", "failed")
@@ -39,8 +39,10 @@ TERMINAL = ("candidate", "rejected", "failed")
         ({"gate_overrides": {"no_such_knob": 1}}, "gate_overrides.no_such_knob: not a setting"),
         ({"gate_overrides": {"max_fim_samples": 100_000}}, "gate_overrides.max_fim_samples: must be an integer"),
         ({"gate_overrides": {"batch_size": 4096}}, "gate_overrides.batch_size: not a setting"),
-        ({"gate_overrides": {"feedback_direction_z": None}},
-         "gate_overrides.feedback_direction_z: must be a number from 0 to 20"),
+        (
+            {"gate_overrides": {"feedback_direction_z": None}},
+            "gate_overrides.feedback_direction_z: must be a number from 0 to 20",
+        ),
     ],
 )
 def test_a_tenant_override_outside_the_allow_list_or_its_range_is_a_400_naming_key_and_range(
@@ -80,9 +82,7 @@ def test_the_gpu_queue_holds_one_waiting_run_per_tenant_so_another_tenant_waits_
     greedy.max_concurrent_training_runs = 3
     greedy.save()
     base = tiny_adapter.base_model
-    a_runs = [
-        training_schedule(adapter_create(greedy, name=f"a{i}", base_model=base), force=True) for i in range(3)
-    ]
+    a_runs = [training_schedule(adapter_create(greedy, name=f"a{i}", base_model=base), force=True) for i in range(3)]
     b_run = training_schedule(tiny_adapter, force=True)
     assert all(run is not None for run in [*a_runs, b_run])
 
@@ -279,9 +279,8 @@ def test_an_erase_meeting_a_requeue_that_locks_a_later_run_first_waits_instead_o
     lower id; an erase locks the tenant's active runs in id order. The erase takes the tenant's
     lock first, so it waits for the requeue; locking the runs alone it would hold the lower one and
     wait for the higher, while the requeue waits for the lower: a deadlock, one of them aborted."""
-    import threading
 
-    from django.db import connection, transaction
+    from django.db import transaction
 
     from apps.training.services.scheduling import tenant_lock
 
@@ -292,27 +291,17 @@ def test_an_erase_meeting_a_requeue_that_locks_a_later_run_first_waits_instead_o
     lower = training_schedule(tiny_adapter, force=True)
     higher = training_schedule(other, force=True)
     assert lower is not None and higher is not None and lower.pk < higher.pk
-    holding, errors = threading.Event(), []
 
-    def requeue() -> None:
-        try:
-            with transaction.atomic():
-                tenant_lock(tenant.pk)
-                TrainingRun.objects.select_for_update().get(pk=higher.pk)
-                holding.set()
-                # Go on only once the erase waits for a lock (an ungranted one), as a requeue that
-                # meets an erase mid-way would.
-                wait_for_a_waiting_lock()
-                TrainingRun.objects.select_for_update().get(pk=lower.pk)
-        except Exception as exc:  # a deadlock aborts one side: recorded, and the test fails on it
-            errors.append(exc)
-        finally:
-            connection.close()
+    def requeue(holding) -> None:
+        with transaction.atomic():
+            tenant_lock(tenant.pk)
+            TrainingRun.objects.select_for_update().get(pk=higher.pk)
+            holding.set()
+            # Go on only once the erase waits for a lock (an ungranted one), as a requeue that
+            # meets an erase mid-way would.
+            wait_for_a_waiting_lock()
+            TrainingRun.objects.select_for_update().get(pk=lower.pk)
 
-    requeuing = threading.Thread(target=requeue)
-    requeuing.start()
-    assert holding.wait(timeout=30)
-    report = end_user_erase(tenant, external_id="dev-0", actor="test")
-    requeuing.join(timeout=60)
-    assert not requeuing.is_alive() and errors == []
+    with held_in_a_thread(requeue):  # a deadlock that aborts the requeue fails the test
+        report = end_user_erase(tenant, external_id="dev-0", actor="test")
     assert report.deleted["interactions"] == 1
