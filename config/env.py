@@ -13,9 +13,13 @@ def env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, *, minimum: int | None = None, hint: str = "") -> int:
+    """An integer setting; below ``minimum`` it stops the settings from loading, saying ``hint``."""
     value = os.environ.get(name)
-    return default if value in (None, "") else int(value)
+    number = default if value in (None, "") else int(value)
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{name}={number}: {hint or f'at least {minimum}'}")
+    return number
 
 
 def env_list(name: str, default: str = "") -> list[str]:

@@ -199,9 +199,10 @@ STROP_READY_TIMEOUT_S = float(os.environ.get("STROP_READY_TIMEOUT_S", "2"))
 STROP_READY_CACHE_S = float(os.environ.get("STROP_READY_CACHE_S", "5"))
 # Retention: the most days a tenant may keep interactions (0: no maximum); a tenant's own setting is
 # bounded by it, and a tenant without one keeps this many (apps.interactions.rollups, apps.privacy.retention).
-STROP_RETENTION_MAX_DAYS = env_int("STROP_RETENTION_MAX_DAYS", 0)
-if STROP_RETENTION_MAX_DAYS < 0:  # a negative maximum would put every tenant's cutoff in the future
-    raise ValueError(f"STROP_RETENTION_MAX_DAYS={STROP_RETENTION_MAX_DAYS}: give a number of days, or 0 for no maximum")
+# A negative maximum would put every tenant's cutoff in the future: refused.
+STROP_RETENTION_MAX_DAYS = env_int(
+    "STROP_RETENTION_MAX_DAYS", 0, minimum=0, hint="give a number of days, or 0 for no maximum"
+)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "rollups-refresh": {"task": "workers.ingest.rollups_refresh_all", "schedule": 5.0},
     "retention-prune": {"task": "workers.ingest.retention_prune_all", "schedule": 3600.0},
