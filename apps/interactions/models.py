@@ -325,11 +325,15 @@ class InteractionRollup(models.Model):
     outcome's reward times ``reward_weight`` (read with the adapter's reward table of the moment,
     never stored: a policy change re-prices history as the raw rows would). ``model_name`` is kept
     only where ``adapter`` is empty, as the attribution rule needs (``interaction_belongs_to_adapter``
-    filters these rows as it filters interactions). Maintained by ``apps.interactions.rollups``."""
+    filters these rows as it filters interactions). Maintained by ``apps.interactions.rollups``.
+
+    ``pruned`` rows are no rollup a page reads: they keep, per hour, what retention deleted of that
+    hour's raw rows, so that an hour is always recomputed exactly, as what is left plus them."""
 
     class Period(models.TextChoices):
         HOUR = "hour"
         DAY = "day"
+        PRUNED = "pruned"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     period = models.CharField(max_length=8, choices=Period.choices)

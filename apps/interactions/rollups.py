@@ -19,27 +19,29 @@ the last run and never aggregate raw history themselves. On an upgrade from befo
 migration 0013 marks every hour that has interactions, so refreshes build them a window at a time;
 ``manage.py rollups_rebuild`` recomputes every hour that still has raw rows at once (or checks them).
 
-Rollups outlive raw rows: hours older than the tenant's retention cutoff are never recomputed
-(their raw rows are gone or going), so charts keep their history after a retention pass, which
-first rolls up any old hour that has none yet (:func:`rollups_settle`).
+Rollups outlive raw rows. Retention, in the transaction that deletes a batch of old interactions,
+first adds what they counted to the ledger of their hours (``pruned`` rows, :func:`rollups_pruned_keep`),
+and an hour is recomputed as its raw rows plus its ledger. So any hour can be recomputed, before
+the cutoff too: late feedback on an old interaction that a running experiment or a training window
+keeps moves its hour's rollups as it would a recent one's, and the charts keep the history of rows
+that are gone. An erase keeps no ledger: the erased user's rows leave every hour they were in.
 """
 
 from __future__ import annotations
 
 import logging
 import zlib
-from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, Count, F, FloatField, Min, Q, Sum, Value, When
+from django.db.models import Case, Count, F, FloatField, Min, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
-from apps.interactions.models import LATENCY_BOUNDS_MS, Interaction, InteractionRollup, RollupDirty
+from apps.interactions.models import LATENCY_BOUNDS_MS, Feedback, Interaction, InteractionRollup, RollupDirty
 from apps.tenants.models import Tenant
 
 KEY_FIELDS = ("adapter_id", "model_name", "adapter_version_id", "experiment_id", "experiment_arm", "outcome")
@@ -104,8 +106,7 @@ def rollups_refresh(tenant_id: int) -> int:
             end = _hour(first) + timedelta(hours=HOURS_PER_PASS)
             window = pending.filter(hour__lt=end).order_by("id").values_list("id", "hour")[:MARK_CHUNK]
             taken = [(mark_id, _hour(hour)) for mark_id, hour in window]
-            cutoff = retention_cutoff(tenant_id)
-            hours = sorted({hour for _, hour in taken if cutoff is None or hour >= cutoff})
+            hours = sorted({hour for _, hour in taken})
             _recompute(tenant_id, hours)
             RollupDirty.objects.filter(id__in=[mark_id for mark_id, _ in taken]).delete()
         done += len(hours)
@@ -125,17 +126,19 @@ def rollups_refresh_all() -> int:
 
 
 def rollups_rebuild(tenant_id: int) -> int:
-    """Recompute every hour that has raw rows (and drop rollups of hours whose raw rows are all gone
-    but are within retention). Returns how many hours were recomputed."""
+    """Recompute every hour from the oldest that has raw rows or a ledger (what retention deleted) to
+    the newest, dropping rollups of hours in between that have neither. Returns how many hours were
+    recomputed."""
     first = Interaction.objects.filter(tenant_id=tenant_id).order_by("served_at").values_list("served_at", flat=True)
-    oldest = first.first()
+    pruned = InteractionRollup.objects.filter(tenant_id=tenant_id, period=InteractionRollup.Period.PRUNED)
+    pruned_hours = pruned.order_by("bucket_start").values_list("bucket_start", flat=True)
+    oldest = min((m for m in (first.first(), pruned_hours.first()) if m is not None), default=None)
     if oldest is None:
         return 0
-    cutoff = retention_cutoff(tenant_id)
-    start = _hour(oldest if cutoff is None else max(oldest, cutoff))
+    start = _hour(oldest)
     end = _hour(timezone.now()) + timedelta(hours=1)
-    latest = first.reverse().first()
-    end = max(end, _hour(latest) + timedelta(hours=1)) if latest else end
+    for latest in (first.reverse().first(), pruned_hours.reverse().first()):
+        end = max(end, _hour(latest) + timedelta(hours=1)) if latest else end
     done = 0
     while start < end:
         hours = [start + timedelta(hours=n) for n in range(HOURS_PER_PASS) if start + timedelta(hours=n) < end]
@@ -147,32 +150,24 @@ def rollups_rebuild(tenant_id: int) -> int:
     return done
 
 
-def rollups_settle(tenant_id: int, cutoff: datetime) -> int:
-    """Before retention deletes the raw rows served before ``cutoff``: roll up every such hour that
-    has no rollup yet (an install upgraded from before rollups whose refresh has not reached it), as
-    refresh never recomputes hours before the cutoff. Pending marks are beat's: those of later hours
-    wait for its refresh (an erase marks hundreds across the year), and refresh drops those of hours
-    before the cutoff as it always has. Returns how many hours were rolled up here."""
-    raw = (
-        Interaction.objects.filter(tenant_id=tenant_id, served_at__lt=cutoff)
-        .annotate(hour=TruncHour("served_at", tzinfo=UTC))
-        .values_list("hour", flat=True)
-        .distinct()
-    )
-    hourly = InteractionRollup.objects.filter(
-        tenant_id=tenant_id, period=InteractionRollup.Period.HOUR, bucket_start__lt=cutoff
-    )
-    rolled = {_hour(hour) for hour in hourly.values_list("bucket_start", flat=True).distinct()}
-    missing = sorted({_hour(hour) for hour in raw} - rolled)
-    for start in range(0, len(missing), HOURS_PER_PASS):
-        with transaction.atomic():
-            _lock(tenant_id)
-            _recompute(tenant_id, missing[start : start + HOURS_PER_PASS])
-    return len(missing)
+def rollups_pruned_keep(tenant_id: int, rows: QuerySet[Interaction]) -> None:
+    """Retention, in the transaction that deletes ``rows`` (interactions of the tenant) next: add
+    what they count to the ledger of their hours, so their hours keep them when recomputed.
+
+    Their feedback is locked first (a label changed after this read and before the delete would
+    leave the ledger with its old outcome), and the tenant's rollups lock is held to the commit: a
+    refresh sees the rows or their ledger, never both, never neither."""
+    _lock(tenant_id)
+    list(Feedback.objects.select_for_update().filter(tenant_id=tenant_id, interaction__in=rows).values_list("pk"))
+    InteractionRollup.objects.bulk_create(rollup_rows(tenant_id, rows, period=InteractionRollup.Period.PRUNED))
 
 
 def _hour(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def _day(moment: datetime) -> datetime:
+    return _hour(moment).replace(hour=0)
 
 
 def _ranges(hours: list[datetime]) -> list[tuple[datetime, datetime]]:
@@ -207,6 +202,7 @@ def _latency_counts() -> dict[str, Count]:
 
 
 def _recompute(tenant_id: int, hours: list[datetime]) -> None:
+    """The tenant's hourly rollups of ``hours``: their raw rows aggregated, plus their ledgers."""
     if not hours:
         return
     ranges = _ranges(hours)
@@ -220,11 +216,25 @@ def _recompute(tenant_id: int, hours: list[datetime]) -> None:
         hourly.filter(bucket_start__gte=hours[0], bucket_start__lte=hours[-1]).delete()
     else:
         hourly.filter(bucket_start__in=hours).delete()
+    raw = Interaction.objects.filter(tenant_id=tenant_id).filter(_served_within(ranges))
+    built = rollup_rows(tenant_id, raw, period=InteractionRollup.Period.HOUR)
+    within = Q()
+    for start, end in ranges:
+        within |= Q(bucket_start__gte=start, bucket_start__lt=end)
+    ledger = InteractionRollup.objects.filter(tenant_id=tenant_id, period=InteractionRollup.Period.PRUNED)
+    pruned = list(ledger.filter(within))
+    if pruned:  # what retention deleted of these hours, added back (several ledger rows a key at times)
+        built = _summed(tenant_id, [*built, *pruned], period=InteractionRollup.Period.HOUR, bucket=_hour)
+    InteractionRollup.objects.bulk_create(built)
+    _days_rebuild(tenant_id, {hour.replace(hour=0) for hour in hours})
+
+
+def rollup_rows(tenant_id: int, rows: QuerySet[Any], *, period: str, model: Any = InteractionRollup) -> list[Any]:
+    """``rows`` (interactions of the tenant) counted a rollup row per hour and key, unsaved (of
+    ``model``: a migration passes its own)."""
     latency = _latency_counts()
-    rows: Any = (
-        Interaction.objects.filter(tenant_id=tenant_id)
-        .filter(_served_within(ranges))
-        .annotate(
+    grouped: Any = (
+        rows.annotate(
             bucket=TruncHour("served_at", tzinfo=UTC),
             name=Case(When(adapter__isnull=True, then=F("model_name")), default=Value("")),
             feedback_outcome=Coalesce(F("feedback__outcome"), Value("")),
@@ -242,10 +252,10 @@ def _recompute(tenant_id: int, hours: list[datetime]) -> None:
         )
         .order_by()
     )
-    InteractionRollup.objects.bulk_create(
-        InteractionRollup(
+    return [
+        model(
             tenant_id=tenant_id,
-            period=InteractionRollup.Period.HOUR,
+            period=period,
             bucket_start=row["bucket"],
             adapter_id=row["adapter_id"],
             model_name=row["name"] or "",
@@ -260,9 +270,30 @@ def _recompute(tenant_id: int, hours: list[datetime]) -> None:
             latency_sum_ms=row["latency_sum_ms"],
             latency_buckets=[row[name] for name in latency],
         )
-        for row in rows
-    )
-    _days_rebuild(tenant_id, {hour.replace(hour=0) for hour in hours})
+        for row in grouped
+    ]
+
+
+def _summed(
+    tenant_id: int, rows: Iterable[InteractionRollup], *, period: str, bucket: Callable[[datetime], datetime]
+) -> list[InteractionRollup]:
+    """``rows`` added up into new rows of ``period``, one per ``bucket`` of their start and key."""
+    totals: dict[tuple, InteractionRollup] = {}
+    for row in rows:
+        key = (bucket(row.bucket_start), *(getattr(row, name) for name in KEY_FIELDS))
+        total = totals.get(key)
+        if total is None:
+            total = totals[key] = InteractionRollup(
+                tenant_id=tenant_id,
+                period=period,
+                bucket_start=key[0],
+                latency_buckets=[0] * (len(LATENCY_BOUNDS_MS) + 1),
+                **{name: getattr(row, name) for name in KEY_FIELDS},
+            )
+        for name in _SUMS:
+            setattr(total, name, getattr(total, name) + getattr(row, name))
+        total.latency_buckets = [a + b for a, b in zip(total.latency_buckets, row.latency_buckets, strict=False)]
+    return list(totals.values())
 
 
 def _days_rebuild(tenant_id: int, days: Iterable[datetime]) -> None:
@@ -272,30 +303,11 @@ def _days_rebuild(tenant_id: int, days: Iterable[datetime]) -> None:
         tenant_id=tenant_id, period=InteractionRollup.Period.DAY, bucket_start__in=days
     ).delete()
     wanted = set(days)
-    totals: dict[tuple, InteractionRollup] = {}
-    buckets: dict[tuple, list[int]] = defaultdict(lambda: [0] * (len(LATENCY_BOUNDS_MS) + 1))
     hourly = InteractionRollup.objects.filter(
         tenant_id=tenant_id,
         period=InteractionRollup.Period.HOUR,
         bucket_start__gte=days[0],
         bucket_start__lt=days[-1] + timedelta(days=1),
     )
-    for row in hourly:
-        day = row.bucket_start.astimezone(UTC).replace(hour=0)
-        if day not in wanted:
-            continue
-        key = (day, *(getattr(row, name) for name in KEY_FIELDS))
-        total = totals.get(key)
-        if total is None:
-            total = totals[key] = InteractionRollup(
-                tenant_id=tenant_id,
-                period=InteractionRollup.Period.DAY,
-                bucket_start=day,
-                **{name: getattr(row, name) for name in KEY_FIELDS},
-            )
-        for name in _SUMS:
-            setattr(total, name, getattr(total, name) + getattr(row, name))
-        buckets[key] = [a + b for a, b in zip(buckets[key], row.latency_buckets, strict=False)]
-    for key, total in totals.items():
-        total.latency_buckets = buckets[key]
-    InteractionRollup.objects.bulk_create(totals.values())
+    rows = (row for row in hourly if _day(row.bucket_start) in wanted)
+    InteractionRollup.objects.bulk_create(_summed(tenant_id, rows, period=InteractionRollup.Period.DAY, bucket=_day))

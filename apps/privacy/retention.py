@@ -17,10 +17,10 @@ Each pass deletes in batches (short transactions: ingest goes on beside it), rea
 keep anew for each batch while the tenant's runs are held (``training_windows_hold``), and records
 what it removed in the audit log (``retention.prune``) and in ``strop_retention_deleted_total`` on
 ``/metrics``, what its batches committed before a failure included.
-Before deleting, the pass rolls up every old hour that has no rollup yet (``rollups_settle``: an
-install upgraded from before rollups); pending marks are left to beat's refresh; rollups are never
-deleted and the hours before the cutoff are never recomputed again
-(``apps.interactions.rollups``), so the charts keep their history.
+Rollups are never deleted: each batch adds what its interactions counted to their hours' ledger as
+it deletes them (``rollups_pruned_keep``), and an hour is recomputed as its raw rows plus its ledger
+(``apps.interactions.rollups``), so the charts keep their history and stay exact for the old rows
+that stay.
 """
 
 from __future__ import annotations
@@ -38,10 +38,11 @@ from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.cohorts.erased import erased_ids_expire
+from apps.common.lookups import in_values
 from apps.common.observability.metrics import retention_counted
 from apps.experiments.models import Experiment
 from apps.interactions.models import ConversationOutcome, Feedback, Interaction, PersistenceReport, ServingFailure
-from apps.interactions.rollups import retention_cutoff, rollups_settle
+from apps.interactions.rollups import retention_cutoff, rollups_pruned_keep
 from apps.privacy.deletion import keys_delete
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
@@ -115,7 +116,6 @@ def retention_prune(tenant: Tenant, *, now: datetime | None = None, batch: int =
     report = RetentionReport(cutoff=cutoff)
     if cutoff is None:
         return report
-    rollups_settle(tenant.pk, cutoff)  # the charts keep the hours whose rows go now
     kinds = (
         "interactions",
         "feedback",
@@ -168,7 +168,12 @@ def _prune(tenant: Tenant, cutoff: datetime, batch: int, report: RetentionReport
                 if not keys:
                     break
                 after = keys[-1]
-                counts = keys_delete(Interaction, [pk for _, pk in keys])  # the tenant's, as found above
+                ids = [pk for _, pk in keys]
+                batch_rows = Interaction.objects.filter(  # by the served-time index, the batch's keys among its rows
+                    tenant=tenant, served_at__gte=keys[0][0], served_at__lte=after[0], **in_values("pk", ids)
+                )
+                rollups_pruned_keep(tenant.pk, batch_rows)  # their hours' charts keep them
+                counts = keys_delete(Interaction, ids)  # the tenant's, as found above
         except RunsBusy as exc:
             report.deferred = f"{exc}; the next pass goes on"
             logger.warning("retention pass for tenant %s (%s): %s", tenant.pk, tenant.slug, report.deferred)

@@ -8,18 +8,23 @@ from collections import Counter, defaultdict
 from datetime import UTC, timedelta
 
 import pytest
+from django.apps import apps as django_apps
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from apps.adapters.models import Adapter, AdapterVersion, BaseModel
+from apps.experiments.models import Experiment
 from apps.interactions.models import LATENCY_BOUNDS_MS, Feedback, Interaction, InteractionRollup, RollupDirty
 from apps.interactions.rollups import MARK_CHUNK, rollups_refresh
 from apps.interactions.services import feedback_attach_pending, feedback_ingest, interactions_ingest
+from apps.privacy.retention import retention_prune
 
 pytestmark = pytest.mark.django_db
 
 OUTCOMES = ["accepted", "rejected", "edited", "not_shown", "thumbs_up"]
+PLAIN_OUTCOMES = [o for o in OUTCOMES if o != "edited"]  # an edit needs its kept text
 
 
 def _raw(tenant) -> dict[tuple, Counter]:
@@ -193,3 +198,103 @@ def test_the_upgrade_marks_every_hour_that_has_interactions_and_a_refresh_builds
     assert RollupDirty.objects.filter(tenant_id=tenant.pk).count() == 3
     assert rollups_refresh(tenant.pk) == 3
     assert _rolled(tenant) == _raw(tenant)
+
+
+def _plus(*totals: dict[tuple, Counter]) -> dict[tuple, Counter]:
+    summed: dict[tuple, Counter] = defaultdict(Counter)
+    for each in totals:
+        for key, counts in each.items():
+            summed[key].update(counts)
+    return {k: +v for k, v in summed.items() if +v or v["requests"]}
+
+
+def _minus(before: dict[tuple, Counter], after: dict[tuple, Counter]) -> dict[tuple, Counter]:
+    gone: dict[tuple, Counter] = {}
+    for key, counts in before.items():
+        gone[key] = Counter(counts)
+        gone[key].subtract(after.get(key, Counter()))
+    return gone
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_rollups_stay_exact_through_retention_passes_and_late_feedback_on_the_old_rows_kept(make_tenant, seed):
+    """What retention deletes stays in its hours' rollups, and an old row a running experiment keeps
+    past the cutoff moves its hour's rollups when its feedback arrives late, as a recent one would."""
+    rng = random.Random(seed)
+    tenant = make_tenant(f"ledger-{seed}")
+    base = BaseModel.objects.create(name=f"ledger-base-{seed}", path="/nonexistent", family="qwen")
+    adapter = Adapter.objects.create(tenant=tenant, name="tab", base_model=base, is_default=True)
+    version = AdapterVersion.objects.create(
+        tenant=tenant, adapter=adapter, number=1, artifact_path="/v1", vllm_name=f"l{seed}--v1", status="in_experiment"
+    )
+    experiment = Experiment.objects.create(
+        tenant=tenant, adapter=adapter, candidate_version=version, created_by="test", status="running", salt="s"
+    )
+    now = timezone.now()
+    items = [
+        {
+            "client_id": f"c-{n}",
+            "prefix": "def f():\n    ",
+            "completion": rng.choice(["return 1", "", "pass"]),
+            "model": "tab",
+            "end_user_id": f"u-{rng.randint(0, 4)}",
+            "served_at": (now - timedelta(days=rng.uniform(0, 50), minutes=rng.randint(0, 59))).isoformat(),
+            "latency_ms": rng.choice([None, 30, 700, 9000]),
+        }
+        for n in range(120)
+    ]
+    interactions_ingest(tenant, items=items)
+    kept = rng.sample([i["client_id"] for i in items], k=30)  # served by the running experiment: they stay
+    Interaction.objects.filter(tenant=tenant, client_id__in=kept).update(experiment=experiment, experiment_arm="b")
+    first = [{"client_id": c, "outcome": rng.choice(PLAIN_OUTCOMES)} for c in rng.sample(kept, k=10)]
+    feedback_ingest(tenant, items=first)
+    rollups_refresh(tenant.pk)
+    deleted: list[dict[tuple, Counter]] = []
+    for step, days in enumerate((45, 30, 20)):
+        if step == 2:  # the experiment ends: its old rows, late feedback and all, go at this pass
+            Experiment.objects.filter(pk=experiment.pk).update(status="stopped")
+        tenant.retention_days = days
+        tenant.save()
+        before = _raw(tenant)
+        assert retention_prune(tenant, batch=rng.choice([7, 25, 5000])).deleted["interactions"]
+        deleted.append(_minus(before, _raw(tenant)))
+        # Late feedback, some twice: on the old rows kept (before the cutoff now), and on recent ones.
+        late = []
+        for client_id in rng.sample(kept, k=12) + rng.sample([i["client_id"] for i in items], k=12):
+            late.append({"client_id": client_id, "outcome": rng.choice(PLAIN_OUTCOMES)})
+            if rng.random() < 0.3:
+                late.append(dict(late[-1], outcome=rng.choice(PLAIN_OUTCOMES)))
+        results = feedback_ingest(tenant, items=late)
+        assert not [r.error for r in results if r.status == "rejected"]
+        if rng.random() < 0.7:
+            rollups_refresh(tenant.pk)
+    rollups_refresh(tenant.pk)
+    assert not RollupDirty.objects.filter(tenant_id=tenant.pk).exists()
+    expected = _plus(_raw(tenant), *deleted)
+    assert _rolled(tenant) == expected
+    assert _rolled(tenant, "day") == _by_day(expected)
+    call_command("rollups_rebuild", tenant=tenant.slug)
+    assert _rolled(tenant) == expected
+
+
+def test_the_upgrade_keeps_what_hours_whose_rows_were_deleted_before_it_charted(tenant):
+    for n, hours_ago in enumerate((900, 900, 900, 800, 2)):
+        at = _hour_ago(hours_ago).isoformat()
+        interactions_ingest(tenant, items=[{"client_id": f"u{n}", "prefix": "a", "completion": "b", "served_at": at}])
+    labels = [{"client_id": "u0", "outcome": "accepted"}, {"client_id": "u3", "outcome": "rejected"}]
+    feedback_ingest(tenant, items=labels)
+    rollups_refresh(tenant.pk)
+    charted = _rolled(tenant)
+    # As before the ledger: old rows deleted with no ledger kept (a retention pass, or by hand).
+    Interaction.objects.filter(tenant=tenant, client_id__in=["u0", "u1", "u3"]).delete()
+    RollupDirty.objects.filter(tenant_id=tenant.pk).delete()
+    migration = importlib.import_module("apps.interactions.migrations.0020_rollup_ledger_of_deleted_rows")
+    migration.ledger_of_deleted_rows(django_apps, None)
+    assert InteractionRollup.objects.filter(tenant=tenant, period="pruned").count() == 3  # u1; u0 accepted; u3 rejected
+    feedback_ingest(tenant, items=[{"client_id": "u2", "outcome": "rejected"}])  # late, on a row that stayed
+    rollups_refresh(tenant.pk)
+    key = next(k for k in charted if k[0] == _hour_ago(900) and k[-1] == "")
+    charted[key]["requests"] -= 1
+    charted[key]["suggestions"] -= 1
+    charted[(*key[:-1], "rejected")] = Counter(requests=1, suggestions=1, reward_weight=1)
+    assert _rolled(tenant) == {k: +v for k, v in charted.items() if +v}

@@ -10,8 +10,8 @@ from apps.tenants.models import Tenant
 
 class Command(BaseCommand):
     help = (
-        "Recompute the hourly and daily rollups from the raw interactions and feedback (every tenant, "
-        "or one), for every hour that still has raw rows; older rollups (past retention) are kept."
+        "Recompute the hourly and daily rollups from the raw interactions and feedback plus what retention "
+        "deleted of each hour (every tenant, or one), from the oldest hour that has either."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
