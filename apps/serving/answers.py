@@ -3,6 +3,7 @@ server-sent events; the chat endpoint streams through ``sse_response`` too."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -10,10 +11,14 @@ from typing import Any
 import orjson
 from django.http import StreamingHttpResponse
 
-from apps.common.exceptions import ApplicationError
+from apps.common.exception_handler import database_unreachable, error_body
+from apps.common.exceptions import ApplicationError, ServiceUnavailable
+from apps.common.observability.context import current_request_id
 from apps.engines.vllm_client import Completion, CompletionChoice, CompletionChunk
 from apps.serving.completion_requests import CompletionRequest, suffix_shown
 from apps.serving.services import Route
+
+logger = logging.getLogger(__name__)
 
 
 def logprobs_body(choice: CompletionChoice) -> dict[str, Any]:
@@ -76,19 +81,52 @@ class CompletionAnswer:
 def sse_response(bodies: AsyncIterator[dict[str, Any]]) -> StreamingHttpResponse:
     """Server-sent events, one ``data: <JSON>`` per body; if vLLM fails mid-stream (the bodies
     raise), ``data: {"error": …}``, which the openai client raises as APIError; then ``[DONE]``.
+    Any other failure (the stream's record when the database is unreachable, a bug) ends the same
+    way, in OpenAI's shape, and is logged: the client never sees a stream cut without an end.
     Asynchronous: under the ASGI server the stream holds no thread while it waits."""
 
     async def events() -> AsyncIterator[bytes]:
+        error: dict[str, Any] | None = None
         try:
             async for body in bodies:
                 yield b"data: " + orjson.dumps(body) + b"\n\n"
         except ApplicationError as exc:
-            yield b"data: " + orjson.dumps({"error": exc.as_dict()}) + b"\n\n"
-        finally:
-            await bodies.aclose()  # type: ignore[attr-defined]  # a client that left: upstream closed, served part recorded
+            error = {"error": exc.as_dict()}
+        except Exception as exc:
+            error = _stream_failure(exc)
+        except BaseException:  # the client left: upstream closed, what was served recorded
+            await _closed(bodies)
+            raise
+        error = await _closed(bodies) or error
+        if error is not None:
+            yield b"data: " + orjson.dumps(error) + b"\n\n"
         yield b"data: [DONE]\n\n"
 
     response = StreamingHttpResponse(events(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
+
+
+async def _closed(bodies: AsyncIterator[dict[str, Any]]) -> dict[str, Any] | None:
+    """Close ``bodies`` (the upstream with it; what was served is recorded then): the error event
+    if that failed, else None."""
+    try:
+        await bodies.aclose()  # type: ignore[attr-defined]
+    except ApplicationError as exc:
+        return {"error": exc.as_dict()}
+    except Exception as exc:
+        return _stream_failure(exc)
+    return None
+
+
+def _stream_failure(exc: Exception) -> dict[str, Any]:
+    """The error event of a stream that failed on Strop's side (not vLLM's), logged here."""
+    if database_unreachable(exc):
+        logger.warning("a stream failed: the database is unreachable (%s)", type(exc).__name__)
+        unreachable = ServiceUnavailable("the database is unreachable; try again shortly")
+        return {"error": unreachable.as_dict()}
+    logger.exception("a stream failed on the server's side")
+    request_id = current_request_id() or ""
+    message = f"the server failed; the operator's log holds the details under request id {request_id}"
+    return error_body("server_error", message, {"request_id": request_id})
