@@ -1,8 +1,9 @@
 """What a client's completion request becomes before vLLM sees it.
 
-- A FIM request (``prefix``/``suffix``, or a prompt a plugin built in another model's FIM
-  convention) becomes the base model's own FIM prompt, or the prefix alone for a base without
-  FIM tokens (the suffix is then recorded, and the answer says it was not shown to the model);
+- A FIM request (``prefix``/``suffix``, OpenAI's insert form ``prompt``/``suffix``, or a prompt a
+  plugin built in another model's FIM convention) becomes the base model's own FIM prompt, or the
+  prefix alone for a base without FIM tokens (the suffix is then recorded, and the answer says it
+  was not shown to the model);
 - ``max_tokens`` above the adapter's limit is served at the limit (plugins send 4096);
 - vLLM gets the first four stop strings (Strop applies the rest) and the FIM stop tokens.
 """
@@ -19,6 +20,7 @@ from django.conf import settings
 from django.utils.crypto import salted_hmac
 
 from apps.adapters.models import Adapter, BaseModel
+from apps.common.exceptions import ValidationFailed
 from apps.engines.stops import VLLM_MAX_STOP
 from apps.serving.prompts import parse_fim_prompt
 from apps.serving.services import Route
@@ -57,8 +59,14 @@ def completion_request_build(
     if prompt is not None and prefix is None:
         recognised = parse_fim_prompt(prompt)
         if recognised is not None:
+            if suffix:
+                raise ValidationFailed(
+                    "suffix: the prompt is a FIM prompt, which holds its own suffix; send the suffix in one place"
+                )
             prefix, suffix, fim_convention = recognised.prefix, recognised.suffix, recognised.convention
             options.setdefault("extra_metadata", {})["fim_context_dropped_chars"] = recognised.context_dropped
+        elif suffix:  # OpenAI's insert form: the prompt is the text before the completion
+            prefix, fim_convention = prompt, "prompt/suffix"
     limit = adapter.max_completion_tokens
     return CompletionRequest(
         prompt=prompt or "",

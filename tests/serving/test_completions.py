@@ -62,6 +62,11 @@ def test_prefix_and_suffix_become_the_base_models_fim_prompt(serve_client, servi
     assert (interaction.prefix, interaction.suffix) == ("def add(a, b):\n    ", "\n\nprint(add(1, 2))\n")
 
 
+def test_a_fim_prompt_with_a_suffix_beside_it_is_refused_not_dropped(serve_client, serving_adapter):
+    both = complete(serve_client, prompt="<fim_prefix>a<fim_suffix>b<fim_middle>", suffix="c")
+    assert both.status_code == 400 and both.json()["error"]["param"] == "suffix"
+
+
 def test_n_choices_are_recorded_as_one_interaction_each(serve_client, serving_adapter):
     body = complete(serve_client, prompt=PROMPT, n=3).json()
     ids = [choice["interaction_id"] for choice in body["choices"]]

@@ -25,6 +25,19 @@ def test_completion(client):
     assert Interaction.objects.get(pk=completion.id).completion == choice.text
 
 
+def test_openais_insert_form_prompt_and_suffix_is_served_as_fim(client, served):
+    from transformers import AutoTokenizer
+
+    completion = client.completions.create(
+        model="autocomplete", prompt="def add(a, b):\n    ", suffix="\n\nprint(add(1, 2))\n", max_tokens=8, seed=3
+    )
+    interaction = Interaction.objects.get(pk=completion.id)
+    assert (interaction.prefix, interaction.suffix) == ("def add(a, b):\n    ", "\n\nprint(add(1, 2))\n")
+    tokenizer = AutoTokenizer.from_pretrained(served.model_dir)
+    assert interaction.prompt_token_ids[0] == tokenizer.convert_tokens_to_ids("<|fim_prefix|>")
+    assert completion.model_extra["strop"]["fim"]["convention"] == "prompt/suffix"
+
+
 def test_a_stream_read_the_usual_way_never_meets_an_empty_choices_chunk(client):
     whole = client.completions.create(model="autocomplete", prompt=PROMPT, max_tokens=8, temperature=0)
     stream = client.completions.create(model="autocomplete", prompt=PROMPT, max_tokens=8, temperature=0, stream=True)
