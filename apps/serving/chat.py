@@ -101,10 +101,12 @@ def _vllm_body(route: Route, request: ChatRequest) -> dict[str, Any]:
         body["tools"] = request.tools
     if request.tool_choice is not None:
         body["tool_choice"] = request.tool_choice
-    for key in ("stop", "seed", "user"):
+    for key in ("stop", "user"):
         value = getattr(request, key)
         if value:
             body[key] = value
+    if request.seed is not None:  # 0 is a seed
+        body["seed"] = request.seed
     return body
 
 
