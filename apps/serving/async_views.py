@@ -22,6 +22,7 @@ connections to vLLM are closed with it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -32,11 +33,14 @@ from django.http.response import HttpResponseBase
 from django.template.response import SimpleTemplateResponse
 from prometheus_client import Histogram
 
+from apps.common.apis import server_error
 from apps.common.exception_handler import DATABASE_RETRY_AFTER_S, database_unreachable
 from apps.common.exceptions import ApplicationError, RateLimited, ServiceUnavailable
 from apps.engines.vllm_transport import async_http_close
 from apps.serving import admission
 from apps.serving.sync_work import in_db_thread, pooled
+
+logger = logging.getLogger("django.request")
 
 SERVING_OVERHEAD = Histogram(
     "strop_serving_overhead_seconds",
@@ -132,7 +136,11 @@ def serving_view(drf_view: Callable[..., HttpResponseBase], endpoint: str) -> Ca
     async def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         started = time.perf_counter()
         upstream: list[Any] = []  # the plan, once there is one: its wait on vLLM is not Strop's
-        response = await answer(request, started, upstream, args, kwargs)
+        try:
+            response = await answer(request, started, upstream, args, kwargs)
+        except Exception:  # a bug: the 500 Django would answer, logged as Django logs it, with the header
+            logger.exception("Internal Server Error: %s", request.path)
+            response = server_error(request)
         if "X-Strop-Overhead-Ms" not in response:  # a refusal or an error says it too
             waited = upstream[0].upstream_s if upstream else 0.0
             response["X-Strop-Overhead-Ms"] = f"{(time.perf_counter() - started - waited) * 1000:.2f}"

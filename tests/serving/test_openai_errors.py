@@ -97,3 +97,16 @@ def test_over_the_rate_limit_is_a_rate_limit_error(client, tenant):
     error = caught.value
     assert (error.type, error.param, error.code) == ("rate_limit_error", None, "rate_limited")
     assert int(error.response.headers["retry-after"]) >= 1
+
+
+def test_a_bug_on_the_serving_path_is_a_500_in_openais_shape_that_says_what_strop_added(client, monkeypatch):
+    from apps.serving import admission
+
+    def broken() -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(admission, "process_slot_take", broken)
+    with pytest.raises(openai.InternalServerError) as raised:
+        client.completions.create(model="tab", prompt=PROMPT, max_tokens=4)
+    assert raised.value.code == "server_error" and "request id" in raised.value.message
+    assert float(raised.value.response.headers["X-Strop-Overhead-Ms"]) >= 0
