@@ -165,7 +165,7 @@ def editor_outcome_ingest(
     if envelope:
         metadata["continue"] = envelope
     for key, value in metadata.items():
-        problem = json_problem(value, key)
+        problem = ("outcome", "has a key with a NUL character") if "\x00" in key else json_problem(value, key)
         if problem is not None:
             raise ItemError(*problem)
     own = {SERVED_BY_KEY: served_by} if served_by is not None else {}

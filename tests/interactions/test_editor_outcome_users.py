@@ -111,3 +111,13 @@ def test_the_developers_own_completion_wins_over_one_served_to_nobody_named(clie
 
     assert Interaction.objects.get(pk=own).client_id == "cont-a"
     assert Interaction.objects.get(pk=anonymous).client_id is None
+
+
+@pytest.mark.parametrize("linked", [True, False])
+def test_an_outcome_with_a_nul_in_a_field_name_is_a_400_whether_or_not_it_links(client_a, linked):
+    if linked:
+        serve(client_a.tenant, user="dev-a")
+    answer = post(client_a, {**outcome("cont-nul"), "a\x00b": 1}, user="dev-a")
+    assert answer.status_code == 400, answer.content
+    assert "NUL" in answer.json()["error"]["message"]
+    assert Interaction.objects.filter(client_id="cont-nul").count() == 0
