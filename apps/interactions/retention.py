@@ -7,7 +7,9 @@ approximate matching), so a client may send the lines at the insertion point or 
 characters of the accepted text found in that stretch, in order, in runs of at least 3 characters
 (``learning_shared.credit.persisted_chars``, the rule training credits kept text by), so letters that
 line up by chance with unrelated code count for nothing. An untouched completion keeps every
-character; one deleted keeps none (or next to none); an edit costs the characters it touched.
+character; one deleted keeps none (or next to none); an edit costs the characters it touched. A
+completion shorter than a run (one or two characters) counts whole where the stretch holds it: at
+that length a copy left and a chance match cannot be told apart.
 
 The match (``learning_shared.edit_match``) uses Myers' bit-parallel algorithm, its work growing
 with both lengths (the results log has its timing). Inputs are capped, so one request's
@@ -18,7 +20,7 @@ found is applied to its whole length).
 
 from __future__ import annotations
 
-from learning_shared.credit import persisted_chars
+from learning_shared.credit import MIN_PERSISTED_RUN, persisted_chars
 from learning_shared.edit_match import matched_stretch
 
 MAX_REPORTED_TEXT = 20_000  # characters of one report's text (the lines around the insertion point)
@@ -38,7 +40,8 @@ def retention_measure(accepted: str, reported: str) -> tuple[int, str]:
         return 0, ""
     measured = accepted[:MAX_MEASURED]
     stretch = matched_stretch(measured, reported)
-    kept = sum(persisted_chars(measured, stretch)) if stretch else 0
+    # A completion shorter than a run (")", "];") counts whole where it is found: no run of 3 exists.
+    kept = sum(persisted_chars(measured, stretch, min_run=min(MIN_PERSISTED_RUN, len(measured)))) if stretch else 0
     if len(measured) != len(accepted):
         kept = round(kept * len(accepted) / len(measured))
     return kept, stretch

@@ -54,6 +54,12 @@ def test_retained_characters_read_as_a_developer_would_expect(reported, kept):
         assert measured == kept
 
 
+@pytest.mark.parametrize("accepted", [")", "];", "ab"])
+def test_a_completion_shorter_than_a_run_kept_as_is_keeps_every_character(accepted):
+    assert retained_chars(accepted, f"foo(x{accepted}\n") == len(accepted)
+    assert retained_chars(accepted, "") == 0
+
+
 def test_a_completion_longer_than_the_cap_is_measured_by_its_start_and_scaled():
     accepted = "x = 1\n" * (MAX_MEASURED // 3)  # twice the cap
     assert retained_chars(accepted, accepted) == len(accepted)
