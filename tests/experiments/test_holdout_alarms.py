@@ -172,8 +172,11 @@ def test_an_alarm_fires_on_a_version_that_learned_to_be_silent(lineage):
     watch = PromotionWatch.objects.get(adapter=adapter)
     assert (watch.version, watch.reference) == (v2, "holdout")
     statuses = {m["metric"]: m["status"] for m in watch.metrics}
-    assert statuses == {"suggestion_rate": "alarm", "suggestion_length": "no_alarm"}
-    assert all(min(m["effective_users"]) >= 20 for m in watch.metrics)
+    # Retained characters wait for their reports to settle: this traffic is a second old.
+    assert statuses == {
+        "suggestion_rate": "alarm", "suggestion_length": "no_alarm", "retained_chars_per_request": "not_testable"
+    }  # fmt: skip
+    assert all(min(m["effective_users"]) >= 20 for m in watch.metrics if m["status"] != "not_testable")
 
 
 def test_a_silent_version_whose_drop_rests_on_a_few_heavy_users_raises_no_alarm_and_says_why(lineage, make_client):

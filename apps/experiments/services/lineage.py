@@ -14,16 +14,23 @@ from typing import Any
 
 import numpy as np
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Aggregate, Count, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.common.exceptions import ApplicationError, ValidationFailed
-from apps.experiments.lineage_data import UserSums, adapter_traffic, holdout_and_lineage, user_sums
+from apps.experiments.lineage_data import (
+    UserSums,
+    adapter_traffic,
+    alarm_column_register,
+    holdout_and_lineage,
+    user_sums,
+)
 from apps.experiments.models import HoldoutSnapshot, PromotionAlarm, PromotionWatch
 from apps.experiments.services.production import adapter_rollback
 from apps.experiments.stats import ExperimentConfig, analyze, enough_effective_users, inference
 from apps.experiments.stats.results import finite_or_none
+from apps.interactions.models import PersistenceReport
 from apps.notifications.services import notification_send
 from apps.tenants.models import AuditEvent, Tenant
 from apps.tenants.services import audit_record
@@ -59,12 +66,34 @@ class AlarmMetric:
     denominator: str
 
 
+RETAINED_SETTLE = timedelta(minutes=11)
+"""A request counts for retained characters once its last checkpoint (the SDK tracker's is 10
+minutes after the accept) has had a minute to arrive: the newest requests, not reported yet, would
+read as code deleted, and a version just promoted has only new requests."""
+
+
+def _settled() -> Q:
+    return Q(served_at__lte=timezone.now() - RETAINED_SETTLE)
+
+
+def _retained_chars() -> Aggregate:
+    """A user's retained characters: each settled request's at its latest checkpoint reported (as
+    the experiments count them, ``apps.experiments.retained``); a request with no report keeps 0."""
+    latest = (
+        PersistenceReport.objects.filter(interaction=OuterRef("pk"), retained_chars__isnull=False)
+        .order_by("-checkpoint_s")
+        .values("retained_chars")[:1]
+    )
+    return Sum(Subquery(latest), filter=_settled())
+
+
+alarm_column_register("settled_requests", lambda: Count("id", filter=_settled()))
+alarm_column_register("retained_chars", _retained_chars)
+
 ALARM_METRICS: list[AlarmMetric] = [
     AlarmMetric("suggestion_rate", "suggestions shown per request", "shown", "requests"),
     AlarmMetric("suggestion_length", "characters per suggestion shown", "shown_chars", "shown"),
-    # Retained characters per request joins here once its per-user column exists:
-    # lineage_data.alarm_column_register("retained_chars", ...) and
-    # ALARM_METRICS.append(AlarmMetric("retained_chars_per_request", ..., "retained_chars", "requests")).
+    AlarmMetric("retained_chars_per_request", "retained characters per request", "retained_chars", "settled_requests"),
 ]
 
 
@@ -264,9 +293,13 @@ def promotion_alarm_check(adapter: Adapter) -> list[PromotionAlarm]:
             if alarm is not None:
                 raised.append(alarm)
     # The rollback before the stored check: an alarm's rows are committed once raised, so a failure
-    # to store the check must not cost the rollback they call for.
-    if raised and adapter.tenant.experiment_auto_rollback and previous is not None:
-        _roll_back(adapter, previous, raised)
+    # to store the check must not cost the rollback they call for. An alarm whose rollback was
+    # refused before (vLLM down while it loaded the version before) is tried again at each check.
+    if adapter.tenant.experiment_auto_rollback and previous is not None:
+        waiting = PromotionAlarm.objects.filter(adapter=adapter, version=version, rolled_back=False)
+        pending = raised + list(waiting.exclude(pk__in=[a.pk for a in raised]))
+        if pending:
+            _roll_back(adapter, version, previous, pending)
     _watch_store(adapter, version, event.created_at, kind, watched)
     return raised
 
@@ -274,12 +307,15 @@ def promotion_alarm_check(adapter: Adapter) -> list[PromotionAlarm]:
 def _holdout_suffices(holdout: UserSums) -> bool:
     """The holdout is the reference only when every watched metric can be judged against it: the
     users an alarm needs and, by each metric's denominator, the effective users (a holdout of a few
-    heavy users would block every alarm while the version before has the traffic to judge by)."""
+    heavy users would block every alarm while the version before has the traffic to judge by). A
+    metric the holdout has no traffic for yet (retained characters, in the minutes after a promotion)
+    decides nothing here."""
     if len(holdout.users) < ALARM_MIN_USERS:
         return False
     return all(
         enough_effective_users([finite_or_none(inference.effective_users(_moments(holdout, m)))], ALARM_CONFIG)
         for m in ALARM_METRICS
+        if holdout.columns[m.denominator].any()  # none yet (retained characters settle): judged by none
     )
 
 
@@ -346,9 +382,13 @@ def _raise(adapter: Adapter, version: AdapterVersion, watched: MetricWatch, kind
     return alarm
 
 
-def _roll_back(adapter: Adapter, previous: AdapterVersion, alarms: list[PromotionAlarm]) -> None:
+def _roll_back(
+    adapter: Adapter, version: AdapterVersion, previous: AdapterVersion, alarms: list[PromotionAlarm]
+) -> None:
+    """Production back from the alarmed ``version`` to ``previous``, only while ``version`` is still
+    production (someone may have promoted another since this check read the adapter)."""
     try:
-        adapter_rollback(adapter.tenant, adapter=adapter, to_version=previous, actor="system:alarm")
+        adapter_rollback(adapter.tenant, adapter=adapter, to_version=previous, actor="system:alarm", only_from=version)
     except ApplicationError as exc:
         logger.warning("adapter %s: automatic rollback on alarm refused: %s", adapter.pk, exc.message)
         return

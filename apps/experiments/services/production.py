@@ -15,10 +15,17 @@ from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 
 
-def adapter_rollback(tenant: Tenant, *, adapter: Adapter, to_version: AdapterVersion, actor: str) -> Adapter:
+def adapter_rollback(
+    tenant: Tenant, *, adapter: Adapter, to_version: AdapterVersion, actor: str, only_from: AdapterVersion | None = None
+) -> Adapter:
     """Move production back to an earlier good version of the adapter (any lower number that did
-    not fail); a running experiment on the adapter is stopped first."""
-    current = adapter.production_version
+    not fail); a running experiment on the adapter is stopped first. ``only_from``: only while that
+    version is production (an alarm's rollback). Production is read from the database, and read
+    again under the adapter's lock before it moves: one that moved meanwhile is a 409."""
+    pointer = Adapter.objects.values_list("production_version_id", flat=True).get(pk=adapter.pk)
+    current = AdapterVersion.objects.filter(pk=pointer).first() if pointer is not None else None
+    if only_from is not None and current != only_from:
+        raise Conflict(f"production is no longer version {only_from.number}; nothing was rolled back")
     if to_version.adapter_id != adapter.pk:
         raise ValidationFailed("version: belongs to another adapter")
     if to_version.status == AdapterVersion.Status.FAILED:
@@ -36,6 +43,9 @@ def adapter_rollback(tenant: Tenant, *, adapter: Adapter, to_version: AdapterVer
     adapter_version_load_everywhere(to_version)
     to_version.refresh_from_db()
     with transaction.atomic():
+        now = Adapter.objects.select_for_update().values_list("production_version_id", flat=True).get(pk=adapter.pk)
+        if now != (current.pk if current is not None else None):
+            raise Conflict("production moved while the rollback loaded its version; nothing was rolled back")
         adapter = adapter_version_promote(tenant, version=to_version, actor=actor)
         audit_record(
             tenant,
