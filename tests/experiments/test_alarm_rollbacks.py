@@ -19,14 +19,12 @@ from apps.experiments.services import promotion_alarm_check
 from apps.experiments.services.production import adapter_rollback
 from apps.interactions.models import Interaction, PersistenceReport
 from apps.tenants.models import AuditEvent
-from tests.experiments.test_holdout_alarms import (  # noqa: F401  (the fixture)
-    holdout_users,
-    lineage,
-    promote_v2_which_learned_to_be_silent,
-    traffic,
-)
+from tests.experiments import test_holdout_alarms
+from tests.experiments.test_holdout_alarms import holdout_users, promote_v2_which_learned_to_be_silent, traffic
 
 pytestmark = pytest.mark.django_db
+
+lineage = test_holdout_alarms.lineage  # the fixture: an adapter with a 25 % holdout, v1 in production
 
 
 def _reports(adapter, version, *, retained: int, arm: str = "") -> None:
