@@ -3,7 +3,8 @@ and their ``ValidationFailed`` messages (``"field: why"``) are shown beside the 
 
 from __future__ import annotations
 
-from datetime import UTC
+import json
+from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
@@ -11,6 +12,7 @@ from django.conf import settings
 from django.contrib.auth.forms import PasswordChangeForm, SetPasswordForm, UserCreationForm
 
 from apps.common.exceptions import ValidationFailed
+from apps.common.parsers import parse_json_bytes
 from apps.dashboard.selectors import NO_FEEDBACK, InteractionFilters
 from apps.experiments.stats import METRICS, ExperimentConfig
 from apps.interactions.models import Feedback
@@ -112,8 +114,7 @@ class TenantSettingsForm(forms.Form):
             field = self.fields["retention_days"]
             field.help_text = field.help_text.replace(
                 "Empty: the operator's maximum, or forever.",
-                f"At most {most} (the operator's maximum), which a stored value above it is cut to; "
-                f"empty: {most}.",
+                f"At most {most} (the operator's maximum), which a stored value above it is cut to; empty: {most}.",
             )
 
 
@@ -135,20 +136,55 @@ class InteractionFilterForm(forms.Form):
         super().__init__(*args, **kwargs)
         choice_field(self, "version").choices = [("", "Any version"), *versions]
 
-    def filters(self) -> InteractionFilters:
-        data = self.cleaned_data if self.is_valid() else {}
+    def clean_since(self) -> datetime | None:
+        return _utc(self.cleaned_data["since"])
+
+    def clean_until(self) -> datetime | None:
+        return _utc(self.cleaned_data["until"])
+
+    def filters(self) -> InteractionFilters | None:
+        """The filters typed (none typed: every interaction), or None when one is invalid: its error is
+        on the form, and neither the page nor the download may list more than was asked for."""
+        if not self.is_bound:
+            return InteractionFilters()
+        if not self.is_valid():
+            return None
+        data = self.cleaned_data
         return InteractionFilters(
-            end_user_id=data.get("user") or "",
-            version_id=data.get("version"),
-            outcome=data.get("outcome") or "",
-            since=_utc(data.get("since")),
-            until=_utc(data.get("until")),
+            end_user_id=data["user"],
+            version_id=data["version"],
+            outcome=data["outcome"],
+            since=data["since"],
+            until=data["until"],
         )
 
 
-def _utc(value: Any) -> Any:
+def _utc(value: datetime | None) -> datetime | None:
     # The inputs say UTC (TIME_ZONE is UTC): an aware value is converted, never reinterpreted.
-    return value.astimezone(UTC) if value is not None else None
+    if value is None:
+        return None
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59-01:00 is in the year 10000 in UTC, which no datetime holds
+        raise forms.ValidationError("This time is outside the years 1 to 9999 once converted to UTC.") from None
+
+
+def json_loads_strict(text: str) -> Any:
+    """``text`` read as the API reads a JSON body (:func:`parse_json_bytes`, orjson): NaN, Infinity,
+    a lone surrogate, a number beyond a double's range and nesting past 1,024 levels are refused,
+    where ``json.loads`` lets them through to the database or fails with an error no form expects
+    (RecursionError, ValueError). Raises json.JSONDecodeError only, saying what and where."""
+    try:
+        return parse_json_bytes(text.encode("utf-8", "surrogatepass"))
+    except ValidationFailed as exc:
+        cause = exc.__cause__
+        if not isinstance(cause, json.JSONDecodeError):  # an empty text, which callers check first
+            raise json.JSONDecodeError(exc.message, text, 0) from None
+        # orjson's own words ("number is infinity when parsed as double" for 1e400), but for NaN, which
+        # it calls an "unexpected character", the API's.
+        nan = exc.code == "non_finite_number" and "infinity" not in cause.msg.lower()
+        what = "NaN and Infinity are not JSON numbers" if nan else cause.msg
+        raise json.JSONDecodeError(what, cause.doc, cause.pos) from None
 
 
 class AuditFilterForm(forms.Form):

@@ -10,6 +10,7 @@ the page never tells whether an account exists."""
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 
 import redis
@@ -28,14 +29,35 @@ def client_address(request: HttpRequest) -> str | None:
     """The connection's address, or behind ``STROP_TRUSTED_PROXY_HOPS`` proxies the address the
     outermost of them saw. Each proxy appends the address it was called from to X-Forwarded-For, so
     that one is the hops-th from the right; anything further left came from the client and could be
-    made up. A request with fewer entries than hops did not come through the proxies: its own address."""
+    made up. A request with fewer entries than hops did not come through the proxies: its own address,
+    as is one whose entry is no IP address (axes fails on one; a port after it is dropped)."""
     hops = settings.STROP_TRUSTED_PROXY_HOPS
     if hops > 0:
         forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
         forwarded = [part for part in forwarded if part]
         if len(forwarded) >= hops:
-            return forwarded[-hops]
+            address = _ip_address(forwarded[-hops])
+            if address is not None:
+                return address
     return request.META.get("REMOTE_ADDR")
+
+
+def _ip_address(entry: str) -> str | None:
+    """The address an X-Forwarded-For entry names, in its canonical form, without the port some
+    proxies append (``1.2.3.4:5678``, ``[2001:db8::1]:443``) or an IPv6 zone (``%eth0``, which the
+    database's address column refuses); None when it names none."""
+    if entry.startswith("["):
+        host, bracket, _ = entry[1:].partition("]")
+        if not bracket:
+            return None
+    elif entry.count(":") == 1:  # IPv4 with a port; a bare IPv6 address has two or more
+        host = entry.partition(":")[0]
+    else:
+        host = entry
+    try:
+        return str(ipaddress.ip_address(host.partition("%")[0]))
+    except ValueError:
+        return None
 
 
 class PairThenAddressHandler(AxesDatabaseHandler):

@@ -3,18 +3,24 @@ page (the API's PATCH, as a form), with the eval gate's knobs in plain words."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
+from django.forms.fields import InvalidJSONInput
 
+from apps.dashboard.forms import json_loads_strict
 from apps.training.models import TrainingPolicy
 from apps.training.overrides import Knob, gate_knobs, trainer_knobs
 from gpu_trainer.gate_config import GateConfig
 
 
 class JSONObjectField(forms.JSONField):
+    """A JSON object, read strictly as the API reads one (:func:`json_loads_strict`): Django's field
+    uses ``json.loads``, which takes lone surrogates (no page can show them) and fails outside its
+    ``JSONDecodeError`` on deep nesting or an integer of thousands of digits."""
+
     widget = forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "placeholder": '{"learning_rate": 0.0001}'})
-    default_error_messages = {"invalid": 'Not valid JSON: enter an object, e.g. {"learning_rate": 0.0001}.'}
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("required", False)
@@ -23,10 +29,27 @@ class JSONObjectField(forms.JSONField):
     def to_python(self, value: Any) -> Any:
         if value in (None, ""):
             return {}
-        result = super().to_python(value)
-        if not isinstance(result, dict):
+        if isinstance(value, str):
+            try:
+                value = json_loads_strict(value)
+            except json.JSONDecodeError as exc:
+                raise forms.ValidationError(
+                    f"Not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): enter an object, "
+                    'e.g. {"learning_rate": 0.0001}.',
+                    code="invalid",
+                ) from None
+        if not isinstance(value, dict):
             raise forms.ValidationError('Enter a JSON object, e.g. {"learning_rate": 0.0001}.')
-        return result
+        return value
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        """What the page shows again after an error: the text as typed, unless it reads strictly."""
+        if data is None:
+            return None
+        try:
+            return json_loads_strict(data)
+        except json.JSONDecodeError:
+            return InvalidJSONInput(data)
 
 
 # The eval gate's knobs in plain words (apps/training/overrides.py bounds them; GateConfig holds

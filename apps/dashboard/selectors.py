@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -192,8 +192,11 @@ def _cursor_parse(after: str | None) -> tuple[datetime, uuid.UUID] | None:
     moment, _, pk = after.rpartition("~")
     try:
         served_at = datetime.fromisoformat(moment)
-        return (served_at, uuid.UUID(pk)) if served_at.tzinfo is not None else None
-    except ValueError:
+        if served_at.tzinfo is None:
+            return None
+        # In UTC, as the cursor was written: Python takes offsets Postgres refuses (+01:00:00.000001).
+        return served_at.astimezone(UTC), uuid.UUID(pk)
+    except (ValueError, OverflowError):  # OverflowError: an offset that moves it out of the years 1-9999
         return None
 
 

@@ -44,14 +44,29 @@ class Knob:
             ok = isinstance(value, str) and value in self.choices
         else:
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            ok = number and (self.kind is float or float(value).is_integer())
+            # No float() of an int: one past a double's range (JSON has no limit) is an OverflowError.
+            ok = number and (self.kind is float or isinstance(value, int) or value.is_integer())
             if ok and self.low is not None and self.high is not None:
-                ok = self.low <= value <= self.high
+                ok = self.low <= value <= self.high  # False for NaN; exact for any int
             if ok:
                 value = float(value) if self.kind is float else int(value)
         if not ok:
-            raise ValidationFailed(f"{name}: must be {self.describe()}, not {value!r}")
+            raise ValidationFailed(f"{name}: must be {self.describe()}, not {_shown(value)}")
         return value
+
+
+def _shown(value: Any, *, limit: int = 80) -> str:
+    """``value`` as a message may quote it: short, and never an error of its own. ``repr`` refuses an
+    integer of more than 4,300 digits and recurses on deep nesting; a lone surrogate, which no page
+    can encode, is written as its escape."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1:,} digits"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__} too large to show"
+    text = text.encode("utf-8", "backslashreplace").decode()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def trainer_knobs() -> dict[str, Knob]:
@@ -107,11 +122,16 @@ def overrides_checked(field: str, overrides: Any) -> dict[str, Any]:
         knob = knobs.get(name)
         if knob is None:
             raise ValidationFailed(
-                f"{field}.{name}: not a setting a tenant may change (allowed: {', '.join(knobs)})",
+                f"{field}.{_key(name)}: not a setting a tenant may change (allowed: {', '.join(knobs)})",
                 code="unknown_field",
             )
         checked[name] = knob.check(f"{field}.{name}", value)
     return checked
+
+
+def _key(name: str) -> str:
+    """A key the message repeats: as typed when it is a short printable name, else quoted safely."""
+    return name if name.isprintable() and len(name) <= 80 else _shown(name)
 
 
 def overrides_reference() -> dict[str, dict[str, str]]:

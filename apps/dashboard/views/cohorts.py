@@ -32,11 +32,12 @@ STATES = {"in": True, "out": False}
 
 
 def _external_id(request: HttpRequest) -> str:
-    """The end user a request names (``end_user_id`` in the query or the form); 404 when absent."""
+    """The end user a request names (``end_user_id`` in the query or the form); 404 when absent, or
+    when no end user could have that id (Postgres stores no NUL character, so the lookup would fail)."""
     value = (request.POST.get("end_user_id") if request.method == "POST" else None) or request.GET.get(
         "end_user_id", ""
     )
-    if not value.strip() or len(value) > 200:
+    if not value.strip() or len(value) > 200 or "\x00" in value:
         raise Http404("no end user named")
     return value
 

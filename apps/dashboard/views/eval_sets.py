@@ -19,6 +19,7 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
 from apps.common.exceptions import ValidationFailed
 from apps.dashboard.access import TenantContext, tenant_page
+from apps.dashboard.forms import json_loads_strict
 from apps.dashboard.views.common import tenant_render
 from apps.training.selectors import eval_set_get
 from apps.training.services import eval_set_upload
@@ -70,10 +71,11 @@ class EvalSetForm(forms.Form):
 
 
 def _parse(text: str, field: str) -> list[Any]:
+    # Strictly, as the API reads JSON: a lone surrogate or a thousand levels of nesting is a form error.
     stripped = text.strip()
     if stripped.startswith("["):
         try:
-            cases = json.loads(stripped)
+            cases = json_loads_strict(stripped)
         except json.JSONDecodeError as exc:
             raise forms.ValidationError({field: f"not valid JSON: {exc.msg} at line {exc.lineno}"}) from None
         return cases if isinstance(cases, list) else []
@@ -82,7 +84,7 @@ def _parse(text: str, field: str) -> list[Any]:
         if not line.strip():
             continue
         try:
-            cases.append(json.loads(line))
+            cases.append(json_loads_strict(line))
         except json.JSONDecodeError as exc:
             raise forms.ValidationError({field: f"line {number}: not valid JSON ({exc.msg})"}) from None
     return cases

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from django.http import HttpRequest, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.utils import timezone
 
 from apps.dashboard.access import TenantContext, tenant_page
@@ -22,12 +22,19 @@ def _csv(lines: Iterator[str], filename: str) -> StreamingHttpResponse:
 
 
 @tenant_page()
-def interactions_export(request: HttpRequest, ctx: TenantContext) -> StreamingHttpResponse:
-    """Every interaction the list's filters select (all pages), with its feedback."""
+def interactions_export(request: HttpRequest, ctx: TenantContext) -> HttpResponse | StreamingHttpResponse:
+    """Every interaction the list's filters select (all pages), with its feedback; a 400 naming the
+    filter that is invalid (never a download of more than was asked for)."""
     form = InteractionFilterForm(request.GET or None, versions=version_choices(ctx.tenant))
+    filters = form.filters()
+    if filters is None:
+        problems = "\n".join(f"{name}: {' '.join(map(str, errors))}" for name, errors in form.errors.items())
+        return HttpResponseBadRequest(
+            f"Nothing was exported: a filter is invalid.\n{problems}\n", content_type="text/plain; charset=utf-8"
+        )
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     return _csv(
-        interactions_csv(interaction_search(ctx.tenant, filters=form.filters())),
+        interactions_csv(interaction_search(ctx.tenant, filters=filters)),
         f"{ctx.tenant.slug}-interactions-{stamp}.csv",
     )
 

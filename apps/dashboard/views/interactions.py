@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse
 
 from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.forms import InteractionFilterForm
-from apps.dashboard.selectors import interaction_page, interaction_search, version_choices
+from apps.dashboard.selectors import InteractionPage, interaction_page, interaction_search, version_choices
 from apps.dashboard.views.common import PER_PAGE, tenant_render
 from apps.interactions.models import Interaction
 from apps.interactions.selectors import (
@@ -22,8 +22,13 @@ from apps.training.selectors import training_policy_get
 @tenant_page()
 def interaction_list(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
     form = InteractionFilterForm(request.GET or None, versions=version_choices(ctx.tenant))
-    qs = interaction_search(ctx.tenant, filters=form.filters())
-    page = interaction_page(qs, after=request.GET.get("after"), per_page=PER_PAGE)
+    filters = form.filters()
+    if filters is None:  # a filter is invalid: its error is beside it, and no row is listed until it is fixed
+        page = InteractionPage(object_list=[], older=None, first=True)
+    else:
+        page = interaction_page(
+            interaction_search(ctx.tenant, filters=filters), after=request.GET.get("after"), per_page=PER_PAGE
+        )
     filtered = any(v for k, v in request.GET.items() if k not in ("page", "after"))
     context = {"form": form, "page": page, "filtered": filtered}
     return tenant_render(request, ctx, "dashboard/interactions/list.html", context, section="interactions")
