@@ -98,3 +98,17 @@ def test_an_automatic_rollback_never_moves_a_production_promoted_since_the_check
     assert not AuditEvent.objects.filter(tenant=adapter.tenant, action="adapter.rollback").exists()
     with pytest.raises(Conflict, match="no longer version 2"):
         adapter_rollback(adapter.tenant, adapter=stale, to_version=v1, actor="system:alarm", only_from=v2)
+
+
+def test_a_holdout_snapshot_that_fails_does_not_stop_the_alarms(lineage, monkeypatch):
+    from apps.experiments.services import lineage as checks
+
+    adapter, v1, v2 = lineage
+    promote_v2_which_learned_to_be_silent(adapter, v1, v2)
+
+    def broken(adapter: Adapter) -> None:
+        raise RuntimeError("the snapshot's query failed")
+
+    monkeypatch.setattr(checks, "holdout_snapshot_take", broken)
+    assert checks.lineage_checks_all() == 1
+    assert [a.metric for a in PromotionAlarm.objects.filter(version=v2)] == ["suggestion_rate"]

@@ -413,12 +413,16 @@ def lineage_checks_all() -> int:
     for adapter in Adapter.objects.filter(watch).select_related("tenant", "production_version").order_by("pk"):
         watched = (adapter.tenant_id, adapter.name) in promoted
         checked += 1
+        # One adapter's failure must not stop the others', nor its snapshot's failure its alarms.
         try:
             latest = adapter.holdout_snapshots.order_by("-computed_at").values_list("computed_at", flat=True).first()
             if adapter.holdout_share > 0 and (latest is None or timezone.now() - latest >= HOLDOUT_EVERY):
                 holdout_snapshot_take(adapter)
+        except Exception:
+            logger.exception("holdout snapshot of adapter %s failed", adapter.pk)
+        try:
             if watched:
                 promotion_alarm_check(adapter)
-        except Exception:  # one adapter's failure must not stop the others'
-            logger.exception("lineage check of adapter %s failed", adapter.pk)
+        except Exception:
+            logger.exception("alarm check of adapter %s failed", adapter.pk)
     return checked
