@@ -14,7 +14,7 @@ from apps.common.parsing import StrictSerializer
 from apps.engines.stops import VLLM_MAX_STOP
 from apps.interactions.messages import MessageError, messages_validate, tools_validate
 from apps.serving.schema_bounds import schema_cost_problem
-from apps.serving.schemas import INT64, VLLM_MAX_LOGPROBS, LogitBiasField, StopField, StreamOptionsIn
+from apps.serving.schemas import INT64, VLLM_MAX_LOGPROBS, LogitBiasField, OpenAIRequestIn, StopField, StreamOptionsIn
 
 _STEP = re.compile(r"\[([0-9]+)\]|\.([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -164,7 +164,7 @@ def forced_tools_problem(tools: list[dict[str, Any]], tool_choice: Any) -> str |
     return None
 
 
-class ChatCompletionIn(StrictSerializer):
+class ChatCompletionIn(OpenAIRequestIn):
     model = serializers.CharField(
         required=False, allow_blank=True, help_text="your adapter's name; default adapter if empty"
     )

@@ -67,11 +67,27 @@ class LogitBiasField(serializers.Field):
         return value
 
 
-class StreamOptionsIn(StrictSerializer):
+class OpenAIRequestIn(StrictSerializer):
+    """A request in OpenAI's shape: an optional field sent as ``null`` is taken as not sent (its
+    default), as OpenAI's API takes it; clients other than the official one send them. A field whose
+    null means something of its own (``allow_null``) keeps it."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            fields = self.fields
+            data = {
+                key: value
+                for key, value in data.items()
+                if value is not None or key not in fields or fields[key].required or fields[key].allow_null
+            }
+        return super().to_internal_value(data)
+
+
+class StreamOptionsIn(OpenAIRequestIn):
     include_usage = serializers.BooleanField(required=False, default=False)
 
 
-class CompletionIn(StrictSerializer):
+class CompletionIn(OpenAIRequestIn):
     model = serializers.CharField(
         required=False, allow_blank=True, help_text="your adapter's name; default adapter if empty"
     )
