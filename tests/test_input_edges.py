@@ -7,6 +7,7 @@ import pytest
 from django.utils import timezone
 
 from apps.interactions.models import Feedback, Interaction, RollupDirty
+from apps.interactions.services import interactions_ingest
 
 pytestmark = pytest.mark.django_db
 
@@ -162,3 +163,40 @@ def test_an_eval_case_too_long_to_score_is_a_400_naming_it(client_a, adapter):
         response = client_a.put("/v1/adapters/tab/eval-set", {"cases": cases}, format="json")
         assert response.status_code == 400, field
         assert response.json()["error"]["message"].startswith(f"cases[1].{field}: at most"), response.json()
+
+
+@pytest.mark.parametrize("kind", ["feedback", "persistence"])
+def test_a_tenant_whose_pending_labels_fail_to_attach_leaves_the_others_attached(
+    client_a, make_tenant, make_client, monkeypatch, kind
+):
+    from apps.interactions import services
+    from apps.interactions.models import PersistenceReport
+    from apps.interactions.services import pending, persistence
+
+    other = make_client(make_tenant("other"))
+    for client in (client_a, other):
+        interactions_ingest(client.tenant, items=[{"client_id": "i1", "prompt": "p", "completion": "return 1"}])
+    # Labels that came first wait as pending; their interaction is then stored by another path.
+    model = Feedback if kind == "feedback" else PersistenceReport
+    for client in (client_a, other):
+        row = model(
+            tenant=client.tenant, pending_client_id="i1", occurred_at=timezone.now(), received_at=timezone.now(),
+            updated_at=timezone.now(),
+            **({"outcome": "accepted"} if kind == "feedback" else {"checkpoint_s": 30, "reported_ratio": 1.0}),
+        )  # fmt: skip
+        row.save()
+    module, name = (
+        (pending, "feedback_attach_pending") if kind == "feedback" else (persistence, "persistence_attach_pending")
+    )
+    real = getattr(module, name)
+
+    def failing(tenant) -> int:
+        if tenant.pk == client_a.tenant.pk:
+            raise RuntimeError("this tenant's attach fails")
+        return real(tenant)
+
+    monkeypatch.setattr(module, name, failing)
+    sweep = services.feedback_attach_pending_all if kind == "feedback" else services.persistence_attach_pending_all
+    sweep()
+    waiting = set(model.objects.filter(pending_client_id__isnull=False).values_list("tenant_id", flat=True))
+    assert waiting == {client_a.tenant.pk}

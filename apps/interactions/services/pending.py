@@ -3,6 +3,7 @@ the transaction that stores it, and by the sweeper for the rare race between two
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -14,6 +15,8 @@ from apps.common.parsing import is_uuid
 from apps.interactions.models import Feedback, Interaction, PersistenceReport
 from apps.interactions.services.feedback import feedback_merge, training_check_on_commit
 from apps.tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
 
 
 def pending_kinds(tenant: Tenant, *, client_ids: Sequence[str]) -> set[str]:
@@ -93,4 +96,10 @@ def feedback_attach_pending_all() -> int:
     tenant_ids = set(
         Feedback.objects.filter(pending_client_id__isnull=False).values_list("tenant_id", flat=True).distinct()
     )
-    return sum(feedback_attach_pending(tenant) for tenant in Tenant.objects.filter(pk__in=tenant_ids))
+    attached = 0
+    for tenant in Tenant.objects.filter(pk__in=tenant_ids).order_by("pk"):
+        try:
+            attached += feedback_attach_pending(tenant)
+        except Exception:  # one tenant's failure must not stop the others' (the next sweep retries it)
+            logger.exception("attaching pending feedback failed for tenant %s", tenant.pk)
+    return attached
