@@ -154,11 +154,15 @@ def rollups_pruned_keep(tenant_id: int, rows: QuerySet[Interaction]) -> None:
     """Retention, in the transaction that deletes ``rows`` (interactions of the tenant) next: add
     what they count to the ledger of their hours, so their hours keep them when recomputed.
 
-    Their feedback is locked first (a label changed after this read and before the delete would
-    leave the ledger with its old outcome), and the tenant's rollups lock is held to the commit: a
-    refresh sees the rows or their ledger, never both, never neither."""
+    The rows and their feedback are locked first, in key order: a label changed after this read and
+    before the delete would leave the ledger with its old outcome, and a first label (or a pending
+    one attached) checks its interaction's key at commit, which now waits for the delete. The
+    tenant's rollups lock is held to the commit: a refresh sees the rows or their ledger, never
+    both, never neither."""
     _lock(tenant_id)
-    list(Feedback.objects.select_for_update().filter(tenant_id=tenant_id, interaction__in=rows).values_list("pk"))
+    list(rows.select_for_update().order_by("pk").values_list("pk"))
+    labels = Feedback.objects.select_for_update().filter(tenant_id=tenant_id, interaction__in=rows.values("pk"))
+    list(labels.order_by("pk").values_list("pk"))
     InteractionRollup.objects.bulk_create(rollup_rows(tenant_id, rows, period=InteractionRollup.Period.PRUNED))
 
 
