@@ -293,10 +293,13 @@ def promotion_alarm_check(adapter: Adapter) -> list[PromotionAlarm]:
             if alarm is not None:
                 raised.append(alarm)
     # The rollback before the stored check: an alarm's rows are committed once raised, so a failure
-    # to store the check must not cost the rollback they call for. An alarm whose rollback was
-    # refused before (vLLM down while it loaded the version before) is tried again at each check.
+    # to store the check must not cost the rollback they call for. An alarm of this promotion whose
+    # rollback was refused (vLLM down while it loaded the version before) is tried again at each
+    # check; one raised before a person promoted the version again is theirs to judge, not retried.
     if adapter.tenant.experiment_auto_rollback and previous is not None:
-        waiting = PromotionAlarm.objects.filter(adapter=adapter, version=version, rolled_back=False)
+        waiting = PromotionAlarm.objects.filter(
+            adapter=adapter, version=version, rolled_back=False, created_at__gte=event.created_at
+        )
         pending = raised + list(waiting.exclude(pk__in=[a.pk for a in raised]))
         if pending:
             _roll_back(adapter, version, previous, pending)

@@ -43,7 +43,8 @@ def adapter_rollback(
     adapter_version_load_everywhere(to_version)
     to_version.refresh_from_db()
     with transaction.atomic():
-        now = Adapter.objects.select_for_update().values_list("production_version_id", flat=True).get(pk=adapter.pk)
+        locked = Adapter.objects.select_for_update(no_key=True)  # as a promotion locks it: served rows' keys pass
+        now = locked.values_list("production_version_id", flat=True).get(pk=adapter.pk)
         if now != (current.pk if current is not None else None):
             raise Conflict("production moved while the rollback loaded its version; nothing was rolled back")
         adapter = adapter_version_promote(tenant, version=to_version, actor=actor)
