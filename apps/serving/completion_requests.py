@@ -20,7 +20,6 @@ from django.conf import settings
 from django.utils.crypto import salted_hmac
 
 from apps.adapters.models import Adapter, BaseModel
-from apps.common.exceptions import ValidationFailed
 from apps.engines.stops import VLLM_MAX_STOP
 from apps.serving.prompts import parse_fim_prompt
 from apps.serving.services import Route
@@ -58,11 +57,7 @@ def completion_request_build(
     fim_convention = ""
     if prompt is not None and prefix is None:
         recognised = parse_fim_prompt(prompt)
-        if recognised is not None:
-            if suffix:
-                raise ValidationFailed(
-                    "suffix: the prompt is a FIM prompt, which holds its own suffix; send the suffix in one place"
-                )
+        if recognised is not None:  # with no suffix beside it (``CompletionIn`` refuses one)
             prefix, suffix, fim_convention = recognised.prefix, recognised.suffix, recognised.convention
             options.setdefault("extra_metadata", {})["fim_context_dropped_chars"] = recognised.context_dropped
         elif suffix:  # OpenAI's insert form: the prompt is the text before the completion

@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.common.parsing import StrictSerializer
+from apps.serving.prompts import parse_fim_prompt
 
 MAX_STOP = 64
 
@@ -126,6 +127,10 @@ class CompletionIn(OpenAIRequestIn):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("prompt" in attrs) == ("prefix" in attrs):
             raise serializers.ValidationError({"prompt": "send either `prompt`, or `prefix` (+ `suffix`) for FIM"})
+        if attrs.get("suffix") and "prompt" in attrs and parse_fim_prompt(attrs["prompt"]) is not None:
+            raise serializers.ValidationError(
+                {"suffix": "the prompt is a FIM prompt, which holds its own suffix; send the suffix in one place"}
+            )
         if attrs.get("best_of") is not None and attrs["best_of"] < attrs["n"]:
             raise serializers.ValidationError({"best_of": "must be at least n"})
         if attrs["echo"] and attrs.get("logprobs") is not None:

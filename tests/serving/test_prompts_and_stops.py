@@ -66,3 +66,13 @@ def test_the_scanner_releases_a_held_back_tail_that_turned_out_not_to_stop():
     assert scanner.feed("</") == ""
     assert scanner.finish() == "</"
     assert scanner.stopped is None and scanner.sent == len("a</ex</")
+
+
+def test_a_fim_prompt_with_a_suffix_beside_it_is_refused_when_the_request_is_read():
+    # Before routing: a refused request spends no rate-limit unit and records no exposure.
+    from apps.serving.schemas import CompletionIn
+
+    both = CompletionIn(data={"prompt": "<fim_prefix>a<fim_suffix>b<fim_middle>", "suffix": "c"})
+    assert not both.is_valid() and "suffix" in both.errors
+    insert = CompletionIn(data={"prompt": "def add(a, b):\n    ", "suffix": "\n"})  # OpenAI's insert form
+    assert insert.is_valid(), insert.errors
