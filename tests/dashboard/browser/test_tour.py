@@ -57,6 +57,11 @@ def test_empty_states_and_not_found(page, live_world, make_tenant, make_user):
         page.goto(f"/dashboard/t/empty-co/{'' if name == 'overview' else name + '/'}")
         expect(page.locator(".empty-state")).to_be_visible()
         tour_page(page, f"empty-{name}")
+    # An invalid filter: its error beside the field, and the empty state says why nothing is listed.
+    page.goto("/dashboard/t/empty-co/interactions/?user=dev-1&since=yesterday")
+    expect(page.locator(".empty-state")).to_contain_text("A filter is invalid")
+    expect(page.get_by_text("Enter a valid date/time.")).to_be_visible()
+    tour_page(page, "interactions-invalid-filter")
     response = page.goto(f"/dashboard/t/{live_world.a.slug}/")
     assert response is not None and response.status == 404
     expect(page.get_by_role("heading", name="Not found")).to_be_visible()
