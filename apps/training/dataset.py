@@ -188,7 +188,10 @@ def _tokens(interaction: Interaction, *, base: BaseModel) -> Tokens:
     if interaction.messages is not None:  # a conversation, rendered with the base's chat template as vLLM does
         prompt_ids = chat_prompt_ids(tokenizer, base.path, interaction.messages, interaction.tools)
     else:
-        prompt = interaction.prompt or build_fim_prompt(base.family, interaction.prefix, interaction.suffix)
+        # A FIM request is framed as the base frames it, whatever convention (or OpenAI's insert form)
+        # its ``prompt`` was sent in; a plain prompt as it was sent.
+        fim = interaction.prefix or interaction.suffix or not interaction.prompt
+        prompt = build_fim_prompt(base.family, interaction.prefix, interaction.suffix) if fim else interaction.prompt
         prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
     # Ids from another tokenizer (a model served elsewhere) are useless here: tokenize the text.
     if not _ids_fit(completion_ids, vocab):

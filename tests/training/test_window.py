@@ -84,6 +84,41 @@ def test_logged_text_without_ids_is_tokenized_with_the_fim_prompt(tiny_adapter, 
     assert sample.behaviour_logprobs is None  # ids from another vocabulary: their logprobs mean nothing here
 
 
+@pytest.mark.parametrize(
+    "prompt",
+    ["<fim_prefix>def f():\n    <fim_suffix>\n<fim_middle>", "def f():\n    "],
+    ids=["another-convention", "openai-insert-form"],
+)
+def test_a_fim_request_sent_in_another_form_is_tokenized_in_the_bases_fim_frame(
+    tiny_adapter, tiny_starter_model, prompt
+):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_starter_model)
+    interaction = Interaction(
+        tenant=tiny_adapter.tenant,
+        prompt=prompt,  # as the client sent it; prefix and suffix as Strop read them
+        prefix="def f():\n    ",
+        suffix="\n",
+        completion="return 1",
+        completion_token_ids=[10**6],
+    )
+    sample = interaction_to_sample(interaction, base=tiny_adapter.base_model, reward=0.5)
+    assert list(sample.prompt_token_ids)[0] == tokenizer.convert_tokens_to_ids("<|fim_prefix|>")
+    assert "<fim_prefix>" not in tokenizer.decode(list(sample.prompt_token_ids))
+
+
+def test_a_plain_prompt_without_ids_is_tokenized_as_it_was_sent(tiny_adapter, tiny_starter_model):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_starter_model)
+    interaction = Interaction(
+        tenant=tiny_adapter.tenant, prompt="# add two numbers\n", completion="x", completion_token_ids=[10**6]
+    )
+    sample = interaction_to_sample(interaction, base=tiny_adapter.base_model, reward=0.5)
+    assert tokenizer.decode(list(sample.prompt_token_ids)) == "# add two numbers\n"
+
+
 def test_a_lineage_never_trains_on_an_event_twice_and_skips_none(tiny_adapter, add_events):
     policy = TrainingPolicy.objects.get(adapter=tiny_adapter)
     first_events = add_events(8)
