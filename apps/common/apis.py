@@ -104,14 +104,21 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     return page_not_found(request, exception or Http404())
 
 
+def server_error_body() -> dict[str, Any]:
+    """The JSON error a 500 answers (a stream's error event too): only that the server failed and the
+    request id to quote to the operator."""
+    request_id = current_request_id() or ""
+    message = f"the server failed; the operator's log holds the details under request id {request_id}"
+    return error_body("server_error", message, {"request_id": request_id})
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
     """500 (already logged, with its traceback, on a line that carries the request id): the JSON
     error shape under /v1/, a page elsewhere. Either says only that the server failed and the
     request id to quote to the operator; never the error itself, a path or a host."""
     request_id = current_request_id() or ""
-    message = f"the server failed; the operator's log holds the details under request id {request_id}"
     if _is_api_path(request.path):
-        return JsonResponse(error_body("server_error", message, {"request_id": request_id}), status=500)
+        return JsonResponse(server_error_body(), status=500)
     try:
         page = loader.get_template("500.html").render({"request_id": request_id})
     except TemplateDoesNotExist:

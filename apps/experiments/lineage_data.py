@@ -4,34 +4,61 @@ opted-in users, and a promoted version against the holdout or the version before
 The same definitions as ``arm_data`` (a shown suggestion is a non-empty completion the user saw;
 the reward is the adapter's reward policy), plus the characters of the suggestions shown, for
 the alarms on suggestion length. Another metric joins the alarms by registering its per-user
-column here (``alarm_column_register``): retained characters per request is meant to.
+column here (``alarm_column_register``), as retained characters per request does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
-from django.db.models import Aggregate, Count, Q, QuerySet, Sum
+from django.db.models import Aggregate, Count, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Length
+from django.utils import timezone
 
 from apps.adapters.models import Adapter
 from apps.experiments.assignment import HOLDOUT, in_holdout
 from apps.experiments.stats import ArmData
-from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
+from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction, PersistenceReport
 from apps.interactions.rewards import reward_expression, reward_table_for
 
 _SHOWN = ~Q(completion="") & Q(feedback__outcome__in=SHOWN_OUTCOMES)
 # Extra per-user columns the alarms may use: name -> the aggregate over one user's interactions.
 _EXTRA_COLUMNS: dict[str, Callable[[], Aggregate]] = {}
 
+RETAINED_SETTLE = timedelta(minutes=11)
+"""A request counts for retained characters once its last checkpoint (the SDK tracker's is 10
+minutes after the accept) has had a minute to arrive: the newest requests, not reported yet, would
+read as code deleted, and a version just promoted has only new requests."""
+
+
+def _settled() -> Q:
+    return Q(served_at__lte=timezone.now() - RETAINED_SETTLE)
+
+
+def _retained_chars() -> Aggregate:
+    """A user's retained characters: each settled request's at its latest checkpoint reported (as
+    the experiments count them, ``apps.experiments.retained``); a request with no report keeps 0."""
+    latest = (
+        PersistenceReport.objects.filter(interaction=OuterRef("pk"), retained_chars__isnull=False)
+        .order_by("-checkpoint_s")
+        .values("retained_chars")[:1]
+    )
+    return Sum(Subquery(latest), filter=_settled())
+
 
 def alarm_column_register(name: str, aggregate: Callable[[], Aggregate]) -> None:
     """Make ``name`` a per-user column of ``UserSums`` (an aggregate over a user's interactions),
     for an alarm metric to use as numerator or denominator (``alarms.ALARM_METRICS``)."""
     _EXTRA_COLUMNS[name] = aggregate
+
+
+# Retained characters per request's alarm: its numerator and denominator.
+alarm_column_register("settled_requests", lambda: Count("id", filter=_settled()))
+alarm_column_register("retained_chars", _retained_chars)
 
 
 @dataclass(frozen=True)

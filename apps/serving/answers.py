@@ -11,9 +11,9 @@ from typing import Any
 import orjson
 from django.http import StreamingHttpResponse
 
-from apps.common.exception_handler import database_unreachable, error_body
+from apps.common.apis import server_error_body
+from apps.common.exception_handler import database_unreachable
 from apps.common.exceptions import ApplicationError, ServiceUnavailable
-from apps.common.observability.context import current_request_id
 from apps.engines.vllm_client import Completion, CompletionChoice, CompletionChunk
 from apps.serving.completion_requests import CompletionRequest, suffix_shown
 from apps.serving.services import Route
@@ -127,6 +127,4 @@ def _stream_failure(exc: Exception) -> dict[str, Any]:
         unreachable = ServiceUnavailable("the database is unreachable; try again shortly")
         return {"error": unreachable.as_dict()}
     logger.exception("a stream failed on the server's side")
-    request_id = current_request_id() or ""
-    message = f"the server failed; the operator's log holds the details under request id {request_id}"
-    return error_body("server_error", message, {"request_id": request_id})
+    return server_error_body()

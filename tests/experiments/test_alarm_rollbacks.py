@@ -66,34 +66,38 @@ def test_an_alarm_fires_on_a_version_whose_accepted_code_developers_delete(linea
     }  # fmt: skip
 
 
-def test_an_automatic_rollback_refused_is_tried_again_at_the_next_check(lineage, caplog):
+def _silent_v2_with_automatic_rollback(lineage):
     adapter, v1, v2 = lineage
     adapter.tenant.experiment_auto_rollback = True
     adapter.tenant.save()
     promote_v2_which_learned_to_be_silent(adapter, v1, v2, with_holdout=False)
+    return adapter, v1, v2
+
+
+def _refusals(caplog) -> int:
+    return sum("automatic rollback on alarm refused" in r.getMessage() for r in caplog.records)
+
+
+def test_an_automatic_rollback_refused_is_tried_again_at_the_next_check(lineage, caplog):
+    adapter, v1, v2 = _silent_v2_with_automatic_rollback(lineage)
     with caplog.at_level(logging.WARNING, logger="apps.experiments.services.lineage"):
         assert [a.metric for a in promotion_alarm_check(adapter)] == ["suggestion_rate"]  # no vLLM: refused
         assert promotion_alarm_check(adapter) == []  # raised once, and its rollback tried again
-    refusals = [r for r in caplog.records if "automatic rollback on alarm refused" in r.getMessage()]
-    assert len(refusals) == 2
+    assert _refusals(caplog) == 2
     assert not PromotionAlarm.objects.get(version=v2).rolled_back
     adapter.refresh_from_db()
     assert adapter.production_version == v2
 
 
 def test_an_alarm_raised_before_a_person_promoted_the_version_again_is_not_retried(lineage, caplog):
-    adapter, v1, v2 = lineage
-    adapter.tenant.experiment_auto_rollback = True
-    adapter.tenant.save()
-    promote_v2_which_learned_to_be_silent(adapter, v1, v2, with_holdout=False)
+    adapter, v1, v2 = _silent_v2_with_automatic_rollback(lineage)
     with caplog.at_level(logging.WARNING, logger="apps.experiments.services.lineage"):
         assert [a.metric for a in promotion_alarm_check(adapter)] == ["suggestion_rate"]  # no vLLM: refused
         for version in (v1, v2):  # a person rolls back, looks, and chooses v2 again
             adapter_version_promote(adapter.tenant, version=version, actor="a person")
         adapter.refresh_from_db()
         promotion_alarm_check(adapter)
-    refusals = [r for r in caplog.records if "automatic rollback on alarm refused" in r.getMessage()]
-    assert len(refusals) == 1  # the first check's alone
+    assert _refusals(caplog) == 1  # the first check's alone
     adapter.refresh_from_db()
     assert adapter.production_version == v2
 

@@ -14,23 +14,16 @@ from typing import Any
 
 import numpy as np
 from django.db import IntegrityError, transaction
-from django.db.models import Aggregate, Count, OuterRef, Q, Subquery, Sum
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.common.exceptions import ApplicationError, ValidationFailed
-from apps.experiments.lineage_data import (
-    UserSums,
-    adapter_traffic,
-    alarm_column_register,
-    holdout_and_lineage,
-    user_sums,
-)
+from apps.experiments.lineage_data import UserSums, adapter_traffic, holdout_and_lineage, user_sums
 from apps.experiments.models import HoldoutSnapshot, PromotionAlarm, PromotionWatch
 from apps.experiments.services.production import adapter_rollback
 from apps.experiments.stats import ExperimentConfig, analyze, enough_effective_users, inference
 from apps.experiments.stats.results import finite_or_none
-from apps.interactions.models import PersistenceReport
 from apps.notifications.services import notification_send
 from apps.tenants.models import AuditEvent, Tenant
 from apps.tenants.services import audit_record
@@ -65,30 +58,6 @@ class AlarmMetric:
     numerator: str
     denominator: str
 
-
-RETAINED_SETTLE = timedelta(minutes=11)
-"""A request counts for retained characters once its last checkpoint (the SDK tracker's is 10
-minutes after the accept) has had a minute to arrive: the newest requests, not reported yet, would
-read as code deleted, and a version just promoted has only new requests."""
-
-
-def _settled() -> Q:
-    return Q(served_at__lte=timezone.now() - RETAINED_SETTLE)
-
-
-def _retained_chars() -> Aggregate:
-    """A user's retained characters: each settled request's at its latest checkpoint reported (as
-    the experiments count them, ``apps.experiments.retained``); a request with no report keeps 0."""
-    latest = (
-        PersistenceReport.objects.filter(interaction=OuterRef("pk"), retained_chars__isnull=False)
-        .order_by("-checkpoint_s")
-        .values("retained_chars")[:1]
-    )
-    return Sum(Subquery(latest), filter=_settled())
-
-
-alarm_column_register("settled_requests", lambda: Count("id", filter=_settled()))
-alarm_column_register("retained_chars", _retained_chars)
 
 ALARM_METRICS: list[AlarmMetric] = [
     AlarmMetric("suggestion_rate", "suggestions shown per request", "shown", "requests"),
@@ -277,8 +246,9 @@ def promotion_alarm_check(adapter: Adapter) -> list[PromotionAlarm]:
     if previous is None and adapter.holdout_share <= 0:  # nothing to compare with, now or later
         reason = "Not testable: this adapter keeps no holdout (its share is 0) and has no version before this one."
         watched = [
-            MetricWatch(m, PromotionWatch.Status.NOT_TESTABLE, (0, len(current.users)), (None, None), None, None,
-                        None, reason)
+            MetricWatch(
+                m, PromotionWatch.Status.NOT_TESTABLE, (0, len(current.users)), (None, None), None, None, None, reason
+            )
             for m in ALARM_METRICS
         ]
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import connection, transaction
@@ -93,13 +93,19 @@ def _served_ids(tenant: Tenant, names: list[str]) -> dict[str, uuid.UUID]:
 
 def feedback_attach_pending_all() -> int:
     """The sweeper: attach pending feedback of every tenant whose interaction has arrived."""
+    return pending_attach_all(Feedback, feedback_attach_pending, what="pending feedback")
+
+
+def pending_attach_all(model: type[Feedback | PersistenceReport], attach: Callable[[Tenant], int], *, what: str) -> int:
+    """The sweeper's pass over one kind of early row: ``attach`` for each tenant with rows of ``model``
+    waiting. One tenant's failure is logged and left to the next sweep; the others go on."""
     tenant_ids = set(
-        Feedback.objects.filter(pending_client_id__isnull=False).values_list("tenant_id", flat=True).distinct()
+        model.objects.filter(pending_client_id__isnull=False).values_list("tenant_id", flat=True).distinct()
     )
     attached = 0
     for tenant in Tenant.objects.filter(pk__in=tenant_ids).order_by("pk"):
         try:
-            attached += feedback_attach_pending(tenant)
-        except Exception:  # one tenant's failure must not stop the others' (the next sweep retries it)
-            logger.exception("attaching pending feedback failed for tenant %s", tenant.pk)
+            attached += attach(tenant)
+        except Exception:
+            logger.exception("attaching %s failed for tenant %s", what, tenant.pk)
     return attached

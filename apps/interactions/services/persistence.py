@@ -8,7 +8,6 @@ interaction arrives; an editor key reports only on what it served."""
 from __future__ import annotations
 
 import functools
-import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,9 +28,8 @@ from apps.interactions.retention import MAX_BATCH_TEXT, retained_from_ratio, ret
 from apps.interactions.rows import json_text
 from apps.interactions.services.batches import ItemResult, batch_check_size
 from apps.interactions.services.feedback import served_by_only
+from apps.interactions.services.pending import pending_attach_all
 from apps.tenants.models import Tenant
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -316,13 +314,4 @@ def _merge(into: PersistenceReport, other: PersistenceReport) -> None:
 
 def persistence_attach_pending_all() -> int:
     """The sweeper: attach pending reports of every tenant whose interaction has arrived."""
-    tenant_ids = set(
-        PersistenceReport.objects.filter(pending_client_id__isnull=False).values_list("tenant_id", flat=True).distinct()
-    )
-    attached = 0
-    for tenant in Tenant.objects.filter(pk__in=tenant_ids).order_by("pk"):
-        try:
-            attached += persistence_attach_pending(tenant)
-        except Exception:  # one tenant's failure must not stop the others' (the next sweep retries it)
-            logger.exception("attaching pending persistence reports failed for tenant %s", tenant.pk)
-    return attached
+    return pending_attach_all(PersistenceReport, persistence_attach_pending, what="pending persistence reports")
