@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -82,6 +83,26 @@ class OpenAIRequestIn(StrictSerializer):
                 if value is not None or key not in fields or fields[key].required or fields[key].allow_null
             }
         return super().to_internal_value(data)
+
+
+class OpenAIRequestSchema(OpenApiSerializerExtension):
+    """The published schema says what ``OpenAIRequestIn`` takes: each optional field is ``nullable`` (a
+    null is taken as not sent), so a generated client may send one."""
+
+    target_class = OpenAIRequestIn
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        if direction == "request":
+            required = set(schema.get("required", ()))
+            for name, prop in schema.get("properties", {}).items():
+                if name in required:
+                    continue
+                if "$ref" in prop:  # OpenAPI 3.0 ignores a $ref's siblings
+                    schema["properties"][name] = prop = {"allOf": [{"$ref": prop.pop("$ref")}], **prop}
+                prop["nullable"] = True
+        return schema
 
 
 class StreamOptionsIn(OpenAIRequestIn):

@@ -58,3 +58,19 @@ def test_a_null_where_a_value_is_needed_is_still_refused_by_name(schema, body, f
     taken = schema(data=body)
     assert not taken.is_valid()
     assert field in taken.errors
+
+
+@pytest.fixture(scope="module")
+def components() -> dict:
+    from drf_spectacular.generators import SchemaGenerator
+
+    return SchemaGenerator().get_schema(request=None, public=True)["components"]["schemas"]
+
+
+@pytest.mark.parametrize(("component", "nulls"), [("CompletionIn", COMPLETION_NULLS), ("ChatCompletionIn", CHAT_NULLS)])
+def test_the_published_schema_says_each_optional_field_may_be_null(components, component, nulls):
+    properties = components[component]["properties"]
+    assert [name for name in nulls if not properties[name].get("nullable")] == []
+    assert properties["stream_options"]["allOf"] == [{"$ref": "#/components/schemas/StreamOptionsIn"}]
+    assert components[component].get("required", []) == (["messages"] if component == "ChatCompletionIn" else [])
+    assert "nullable" not in properties.get("messages", {})
