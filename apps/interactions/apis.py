@@ -17,7 +17,7 @@ from rest_framework.response import Response
 
 from apps.cohorts.erased import Erased
 from apps.cohorts.selectors import consent_default
-from apps.common.apis import ScopedApi, batch_items, batch_response, end_user_of_request, paginated, paginated_schema
+from apps.common.apis import ScopedApi, batch_items, batch_response, paginated, paginated_schema
 from apps.common.exceptions import NotFound, ValidationFailed
 from apps.common.item_checks import ItemError
 from apps.common.parsing import query_text, reject_unknown_query
@@ -257,12 +257,13 @@ class EditorOutcomeApi(ScopedApi):
         "feedback. The developer is the `X-Strop-User` header when sent, else `userId`, else `uniqueId`.",
     )
     def post(self, request: Request) -> Response:
-        user, _ = end_user_of_request(request, {})
+        user, flag = self.end_user(request, {})
         try:
             result = editor_outcome_ingest(
                 self.tenant,
                 payload=request.data,
                 end_user=user,
+                opted_in=flag,
                 consent_default=consent_default(self.tenant, api_key=self.api_key),
                 actor=self.actor,
                 served_by=self.api_key.prefix if acts_as_editor(self.principal, self.required_scope) else None,

@@ -138,12 +138,15 @@ def editor_outcome_ingest(
     *,
     payload: Any,
     end_user: str = "",
+    opted_in: bool | None = None,
     consent_default: bool = False,
     actor: str = "system",
     served_by: str | None = None,
 ) -> EditorOutcome:
     """Record one posted outcome (see the module docstring). ``end_user`` (the X-Strop-User header)
     names the developer when the plugin's configuration sends it; else the outcome's user id.
+    ``opted_in`` (X-Strop-Opt-In): the developer's consent as the request states it, applied as a
+    completion's is (None: their current consent, else ``consent_default``).
 
     ``served_by`` (an editor key's prefix): the outcome links only to a completion that key served;
     one that matches none is recorded without its text (as a noCode one) and records the key, and
@@ -177,7 +180,7 @@ def editor_outcome_ingest(
         )
         served = None if no_code or replay else _served_match(tenant, outcome, user, served_by)
         if served is not None:
-            linked = _link(tenant, served, completion_id, accepted, user, metadata, consent_default, actor)
+            linked = _link(tenant, served, completion_id, accepted, user, (opted_in, consent_default), metadata, actor)
             if linked is not None:
                 return linked
         # Through an editor key, an outcome that matches none of its completions keeps no text: a
@@ -193,6 +196,7 @@ def editor_outcome_ingest(
             "completion": outcome.get("completion") if not withheld else "",
             "model": outcome.get("modelName"),
             "end_user_id": user or None,
+            "opted_in": opted_in,
             "served_at": _timestamp(outcome.get("timestamp")),
             "latency_ms": outcome.get("time"),
             "metadata": {**metadata, "text_withheld": True, **own} if withheld else metadata,
@@ -227,8 +231,8 @@ def _link(
     client_id: str | None,
     accepted: bool | None,
     user: str,
+    consent: tuple[bool | None, bool],
     metadata: dict[str, Any],
-    consent_default: bool,
     actor: str,
 ) -> EditorOutcome | None:
     """The outcome is about ``served``: name it by the plugin's id, fill in the developer, and put
@@ -238,13 +242,17 @@ def _link(
     served.client_id = client_id
     served.metadata = {**served.metadata, "editor_outcome": metadata}
     fields = ["client_id", "metadata"]
+    flag, default = consent
     if not served.end_user_id and user:
         # Continue sends no user with completions; the outcome is the first time Strop learns who it was.
         served.end_user_id = user
         (served.end_user_opted_in,) = end_users_observe(
-            tenant, observations=[(served.end_user_id, None)], source="editor", actor=actor, default=consent_default
+            tenant, observations=[(served.end_user_id, flag)], source="editor", actor=actor, default=default
         )
         fields += ["end_user_id", "end_user_opted_in"]
+    elif flag is not None and (user or served.end_user_id):  # the consent stated (an editor key: only a withdrawal)
+        stated = [(user or served.end_user_id, flag)]
+        end_users_observe(tenant, observations=stated, source="editor", actor=actor, default=default)
     try:
         with transaction.atomic():
             served.save(update_fields=fields)

@@ -20,8 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.adapters.selectors import adapter_list
-from apps.common.apis import ScopedApi, end_user_of_request
-from apps.common.exceptions import Forbidden
+from apps.common.apis import ScopedApi
 from apps.common.parsing import header_text
 from apps.serving.admission import stream_lease_return, stream_lease_take
 from apps.serving.answers import CompletionAnswer
@@ -29,7 +28,6 @@ from apps.serving.async_views import Planned, serving_view
 from apps.serving.completions import completion_plan, completion_serve, completion_stream
 from apps.serving.schemas import CompletionIn
 from apps.serving.selectors import ReadAhead
-from apps.tenants.permissions import acts_as_editor
 
 
 class ServingApi(ScopedApi):
@@ -66,23 +64,6 @@ class ServingApi(ScopedApi):
             stream_lease_return(lease)
             raise
         return planned, lease
-
-    def end_user(self, request: Request, attrs: dict[str, Any]) -> tuple[str, bool | None]:
-        """The end user the request names and the consent it states (``end_user_of_request``).
-
-        An editor key (a config file on every developer's machine, shared by a team) cannot say
-        who the developer is with any proof, so it never gives consent: ``opted_in: true`` (or
-        ``X-Strop-Opt-In: true``) through it is a 403. Withdrawing (false) is always taken; a user
-        it is the first to see gets the key's ``default_opt_in``, else the tenant's."""
-        user, flag = end_user_of_request(request, attrs)
-        if flag is True and acts_as_editor(request.user, self.required_scope):
-            raise Forbidden(
-                "an editor key cannot give an end user's consent to learning (opted_in / X-Strop-Opt-In: true): "
-                "leave it out (a new developer gets the key's default_opt_in) and have an admin opt people in; "
-                "opting out (false) is allowed",
-                code="permission_denied",
-            )
-        return user, flag
 
     def read_ahead(self, request: Request) -> ReadAhead | None:
         """The adapter name and end user the raw JSON body names (the user header otherwise), as

@@ -266,3 +266,38 @@ def test_an_editor_key_serves_a_real_completion_and_labels_it_but_not_another_ke
     refused = editor.post("/v1/feedback", {"interaction_id": theirs.json()["id"], "outcome": "rejected"}, format="json")
     assert refused.status_code == 404
     assert list(Feedback.objects.values_list("interaction_id", flat=True)) == [uuid.UUID(mine.json()["id"])]
+
+
+def _linkable(completion_id: str, completion: str = "return a + b") -> dict:
+    return {"completionId": completion_id, "prompt": PROMPT, "completion": completion, "accepted": True}
+
+
+def test_an_editor_outcome_takes_the_configs_opt_out_and_refuses_its_opt_in(tenant, adapter):
+    editor = _client(tenant, ["editor"], default_opt_in=True)
+    post = editor.post
+    # A developer first seen through an outcome (no completion of theirs to link), opting out.
+    answer = post("/v1/editor/autocomplete", _linkable("c-1"), format="json", HTTP_X_STROP_USER="erin",
+                  HTTP_X_STROP_OPT_IN="false")  # fmt: skip
+    assert answer.status_code in (200, 201), answer.content
+    assert EndUser.objects.get(external_id="erin").opted_in is False
+    assert Interaction.objects.get(client_id="c-1").end_user_opted_in is False
+    # A completion served to nobody named, linked by the outcome that names its developer and opts out.
+    served = _served(tenant, adapter, editor.key, user="", completion="return b + a")
+    answer = post("/v1/editor/autocomplete", _linkable("c-2", "return b + a"), format="json",
+                  HTTP_X_STROP_USER="fay", HTTP_X_STROP_OPT_IN="false")  # fmt: skip
+    assert answer.json()["status"] == "linked", answer.content
+    assert EndUser.objects.get(external_id="fay").opted_in is False
+    assert Interaction.objects.get(pk=served).end_user_opted_in is False
+    # A developer already opted in, withdrawing on an outcome linked to their own completion.
+    _served(tenant, adapter, editor.key, user="gus", completion="return a - b")
+    EndUser.objects.create(tenant=tenant, external_id="gus", opted_in=True)
+    answer = post("/v1/editor/autocomplete", _linkable("c-3", "return a - b"), format="json",
+                  HTTP_X_STROP_USER="gus", HTTP_X_STROP_OPT_IN="false")  # fmt: skip
+    assert answer.json()["status"] == "linked", answer.content
+    assert EndUser.objects.get(external_id="gus").opted_in is False
+    # Consent through an editor key is refused, as on a completion, and nothing is recorded.
+    refused = post("/v1/editor/autocomplete", _linkable("c-4"), format="json", HTTP_X_STROP_USER="hal",
+                   HTTP_X_STROP_OPT_IN="true")  # fmt: skip
+    assert refused.status_code == 403 and "cannot give an end user's consent" in refused.json()["error"]["message"]
+    assert not Interaction.objects.filter(client_id="c-4").exists()
+    assert not EndUser.objects.filter(external_id="hal").exists()
