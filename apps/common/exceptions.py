@@ -87,7 +87,10 @@ ERROR_CODES: dict[str, ErrorCode] = {
         "name one of `details.models` (also at GET /v1/models)",
     ),
     "unknown_interaction": ErrorCode(
-        404, "feedback names an interaction id this tenant never logged", "log the interaction, or send its client_id"
+        404,
+        "feedback or a persistence report names a `client_id` not seen yet, and the tenant refuses pending feedback "
+        "(an unknown `interaction_id` is `not_found`)",
+        "log the interaction first, or turn on pending feedback in the tenant's settings",
     ),
     "model_not_loaded": ErrorCode(404, "vLLM has not loaded the model version yet", "retry shortly"),
     # 405 - 415: the HTTP exchange
