@@ -139,9 +139,24 @@ def end_user_consent_now(
 
 @transaction.atomic
 def end_user_consent_set(tenant: Tenant, *, external_id: str, opted_in: bool, source: str, actor: str) -> EndUser:
-    """Opt one end user in or out (created if new), and audit it."""
+    """Opt one end user in or out (created if new), and audit it. The user's row is locked and read
+    as committed: a request recording them at the same moment (its consent flag not yet committed)
+    is waited for, so this change, the later one, is the one that stands, with its history row."""
     _check_external_id(external_id)
-    end_users_observe(tenant, observations=[(external_id, opted_in)], source=source, actor=actor, default=opted_in)
+    row = (
+        EndUser.objects.select_for_update()
+        .filter(tenant=tenant, external_id=external_id)
+        .values_list("pk", "opted_in")
+        .first()
+    )
+    end_users_observe(
+        tenant,
+        observations=[(external_id, opted_in)],
+        source=source,
+        actor=actor,
+        default=opted_in,
+        known={external_id: row} if row is not None else None,
+    )
     user = EndUser.objects.get(tenant=tenant, external_id=external_id)
     audit_record(
         tenant,
