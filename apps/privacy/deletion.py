@@ -25,18 +25,19 @@ from django.db.models.deletion import get_candidate_relations_to_delete
 CHUNK = {"postgresql": 2000, "sqlite": 900}
 
 
-def rows_delete(rows: QuerySet[Any]) -> Counter[str]:
+def rows_delete(rows: QuerySet[Any], *, keys: Sequence[Any] | None = None) -> Counter[str]:
     """Delete ``rows`` and what cascades from them (the models' own ``on_delete``); rows deleted by
     model label. A relation this cannot follow set-wise (``PROTECT``, ``SET_DEFAULT``, a callable,
     a foreign key to a field other than the primary key) stops it before anything is deleted from
     that table.
 
-    The rows deleted are those ``rows`` named when this began: one that arrives meanwhile (a request
-    of the user served during their erase) stays, with what hangs off it, as one served just after
-    would. On Postgres they go by their own filter as well as their keys (an end user's by the user's
-    index, in the table's order, where key by key reads a page per row)."""
+    The rows deleted are those ``rows`` named when this began (or, given ``keys``, those of them the
+    caller read): one that arrives meanwhile (a request of the user served during their erase) stays,
+    with what hangs off it, as one served just after would. On Postgres they go by their own filter
+    as well as their keys (an end user's by the user's index, in the table's order, where key by key
+    reads a page per row)."""
     model = rows.model
-    keys = list(rows.values_list("pk", flat=True))
+    keys = list(rows.values_list("pk", flat=True)) if keys is None else list(keys)
     if connection.vendor == "postgresql" and model._meta.pk.get_lookup("any") is not None:
         return _delete(model, keys, own=rows.filter(pk__any=keys))
     return _delete(model, keys)

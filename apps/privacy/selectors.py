@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import Exists, OuterRef, QuerySet
@@ -52,12 +53,12 @@ def versions_touched_by(interactions: QuerySet[Any]) -> tuple[list[dict[str, Any
 
 
 def pending_keys(
-    interactions: QuerySet[Interaction], *, failures: QuerySet[ServingFailure], open_streams: list[str]
+    client_ids: Iterable[str | None], *, failures: QuerySet[ServingFailure], open_streams: list[str]
 ) -> list[str]:
     """The ids an end user's labels may wait under as pending: their interactions' client ids, their
     open streams' ids, and the ids of the streams vLLM failed for them (kept on the failure)."""
     failed_streams = [i for ids in failures.values_list("stream_ids", flat=True) for i in ids or ()]
-    return [c for c in interactions.values_list("client_id", flat=True) if c] + open_streams + failed_streams
+    return [c for c in client_ids if c] + open_streams + failed_streams
 
 
 def end_user_erase_preview(tenant: Tenant, *, external_id: str) -> dict[str, Any]:
@@ -69,7 +70,9 @@ def end_user_erase_preview(tenant: Tenant, *, external_id: str) -> dict[str, Any
     open_streams = stream_open_ids_of_user(tenant, end_user_id=external_id)  # feedback waits under these too
     if user is None and not open_streams and not interactions.exists() and not failures.exists():
         raise NotFound(f"no end user {external_id[:200]!r}")
-    client_ids = pending_keys(interactions, failures=failures, open_streams=open_streams)
+    client_ids = pending_keys(
+        interactions.values_list("client_id", flat=True), failures=failures, open_streams=open_streams
+    )
     trained_on, evaluated_on = versions_touched_by(interactions)
     # Another user's turns in one of the sessions (by the partial index on sessions' turns, which
     # the non-empty test lets the planner use).

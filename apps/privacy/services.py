@@ -86,7 +86,10 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     erased_runs = training_erasure_record(tenant, interactions=interactions, external_id=external_id)
     report.training_runs, report.retrain = erased_runs.runs, erased_runs.retrain
     report.remains = erased_user_remains(tenant, trained_on=report.versions_trained_on)
-    client_ids = pending_keys(interactions, failures=failures, open_streams=open_streams)
+    # One read of their interactions for both what is deleted and the client ids remembered as erased:
+    # one recorded meanwhile stays whole (as one recorded just after would), never deleted unremembered.
+    snapshot = list(interactions.values_list("pk", "client_id"))
+    client_ids = pending_keys((c for _, c in snapshot), failures=failures, open_streams=open_streams)
     conversations = interactions.exclude(conversation_id="").values_list("conversation_id", flat=True)
     conversation_ids = list(conversations.distinct())
     if conversation_ids:
@@ -103,7 +106,7 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
     erased_ids_record(tenant.pk, client_ids=client_ids, conversation_ids=conversation_ids)
     # Their interactions with what cascades (feedback, persistence reports, training events), set-wise
     # (apps.privacy.deletion): a heavy user's tens of thousands of rows are never loaded.
-    deleted = rows_delete(interactions)
+    deleted = rows_delete(interactions, keys=[pk for pk, _ in snapshot])
     report.deleted["feedback"] = deleted["interactions.Feedback"]
     # A session's outcome goes with the user's turns, unless another user's turns share the session
     # (a tenant's ids reused across users): it is theirs too, spread to their turns.

@@ -224,3 +224,26 @@ def test_an_erase_meeting_a_session_outcome_being_recorded_waits_instead_of_dead
     with held_in_a_thread(record):  # a deadlock that aborts the recording fails the test
         report = end_user_erase(tenant, external_id="gone", actor="test")
     assert report.deleted["interactions"] == 1 and report.deleted["session_outcomes"] == 1
+
+
+def test_an_interaction_recorded_while_the_erase_runs_is_kept_or_its_late_label_refused(client_a, monkeypatch):
+    """What the erase deletes and the client ids it remembers as erased come from one read: a row of
+    the user recorded between the two (here, just before the ids are remembered) is left whole, as one
+    recorded just after the erase, never deleted with its late label left to wait as pending."""
+    import apps.privacy.services as erase_module
+
+    _log(client_a, "before", "racing")
+    remember = erase_module.erased_ids_record
+
+    def recorded_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        _log(client_a, "meanwhile", "racing")
+        return remember(*args, **kwargs)
+
+    monkeypatch.setattr(erase_module, "erased_ids_record", recorded_meanwhile)
+    _erase(client_a, "racing")
+    late = client_a.post("/v1/feedback", {"client_id": "meanwhile", "outcome": "accepted"}, format="json")
+    assert Interaction.objects.filter(client_id="meanwhile").exists()  # kept whole
+    assert late.status_code == 200, late.content  # its label lands on it, not pending
+    assert not Feedback.objects.filter(pending_client_id="meanwhile").exists()
+    gone = client_a.post("/v1/feedback", {"client_id": "before", "outcome": "accepted"}, format="json")
+    assert gone.status_code == 410
