@@ -7,7 +7,6 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from apps.adapters.loading import adapter_version_load
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.adapters.selectors import (
     adapter_get_for_tenant,
@@ -15,9 +14,9 @@ from apps.adapters.selectors import (
     adapter_version_get_for_tenant,
     adapter_version_list,
 )
-from apps.adapters.services import adapter_version_promote
 from apps.common.apis import ScopedApi
 from apps.common.exception_handler import public_text
+from apps.experiments.services import adapter_promote
 from learning_shared.offline_eval import offline_eval_of
 
 
@@ -144,7 +143,4 @@ class AdapterVersionPromoteApi(ScopedApi):
     def post(self, request: Request, adapter_name: str, number: str) -> Response:
         adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
         version = adapter_version_get_for_tenant(self.tenant, adapter=adapter, number=number)
-        if version.loaded_at is None and version.status != AdapterVersion.Status.FAILED:
-            adapter_version_load(version_id=version.pk)
-            version.refresh_from_db()
-        return Response(AdapterOut(adapter_version_promote(self.tenant, version=version, actor=self.actor)).data)
+        return Response(AdapterOut(adapter_promote(self.tenant, version=version, actor=self.actor)).data)

@@ -133,7 +133,9 @@ CONFIRM = {
     "member-password-reset",
 }
 # Actions that load a version into vLLM: their success test takes the real vLLM server.
-NEEDS_VLLM = {"experiment-promote", "version-rollback", "experiment-new", "experiment-start"}
+# version-promote: v2 is the running experiment's candidate, so promoting it decides the experiment, which
+# loads it on every replica first (as experiment-promote does).
+NEEDS_VLLM = {"experiment-promote", "version-promote", "version-rollback", "experiment-new", "experiment-start"}
 # The query string a route reads its end user from.
 QUERY = {"end-user": "?end_user_id=dev-1", "end-user-erase": "?end_user_id=dev-2"}
 

@@ -7,10 +7,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from apps.adapters.loading import adapter_version_load
 from apps.adapters.models import AdapterVersion
 from apps.adapters.selectors import adapter_version_get_for_tenant
-from apps.adapters.services import adapter_version_promote
 from apps.common.exceptions import ApplicationError, ValidationFailed
 from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.forms import attach_service_error
@@ -19,7 +17,7 @@ from apps.dashboard.policy_form import TrainingPolicyForm
 from apps.dashboard.selectors import adapter_lineage, adapter_serves_agents
 from apps.dashboard.views.common import tenant_render
 from apps.experiments.selectors import experiment_running_for
-from apps.experiments.services import adapter_rollback
+from apps.experiments.services import adapter_promote, adapter_rollback
 from apps.privacy.purge import adapter_version_purge, version_purge_states
 from apps.training.erasure import erased_users_per_version, retrain_parent, training_lineage_retrain
 from apps.training.selectors import eval_set_get, training_policy_get
@@ -58,17 +56,17 @@ def version_promote(request: HttpRequest, ctx: TenantContext, adapter_name: str,
     current = adapter.production_version
     if request.method == "POST":
         try:
-            if version.loaded_at is None and version.status != AdapterVersion.Status.FAILED:
-                adapter_version_load(version_id=version.pk)
-                version.refresh_from_db()
-            adapter_version_promote(ctx.tenant, version=version, actor=ctx.actor)
+            adapter_promote(ctx.tenant, version=version, actor=ctx.actor)
         except ApplicationError as exc:
             messages.error(request, f"Nothing changed: {exc.message}")
         else:
             was = f"v{current.number}" if current else "the base model"
             messages.success(request, f"v{version.number} now serves {adapter.name} in production (was {was}).")
         return redirect("dashboard:versions", tenant_slug=ctx.tenant.slug, adapter_name=adapter.name)
-    context = {"adapter": adapter, "version": version, "current": current, "nav_adapter": adapter}
+    context = {
+        "adapter": adapter, "version": version, "current": current, "nav_adapter": adapter,
+        "running": experiment_running_for(adapter),
+    }  # fmt: skip
     return tenant_render(request, ctx, "dashboard/versions/promote.html", context, section="versions")
 
 

@@ -1,7 +1,7 @@
 """The experiments app's services, one module per sub-domain, named here for their callers:
 ``lifecycle`` (create, start, stop, promote, roll back),
 ``exposures`` (who met which arm), ``snapshots`` (statistics and automatic decisions),
-``production`` (moving production back by hand) and ``lineage`` (the holdout's lift and the
+``production`` (moving production by hand) and ``lineage`` (the holdout's lift and the
 alarms after a promotion)."""
 
 from apps.experiments.services.exposures import exposure_record
@@ -19,7 +19,7 @@ from apps.experiments.services.lineage import (
     lineage_checks_all,
     promotion_alarm_check,
 )
-from apps.experiments.services.production import adapter_rollback
+from apps.experiments.services.production import adapter_promote, adapter_rollback
 from apps.experiments.services.snapshots import (
     experiment_snapshot_all,
     experiment_snapshot_now,
@@ -28,6 +28,7 @@ from apps.experiments.services.snapshots import (
 
 __all__ = [
     "adapter_holdout_set",
+    "adapter_promote",
     "STARTABLE_CANDIDATE_STATUSES",
     "adapter_rollback",
     "experiment_create",

@@ -1,16 +1,17 @@
-"""Moving production back by hand: the adapter's pointer to an earlier good version, stopping
-the adapter's running experiment first."""
+"""Moving production by hand: the adapter's pointer to a version an admin or operator names, or back
+to an earlier good one, deciding or stopping the adapter's running experiment first (it compares
+against production, which is about to change)."""
 
 from __future__ import annotations
 
 from django.db import transaction
 
-from apps.adapters.loading import adapter_version_load_everywhere
+from apps.adapters.loading import adapter_version_load, adapter_version_load_everywhere
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.adapters.services import adapter_version_promote
 from apps.common.exceptions import Conflict, ValidationFailed
 from apps.experiments.selectors import experiment_running_for
-from apps.experiments.services.lifecycle import experiment_stop
+from apps.experiments.services.lifecycle import experiment_promote, experiment_stop
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 
@@ -57,3 +58,25 @@ def adapter_rollback(
             data={"from": current.vllm_name if current else None, "to": to_version.vllm_name},
         )
     return adapter
+
+
+def adapter_promote(tenant: Tenant, *, version: AdapterVersion, actor: str) -> Adapter:
+    """Make ``version`` production by hand (the API, the dashboard, the operator's command), loading
+    it into vLLM first when it is not loaded. The adapter's running experiment would otherwise keep
+    serving its control arm a retired version and later promote its candidate over this one, never
+    compared with it: promoting the experiment's candidate decides the experiment (promote), and any
+    other version stops it first."""
+    if version.loaded_at is None and version.status != AdapterVersion.Status.FAILED:
+        adapter_version_load(version_id=version.pk)
+        version.refresh_from_db()
+    adapter = version.adapter
+    running = experiment_running_for(adapter)
+    if running is not None and running.candidate_version_id == version.pk:
+        experiment_promote(tenant, experiment=running, actor=actor, reason="promoted by hand")
+        return Adapter.objects.get(pk=adapter.pk)
+    if version.status in (AdapterVersion.Status.FAILED, AdapterVersion.Status.PURGED):
+        return adapter_version_promote(tenant, version=version, actor=actor)  # its refusal, nothing stopped
+    if running is not None:
+        experiment_stop(tenant, experiment=running, actor=actor, reason=f"version {version.number} promoted by hand")
+        version.refresh_from_db()  # the stop set the experiment's versions' statuses
+    return adapter_version_promote(tenant, version=version, actor=actor)

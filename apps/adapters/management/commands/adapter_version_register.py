@@ -6,8 +6,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.adapters.loading import adapter_version_load
 from apps.adapters.selectors import adapter_get_for_tenant, adapter_version_get_for_tenant
-from apps.adapters.services import adapter_serve_probe, adapter_version_promote, adapter_version_register
+from apps.adapters.services import adapter_serve_probe, adapter_version_register
 from apps.common.exceptions import ApplicationError
+from apps.experiments.services import adapter_promote
 from apps.tenants.models import Tenant
 
 
@@ -47,7 +48,7 @@ class Command(BaseCommand):
             if outcome != "loaded":
                 raise CommandError(f"vLLM refused {version.vllm_name}: {version.status_message}")
             if options["promote"]:
-                adapter_version_promote(tenant, version=version, actor="operator")
+                adapter_promote(tenant, version=version, actor="operator")
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
         self.stdout.write(f"{version.vllm_name} {'promoted' if options['promote'] else outcome}")
