@@ -85,12 +85,24 @@ def item_bool(item: dict[str, Any], name: str) -> bool | None:
 _INT, _FLOAT = frozenset({int}), frozenset({float})
 
 
+# Token-id fields an empty list cannot fill, with what to send instead. (An empty completion is data:
+# ``completion_token_ids: []`` is the "stay silent" action, the model's EOS first.)
+_EMPTY_IDS_REFUSED = {
+    "prompt_token_ids": (
+        "is empty; a prompt has at least one token: send the prompt's token ids, or leave the field out "
+        "and Strop tokenizes the prompt's text"
+    ),
+}
+
+
 def item_token_ids(item: dict[str, Any], name: str) -> list[int] | None:
     value = item.get(name)
     if value is None:
         return None
     if not isinstance(value, list):
         raise ItemError(name, "must be a list of token ids")
+    if not value and name in _EMPTY_IDS_REFUSED:
+        raise ItemError(name, _EMPTY_IDS_REFUSED[name])
     if not value or (_INT.issuperset(map(type, value)) and min(value) >= 0 and max(value) <= MAX_TOKEN_ID):
         return value  # the common case, checked without a Python-level loop (bool is not int here)
     for index, token in enumerate(value):

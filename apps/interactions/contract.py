@@ -29,7 +29,9 @@ class InteractionInSchema(serializers.Serializer):
     prefix = serializers.CharField(required=False)
     suffix = serializers.CharField(required=False)
     completion = serializers.CharField(allow_blank=True, help_text="Empty = nothing was suggested.")
-    prompt_token_ids = serializers.ListField(child=serializers.IntegerField(min_value=0), required=False)
+    prompt_token_ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=0), required=False, min_length=1
+    )  # an empty list is a 400 (apps.common.item_checks): no prompt has zero tokens
     completion_token_ids = serializers.ListField(child=serializers.IntegerField(min_value=0), required=False)
     completion_logprobs = serializers.ListField(
         child=serializers.FloatField(max_value=0), required=False, help_text="One per completion token."

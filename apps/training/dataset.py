@@ -2,7 +2,12 @@
 
 Served interactions carry the exact token ids and behaviour logprobs vLLM produced, and the
 trainer learns on exactly those tokens. Logged ones without usable ids are tokenized with the
-base model's tokenizer (no behaviour logprobs then: the trainer treats them as on-policy).
+base model's tokenizer (no behaviour logprobs then: the trainer treats them as on-policy); an
+empty list of prompt ids (refused at ingest now, but stored by older versions) is no ids.
+
+One event no sample can be built from never fails its window: it is left out of the samples,
+named in the operator's log and the run's (``Window.left_out``), and recorded in the window as
+held out (looked at, never learned), so it does not count as new and start run after run.
 
 A partial accept or an edit says which tokens the user kept, so its sample also carries
 ``token_rewards``, one per completion token (``feedback_credit``): the kept prefix earns the
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +35,7 @@ from typing import Any, TypeGuard
 from django.db import connection, transaction
 
 from apps.adapters.models import BaseModel
+from apps.common.exception_handler import public_text
 from apps.interactions.models import SHOWN_OUTCOMES, Feedback, Interaction
 from apps.interactions.rewards import reward_value
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
@@ -40,6 +47,8 @@ from learning_shared.fim import build_fim_prompt
 from learning_shared.samples import Sample
 from learning_shared.show_filter import SHOW_ACCEPTED, ShowEvent, suggestion_score
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
 class Window:
@@ -48,6 +57,9 @@ class Window:
     # Every shown completion Strop served in the window's training part, scored: what the show filter
     # is fitted on (never the held-out part, on which the eval gate judges the version with it).
     show_events: list[ShowEvent] = field(default_factory=list)
+    # Events no sample could be built from, one line each ("interaction <id>: why"): not trained on
+    # and not held out for the gate, recorded in the window as held out.
+    left_out: list[str] = field(default_factory=list)
 
 
 def _interaction(feedback: Feedback) -> Interaction:
@@ -178,7 +190,10 @@ def _tokens(interaction: Interaction, *, base: BaseModel) -> Tokens:
     """The prompt's and the completion's token ids and the completion's behaviour logprobs: as
     served where the ids fit the base model, else tokenized from the text (no logprobs then)."""
     vocab = _vocab_size(base.path)
-    prompt_ids, completion_ids = interaction.prompt_token_ids, interaction.completion_token_ids
+    # No prompt has zero tokens: an empty list (stored before ingest refused it) is no ids, and the
+    # prompt is tokenized from its text. An empty completion is the "stay silent" action: it fits.
+    prompt_ids = interaction.prompt_token_ids or None
+    completion_ids = interaction.completion_token_ids
     logprobs = interaction.completion_logprobs
     if _ids_fit(prompt_ids, vocab) and _ids_fit(completion_ids, vocab):
         if logprobs is not None and len(logprobs) != len(completion_ids or []):
@@ -214,7 +229,8 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
     """Fix the run's window (recorded as TrainingRunEvent rows) and build its samples.
 
     Events committed after this moment are not in the window and stay eligible for the next run,
-    as do those past ``max_events`` (the oldest are taken first).
+    as do those past ``max_events`` (the oldest are taken first). An event no sample can be built
+    from is left out of the samples (``Window.left_out``), not the cause of a failed run.
     """
     base = run.adapter.base_model
     rng = random.Random(f"heldout:{run.pk}")  # a different held-out draw per run: none is held out forever
@@ -229,10 +245,18 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
         for feedback in events:
             reward = reward_value(rewards, outcome=feedback.outcome, weight=feedback.reward_weight)
             held_out = rng.random() < policy.heldout_fraction
-            interaction = _interaction(feedback)
-            tokens = _tokens(interaction, base=base)
-            credit = feedback_credit(feedback, completion_token_ids=tokens[1], base=base, policy=policy)
-            sample = _sample(interaction, tokens, reward=reward, silence_reward=agent_silence_reward, credit=credit)
+            try:
+                interaction = _interaction(feedback)
+                tokens = _tokens(interaction, base=base)
+                credit = feedback_credit(feedback, completion_token_ids=tokens[1], base=base, policy=policy)
+                sample = _sample(interaction, tokens, reward=reward, silence_reward=agent_silence_reward, credit=credit)
+            except ValueError as exc:  # TrainerInputError included: this event's data, not the window's
+                name, why = f"interaction {feedback.interaction_id}", public_text(str(exc), max_length=300)
+                why = why if why.startswith(name) else f"{name}: {why}"
+                logger.warning("run %s left out an event no sample can be built from: %s", run.pk, why)
+                window.left_out.append(why)
+                rows.append(TrainingRunEvent(run=run, feedback=feedback, held_out=True, reward=reward))
+                continue
             (window.heldout if held_out else window.train).append(sample)
             scored = None if held_out else show_event(feedback)
             if scored is not None:

@@ -6,7 +6,9 @@ not consent (then, or now: ``apps.cohorts.selectors.consented_events``); nothing
 (no prompt, or a suggestion the show filter withheld); already learned by the current lineage;
 left out of training by a person (a rejected run's events: ``training_window_exclude``);
 already seen by a run from the current parent (it trains again with the next successful run,
-but does not start one); new: counted against the policy's ``min_new_events``.
+but does not start one), or not yet seen but past the next window (``TRAINING_MAX_WINDOW_EVENTS``
+of the oldest) while that window is one a run from this parent already tried; new: counted
+against the policy's ``min_new_events``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import Count, Min
 
 from apps.adapters.models import Adapter, AdapterVersion
@@ -43,12 +46,13 @@ class TrainingOutlook:
     nothing_to_learn: int
     already_trained: int
     left_out: int
-    seen_from_parent: int
+    seen_from_parent: int  # and those waiting behind a window already tried (``waiting_behind``)
     new: int
     oldest_new_at: datetime | None
     active_run: TrainingRun | None
     tenant_runs_active: int
     tenant_run_cap: int
+    waiting_behind: int  # never seen, but past a next window a run from this parent already tried
 
     @property
     def due_at(self) -> datetime | None:
@@ -75,6 +79,12 @@ class TrainingOutlook:
             )
         if self.new >= self.policy.min_new_events:
             return f"{self.new} new events are enough: a run starts at the scheduler's next check (within seconds)."
+        if not self.new and self.waiting_behind:
+            return (
+                f"{self.waiting_behind} new events wait behind the oldest {settings.TRAINING_MAX_WINDOW_EVENTS}, "
+                "which a run from this version already tried (rejected or failed): they start no run until "
+                "a person leaves that run's events out of training, or starts a run by hand."
+            )
         if self.new:
             return (
                 f"{self.new} new events of the {self.policy.min_new_events} that start a run; "
@@ -97,7 +107,9 @@ def training_outlook(adapter: Adapter) -> TrainingOutlook:
     consent = consented_events("interaction__")
     split = feedback.aggregate(total=Count("id"), consented=Count("id", filter=consent))
     eligible = training_events_eligible(adapter, parent=parent)
-    new = training_events_new(adapter, parent=parent).aggregate(count=Count("id"), oldest=Min("updated_at"))
+    window_new = training_events_new(adapter, parent=parent, limit=settings.TRAINING_MAX_WINDOW_EVENTS)
+    new = window_new.aggregate(count=Count("id"), oldest=Min("updated_at"))
+    unseen = training_events_new(adapter, parent=parent).count()
     unlearned = eligible.count()
     left_out = training_events_left_out(adapter, parent=parent).count()
     learnable = feedback_learnable(feedback.filter(consent)).count()
@@ -116,9 +128,7 @@ def training_outlook(adapter: Adapter) -> TrainingOutlook:
         new=new["count"],
         oldest_new_at=new["oldest"],
         active_run=active,
-        tenant_runs_active=TrainingRun.objects.filter(
-            tenant_id=adapter.tenant_id, status__in=ACTIVE_STATUSES
-        ).count(),
+        tenant_runs_active=TrainingRun.objects.filter(tenant_id=adapter.tenant_id, status__in=ACTIVE_STATUSES).count(),
         tenant_run_cap=adapter.tenant.max_concurrent_training_runs,
+        waiting_behind=unseen - new["count"],
     )
-

@@ -136,11 +136,10 @@ def feedback_learnable(feedback: QuerySet[Feedback]) -> QuerySet[Feedback]:
     """The events of ``feedback`` that say something about a suggestion the user saw."""
     return (
         # Nothing to learn from an event without a prompt or conversation (an editor's noCode outcome).
+        # Empty prompt ids are none (ingest refuses them now; rows stored before may hold them).
         feedback.exclude(
-            interaction__prompt="",
-            interaction__prefix="",
-            interaction__prompt_token_ids__isnull=True,
-            interaction__messages__isnull=True,
+            Q(interaction__prompt="", interaction__prefix="", interaction__messages__isnull=True)
+            & (Q(interaction__prompt_token_ids__isnull=True) | Q(interaction__prompt_token_ids=b""))
         )
         # A suggestion the show filter withheld was never seen: its reward says nothing of it. (Not an
         # exclude of the key: it is NULL where the key is missing, and excluding NULL drops the row.)
@@ -152,16 +151,31 @@ def feedback_learnable(feedback: QuerySet[Feedback]) -> QuerySet[Feedback]:
     )
 
 
-def training_events_new(adapter: Adapter, *, parent: AdapterVersion | None) -> QuerySet[Feedback]:
-    """Eligible events no run from this parent has looked at yet: what makes a new run worth it.
+def training_events_new(
+    adapter: Adapter, *, parent: AdapterVersion | None, limit: int | None = None
+) -> QuerySet[Feedback]:
+    """Eligible events of the next window (its oldest ``limit``: ``TRAINING_MAX_WINDOW_EVENTS``)
+    that no run from this parent has looked at yet: what makes a new run worth it.
 
     A rejected or failed run from the same parent does not consume its events (the next
-    successful run still learns them) but they do not trigger a run again on their own.
+    successful run still learns them) but they do not trigger a run again on their own; nor do
+    events past the next window, which a run would not take: a window already tried from this
+    parent stays as it was however many events wait behind it, and starting a run on it would
+    only end the same way again (a person leaves a rejected window out of training, or starts a
+    run by hand). With ``limit`` None, every unseen eligible event counts.
     """
-    seen_from_parent = TrainingRunEvent.objects.filter(run__adapter=adapter, run__parent_version=parent).values(
-        "feedback_id"
-    )
-    return training_events_eligible(adapter, parent=parent).exclude(id__in=seen_from_parent)
+    seen = TrainingRunEvent.objects.filter(run__adapter=adapter, run__parent_version=parent).values("feedback_id")
+    eligible = training_events_eligible(adapter, parent=parent)
+    new = eligible.exclude(id__in=seen)
+    if limit is None:
+        return new
+    counts = eligible.aggregate(total=Count("id"), seen=Count("id", filter=Q(id__in=seen)))
+    if not counts["seen"] or counts["total"] <= limit:
+        return new  # the next window is all new events, or takes every eligible one
+    # The newest id the window takes: ids only, so one top-``limit`` pass over the eligible events
+    # (the cost of the count above), not the window's rows.
+    last = eligible.order_by("id").values_list("id", flat=True)[limit - 1 : limit].first()
+    return new if last is None else new.filter(id__lte=last)
 
 
 def eval_set_get(adapter: Adapter) -> EvalSet | None:

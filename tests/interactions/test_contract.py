@@ -37,3 +37,9 @@ def test_an_agents_turn_and_a_session_outcome_can_be_sent_by_a_generated_client(
     feedback = components["FeedbackInSchema"]["properties"]
     assert feedback["discount"]["minimum"] == 0 and feedback["discount"]["maximum"] == 1
     assert feedback["turn"]["minimum"] == 0
+
+
+def test_the_schema_says_a_prompt_has_at_least_one_token_id_and_a_completion_may_have_none(components):
+    interaction = components["InteractionInSchema"]["properties"]
+    assert interaction["prompt_token_ids"]["minItems"] == 1  # the validator's 400 for an empty list
+    assert "minItems" not in interaction["completion_token_ids"]  # empty: the model stayed silent

@@ -1,7 +1,6 @@
 """Scheduling: when an adapter's new events start a run, one run per tenant at a time on its GPU
 queue, and the sweep that sends again what a lost message would have."""
 
-
 from __future__ import annotations
 
 import logging
@@ -77,7 +76,11 @@ def training_schedule(
     if parent is _HEAD:
         parent = adapter_lineage_head(adapter)
     if not force:
-        new = training_events_new(adapter, parent=parent)
+        if TrainingRun.objects.filter(adapter=adapter, status__in=ACTIVE_STATUSES).exists():
+            return None  # one at a time per adapter: nothing to count while it runs
+        # Only events the run's window would take count: a window a run from this parent already
+        # tried (rejected, failed) is not tried again because events wait behind it.
+        new = training_events_new(adapter, parent=parent, limit=settings.TRAINING_MAX_WINDOW_EVENTS)
         stats = new.aggregate(count=Count("id"), oldest=Min("updated_at"))
         count = stats["count"]
         if count >= policy.min_new_events:
