@@ -34,6 +34,7 @@ from apps.training.overrides import overrides_checked
 from apps.training.selectors import eval_set_get, training_policy_get
 from apps.training.services import (
     training_run_advance,
+    training_run_advance_log,
     training_run_claim,
     training_run_discard,
     training_run_heartbeat,
@@ -48,25 +49,47 @@ logger = logging.getLogger(__name__)
 
 class _Heartbeat(threading.Thread):
     """Beats while the run works, so the reaper can tell a dead worker from a slow one; and
-    notices, at each beat, that the run was taken back or an end user in its window was erased."""
+    notices, at each beat, that the run was taken back or an end user in its window was erased.
+    A beat that fails (the database went away a moment) is logged and tried again at the next
+    interval; once none has gone through for ``TRAINING_STALE_AFTER_S``, or if the thread ends for
+    any other reason while the run works, the run stops as lost: the reaper may requeue it, and it
+    must never train beside the worker that takes it next."""
 
     def __init__(self, run: TrainingRun) -> None:
         super().__init__(daemon=True, name=f"heartbeat-run-{run.pk}")
         self.training_run = run
-        self.lost = threading.Event()  # the reaper took this attempt back
+        self.lost = threading.Event()  # the reaper took this attempt back, or no longer can be told it lives
         self.erased = threading.Event()  # an end user in the window was erased
         self._stopped = threading.Event()
 
     def run(self) -> None:
+        run = self.training_run
+        last_beat = time.monotonic()
         try:
             while not self._stopped.wait(settings.TRAINING_HEARTBEAT_S):
-                run = self.training_run
-                if not training_run_heartbeat(run.pk, attempt=run.attempt):
-                    self.lost.set()
+                try:
+                    if not training_run_heartbeat(run.pk, attempt=run.attempt):
+                        self.lost.set()
+                        return
+                    last_beat = time.monotonic()
+                    if training_run_erased(run):
+                        self.erased.set()
+                except Exception:  # the database went away a moment: beat again at the next interval
+                    logger.warning("training run %s: a heartbeat failed; retrying", run.pk, exc_info=True)
+                    connection.close()  # a broken connection is not reused: the next beat opens a new one
+                # Silent this long, the reaper may have requeued the run and another worker may take it.
+                if time.monotonic() - last_beat >= settings.TRAINING_STALE_AFTER_S:
+                    logger.error(
+                        "training run %s: no heartbeat for %s s; stopping it as lost",
+                        run.pk,
+                        settings.TRAINING_STALE_AFTER_S,
+                    )
                     return
-                if training_run_erased(run):
-                    self.erased.set()
+        except Exception:
+            logger.exception("training run %s: its heartbeat died; stopping the run as lost", run.pk)
         finally:
+            if not self._stopped.is_set():
+                self.lost.set()  # the thread ends while the run works (taken back, or it died): the run stops
             connection.close()
 
     def stop(self) -> None:
@@ -86,6 +109,8 @@ class RunDiscarded(RunStopped):
     """An end user in the window was erased: what the run learned must not be registered."""
 
 
+LEFT_OUT_LOGGED = 5  # events named in the run's log when some of its window could not be made into samples
+
 DISCARD_REASON = (
     "discarded: an end user in its window was erased while it ran; nothing it learned was kept, "
     "and a new run without them was scheduled"
@@ -104,7 +129,7 @@ class _Guard:
         """Between trainer steps (``step``: its metrics) the heartbeat's flags are read; between
         stages the database is asked too."""
         if self.heartbeat.lost.is_set():
-            raise RunTakenBack("taken back by the reaper")
+            raise RunTakenBack("taken back by the reaper, or its heartbeat stopped")
         if self.heartbeat.erased.is_set() or (step is None and training_run_erased(self.run)):
             raise RunDiscarded(DISCARD_REASON)
         if time.monotonic() > self.deadline:
@@ -213,9 +238,11 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     except IntegrityError:  # an event of the window went while it was being fixed: an end user was erased
         raise RunDiscarded(DISCARD_REASON) from None
     seconds["export"] = time.perf_counter() - started
+    _log_left_out(run, window)
     guard.check()
     if not window.train:
-        raise ValueError("the window holds no events to train on (all were held out or none are eligible)")
+        unusable = f"; {len(window.left_out)} could not be made into samples" if window.left_out else ""
+        raise ValueError(f"the window holds no events to train on (all were held out or none are eligible{unusable})")
     _advance(
         run,
         TrainingRun.Status.TRAINING,
@@ -322,6 +349,17 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     seconds["load"] = time.perf_counter() - started
     _advance(run, TrainingRun.Status.CANDIDATE, output_version=version, gate=gate, stage_seconds=seconds)
     return "candidate"  # the worker then starts its A/B test if the policy asks (experiment_auto_start)
+
+
+def _log_left_out(run: TrainingRun, window: Window) -> None:
+    """Name in the run's log the events of its window no sample could be built from (the first few)."""
+    if not window.left_out:
+        return
+    count = len(window.left_out)
+    shown = "; ".join(window.left_out[:LEFT_OUT_LOGGED])
+    more = f" and {count - LEFT_OUT_LOGGED} more" if count > LEFT_OUT_LOGGED else ""
+    training_run_advance_log(run, f"left out {count} event(s) no sample can be built from: {shown}{more}")
+    run.refresh_from_db(fields=["log"])  # later stages write the log from what they read of it
 
 
 def _reject(run: TrainingRun, verdict: Any, **fields: Any) -> str:

@@ -1,7 +1,6 @@
 """The life of a training run. Every transition is a guarded UPDATE, so a task delivered twice, a
 reaper and a worker coming back from the dead cannot both move one run."""
 
-
 from __future__ import annotations
 
 import logging
@@ -43,25 +42,33 @@ def training_run_claim(run_id: int, *, attempt: int) -> TrainingRun | None:
 
 
 def training_run_advance(run: TrainingRun, *, status: str, **fields: Any) -> bool:
-    """Move an active run on, if it is still this attempt's; False means the reaper took it back."""
+    """Move an active run on, if it is still this attempt's; False means the reaper took it back.
+    A run that ends failed or rejected commits with its webhook deliveries, never one without the other."""
     fields = {**fields, "status": status, "heartbeat_at": timezone.now()}
     if status not in ACTIVE_STATUSES:
         fields["finished_at"] = timezone.now()
-    moved = TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(**fields)
+    with transaction.atomic():
+        moved = TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(**fields)
+        if moved and status in (TrainingRun.Status.FAILED, TrainingRun.Status.REJECTED):
+            _run_ended_notify(
+                run, status=status, error=fields.get("error", run.error), gate=fields.get("gate", run.gate)
+            )
+    # The instance follows only a committed change: a caller that handles an error here still reads the
+    # run as the database holds it.
     if moved:
         for name, value in fields.items():
             setattr(run, name, value)
-        if status in (TrainingRun.Status.FAILED, TrainingRun.Status.REJECTED):
-            _run_ended_notify(run)
     return bool(moved)
 
 
-def _run_ended_notify(run: TrainingRun) -> None:
-    """Tell the tenant's webhooks that a run failed or its candidate was rejected by the gate."""
-    event = "run.failed" if run.status == TrainingRun.Status.FAILED else "run.rejected"
-    data: dict[str, Any] = {"run": run.pk, "adapter": run.adapter.name, "status": run.status, "error": run.error}
-    if run.status == TrainingRun.Status.REJECTED:
-        data["gate_reasons"] = (run.gate or {}).get("reasons", [])
+def _run_ended_notify(run: TrainingRun, *, status: str, error: str, gate: dict[str, Any] | None = None) -> None:
+    """Tell the tenant's webhooks that ``run`` ended ``status``: failed, or its candidate rejected by the
+    gate. Called in the transaction that ends it, so its deliveries commit with the change they report
+    (docs/dashboard.md, webhooks), or not at all."""
+    event = "run.failed" if status == TrainingRun.Status.FAILED else "run.rejected"
+    data: dict[str, Any] = {"run": run.pk, "adapter": run.adapter.name, "status": status, "error": error}
+    if status == TrainingRun.Status.REJECTED:
+        data["gate_reasons"] = (gate or {}).get("reasons", [])
     notification_send(run.tenant_id, event=event, data=data)
 
 
@@ -91,11 +98,11 @@ def training_reap_stale(*, stale_after_s: int | None = None) -> list[int]:
     overdue = now - timedelta(seconds=settings.TRAINING_MAX_RUN_S + stale_after_s)
     for run in TrainingRun.objects.filter(status__in=working, started_at__lt=overdue).select_related("output_version"):
         reason = wall_time_reason(run.output_version)
-        if TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
-            status=TrainingRun.Status.FAILED, finished_at=now, error=reason
-        ):
-            run.status, run.error = TrainingRun.Status.FAILED, reason
-            _run_ended_notify(run)
+        with transaction.atomic():
+            if TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
+                status=TrainingRun.Status.FAILED, finished_at=now, error=reason
+            ):
+                _run_ended_notify(run, status=TrainingRun.Status.FAILED, error=reason)
     requeued: list[int] = []
     stale = TrainingRun.objects.filter(status__in=working, heartbeat_at__lt=cutoff)
     for run in stale:
@@ -114,8 +121,7 @@ def training_reap_stale(*, stale_after_s: int | None = None) -> list[int]:
                 if TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
                     status=TrainingRun.Status.FAILED, finished_at=timezone.now(), error=reason
                 ):
-                    run.status, run.error = TrainingRun.Status.FAILED, reason
-                    _run_ended_notify(run)
+                    _run_ended_notify(run, status=TrainingRun.Status.FAILED, error=reason)
                 continue
             tenant_lock(run.tenant_id)
             # Still silent now: a run that was registering held its row and beat again once it could.
