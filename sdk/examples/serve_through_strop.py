@@ -1,9 +1,10 @@
-"""Serve a completion through Strop (your tenant's adapter on vLLM), show it, and send the
-user's feedback on it: what Strop learns from.
+"""Serve a completion through Strop (your tenant's adapter on vLLM), show it, send the user's
+feedback on it (what Strop learns from), and read the recorded interaction back.
 
     STROP_BASE_URL=http://127.0.0.1:8000 STROP_API_KEY=strop_... python sdk/examples/serve_through_strop.py
 
-The key needs the ``serve`` and ``feedback`` scopes; the tenant needs a default adapter.
+The key needs the ``serve``, ``feedback`` and ``ingest`` scopes (``ingest`` to read the interaction
+back); the tenant needs a default adapter.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 
@@ -142,3 +143,48 @@ def test_events_still_queued_at_interpreter_exit_are_sent(kind, api):
     assert result.returncode == 0, result.stderr
     assert "exiting without close" in result.stdout
     assert Feedback.objects.filter(tenant=api.tenant, interaction__isnull=False).count() == 20
+
+
+def _enqueue_together(client: Strop, start: threading.Barrier, client_id: str) -> None:
+    start.wait()
+    client.feedback.enqueue(client_id=client_id, outcome="accepted")
+
+
+def test_concurrent_first_enqueues_share_one_batcher_and_flush_sees_every_event(api):
+    """The batcher is made on the first ``enqueue``: threads that make it at the same moment must
+    get the same one, else events sit in a batcher that ``flush``, ``stats`` and ``close`` never see."""
+    threads_per_client, clients = 8, 12
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: the race shows at once
+    try:
+        for round_ in range(clients):
+            options = BatcherOptions(flush_interval=NEVER)
+            with Strop(base_url=api.url, api_key=api.key, feedback_batching=options) as client:
+                start = threading.Barrier(threads_per_client)
+                workers = [
+                    threading.Thread(target=_enqueue_together, args=(client, start, f"race-{round_}-{n}"))
+                    for n in range(threads_per_client)
+                ]
+                for worker in workers:
+                    worker.start()
+                for worker in workers:
+                    worker.join()
+                assert client.feedback.flush(timeout=60) is True
+                assert client.feedback.batcher.stats.delivered == threads_per_client, f"round {round_}"
+    finally:
+        sys.setswitchinterval(previous)
+    pending = Feedback.objects.filter(tenant=api.tenant, pending_client_id__startswith="race-")
+    assert pending.count() == threads_per_client * clients
+
+
+def test_an_enqueued_event_is_dated_when_it_was_enqueued_not_when_it_was_delivered(api):
+    """The latest ``occurred_at`` wins: a partial accept queued before the user accepted the whole
+    completion (sent at once) must not overwrite the accept when the batch leaves later."""
+    options = BatcherOptions(flush_interval=NEVER)
+    with Strop(base_url=api.url, api_key=api.key, feedback_batching=options) as client:
+        interaction = client.interactions.log(client_id="d-1", prompt="x = ", completion="return a + b")
+        client.feedback.enqueue(interaction_id=interaction.id, outcome="partial", accepted_chars=8)
+        client.feedback.send(interaction_id=interaction.id, outcome="accepted")
+        assert client.feedback.flush(timeout=60) is True
+        feedback = client.interactions.get(interaction.id).feedback
+    assert feedback is not None and (feedback.outcome, feedback.events_received) == ("accepted", 2)

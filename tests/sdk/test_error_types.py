@@ -5,7 +5,9 @@ answer's ``X-Request-ID``."""
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
@@ -31,6 +33,7 @@ from strop import (
 from strop._core import read_json
 from strop._exceptions import error_from_response
 
+from apps.common.exceptions import error_object
 from tests.sdk.conftest import closed_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -181,3 +184,10 @@ def test_the_error_objects_type_param_and_code_are_attributes():
 def test_a_422_is_an_unprocessable_entity_error():
     error = error_from_response(answer(422, b'{"error": {"code": "adapter_rejected", "message": "m"}}'))
     assert type(error) is strop.UnprocessableEntityError and error.code == "adapter_rejected"
+
+
+def test_the_readme_denies_no_exception_the_sdk_raises_and_no_field_the_api_sends():
+    readme = (Path(__file__).resolve().parents[2] / "sdk" / "README.md").read_text()
+    denied = set(re.findall(r"[Tt]here is no\s+`(\w+)`", readme)) | set(re.findall(r"has no\s+`(\w+)`", readme))
+    sent = error_object("invalid", "m", status=400, param=None, details=None)
+    assert not denied & (set(strop._exceptions.__all__) | set(sent))

@@ -4,7 +4,9 @@ it did in the database."""
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,22 @@ from apps.experiments.models import Experiment, ExperimentExposure, ExperimentSn
 from apps.interactions.models import Feedback, Interaction
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "sdk" / "examples"
+README = EXAMPLES.parent / "README.md"
+# The scopes each example's key gets below: the least it runs with, and what its docs must say.
+SCOPES = {
+    "log_and_feedback.py": ["ingest", "feedback"],
+    "serve_through_strop.py": ["serve", "feedback", "ingest"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCOPES))
+def test_the_docs_name_the_scopes_an_example_runs_with(name):
+    (row,) = [line for line in README.read_text().splitlines() if line.startswith(f"| [`{name}`]")]
+    assert set(re.findall(r"`(\w+)`", row.rstrip(" |").rsplit("|", 1)[1])) == set(SCOPES[name])
+    docstring = ast.get_docstring(ast.parse((EXAMPLES / name).read_text())) or ""
+    assert {scope for scope in ("ingest", "feedback", "serve", "admin") if f"``{scope}``" in docstring} == set(
+        SCOPES[name]
+    )
 
 
 def run_example(name: str, *, url: str, key: str, exit_status: int = 0) -> subprocess.CompletedProcess[str]:
@@ -28,7 +46,7 @@ def run_example(name: str, *, url: str, key: str, exit_status: int = 0) -> subpr
 
 @pytest.mark.django_db(transaction=True)
 def test_log_and_feedback_logs_interactions_and_delivers_their_feedback(make_api):
-    api = make_api(scopes=["ingest", "feedback"])
+    api = make_api(scopes=SCOPES["log_and_feedback.py"])
     result = run_example("log_and_feedback.py", url=api.url, key=api.key)
     interactions = Interaction.objects.filter(tenant=api.tenant)
     assert interactions.count() == 4 and {i.source for i in interactions} == {"logged"}
@@ -53,7 +71,7 @@ def test_log_and_feedback_logs_interactions_and_delivers_their_feedback(make_api
 def test_serve_through_strop_serves_a_completion_and_records_its_feedback(
     live_server, serving_tenant, serving_adapter, make_client, served
 ):
-    key = make_client(serving_tenant, scopes=["serve", "feedback", "ingest"]).raw_key
+    key = make_client(serving_tenant, scopes=SCOPES["serve_through_strop.py"]).raw_key
     result = run_example("serve_through_strop.py", url=live_server.url, key=key)
     served_interaction = Interaction.objects.get(tenant=serving_tenant)
     assert (served_interaction.source, served_interaction.end_user_id) == ("served", "dev-42")

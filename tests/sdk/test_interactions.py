@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from strop import BatchResult, NotFoundError, Page
+from django.utils import timezone
+from strop import BatchResult, EditorOutcome, NotFoundError, Page
 from strop import Interaction as SdkInteraction
 
 from apps.interactions.models import Interaction
@@ -152,3 +153,18 @@ def test_an_editor_autocomplete_outcome_is_stored_with_its_feedback_once(strop_c
     ignored = strop_client.editor.autocomplete_outcome({"name": "chatFeedback", "data": {}, "schema": "0.2.0"})
     assert ignored.status == "ignored" and ignored.reason
     assert Interaction.objects.filter(tenant=api.tenant).count() == 1
+
+
+def test_an_editor_outcome_on_a_completion_strop_served_is_linked_and_says_so(strop_client, api):
+    now = timezone.now()
+    served = Interaction.objects.create(
+        tenant=api.tenant, source="served", prompt="x = ", completion="1 + 2", served_at=now, received_at=now
+    )
+    outcome = {"completionId": "continue-9", "prompt": "x = ", "completion": "1 + 2", "accepted": False}
+    linked = strop_client.editor.autocomplete_outcome(outcome, user="dev-7")
+    assert (linked.status, linked.linked_to_served) == ("linked", True)
+    assert linked.interaction is not None and linked.interaction.id == str(served.pk)
+    assert Interaction.objects.filter(tenant=api.tenant).count() == 1  # no interaction of its own
+    # Every status the API answers (apps.interactions.editor and .apis) is one the result's docs name.
+    documented = EditorOutcome.__doc__ or ""
+    assert all(f"``{status}``" in documented for status in ("created", "duplicate", "linked", "ignored"))

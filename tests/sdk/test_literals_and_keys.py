@@ -4,7 +4,9 @@ so; API keys (where scopes are passed) through the SDK."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import get_args, get_type_hints
 
 import pytest
@@ -27,6 +29,12 @@ def test_outcome_scope_and_metric_list_what_the_server_takes():
     assert list(get_args(Outcome)) == list(FeedbackRow.Outcome.values)
     assert list(get_args(Scope)) == list(ALL_SCOPES)
     assert list(get_args(Metric)) == sorted(METRICS)
+
+
+def test_the_readme_lists_every_scope():
+    readme = (Path(__file__).resolve().parents[2] / "sdk" / "README.md").read_text()
+    (listed,) = re.findall(r"`strop\.Scope` \(([^)]*)\)", readme)
+    assert re.findall(r"`(\w+)`", listed) == list(get_args(Scope))
 
 
 @pytest.mark.parametrize("resource", [Feedback, AsyncFeedback])

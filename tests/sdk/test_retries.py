@@ -34,6 +34,19 @@ def test_a_sent_completion_is_never_retried_but_a_read_is(silent_url, traffic):
     assert traffic.requests("/v1/interactions/some-id") == 3
 
 
+def test_a_sent_rollback_or_erase_is_never_retried(silent_url, traffic):
+    """A second rollback to the same version answers 409 ``not_earlier`` and a second erase 404: after
+    a lost answer, a retry would turn the change that happened into an error."""
+    http = traffic.client(timeout=1.0)
+    with Strop(base_url=silent_url, api_key="strop_x_y", max_retries=2, http_client=http) as client:
+        with pytest.raises(APITimeoutError):
+            client.adapters.rollback("tab", version=1)
+        with pytest.raises(APITimeoutError):
+            client.users.erase("dev-1")
+    assert traffic.requests("/v1/adapters/tab/rollback") == 1
+    assert traffic.requests("/v1/users/dev-1") == 1
+
+
 def _exhaust_budget(api) -> None:
     """Spend the tenant's budget for the current minute, with at least 15 s of it left, so the
     calls that follow are refused until the window turns."""
@@ -81,4 +94,4 @@ def test_a_retry_after_longer_than_the_cap_fails_the_batch_at_once_and_records_i
         (failed,) = client.feedback.batcher.failures
     assert traffic.requests("/v1/feedback") == 1
     assert isinstance(failed.error, RateLimitError) and failed.error.retry_after >= 1
-    assert failed.items == [{"client_id": "c-1", "outcome": "accepted"}]
+    assert [(item["client_id"], item["outcome"]) for item in failed.items] == [("c-1", "accepted")]

@@ -16,6 +16,7 @@ from strop._experiments import Experiments
 from strop._management import TenantResource, TrainingPolicies
 
 from apps.adapters.apis import AdapterOut, AdapterVersionOut
+from apps.cohorts.apis import EndUserOut
 from apps.experiments.apis import ExperimentCreateIn, ExperimentOut, HoldoutIn, HoldoutOut, SnapshotOut
 from apps.interactions.apis import InteractionOut
 from apps.interactions.persistence_apis import InteractionPersistenceOut, PersistenceCheckpointOut
@@ -52,6 +53,7 @@ def keywords_of(method: Any, *positional: str) -> set[str]:
         (strop.Interaction, {*InteractionOut().fields, "created"}),
         (strop.InteractionPersistence, set(InteractionPersistenceOut().fields)),
         (strop.PersistenceCheckpoint, set(PersistenceCheckpointOut().fields)),
+        (strop.EndUser, set(EndUserOut().fields)),
     ],
     ids=lambda value: value.__name__ if isinstance(value, type) else "",
 )

@@ -7,6 +7,8 @@ import asyncio
 import pytest
 from strop import AsyncStrop, BadRequestError, Page
 
+from apps.cohorts.models import EndUser
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 IDS = [f"dev-{n:02d}" for n in range(11)]
@@ -64,3 +66,17 @@ def test_a_page_without_cursor_fields_reads_as_before():
     """An older server answers without ``next_cursor`` and ``count_capped``."""
     page = Page.from_json({"count": 2, "next": None, "previous": None, "results": [{"a": 1}]}, dict)
     assert (page.next_cursor, page.count_capped, page.next_offset) == (None, False, None)
+
+
+def test_an_end_user_carries_when_their_consent_was_set(strop_client, api):
+    opted_in = strop_client.users.opt_in("dev-42")
+    row = EndUser.objects.get(tenant=api.tenant, external_id="dev-42")
+    assert row.opted_in_changed_at is not None
+    assert (opted_in.opted_in_changed_at, opted_in.created_at) == (row.opted_in_changed_at, row.created_at)
+    assert opted_in.updated_at == row.opted_in_changed_at  # the earlier name
+    opted_out = strop_client.users.opt_out("dev-42")
+    row.refresh_from_db()
+    assert opted_out.opted_in is False and opted_out.opted_in_changed_at == row.opted_in_changed_at
+    (listed,) = strop_client.users.list(search="dev-42").results
+    read = strop_client.users.get("dev-42")
+    assert listed.opted_in_changed_at == read.opted_in_changed_at == row.opted_in_changed_at

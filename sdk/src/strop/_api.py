@@ -367,7 +367,9 @@ def user_erase(end_user_id: str) -> Call[dict[str, Any]]:
         body = read_json(response)
         return body if isinstance(body, dict) else {"result": body}
 
-    return Call("DELETE", _user_path(end_user_id), parse=parse)
+    # Not idempotent: once the first try has erased the user, a second answers 404 and the report
+    # (which adapter versions learned from them) is lost.
+    return Call("DELETE", _user_path(end_user_id), parse=parse, idempotent=False)
 
 
 # ---- models, health ----

@@ -8,8 +8,9 @@ in ``_async_management``."""
 from __future__ import annotations
 
 import builtins
+import threading
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from strop import _api
@@ -107,11 +108,19 @@ class AsyncInteractions(AsyncAPIResource):
         return await self._client._run(_api.interaction_list(end_user_id=end_user_id, limit=limit, offset=offset))
 
 
+def _now_unless(occurred_at: datetime | str | None) -> datetime | str:
+    """``occurred_at``, else now (UTC): when the user acted, not when the event reached Strop (a
+    queued or retried event must not win over one the user did after it)."""
+    return datetime.now(timezone.utc).isoformat() if occurred_at is None else occurred_at
+
+
 class AsyncFeedback(AsyncAPIResource):
     def __init__(self, client: AsyncStrop, options: BatcherOptions | None) -> None:
         super().__init__(client)
         self._options = options
         self._batcher: AsyncFeedbackBatcher | None = None
+        # Several threads may make the first enqueue at once: one batcher (and one sender) for all.
+        self._batcher_lock = threading.Lock()
         # Set on a client made by ``with_options``: the feedback resource whose batcher it uses.
         self._batcher_owner: AsyncFeedback | None = None
 
@@ -130,14 +139,16 @@ class AsyncFeedback(AsyncAPIResource):
         (named by ``client_id``) has not arrived yet. ``edited`` takes the ``kept_text``, and
         ``edit_persisted`` may (the code still in the file: training credits the answer's tokens
         that persisted); ``partial`` the ``accepted_chars``, how many leading characters of the
-        completion the user took (1 to its length - 1: an editor's word-by-word accept)."""
+        completion the user took (1 to its length - 1: an editor's word-by-word accept).
+        ``occurred_at`` defaults to now, the time of this call, by this machine's clock, as
+        ``enqueue``'s does: the latest wins, so every event the SDK sends is dated by one clock."""
         item = _api.feedback_item(
             outcome=outcome,
             interaction_id=interaction_id,
             client_id=client_id,
             kept_text=kept_text,
             accepted_chars=accepted_chars,
-            occurred_at=occurred_at,
+            occurred_at=_now_unless(occurred_at),
             metadata=metadata,
         )
         return await self._client._run(_api.feedback_send(item))
@@ -213,14 +224,18 @@ class AsyncFeedback(AsyncAPIResource):
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
         """Queue one event for the background batcher and return at once (never blocks).
-        A plain call, not awaited: call it from the event loop's thread."""
+        A plain call, not awaited: call it from the event loop's thread.
+
+        ``occurred_at`` defaults to now, the time of this call, not of the delivery: the latest
+        ``occurred_at`` wins, so an event that waited in the queue must not win over one sent
+        since."""
         item = _api.feedback_item(
             outcome=outcome,
             interaction_id=interaction_id,
             client_id=client_id,
             kept_text=kept_text,
             accepted_chars=accepted_chars,
-            occurred_at=occurred_at,
+            occurred_at=_now_unless(occurred_at),
             metadata=metadata,
         )
         self.batcher.enqueue(item)
@@ -236,11 +251,12 @@ class AsyncFeedback(AsyncAPIResource):
         """The background batcher (created on first use): ``stats``, ``rejected``, ``failures``."""
         if self._batcher_owner is not None:
             return self._batcher_owner.batcher
-        if self._batcher is None:
-            self._batcher = AsyncFeedbackBatcher(
-                http=self._client._http, config=self._client._config, options=self._options
-            )
-        return self._batcher
+        with self._batcher_lock:
+            if self._batcher is None:
+                self._batcher = AsyncFeedbackBatcher(
+                    http=self._client._http, config=self._client._config, options=self._options
+                )
+            return self._batcher
 
     def _share_batcher_of(self, owner: AsyncFeedback) -> None:
         """Enqueue into ``owner``'s batcher (one queue per connection pool), and leave closing it

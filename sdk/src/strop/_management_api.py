@@ -99,7 +99,10 @@ def adapter_get(adapter: str) -> Call[Adapter]:
 
 
 def adapter_rollback(adapter: str, *, version: int) -> Call[Adapter]:
-    return Call("POST", adapter_path(adapter, "/rollback"), parse=_one(Adapter.from_json), body={"version": version})
+    # Not idempotent: once the first try has moved production to ``version``, a second answers 409
+    # ``not_earlier``, and a lost answer would turn the rollback that happened into a ConflictError.
+    path = adapter_path(adapter, "/rollback")
+    return Call("POST", path, parse=_one(Adapter.from_json), body={"version": version}, idempotent=False)
 
 
 def adapter_retrain(adapter: str) -> Call[TrainingRun]:

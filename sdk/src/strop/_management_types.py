@@ -16,19 +16,29 @@ __all__ = ["ApiKey", "AuditEvent", "EndUser", "Health", "Model", "Tenant"]
 
 @dataclass
 class EndUser:
-    """An end user of the tenant (by the tenant's own id) and their opt-in state."""
+    """An end user of the tenant (by the tenant's own id) and their opt-in state:
+    ``opted_in_changed_at`` is when that state was last set, ``created_at`` when Strop first heard
+    of them. ``users.get`` answers more (their consent history, exposures, recent interactions):
+    those are in ``raw``."""
 
     end_user_id: str
     opted_in: bool
-    updated_at: datetime | None = None
+    opted_in_changed_at: datetime | None = None
+    created_at: datetime | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def updated_at(self) -> datetime | None:
+        """The earlier name of :attr:`opted_in_changed_at`."""
+        return self.opted_in_changed_at
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EndUser:
         return cls(
             end_user_id=str(data.get("end_user_id") or data.get("id") or ""),
             opted_in=bool(data.get("opted_in")),
-            updated_at=parse_datetime(data.get("updated_at") or data.get("opted_in_at")),
+            opted_in_changed_at=parse_datetime(data.get("opted_in_changed_at")),
+            created_at=parse_datetime(data.get("created_at")),
             raw=data,
         )
 

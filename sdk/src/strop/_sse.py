@@ -10,7 +10,13 @@ from typing import Any, Callable
 
 import httpx
 
-from strop._exceptions import APIResponseValidationError, StreamError, error_from_body
+from strop._exceptions import (
+    APIConnectionError,
+    APIResponseValidationError,
+    StreamError,
+    error_from_body,
+    error_from_transport,
+)
 from strop._types import CompletionChunk
 
 Parse = Callable[[dict[str, Any]], Any]
@@ -119,3 +125,12 @@ class ChunkReader:
     def end(self) -> Any:
         data = self._decoder.end()
         return None if data is None else chunk_from_event(data, self._status, self._parse, self._response)
+
+
+def stream_broken(exc: httpx.TransportError, response: httpx.Response) -> APIConnectionError:
+    """The error for a stream whose connection broke or timed out after it had started: an
+    :class:`APITimeoutError` or :class:`APIConnectionError` (no full answer came), with the
+    stream's ``request_id``."""
+    error = error_from_transport(exc, response.request)
+    error.request_id = response.headers.get("x-request-id")
+    return error

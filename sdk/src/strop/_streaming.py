@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from strop._chat_types import ChatCompletionChunk
-from strop._sse import DONE, ChunkReader, LineSplitter, Parse
+from strop._sse import DONE, ChunkReader, LineSplitter, Parse, stream_broken
 from strop._types import CompletionChunk
 
 __all__ = ["ChatCompletionStream", "CompletionStream"]
@@ -21,7 +21,9 @@ class CompletionStream:
     """Iterate (``for``) to get :class:`CompletionChunk` objects until the server's
     ``[DONE]``. Use it as a context manager (``with``, or ``stream.close()``) when you
     may stop early, so the connection is released. An error event raises
-    :class:`~strop.StreamError`, with the stream's ``request_id``."""
+    :class:`~strop.StreamError`, with the stream's ``request_id``; a connection that breaks or
+    stalls past the timeout mid-way raises :class:`~strop.APIConnectionError` (or its
+    :class:`~strop.APITimeoutError`), with it too."""
 
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
@@ -49,6 +51,8 @@ class CompletionStream:
             chunk = reader.end()
             if chunk is not None and chunk is not DONE:
                 yield chunk
+        except httpx.TransportError as exc:  # cut or stalled mid-way: an APIError, as every failure is
+            raise stream_broken(exc, self.response) from exc
         finally:
             self.response.close()
 

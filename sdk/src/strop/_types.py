@@ -322,10 +322,12 @@ class BatchResult:
 @dataclass
 class EditorOutcome:
     """What an editor plugin's autocomplete outcome became (``editor.autocomplete_outcome``):
-    ``status`` is ``created`` / ``duplicate`` (the interaction it was stored as), or ``ignored``
-    (an event that is not an autocomplete outcome; ``reason`` says why). ``linked_to_served``:
-    the feedback landed on a completion Strop served. ``interaction`` and ``feedback`` are the
-    verdicts on the interaction and on its feedback (None when there was none)."""
+    ``status`` is ``created`` / ``duplicate`` (the interaction it was stored as), ``linked`` (it
+    matched a completion Strop served, which now carries its ``completionId``: no interaction of
+    its own), or ``ignored`` (an event that is not an autocomplete outcome; ``reason`` says why).
+    ``linked_to_served``: the feedback landed on a completion Strop served. ``interaction`` and
+    ``feedback`` are the verdicts on the interaction and on its feedback (None when there was
+    none)."""
 
     status: str
     linked_to_served: bool | None
