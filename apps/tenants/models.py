@@ -103,7 +103,8 @@ class AuditEvent(models.Model):
     actor = models.CharField(max_length=200, help_text="key:<prefix>, user:<id> or system")
     action = models.CharField(max_length=100)
     target_type = models.CharField(max_length=100)
-    target_id = models.CharField(max_length=100)
+    # As long as the longest name a target has: an adapter version's vLLM name takes up to 200.
+    target_id = models.CharField(max_length=255)
     data = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
 

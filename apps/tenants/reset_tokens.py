@@ -27,6 +27,10 @@ from django.utils.http import base36_to_int, int_to_base36
 
 from apps.tenants.models import Membership
 
+# The largest id any database's integer column holds (SQLite's and Postgres' bigint): a link naming a
+# larger issuer names no one, and SQLite refuses to even compare with it (OverflowError).
+_LARGEST_ID = 2**63 - 1
+
 
 def account_standing(user_id: Any) -> str:
     """What the account may do, as text that changes whenever a membership or role changes."""
@@ -60,9 +64,10 @@ class HandedOverTokenGenerator(MembershipBoundTokenGenerator):
         if len(parts) != 3:
             return None
         try:
-            return base36_to_int(parts[0])
+            issuer_id = base36_to_int(parts[0])
         except ValueError:
             return None
+        return issuer_id if issuer_id <= _LARGEST_ID else None
 
     def check_token(self, user: Any, token: str | None) -> bool:
         issuer_id = self.issuer_id(token)

@@ -4,6 +4,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import validate_slug
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
@@ -33,12 +35,39 @@ def audit_record(
     )
 
 
+# The largest value a PositiveIntegerField holds on every database Strop runs on.
+_LARGEST_POSITIVE_INT = 2_147_483_647
+
+
+def _tenant_fields_check(*, name: str, slug: str, rate_limit_per_minute: int) -> None:
+    """What a tenant's columns and the dashboard's URLs (``<slug:tenant_slug>``) can hold."""
+    name_most = Tenant._meta.get_field("name").max_length or 0
+    if len(name) > name_most:
+        raise ValidationFailed(f"name: at most {name_most} characters")
+    slug_most = Tenant._meta.get_field("slug").max_length or 0
+    if len(slug) > slug_most:
+        raise ValidationFailed(f"slug: at most {slug_most} characters")
+    try:
+        validate_slug(slug)  # the rule of the `slug` path converter every tenant page's URL uses
+    except DjangoValidationError:
+        raise ValidationFailed(f"slug: {slug!r} may hold only ASCII letters, digits, hyphens and underscores") from None
+    if isinstance(rate_limit_per_minute, bool) or not isinstance(rate_limit_per_minute, int):
+        raise ValidationFailed("rate_limit_per_minute: a whole number of requests (0: the platform default)")
+    if rate_limit_per_minute < 0:
+        raise ValidationFailed("rate_limit_per_minute: at least 0 (0: the platform default)")
+    if rate_limit_per_minute > _LARGEST_POSITIVE_INT:
+        raise ValidationFailed(f"rate_limit_per_minute: at most {_LARGEST_POSITIVE_INT}")
+
+
 def tenant_create(
     *, name: str, slug: str | None = None, rate_limit_per_minute: int = 0, accept_pending_feedback: bool = True
 ) -> Tenant:
-    slug = slug or slugify(name)
+    """A tenant, audited. Without a slug, one is made from the name (cut to the column's length)."""
+    slug_most = Tenant._meta.get_field("slug").max_length or 0
+    slug = slug or slugify(name)[:slug_most].strip("-_")
     if not slug:
         raise ValidationFailed("name: a tenant needs a name with at least one letter or digit")
+    _tenant_fields_check(name=name, slug=slug, rate_limit_per_minute=rate_limit_per_minute)
     try:
         with transaction.atomic():
             tenant = Tenant.objects.create(
@@ -51,6 +80,16 @@ def tenant_create(
     except IntegrityError:
         raise Conflict(f"a tenant with slug {slug!r} already exists", code="tenant_exists") from None
     return tenant
+
+
+@transaction.atomic
+def tenant_create_with_key(
+    *, name: str, slug: str | None = None, rate_limit_per_minute: int = 0, scopes: list[str], key_name: str
+) -> tuple[Tenant, IssuedKey]:
+    """A tenant and its first key, both or neither: the scopes are checked before anything is written."""
+    _validated_scopes(scopes)
+    tenant = tenant_create(name=name, slug=slug, rate_limit_per_minute=rate_limit_per_minute)
+    return tenant, api_key_create(tenant, name=key_name, scopes=scopes)
 
 
 def _validated_scopes(scopes: list[str]) -> list[str]:
@@ -89,7 +128,8 @@ def _retention_days_check(value: Any) -> None:
 
 @transaction.atomic
 def tenant_settings_update(tenant: Tenant, *, actor: str, changes: dict[str, Any]) -> Tenant:
-    """Change the tenant's own settings (true/false; retention in days), audited with before and after."""
+    """Change the tenant's own settings (true/false; retention in days), audited with before and after.
+    Naming none changes nothing: no write, no audit row; the tenant comes back as stored."""
     for name, value in changes.items():
         if name not in TENANT_SETTINGS:
             raise ValidationFailed(f"{name}: not a tenant setting ({', '.join(TENANT_SETTINGS)})", code="unknown_field")
@@ -97,10 +137,13 @@ def tenant_settings_update(tenant: Tenant, *, actor: str, changes: dict[str, Any
             _retention_days_check(value)
         elif not isinstance(value, bool):
             raise ValidationFailed(f"{name}: must be true or false")
+    if not changes:
+        tenant.refresh_from_db()
+        return tenant
     before = {name: getattr(tenant, name) for name in changes}
     for name, value in changes.items():
         setattr(tenant, name, value)
-    tenant.save(update_fields=list(changes) or None)
+    tenant.save(update_fields=list(changes))
     audit_record(
         tenant,
         actor=actor,

@@ -238,3 +238,56 @@ def test_reset_requests_from_one_client_stop_at_the_limit_and_other_clients_stil
     assert len(mail.outbox) == limit
     client.post(reverse("dashboard:password-reset"), {"email": f"user-{limit}@example.com"}, REMOTE_ADDR="192.0.2.1")
     assert len(mail.outbox) == limit + 1
+
+
+# A link whose issuer id no database column can hold (13 base-36 digits reach 36**13 > 2**63)
+
+BEYOND_ANY_ID = "zzzzzzzzzzzzz"
+
+
+def test_a_link_naming_an_issuer_id_beyond_any_column_is_an_invalid_link(team):
+    from django.utils.encoding import force_bytes
+    from django.utils.http import urlsafe_base64_encode
+
+    uidb64 = urlsafe_base64_encode(force_bytes(team.viewer.pk))
+    for issuer in (BEYOND_ANY_ID, "1y2p0ij32e8e8"):  # 36**13 - 1, and 2**63 itself
+        page = Client().get(f"/dashboard/password/reset/{uidb64}/{issuer}-1-x/", follow=True)
+        assert page.status_code == 200 and page.context["validlink"] is False
+        assert "This reset link is not valid" in page.content.decode()
+
+
+SQLITE_RESET_LINK = """
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
+user = get_user_model().objects.create_user(username="vera", password="a-long-and-fresh-passphrase-42")
+uidb64 = urlsafe_base64_encode(force_bytes(user.pk))
+page = Client().get(f"/dashboard/password/reset/{uidb64}/%s-1-x/", follow=True)
+print("status", page.status_code, "invalid" if "This reset link is not valid" in page.content.decode() else "?")
+"""
+
+
+def test_on_the_embedded_sqlite_a_link_naming_an_issuer_id_beyond_any_column_is_an_invalid_link(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    env = {**os.environ, "DEBUG": "1", "DATABASE_URL": f"sqlite:///{tmp_path / 'embedded.sqlite3'}"}
+
+    def manage(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=settings.BASE_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    manage("migrate", "-v0")
+    assert "status 200 invalid" in manage("shell", "-c", SQLITE_RESET_LINK % BEYOND_ANY_ID)

@@ -59,9 +59,9 @@ def test_an_admin_rotates_the_secret_and_sees_the_new_one_once(client, hooked, m
 
     confirm = client.get(rotate)
     assert confirm.status_code == 200 and "24 hours" in confirm.content.decode()
-    response = client.post(rotate)
+    response = client.post(rotate, follow=True)
 
-    assert response.status_code == 201
+    assert response.redirect_chain == [(rotate, 302)] and response.status_code == 200
     assert response["Cache-Control"] == "no-store"
     webhook.refresh_from_db()
     assert webhook.secret != old_secret and webhook.previous_secret == old_secret
@@ -91,9 +91,74 @@ def test_a_webhook_whose_secret_no_key_opens_still_lists_and_its_rotation_says_o
 
     listed = client.get(f"/dashboard/t/{tenant.slug}/webhooks/")
     assert listed.status_code == 200 and "hooks.example.com" in listed.content.decode()
-    response = client.post(f"/dashboard/t/{tenant.slug}/webhooks/{webhook.pk}/rotate/")
+    response = client.post(f"/dashboard/t/{tenant.slug}/webhooks/{webhook.pk}/rotate/", follow=True)
 
-    assert response.status_code == 201
+    assert response.status_code == 200
     html = response.content.decode()
     assert "The old secret could not be read" in html and "two signatures" not in html
     assert Webhook.objects.get(pk=webhook.pk).secret in html
+
+
+def _admin(client, tenant, make_user):
+    return _signed_in(client, make_user("ada", tenant, role="admin"))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", ["https://[abc/hook", "https://a]b/", "https://exa\uff0fmple.com/"])
+def test_a_url_python_cannot_split_is_an_error_beside_the_field(client, make_tenant, make_user, url):
+    tenant = make_tenant("hooks-malformed-page")
+    _admin(client, tenant, make_user)
+    response = client.post(f"/dashboard/t/{tenant.slug}/webhooks/", {"url": url, "events": ["run.failed"]})
+    assert response.status_code == 400
+    assert response.context["form"].errors["url"]
+    assert not Webhook.objects.filter(tenant=tenant).exists()
+
+
+@pytest.mark.django_db
+def test_adding_a_webhook_shows_its_secret_once_and_a_refresh_adds_no_second_endpoint(client, make_tenant, make_user):
+    tenant = make_tenant("hooks-add-twice")
+    _admin(client, tenant, make_user)
+    page = f"/dashboard/t/{tenant.slug}/webhooks/"
+    data = {"url": "https://hooks.example.com/strop", "events": ["run.failed"]}
+
+    response = client.post(page, data, follow=True)  # Post/Redirect/Get: the secret on the page it leads to
+
+    webhook = Webhook.objects.get(tenant=tenant)
+    assert response.redirect_chain and response.status_code == 200
+    assert response["Cache-Control"] == "no-store" and webhook.secret in response.content.decode()
+    assert webhook.secret not in client.get(page).content.decode()  # shown once
+
+    again = client.post(page, data)  # the form sent again (a resubmission, or the same URL typed anew)
+    assert again.status_code == 400
+    assert "already" in " ".join(again.context["form"].errors["url"])
+    assert Webhook.objects.filter(tenant=tenant).count() == 1
+    assert AuditEvent.objects.filter(tenant=tenant, action="webhook.create").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_refreshed_rotation_rotates_nothing_and_a_repeat_keeps_the_receivers_secret(client, hooked, make_user):
+    tenant, webhook = hooked
+    receivers_secret = webhook.secret
+    _admin(client, tenant, make_user)
+    rotate = f"/dashboard/t/{tenant.slug}/webhooks/{webhook.pk}/rotate/"
+
+    response = client.post(rotate)
+    assert response.status_code == 302 and response["Location"] == rotate
+    shown = client.get(rotate)  # where the POST led: the new secret, once
+    webhook.refresh_from_db()
+    first_new = webhook.secret
+    assert shown["Cache-Control"] == "no-store" and first_new in shown.content.decode()
+
+    refreshed = client.get(rotate)  # a browser refresh repeats the GET, never the POST
+    assert first_new not in refreshed.content.decode() and "Rotate secret" in refreshed.content.decode()
+    webhook.refresh_from_db()
+    assert webhook.secret == first_new
+
+    # The form sent again at once (a double click, or back and resubmit): a new secret replaces the one
+    # no receiver can have taken yet, and the receiver's own secret keeps signing beside it.
+    client.post(rotate)
+    webhook.refresh_from_db()
+    assert webhook.secret not in (first_new, receivers_secret)
+    assert webhook.previous_secret == receivers_secret
+    assert webhook.secret in client.get(rotate).content.decode()
+    assert AuditEvent.objects.filter(tenant=tenant, action="webhook.secret_rotate").count() == 2

@@ -23,6 +23,7 @@ from apps.notifications.services import (
     webhook_deliver,
     webhook_secret_rotate,
 )
+from apps.notifications.services.webhooks import ROTATION_REPEAT_WINDOW_S
 from apps.tenants.models import AuditEvent
 
 
@@ -75,12 +76,39 @@ def test_a_second_rotation_in_the_overlap_drops_the_oldest_secret_at_once(make_t
     first = webhook_create(tenant, url=endpoint.url, events=["run.failed"], actor="test").secret
     webhook = Webhook.objects.get(tenant=tenant)
     second = webhook_secret_rotate(tenant, webhook=webhook, actor="test").secret
+    _rotated_ago(webhook, seconds=ROTATION_REPEAT_WINDOW_S + 1)  # the receiver had time to take `second`
     third = webhook_secret_rotate(tenant, webhook=webhook, actor="test").secret
 
     headers, body = _send(tenant, endpoint)
     assert from_strop(third, headers, body) and from_strop(second, headers, body)
     assert not from_strop(first, headers, body)
     assert WebhookDelivery.objects.filter(tenant=tenant, status="delivered").count() == 1
+
+
+def _rotated_ago(webhook: Webhook, *, seconds: float) -> None:
+    Webhook.objects.filter(pk=webhook.pk).update(secret_rotated_at=timezone.now() - timedelta(seconds=seconds))
+
+
+@pytest.mark.django_db
+def test_a_rotation_repeated_at_once_replaces_the_unshown_secret_and_keeps_the_receivers(
+    make_tenant, receiver, local_endpoints
+):
+    endpoint = receiver([])
+    tenant = make_tenant("hooks-rotate-repeated")
+    receivers = webhook_create(tenant, url=endpoint.url, events=["run.failed"], actor="test").secret
+    webhook = Webhook.objects.get(tenant=tenant)
+    first = webhook_secret_rotate(tenant, webhook=webhook, actor="test")
+    _rotated_ago(webhook, seconds=ROTATION_REPEAT_WINDOW_S - 60)  # a form sent again, a secret not copied in time
+    repeated = webhook_secret_rotate(tenant, webhook=webhook, actor="test")
+
+    assert repeated.previous_secret == receivers
+    assert repeated.previous_secret_expires_at == first.previous_secret_expires_at  # its overlap is not extended
+    headers, body = _send(tenant, endpoint)
+    assert from_strop(repeated.secret, headers, body) and from_strop(receivers, headers, body)
+    assert not from_strop(first.secret, headers, body)
+    audits = AuditEvent.objects.filter(tenant=tenant, action="webhook.secret_rotate").order_by("id")
+    assert [a.data["repeat"] for a in audits] == [False, True]
+    assert audits[1].data["previous_secret_valid_until"] == first.previous_secret_expires_at.isoformat()
 
 
 def _stored(webhook_id: int) -> tuple[str, str]:

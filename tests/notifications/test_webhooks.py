@@ -19,6 +19,7 @@ from apps.notifications.services import (
     webhook_address_problem,
     webhook_create,
     webhook_deliver,
+    webhook_url_problem,
 )
 from apps.tenants.models import AuditEvent
 from tests.fixtures.workers import wait_until
@@ -109,6 +110,32 @@ def test_registering_a_refused_address_names_the_field_and_stores_nothing(make_t
     assert not tenant.webhooks.exists()
 
 
+MALFORMED_URLS = [
+    "https://[abc/hook",  # an IPv6 bracket never closed
+    "https://a]b/",  # a bracket never opened
+    "https://[not-an-address]/hook",
+    "https://exa\uff0fmple.com/",  # a fullwidth solidus: NFKC turns it into "/" inside the host
+]
+
+
+@pytest.mark.parametrize("url", MALFORMED_URLS)
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_a_url_python_cannot_split_is_a_problem_of_its_form_not_an_error(url, allow_private, settings):
+    settings.STROP_WEBHOOK_ALLOW_PRIVATE = allow_private
+    assert webhook_url_problem(url)
+    assert webhook_address_problem(url)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", MALFORMED_URLS)
+def test_registering_a_url_python_cannot_split_names_the_field_and_stores_nothing(make_tenant, url):
+    tenant = make_tenant("hooks-malformed")
+    with pytest.raises(ValidationFailed, match="^url: "):
+        webhook_create(tenant, url=url, events=["run.failed"], actor="test")
+    assert not tenant.webhooks.exists()
+    assert not AuditEvent.objects.filter(tenant=tenant, action="webhook.create").exists()
+
+
 def test_a_failed_training_run_reaches_the_endpoint_through_a_real_worker(
     local_endpoints, receiver, make_tenant, tiny_starter_model, celery_workers
 ):
@@ -138,3 +165,15 @@ def test_a_failed_training_run_reaches_the_endpoint_through_a_real_worker(
     wait_until(
         lambda: WebhookDelivery.objects.filter(status="delivered").exists(), timeout=30, what="the delivered row"
     )
+
+
+@pytest.mark.django_db
+def test_a_second_webhook_for_the_same_url_is_refused_naming_the_field(make_tenant, local_endpoints):
+    tenant, other = make_tenant("hooks-same-url"), make_tenant("hooks-same-url-other")
+    url = "http://127.0.0.1:9/hook"
+    first = webhook_create(tenant, url=url, events=["run.failed"], actor="test")
+    with pytest.raises(ValidationFailed, match="^url: this tenant already has a webhook for this URL"):
+        webhook_create(tenant, url=f" {url} ", events=["version.promoted"], actor="test")
+    assert list(tenant.webhooks.all()) == [first]
+    assert AuditEvent.objects.filter(tenant=tenant, action="webhook.create").count() == 1
+    webhook_create(other, url=url, events=["run.failed"], actor="test")  # another tenant's endpoint may share it

@@ -54,12 +54,15 @@ def key_revoke(request: HttpRequest, ctx: TenantContext, key_id: int) -> HttpRes
 @tenant_page()
 def audit_log(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
     form = AuditFilterForm(request.GET or None, actions=audit_action_choices(ctx.tenant))
-    data = form.cleaned_data if form.is_valid() else {}
-    page = page_of(request, audit_event_search(ctx.tenant, action=data.get("action", ""), actor=data.get("actor", "")))
+    valid = not form.is_bound or form.is_valid()
+    data = form.cleaned_data if form.is_bound and valid else {}
+    events = audit_event_search(ctx.tenant, action=data.get("action", ""), actor=data.get("actor", ""))
+    # An invalid filter: its error is beside it, and no event is listed until it is fixed (as on Interactions).
+    page = page_of(request, events if valid else events.none())
     context = {
         "form": form,
         "page": page,
         "actor_labels": actor_labels({event.actor for event in page.object_list}),
-        "filtered": bool(data.get("action") or data.get("actor")),
+        "filtered": not valid or bool(data.get("action") or data.get("actor")),
     }
     return tenant_render(request, ctx, "dashboard/audit/list.html", context, section="audit")

@@ -30,11 +30,20 @@ from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 
 MAX_WEBHOOKS_PER_TENANT = 20
+# A rotation this soon after the last one repeats it (a form sent twice, a page reloaded, a secret not
+# copied in time): no receiver can have switched to the secret made moments ago yet, so that one is
+# replaced and the secret the receiver still holds keeps signing until its overlap ends.
+ROTATION_REPEAT_WINDOW_S = 600
 
 
 def webhook_url_problem(url: str) -> str | None:
     """Why ``url`` is not a URL Strop calls, by its form alone (no name resolved), or None."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a bracket unpaired or around no IPv6 address; a host NFKC would change
+        if not url.isascii():
+            return "must be ASCII without spaces (write an international host in its xn-- form)"
+        return "is not a well-formed URL: square brackets go only around a whole IPv6 address"
     if parts.scheme not in ("https", "http") or not parts.hostname:
         return "must be an http(s) URL with a host"
     if parts.username or parts.password:
@@ -91,6 +100,14 @@ def webhook_create(
     unknown = sorted(set(events) - set(EVENTS))
     if unknown or not events:
         raise ValidationFailed(f"events: choose one or more of {', '.join(EVENTS)}")
+    # One registration at a time per tenant, so that neither the URL rule nor the limit is raced past
+    # (a no-key lock: it does not hold back rows written for the tenant meanwhile).
+    Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).first()
+    if Webhook.objects.filter(tenant=tenant, url=url).exists():
+        raise ValidationFailed(
+            "url: this tenant already has a webhook for this URL (its secret was shown when it was added; "
+            "rotate it from the list for a new one)"
+        )
     if Webhook.objects.filter(tenant=tenant).count() >= MAX_WEBHOOKS_PER_TENANT:
         raise ValidationFailed(f"url: a tenant has at most {MAX_WEBHOOKS_PER_TENANT} webhooks; delete one first")
     webhook = Webhook.objects.create(
@@ -125,19 +142,33 @@ def webhook_delete(tenant: Tenant, *, webhook: Webhook, actor: str) -> None:
 @transaction.atomic
 def webhook_secret_rotate(tenant: Tenant, *, webhook: Webhook, actor: str) -> Webhook:
     """Give the webhook a new signing secret (on the returned webhook: show it once). The old one
-    keeps signing beside it for STROP_WEBHOOK_SECRET_OVERLAP_S; a second rotation within that time
-    drops the oldest at once (only the two newest ever sign)."""
+    keeps signing beside it for STROP_WEBHOOK_SECRET_OVERLAP_S. Only the two newest ever sign, so a
+    later rotation within that time drops the oldest at once; but one within ROTATION_REPEAT_WINDOW_S
+    of the last repeats it: it replaces the secret that one made, which no receiver holds yet, and
+    the previous secret (the receiver's) keeps signing until its own expiry."""
     if webhook.tenant_id != tenant.pk:
         raise ValueError("webhook belongs to another tenant")
     webhook = Webhook.objects.select_for_update().get(pk=webhook.pk)
     now = timezone.now()
-    expires = now + timedelta(seconds=settings.STROP_WEBHOOK_SECRET_OVERLAP_S)
-    # A secret no configured key opens cannot sign beside the new one: the new one alone signs.
-    opens = not isinstance(webhook.secret, Unreadable)
-    webhook.previous_secret = webhook.secret if opens else ""
-    webhook.previous_secret_expires_at = expires if opens else None
+    repeat = (
+        webhook.secret_rotated_at is not None
+        and now - webhook.secret_rotated_at < timedelta(seconds=ROTATION_REPEAT_WINDOW_S)
+        and bool(webhook.previous_secret)
+        and webhook.previous_secret_expires_at is not None
+        and webhook.previous_secret_expires_at > now
+    )
+    changed = ["secret", "secret_rotated_at"]
+    if repeat:
+        expires: datetime | None = webhook.previous_secret_expires_at
+    else:
+        # A secret no configured key opens cannot sign beside the new one: the new one alone signs.
+        opens = not isinstance(webhook.secret, Unreadable)
+        expires = now + timedelta(seconds=settings.STROP_WEBHOOK_SECRET_OVERLAP_S) if opens else None
+        webhook.previous_secret = webhook.secret if opens else ""
+        webhook.previous_secret_expires_at = expires
+        changed += ["previous_secret", "previous_secret_expires_at"]
     webhook.secret, webhook.secret_rotated_at = _new_secret(), now
-    webhook.save(update_fields=["secret", "previous_secret", "previous_secret_expires_at", "secret_rotated_at"])
+    webhook.save(update_fields=changed)
     audit_record(
         tenant,
         actor=actor,
@@ -146,7 +177,8 @@ def webhook_secret_rotate(tenant: Tenant, *, webhook: Webhook, actor: str) -> We
         target_id=str(webhook.pk),
         data={
             "host": url_host(webhook.url),
-            "previous_secret_valid_until": expires.isoformat() if opens else None,
+            "previous_secret_valid_until": expires.isoformat() if expires else None,
+            "repeat": repeat,
         },
     )
     return webhook

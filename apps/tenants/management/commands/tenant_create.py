@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.common.exceptions import ApplicationError
 from apps.tenants.models import Tenant
-from apps.tenants.services import ALL_SCOPES, DEFAULT_SCOPES, api_key_create, tenant_create
+from apps.tenants.services import ALL_SCOPES, DEFAULT_SCOPES, tenant_create_with_key
 
 
 class Command(BaseCommand):
@@ -28,11 +28,12 @@ class Command(BaseCommand):
         if options["exists_ok"] and options["slug"] and Tenant.objects.filter(slug=options["slug"]).exists():
             return
         try:
-            tenant = tenant_create(
-                name=options["name"], slug=options["slug"], rate_limit_per_minute=options["rate_limit"]
-            )
-            issued = api_key_create(
-                tenant, name="first key", scopes=[s.strip() for s in options["scopes"].split(",") if s.strip()]
+            tenant, issued = tenant_create_with_key(
+                name=options["name"],
+                slug=options["slug"],
+                rate_limit_per_minute=options["rate_limit"],
+                scopes=[s.strip() for s in options["scopes"].split(",") if s.strip()],
+                key_name="first key",
             )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
