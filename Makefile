@@ -1,6 +1,10 @@
 # Strop: `make demo` runs the main job on the embedded default; `make test` runs the suite.
 SHELL := /bin/bash
-PYTHON ?= python3
+# Python 3.11: python3.11 where the machine has it, else a python3 that is 3.11 (as platform/vllm-env.sh picks).
+PYTHON ?= $(shell command -v python3.11 || echo python3)
+# Where torch's CPU build comes from when pip's own configuration (an index, a wheel directory) has none:
+# PyPI's torch is the CUDA build, with gigabytes of CUDA libraries (platform/docker/install-app.sh).
+TORCH_CPU_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
@@ -21,10 +25,12 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
 venv: $(STAMP)
 
-# torch is installed first and pinned, so pip takes the local CPU build and never the CUDA one.
+# torch is installed first and pinned to its CPU build (2.13.0+cpu, which requirements.lock's ==2.13.0
+# takes), from what pip is configured with, else from PyTorch's CPU index: never PyPI's CUDA one.
 $(STAMP): requirements.lock
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --disable-pip-version-check torch==2.13.0
+	$(PIP) install --quiet --disable-pip-version-check torch==2.13.0+cpu 2>/dev/null \
+		|| $(PIP) install --quiet --disable-pip-version-check --index-url $(TORCH_CPU_INDEX_URL) torch==2.13.0+cpu
 	$(PIP) install --quiet --disable-pip-version-check -r requirements.lock
 	@touch $@
 
