@@ -7,7 +7,6 @@ from apps.adapters.apis import (
     AdapterListApi,
     AdapterVersionDetailApi,
     AdapterVersionListApi,
-    AdapterVersionPromoteApi,
 )
 from apps.cohorts.apis import EndUserConsentApi, EndUserImportApi, EndUserListApi
 from apps.common.apis import HealthApi
@@ -15,6 +14,7 @@ from apps.common.observability.views import metrics_view
 from apps.experiments.apis import (
     AdapterHoldoutApi,
     AdapterRollbackApi,
+    AdapterVersionPromoteApi,
     ExperimentCollectionApi,
     ExperimentDetailApi,
     ExperimentPromoteApi,

@@ -16,7 +16,6 @@ from apps.adapters.selectors import (
 )
 from apps.common.apis import ScopedApi
 from apps.common.exception_handler import public_text
-from apps.experiments.services import adapter_promote
 from learning_shared.offline_eval import offline_eval_of
 
 
@@ -128,19 +127,3 @@ class AdapterVersionDetailApi(ScopedApi):
         adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
         version = adapter_version_get_for_tenant(self.tenant, adapter=adapter, number=number)
         return Response(AdapterVersionOut(version).data)
-
-
-class AdapterVersionPromoteApi(ScopedApi):
-    """Move the production pointer to this version (it must be loaded in vLLM); audited."""
-
-    required_scope = "admin"
-
-    @extend_schema(
-        request=None,
-        responses={200: AdapterOut},
-        description="A version vLLM does not hold yet is loaded first (503 when vLLM is down); a failed one is 409.",
-    )
-    def post(self, request: Request, adapter_name: str, number: str) -> Response:
-        adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
-        version = adapter_version_get_for_tenant(self.tenant, adapter=adapter, number=number)
-        return Response(AdapterOut(adapter_promote(self.tenant, version=version, actor=self.actor)).data)

@@ -17,10 +17,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.common.exception_handler import error_body
-from apps.common.exceptions import Forbidden, NotFound, ValidationFailed
+from apps.common.exceptions import NotFound, ValidationFailed
 from apps.common.observability.context import current_request_id
 from apps.common.parsing import cursor_encode, end_user_id_check, header_text, query_cursor, query_int
-from apps.tenants.permissions import acts_as_editor
 
 
 class ScopedApi(APIView):
@@ -45,24 +44,6 @@ class ScopedApi(APIView):
     @property
     def actor(self) -> str:
         return str(self.principal.actor)
-
-    def end_user(self, request: Request, attrs: dict[str, Any]) -> tuple[str, bool | None]:
-        """The end user the request names and the consent it states (``end_user_of_request``), on
-        every view that records an end user's completions (serving, editor outcomes).
-
-        An editor key (a config file on every developer's machine, shared by a team) cannot say
-        who the developer is with any proof, so it never gives consent: ``opted_in: true`` (or
-        ``X-Strop-Opt-In: true``) through it is a 403. Withdrawing (false) is always taken; a user
-        it is the first to see gets the key's ``default_opt_in``, else the tenant's."""
-        user, flag = end_user_of_request(request, attrs)
-        if flag is True and acts_as_editor(self.principal, self.required_scope):
-            raise Forbidden(
-                "an editor key cannot give an end user's consent to learning (opted_in / X-Strop-Opt-In: true): "
-                "leave it out (a new developer gets the key's default_opt_in) and have an admin opt people in; "
-                "opting out (false) is allowed",
-                code="permission_denied",
-            )
-        return user, flag
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)

@@ -26,6 +26,7 @@ from apps.experiments.selectors import (
 )
 from apps.experiments.services import (
     adapter_holdout_set,
+    adapter_promote,
     adapter_rollback,
     experiment_create,
     experiment_promote,
@@ -230,6 +231,24 @@ class ExperimentSnapshotApi(_ExperimentActionApi):
 
 class AdapterRollbackIn(StrictSerializer):
     version = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
+
+
+class AdapterVersionPromoteApi(ScopedApi):
+    """Move the production pointer to this version (it must be loaded in vLLM); audited. The adapter's
+    running experiment is decided (its candidate promoted) or stopped first (``adapter_promote``)."""
+
+    required_scope = "admin"
+
+    @extend_schema(
+        request=None,
+        responses={200: AdapterOut},
+        description="A version vLLM does not hold yet is loaded first (503 when vLLM is down); a failed one is 409. "
+        "A running experiment on the adapter ends first: decided when this is its candidate, else stopped.",
+    )
+    def post(self, request: Request, adapter_name: str, number: str) -> Response:
+        adapter = adapter_get_for_tenant(self.tenant, name=adapter_name)
+        version = adapter_version_get_for_tenant(self.tenant, adapter=adapter, number=number)
+        return Response(AdapterOut(adapter_promote(self.tenant, version=version, actor=self.actor)).data)
 
 
 class AdapterRollbackApi(ScopedApi):

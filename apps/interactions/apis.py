@@ -27,6 +27,7 @@ from apps.interactions.models import Feedback, Interaction
 from apps.interactions.selectors import interaction_get_for_tenant, interaction_list
 from apps.interactions.services import ItemResult, feedback_ingest, interactions_ingest
 from apps.tenants.permissions import acts_as_editor, batch_size
+from apps.tenants.request_consent import end_user_and_consent
 
 
 def _one_or_batch(name: str, item: type[serializers.Serializer]) -> Any:
@@ -257,7 +258,7 @@ class EditorOutcomeApi(ScopedApi):
         "feedback. The developer is the `X-Strop-User` header when sent, else `userId`, else `uniqueId`.",
     )
     def post(self, request: Request) -> Response:
-        user, flag = self.end_user(request, {})
+        user, flag = end_user_and_consent(request, {}, required=self.required_scope)
         try:
             result = editor_outcome_ingest(
                 self.tenant,

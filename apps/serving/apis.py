@@ -28,6 +28,7 @@ from apps.serving.async_views import Planned, serving_view
 from apps.serving.completions import completion_plan, completion_serve, completion_stream
 from apps.serving.schemas import CompletionIn
 from apps.serving.selectors import ReadAhead
+from apps.tenants.request_consent import end_user_and_consent
 
 
 class ServingApi(ScopedApi):
@@ -50,7 +51,7 @@ class ServingApi(ScopedApi):
         unit; the lease goes back if planning fails."""
         lease = stream_lease_take(self.tenant) if fields["stream"] else None
         try:
-            user, flag = self.end_user(request, fields)
+            user, flag = end_user_and_consent(request, fields, required=self.required_scope)
             planned = plan(
                 self.tenant,
                 fields=fields,

@@ -1,3 +1,7 @@
+"""``manage.py adapter_version_register``: an operator's LoRA directory as a new version, loaded, and
+promoted with ``--promote`` as a promotion by hand is (``adapter_promote``: the adapter's running
+experiment ends first), which is why it lives with the experiments."""
+
 from __future__ import annotations
 
 from typing import Any
