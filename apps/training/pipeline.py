@@ -31,7 +31,7 @@ from apps.training.dataset import Window, dataset_export
 from apps.training.erasure import training_run_erased
 from apps.training.models import ACTIVE_STATUSES, TrainingPolicy, TrainingRun
 from apps.training.overrides import overrides_checked
-from apps.training.selectors import eval_set_get, training_policy_get
+from apps.training.selectors import GOOD_VERSION_STATUSES, eval_set_get, training_policy_get
 from apps.training.services import (
     training_run_advance,
     training_run_advance_log,
@@ -107,6 +107,16 @@ class RunStopped(Exception):
 
 class RunDiscarded(RunStopped):
     """An end user in the window was erased: what the run learned must not be registered."""
+
+    from_head = False  # the rerun trains from the run's own parent
+
+
+class RunParentRetired(RunDiscarded):
+    """The version the run trained from left the lineage while it ran (its A/B test lost, an alarm or a
+    person rolled it back): registered, what it learned on top would become the head the next runs
+    build on. Nothing is registered; the rerun trains from the current head."""
+
+    from_head = True
 
 
 LEFT_OUT_LOGGED = 5  # events named in the run's log when some of its window could not be made into samples
@@ -192,7 +202,7 @@ def training_run_execute(run_id: int, *, attempt: int) -> str:
         return "taken back"
     except RunDiscarded as exc:
         logger.warning("training run %s discarded: %s", run.pk, exc)
-        training_run_discard(run, reason=str(exc))
+        training_run_discard(run, reason=str(exc), from_head=exc.from_head)
         outcome = "failed"
     except RunStopped as exc:
         logger.warning("training run %s stopped: %s", run.pk, exc)
@@ -331,6 +341,7 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
             raise RunTakenBack(f"run {run.pk} attempt {run.attempt} was taken back")
         if training_run_erased(run):
             raise RunDiscarded(DISCARD_REASON)
+        _parent_still_good(parent)
         version = adapter_version_register(
             run.tenant,
             adapter=run.adapter,
@@ -349,6 +360,20 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     seconds["load"] = time.perf_counter() - started
     _advance(run, TrainingRun.Status.CANDIDATE, output_version=version, gate=gate, stage_seconds=seconds)
     return "candidate"  # the worker then starts its A/B test if the policy asks (experiment_auto_start)
+
+
+def _parent_still_good(parent: AdapterVersion | None) -> None:
+    """Raise RunParentRetired when ``parent`` is no longer fit to build on (its row locked, so a
+    rollback or a lost experiment retiring it waits for this registration, or is seen by it)."""
+    if parent is None:
+        return
+    locked = AdapterVersion.objects.select_for_update(no_key=True).filter(pk=parent.pk)
+    status = locked.values_list("status", flat=True).first()
+    if status not in GOOD_VERSION_STATUSES:
+        raise RunParentRetired(
+            f"discarded: version {parent.number}, which it trained from, became {status or 'deleted'} while it ran "
+            "(nothing it learned was kept); a new run from the adapter's current head was scheduled"
+        )
 
 
 def _log_left_out(run: TrainingRun, window: Window) -> None:

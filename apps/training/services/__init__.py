@@ -6,6 +6,7 @@ a rejected run's events out of training)."""
 
 from apps.training.services.policies import POLICY_FIELDS, eval_set_upload, training_policy_update
 from apps.training.services.runs import (
+    RERUN_FROM_HEAD_TRIGGER,
     RERUN_TRIGGER,
     training_reap_stale,
     training_run_advance,
@@ -27,6 +28,7 @@ from apps.training.services.scheduling import (
 
 __all__ = [
     "POLICY_FIELDS",
+    "RERUN_FROM_HEAD_TRIGGER",
     "RERUN_TRIGGER",
     "eval_set_upload",
     "gpu_queue",

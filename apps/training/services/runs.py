@@ -149,8 +149,9 @@ def wall_time_reason(kept: AdapterVersion | None = None) -> str:
     return f"stopped: the run went past its wall-time limit of {limit} s (TRAINING_MAX_RUN_S); {outcome}"
 
 
-def training_run_discard(run: TrainingRun, *, reason: str) -> TrainingRun | None:
-    """End a run whose window held an end user erased meanwhile, and start its rerun without them.
+def training_run_discard(run: TrainingRun, *, reason: str, from_head: bool = False) -> TrainingRun | None:
+    """End a run whose window held an end user erased meanwhile, and start its rerun without them
+    (``from_head``: one whose parent left the lineage meanwhile, rerun from the current head).
 
     One transaction under the tenant's lock: the slot the run frees is the rerun's, no other
     adapter's. None (and the reason says so) where the rerun cannot start now."""
@@ -158,13 +159,17 @@ def training_run_discard(run: TrainingRun, *, reason: str) -> TrainingRun | None
         tenant_lock(run.tenant_id)
         if not training_run_advance(run, status=TrainingRun.Status.FAILED, error=reason):
             return None
-        rerun = training_schedule(run.adapter, force=True, parent=run.parent_version, trigger=RERUN_TRIGGER)
+        if from_head:
+            rerun = training_schedule(run.adapter, force=True, trigger=RERUN_FROM_HEAD_TRIGGER)
+        else:
+            rerun = training_schedule(run.adapter, force=True, parent=run.parent_version, trigger=RERUN_TRIGGER)
         if rerun is None:
             training_run_advance_log(run, "no rerun could start (the tenant is at its cap): start one by hand")
         return rerun
 
 
 RERUN_TRIGGER = "rerun without an erased user"
+RERUN_FROM_HEAD_TRIGGER = "rerun from the current head (the parent left the lineage)"
 
 
 def training_window_exclude(tenant: Tenant, *, run: TrainingRun, actor: str) -> TrainingRun:
