@@ -62,6 +62,13 @@ class Window:
     left_out: list[str] = field(default_factory=list)
 
 
+def _event(run: TrainingRun, feedback: Feedback, *, held_out: bool, reward: float) -> TrainingRunEvent:
+    """The window's row for ``feedback``, with the label's time as read (a newer label is learned again)."""
+    return TrainingRunEvent(
+        run=run, feedback=feedback, held_out=held_out, reward=reward, occurred_at=feedback.occurred_at
+    )
+
+
 def _interaction(feedback: Feedback) -> Interaction:
     """The interaction of a window's event: pending feedback (none yet) is never in a window."""
     interaction = feedback.interaction
@@ -255,12 +262,12 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
                 why = why if why.startswith(name) else f"{name}: {why}"
                 logger.warning("run %s left out an event no sample can be built from: %s", run.pk, why)
                 window.left_out.append(why)
-                rows.append(TrainingRunEvent(run=run, feedback=feedback, held_out=True, reward=reward))
+                rows.append(_event(run, feedback, held_out=True, reward=reward))
                 continue
             (window.heldout if held_out else window.train).append(sample)
             scored = None if held_out else show_event(feedback)
             if scored is not None:
                 window.show_events.append(scored)
-            rows.append(TrainingRunEvent(run=run, feedback=feedback, held_out=held_out, reward=reward))
+            rows.append(_event(run, feedback, held_out=held_out, reward=reward))
         TrainingRunEvent.objects.bulk_create(rows)
     return window

@@ -145,6 +145,10 @@ class TrainingRunEvent(models.Model):
     feedback = models.ForeignKey(Feedback, on_delete=models.CASCADE, related_name="+")
     held_out = models.BooleanField(default=False)
     reward = models.FloatField()
+    # The label as the run read it: a newer one (the user changed their mind, a corrected outcome sent
+    # again) moves the feedback's occurred_at, and the event is learned again (``_not_learned``); a
+    # replay of the same one does not. Empty on rows from before the column: taken as learned.
+    occurred_at = models.DateTimeField(null=True, blank=True, help_text="the label's occurred_at as the run read it")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "feedback"], name="training_event_once_per_run")]

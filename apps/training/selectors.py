@@ -85,9 +85,13 @@ def _left_out(adapter: Adapter) -> Exists:
 def _not_learned(adapter: Adapter, parent: AdapterVersion | None) -> QuerySet[Feedback]:
     """Labelled, consented, learnable events of the adapter that no version of ``parent``'s lineage learned."""
     # NOT EXISTS (a probe of the (feedback, held_out) index per event), not NOT IN: the lineage's
-    # trained events are not read whole for each query (a window's walk runs several).
+    # trained events are not read whole for each query (a window's walk runs several). Learned with
+    # the label it has now: one that changed since (its occurred_at moved) is learned again.
     trained_in_lineage = TrainingRunEvent.objects.filter(
-        feedback_id=OuterRef("pk"), run__output_version_id__in=version_lineage_ids(parent), held_out=False
+        Q(occurred_at=OuterRef("occurred_at")) | Q(occurred_at__isnull=True),
+        feedback_id=OuterRef("pk"),
+        run__output_version_id__in=version_lineage_ids(parent),
+        held_out=False,
     )
     consented = (
         Feedback.objects.filter(tenant_id=adapter.tenant_id, interaction__isnull=False)
