@@ -143,7 +143,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = ServiceUnavailable("the database is unreachable; try again shortly", retry_after_s=DATABASE_RETRY_AFTER_S)
     if isinstance(exc, ApplicationError):
         if isinstance(exc, (RateLimited, ServiceUnavailable)):
-            headers["Retry-After"] = str(exc.retry_after_s)
+            if exc.retry_after_s is None:
+                headers["x-should-retry"] = "false"
+            else:
+                headers["Retry-After"] = str(exc.retry_after_s)
         set_rollback()
         return Response({"error": exc.as_dict()}, status=exc.status_code, headers=headers)
     if isinstance(exc, Http404):

@@ -138,7 +138,12 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "no_serve_probe": ErrorCode(409, "the version has no serve probe to check it with", "tell the operator"),
     "serve_probe_mismatch": ErrorCode(409, "vLLM's answer differs from the version's probe", "tell the operator"),
     # 429 / 5xx
-    "rate_limited": ErrorCode(429, "over the tenant's per-minute limit", "wait `Retry-After` seconds"),
+    "rate_limited": ErrorCode(
+        429,
+        "over the tenant's per-minute limit (or the call alone costs more than the whole limit: then no "
+        "`Retry-After`, and `x-should-retry: false`)",
+        "wait `Retry-After` seconds; a call over the whole limit, send smaller",
+    ),
     "too_many_streams": ErrorCode(
         429, "the tenant has its limit of streams open at once", "wait `Retry-After` seconds or end a stream"
     ),
@@ -237,7 +242,10 @@ class RateLimited(ApplicationError):
     status_code = 429
     code = "rate_limited"
 
-    def __init__(self, message: str, *, retry_after_s: int, details: Any = None) -> None:
+    def __init__(self, message: str, *, retry_after_s: int | None, details: Any = None) -> None:
+        """``retry_after_s`` None: waiting does not help (the call costs more than the whole limit), so
+        the answer carries no ``Retry-After`` and says ``x-should-retry: false``, the header OpenAI's
+        clients read before retrying a 429."""
         super().__init__(message, details=details)
         self.retry_after_s = retry_after_s
 

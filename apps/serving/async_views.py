@@ -106,7 +106,10 @@ def error_response(exc: ApplicationError) -> HttpResponse:
         orjson.dumps({"error": exc.as_dict()}), status=exc.status_code, content_type="application/json"
     )
     if isinstance(exc, (RateLimited, ServiceUnavailable)):
-        response["Retry-After"] = str(exc.retry_after_s)
+        if exc.retry_after_s is None:
+            response["x-should-retry"] = "false"
+        else:
+            response["Retry-After"] = str(exc.retry_after_s)
     return response
 
 

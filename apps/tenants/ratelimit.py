@@ -290,4 +290,4 @@ def _refuse(
     if local is not None:
         message += f" (counted by this API process alone while Redis is unreachable: at most {local})"
         details["local_limit_per_minute"] = local
-    raise RateLimited(message, retry_after_s=retry_after, details=details)
+    raise RateLimited(message, retry_after_s=None if never else retry_after, details=details)

@@ -95,3 +95,21 @@ def test_a_retry_after_longer_than_the_cap_fails_the_batch_at_once_and_records_i
     assert traffic.requests("/v1/feedback") == 1
     assert isinstance(failed.error, RateLimitError) and failed.error.retry_after >= 1
     assert [(item["client_id"], item["outcome"]) for item in failed.items] == [("c-1", "accepted")]
+
+
+def test_a_batch_costing_more_than_the_whole_limit_is_refused_once_and_not_retried(make_api, traffic):
+    """Waiting cannot help a call that costs more than the tenant's whole per-minute limit: the 429
+    carries no Retry-After and says ``x-should-retry: false`` (as OpenAI's clients read it), so the
+    SDK raises at once instead of retrying it for minutes."""
+    api = make_api(rate_limit_per_minute=3)
+    items = [{"client_id": f"big-{i}", "prompt": "x = ", "completion": "1"} for i in range(1000)]
+    with Strop(base_url=api.url, api_key=api.key, http_client=traffic.client(timeout=60)) as client:
+        started = time.monotonic()
+        with pytest.raises(RateLimitError) as refused:
+            client.interactions.log_batch(items)
+        assert time.monotonic() - started < 30
+    assert traffic.requests("/v1/interactions") == 1
+    assert refused.value.retry_after is None and "more than the whole limit" in str(refused.value)
+    response = refused.value.response
+    assert response.headers["x-should-retry"] == "false" and "retry-after" not in response.headers
+    assert not Interaction.objects.filter(tenant=api.tenant).exists()

@@ -78,6 +78,8 @@ def test_best_of_counts_every_sequence_vllm_samples(make_tenant, make_client):
     refused = _complete(client, n=1, best_of=8, max_tokens=32)  # 8 x 32 = 16 units
     assert refused.status_code == 429
     assert "more than the whole limit" in refused.json()["error"]["message"]
+    # Waiting cannot help: no Retry-After, and the header OpenAI's clients read before retrying a 429.
+    assert refused["x-should-retry"] == "false" and not refused.has_header("Retry-After")
 
 
 def test_max_tokens_is_charged_as_served_at_most_the_adapters_limit(make_tenant, make_client):

@@ -331,7 +331,10 @@ def attempts(
             retry_after = parse_retry_after(response.headers)
             error = error_from_response(response, retry_after=retry_after)
             statuses = RETRY_STATUSES if idempotent else RETRY_STATUSES_UNSENT_WORK
-            wait = policy.delay(attempt, retry_after) if response.status_code in statuses else None
+            # The server may say waiting will not help (a call costing more than the tenant's whole
+            # limit): the header OpenAI's clients read before retrying.
+            never = response.headers.get("x-should-retry") == "false"
+            wait = policy.delay(attempt, retry_after) if response.status_code in statuses and not never else None
             if wait is None:
                 raise error
         wake_at = clock() + wait
