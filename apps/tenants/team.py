@@ -260,6 +260,7 @@ def membership_role_change(tenant: Tenant, *, membership: Membership, role: str,
         target_id=str(target.user_id),
         data={"username": target.user.get_username(), "before": before, "after": role},
     )
+    _invitations_outgrown(tenant, creator=target, role=role, by=by)
     return target
 
 
@@ -287,6 +288,36 @@ def membership_remove(tenant: Tenant, *, membership: Membership, by: Membership)
         target_id=str(target.user_id),
         data={"username": target.user.get_username(), "role": target.role},
     )
+    _invitations_outgrown(tenant, creator=target, role=None, by=by)
+
+
+def _invitations_outgrown(tenant: Tenant, *, creator: Membership, role: str | None, by: Membership) -> None:
+    """Revoke the pending invitations ``creator`` made that their new ``role`` (None: removed from the
+    team) could not make now: a removed admin's saved link must not bring them back as admin, nor a
+    demoted owner's make owners. Each revocation is audited, as one made by hand is."""
+    now = timezone.now()
+    pending = Invitation.objects.select_for_update().filter(
+        tenant=tenant, created_by_id=creator.user_id, used_at__isnull=True, revoked_at__isnull=True, expires_at__gt=now
+    )
+    for invitation in pending.order_by("pk"):
+        if role is not None and role in ACTING_ROLES and may_manage(role, invitation.role):
+            continue
+        invitation.revoked_at = now
+        invitation.save(update_fields=["revoked_at"])
+        audit_record(
+            tenant,
+            actor=_actor(by),
+            action="invitation.revoke",
+            target_type="invitation",
+            target_id=str(invitation.pk),
+            data={
+                "role": invitation.role,
+                "note": invitation.note,
+                "reason": f"its creator {creator.user.get_username()} was removed"
+                if role is None
+                else f"its creator {creator.user.get_username()} is now {role}",
+            },
+        )
 
 
 def password_reset_refusal(*, user: Any, acting_user_id: int) -> str:
