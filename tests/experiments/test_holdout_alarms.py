@@ -324,3 +324,22 @@ def test_the_holdout_is_set_and_read_over_the_api_and_a_bad_share_names_the_fiel
     assert client.get("/v1/adapters/nope/holdout").status_code == 404
     serving_key = make_client(adapter.tenant, scopes=["serve"])
     assert serving_key.put("/v1/adapters/tab/holdout", {"share": 0.1}, format="json").status_code == 403
+
+
+def test_the_holdout_share_does_not_change_while_an_experiment_runs(lineage, make_client):
+    """The holdout is read before the experiment: a larger one would move users the experiment
+    exposed out of their arm, and a user's arm never moves."""
+    from apps.experiments.models import Experiment
+    from apps.experiments.services import experiment_create
+
+    adapter, _, v2 = lineage
+    experiment = experiment_create(adapter.tenant, adapter=adapter, candidate_version=v2, actor="test")
+    Experiment.objects.filter(pk=experiment.pk).update(status=Experiment.Status.RUNNING)
+    client = make_client(adapter.tenant, scopes=["admin"])
+    answer = client.put("/v1/adapters/tab/holdout", {"share": 0.4}, format="json")
+    assert answer.status_code == 409 and answer.json()["error"]["code"] == "experiment_running", answer.content
+    adapter.refresh_from_db()
+    assert adapter.holdout_share == 0.25
+    assert client.put("/v1/adapters/tab/holdout", {"share": 0.25}, format="json").status_code == 200  # unchanged
+    Experiment.objects.filter(pk=experiment.pk).update(status=Experiment.Status.STOPPED)
+    assert client.put("/v1/adapters/tab/holdout", {"share": 0.4}, format="json").status_code == 200

@@ -57,3 +57,41 @@ def test_promoting_the_experiments_candidate_by_hand_decides_the_experiment(admi
     assert experiment.status == Experiment.Status.DECIDED and experiment.decision == "promote"
     assert Adapter.objects.get(pk=serving_adapter.pk).production_version_id == v3.pk
     assert AdapterVersion.objects.get(pk=v1.pk).status == AdapterVersion.Status.RETIRED
+
+
+def test_a_draft_made_before_its_candidate_was_promoted_elsewhere_cannot_start(
+    serving_tenant, serving_adapter, probed_version
+):
+    from apps.common.exceptions import Conflict
+    from apps.experiments.services import experiment_promote
+
+    v1 = probed_version(seed=71)
+    adapter_version_promote(serving_tenant, version=v1, actor="test")
+    v2 = probed_version(seed=72, parent=v1)
+    stale = experiment_create(serving_tenant, adapter=serving_adapter, candidate_version=v2, actor="test")
+    other = experiment_create(serving_tenant, adapter=serving_adapter, candidate_version=v2, actor="test")
+    experiment_start(serving_tenant, experiment=other, actor="test")
+    experiment_promote(serving_tenant, experiment=other, actor="test")  # v2 is production now
+    with pytest.raises(Conflict) as refused:
+        experiment_start(serving_tenant, experiment=stale, actor="test")
+    assert refused.value.code == "not_a_candidate" and "is production now" in refused.value.message
+    assert Experiment.objects.get(pk=stale.pk).status == Experiment.Status.DRAFT
+
+
+def test_a_rollback_whose_version_cannot_load_leaves_the_experiment_running(
+    admin, serving_adapter, running, monkeypatch
+):
+    import apps.experiments.services.production as production
+    from apps.common.exceptions import ServiceUnavailable
+
+    v1, v2, _, experiment = running
+    adapter_version_promote(serving_adapter.tenant, version=v2, actor="test")  # v1 is earlier than production
+
+    def vllm_down(version):
+        raise ServiceUnavailable("vLLM is down")
+
+    monkeypatch.setattr(production, "adapter_version_load_everywhere", vllm_down)
+    response = admin.post(f"/v1/adapters/{serving_adapter.name}/rollback", {"version": v1.number}, format="json")
+    assert response.status_code == 503, response.content
+    experiment.refresh_from_db()
+    assert experiment.status == Experiment.Status.RUNNING  # nothing changed

@@ -248,6 +248,20 @@ def test_srm_is_detected_when_the_candidate_loses_a_tenth_of_its_users() -> None
     assert result.metric("reward_per_request").direction == "better"  # a clear winner, still blocked
 
 
+def test_srm_past_the_maximum_duration_ends_the_experiment_inconclusive() -> None:
+    """A broken assignment must not serve the candidate for ever: at the maximum duration the
+    experiment ends without a verdict (everyone gets production), still saying why."""
+    control, candidate = simulate_experiment(
+        BASE, BASE.with_accept_lift(0.3), users=20_000, rng=np.random.default_rng(43), candidate_loss=0.1
+    )
+    config = ExperimentConfig(max_duration=timedelta(days=14))
+    result = analyze(control, candidate, config=config, elapsed=timedelta(days=14))
+    assert result.srm.blocked
+    assert result.decision.action == INCONCLUSIVE
+    assert "sample ratio still mismatched" in result.decision.reason
+    assert analyze(control, candidate, config=config, elapsed=timedelta(days=13)).decision.action == BLOCKED_SRM
+
+
 def test_srm_is_not_flagged_when_assignment_follows_the_weights() -> None:
     control, candidate = simulate_experiment(
         BASE, BASE, users=20_000, rng=np.random.default_rng(44), weights=(0.2, 0.8)

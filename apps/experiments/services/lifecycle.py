@@ -120,6 +120,16 @@ def experiment_start(tenant: Tenant, *, experiment: Experiment, actor: str) -> E
     try:
         with transaction.atomic():
             adapter = Adapter.objects.select_for_update(no_key=True).get(pk=experiment.adapter_id)
+            # A draft outlives its candidate's fate: another experiment of the same version may have
+            # promoted or retired it since this one was made. Read under the adapter's lock, as every
+            # promotion takes it.
+            status = AdapterVersion.objects.values_list("status", flat=True).get(pk=candidate.pk)
+            if status not in STARTABLE_CANDIDATE_STATUSES or adapter.production_version_id == candidate.pk:
+                raise Conflict(
+                    f"version {candidate.number} is {status} now; only a gated candidate can be tested (this draft "
+                    "was made before it changed: make a new experiment of a candidate)",
+                    code="not_a_candidate",
+                )
             moved = Experiment.objects.filter(pk=experiment.pk, status=Experiment.Status.DRAFT).update(
                 status=Experiment.Status.RUNNING,
                 control_version=adapter.production_version,

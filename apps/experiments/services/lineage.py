@@ -18,9 +18,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.adapters.models import Adapter, AdapterVersion
-from apps.common.exceptions import ApplicationError, ValidationFailed
+from apps.common.exceptions import ApplicationError, Conflict, ValidationFailed
 from apps.experiments.lineage_data import UserSums, adapter_traffic, holdout_and_lineage, user_sums
 from apps.experiments.models import HoldoutSnapshot, PromotionAlarm, PromotionWatch
+from apps.experiments.selectors import experiment_running_for
 from apps.experiments.services.production import adapter_rollback
 from apps.experiments.stats import ExperimentConfig, analyze, enough_effective_users, inference
 from apps.experiments.stats.results import finite_or_none
@@ -67,11 +68,20 @@ ALARM_METRICS: list[AlarmMetric] = [
 
 
 def adapter_holdout_set(tenant: Tenant, *, adapter: Adapter, share: float, actor: str) -> Adapter:
-    """Set the share of the adapter's opted-in users kept on the base model (0: no holdout); audited."""
+    """Set the share of the adapter's opted-in users kept on the base model (0: no holdout); audited.
+    Not while an experiment runs on the adapter: a larger holdout would move users it exposed out of
+    their arm (the holdout is read before the experiment), and a user's arm never moves."""
     if not (0 <= share <= 0.5):
         raise ValidationFailed("share: must be between 0 and 0.5", details={"field": "share"})
     with transaction.atomic():
         before = Adapter.objects.select_for_update(no_key=True).get(pk=adapter.pk, tenant=tenant).holdout_share
+        running = experiment_running_for(adapter)  # under the adapter's lock, which a start takes too
+        if running is not None and share != before:
+            raise Conflict(
+                f"experiment {running.pk} is running on {adapter.name}: a new holdout share would move users it "
+                "exposed out of their arm; change it once the experiment has ended",
+                code="experiment_running",
+            )
         Adapter.objects.filter(pk=adapter.pk).update(holdout_share=share)
         audit_record(
             tenant,

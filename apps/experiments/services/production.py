@@ -38,16 +38,18 @@ def adapter_rollback(
             f"version {to_version.number} is not earlier than production (version {current.number})",
             code="not_earlier",
         )
-    running = experiment_running_for(adapter)
-    if running is not None:
-        experiment_stop(tenant, experiment=running, actor=actor, reason=f"rollback to version {to_version.number}")
-    adapter_version_load_everywhere(to_version)
+    adapter_version_load_everywhere(to_version)  # before anything changes: a load that fails changes nothing
     to_version.refresh_from_db()
     with transaction.atomic():
         locked = Adapter.objects.select_for_update(no_key=True)  # as a promotion locks it: served rows' keys pass
         now = locked.values_list("production_version_id", flat=True).get(pk=adapter.pk)
         if now != (current.pk if current is not None else None):
             raise Conflict("production moved while the rollback loaded its version; nothing was rolled back")
+        # Read under the adapter's lock (a start takes it too): one started while the version loaded
+        # is stopped as well; and a rollback refused below leaves the experiment running.
+        running = experiment_running_for(adapter)
+        if running is not None:
+            experiment_stop(tenant, experiment=running, actor=actor, reason=f"rollback to version {to_version.number}")
         adapter = adapter_version_promote(tenant, version=to_version, actor=actor)
         audit_record(
             tenant,
@@ -74,9 +76,12 @@ def adapter_promote(tenant: Tenant, *, version: AdapterVersion, actor: str) -> A
     if running is not None and running.candidate_version_id == version.pk:
         experiment_promote(tenant, experiment=running, actor=actor, reason="promoted by hand")
         return Adapter.objects.get(pk=adapter.pk)
-    if version.status in (AdapterVersion.Status.FAILED, AdapterVersion.Status.PURGED):
-        return adapter_version_promote(tenant, version=version, actor=actor)  # its refusal, nothing stopped
-    if running is not None:
-        experiment_stop(tenant, experiment=running, actor=actor, reason=f"version {version.number} promoted by hand")
-        version.refresh_from_db()  # the stop set the experiment's versions' statuses
-    return adapter_version_promote(tenant, version=version, actor=actor)
+    with transaction.atomic():  # the experiment stops only with the promotion: one refused leaves it running
+        locked = Adapter.objects.select_for_update(no_key=True)  # as a start locks it
+        production = locked.values_list("production_version_id", flat=True).get(pk=adapter.pk)
+        running = experiment_running_for(adapter) if production != version.pk else None  # production already: no-op
+        if running is not None:
+            reason = f"version {version.number} promoted by hand"
+            experiment_stop(tenant, experiment=running, actor=actor, reason=reason)
+            version.refresh_from_db()  # the stop set the experiment's versions' statuses
+        return adapter_version_promote(tenant, version=version, actor=actor)

@@ -24,10 +24,18 @@ def decide(
     config: ExperimentConfig,
     elapsed: timedelta,
 ) -> Decision:
-    """In order: a sample-ratio mismatch blocks everything; a significantly worse primary or
+    """In order: a sample-ratio mismatch blocks everything (until the maximum duration, which ends it
+    inconclusive: a broken assignment must not serve the candidate for ever); a significantly worse primary or
     guardrail rolls back (at any sample size: harm is not made to wait); a significantly better
     primary with the minimum sample promotes; past the maximum duration it is inconclusive;
     otherwise keep running. Significance is always-valid, so this may run at every look."""
+    if srm.blocked and elapsed >= config.max_duration:
+        return Decision(
+            INCONCLUSIVE,
+            f"Maximum duration of {_duration(config.max_duration)} reached with the sample ratio still mismatched "
+            f"({srm.observed[0]:,} control and {srm.observed[1]:,} candidate users, chi-square p = {srm.p:.2g}): no "
+            "metric could be trusted, so it ends without a verdict and everyone gets production.",
+        )
     if srm.blocked:
         return Decision(
             BLOCKED_SRM,
