@@ -6,7 +6,7 @@ from datetime import timedelta
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from apps.adapters.models import Adapter
+from apps.adapters.models import Adapter, AdapterVersion
 from apps.common.exceptions import NotFound
 from apps.common.parsing import parse_id
 from apps.experiments.models import (
@@ -84,13 +84,22 @@ def experiment_snapshots(experiment: Experiment) -> QuerySet[ExperimentSnapshot]
 def experiment_arms_of_logged(tenant: Tenant, items: Sequence[tuple[str, str]]) -> list[tuple[int, str] | None]:
     """For interactions logged by a tenant that serves elsewhere, as (model, end user id): the
     running experiment and arm each belongs to, when its user was exposed (through the
-    assignment endpoint) to the running experiment of the adapter ``model`` names (else the
-    default adapter's). One query when nothing runs, the common case."""
+    assignment endpoint) to the running experiment of the adapter ``model`` names, by its name or
+    a version's vLLM name (as the assignment endpoint answers it); a ``model`` naming no adapter
+    goes to the default adapter, as training attributes it. One query when nothing runs, the
+    common case."""
     running = list(Experiment.objects.filter(tenant=tenant, status=Experiment.Status.RUNNING).select_related("adapter"))
     if not running:
         return [None] * len(items)
     by_adapter = {experiment.adapter.name: experiment for experiment in running}
     default = next((e for e in running if e.adapter.is_default), None)
+    named = {model for model, _ in items if model}
+    adapters = set(Adapter.objects.filter(tenant=tenant, name__in=named).values_list("name", flat=True))
+    version_of = dict(
+        AdapterVersion.objects.filter(adapter__tenant=tenant, vllm_name__in=named - adapters).values_list(
+            "vllm_name", "adapter__name"
+        )
+    )
     users = {user for _, user in items if user}
     exposed = {
         (row["experiment_id"], row["end_user__external_id"]): row["arm"]
@@ -100,7 +109,9 @@ def experiment_arms_of_logged(tenant: Tenant, items: Sequence[tuple[str, str]]) 
     }
     out: list[tuple[int, str] | None] = []
     for model, user in items:
-        experiment = by_adapter.get(model) or default
+        name = version_of.get(model, model)
+        # Another adapter's interaction (with no experiment running) is in none: never the default's.
+        experiment = by_adapter.get(name) if name in adapters or model in version_of else default
         arm = exposed.get((experiment.pk, user)) if experiment is not None and user else None
         out.append((experiment.pk, arm) if experiment is not None and arm is not None else None)
     return out
