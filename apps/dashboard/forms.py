@@ -215,6 +215,12 @@ class ExperimentStartForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
         help_text="Any of these significantly worse rolls the candidate back.",
     )
+    secondary_metrics = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Secondary metrics",
+        help_text="Reported beside the primary, deciding nothing (for an agent adapter: the positive rates).",
+    )
     min_users_per_arm = forms.IntegerField(
         initial=100, min_value=2, max_value=10**7, label="Minimum users per arm", help_text="Before any promotion."
     )
@@ -242,7 +248,9 @@ class ExperimentStartForm(forms.Form):
         choice_field(self, "candidate_version").choices = candidates
         choice_field(self, "primary_metric").choices = metric_choices
         choice_field(self, "guardrails").choices = metric_choices
+        choice_field(self, "secondary_metrics").choices = metric_choices
         self.fields["guardrails"].initial = list(ExperimentConfig().guardrails)
+        self.fields["secondary_metrics"].initial = list(ExperimentConfig().secondary_metrics)
         self.fields["expected_users"].initial = int(ExperimentConfig().n_star)
         if candidates:
             self.fields["candidate_version"].initial = candidates[0][0]
@@ -261,6 +269,7 @@ class ExperimentStartForm(forms.Form):
         return {
             "primary_metric": data["primary_metric"],
             "guardrails": list(data["guardrails"]),
+            "secondary_metrics": list(data["secondary_metrics"]),
             "min_users_per_arm": data["min_users_per_arm"],
             "max_duration_s": data["max_duration_days"] * 86400,
             "alpha": data["alpha"],

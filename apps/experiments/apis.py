@@ -84,6 +84,11 @@ class ExperimentCreateIn(StrictSerializer):
     candidate_weight = serializers.FloatField(required=False, default=0.5, min_value=0.01, max_value=0.99)
     primary_metric = serializers.ChoiceField(choices=sorted(METRICS), required=False)
     guardrails = serializers.ListField(child=serializers.ChoiceField(choices=sorted(METRICS)), required=False)
+    secondary_metrics = serializers.ListField(
+        child=serializers.ChoiceField(choices=sorted(METRICS)),
+        required=False,
+        help_text="reported beside the primary, deciding nothing (default: accept_rate, accepted_per_request)",
+    )
     min_users_per_arm = serializers.IntegerField(required=False, min_value=2, max_value=10**7)
     min_effective_users_per_arm = serializers.IntegerField(
         required=False,
@@ -127,6 +132,7 @@ class ExperimentCollectionApi(ScopedApi):
             for k in (
                 "primary_metric",
                 "guardrails",
+                "secondary_metrics",
                 "min_users_per_arm",
                 "min_effective_users_per_arm",
                 "max_duration_s",

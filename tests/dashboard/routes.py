@@ -158,6 +158,10 @@ def prepare(name: str, world: Any) -> None:
             from apps.experiments.services import experiment_stop
 
             experiment_stop(world.a, experiment=world.experiment, actor="system")
+    elif name == "experiments-holdout":  # the holdout changes only while no experiment runs
+        from apps.experiments.services import experiment_stop
+
+        experiment_stop(world.a, experiment=world.experiment, actor="system")
     elif name in ("experiment-new", "experiment-start"):  # a gated candidate, no experiment running
         from apps.experiments.services import experiment_create, experiment_stop
 

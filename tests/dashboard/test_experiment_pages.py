@@ -330,6 +330,11 @@ def test_an_admin_sets_the_holdout_on_the_experiments_page_and_a_bad_one_changes
     world.adapter.refresh_from_db()
     assert world.adapter.holdout_share == 0
     response = client.post(url_for("experiments-holdout", world), {"holdout_percent": "5"}, follow=True)
+    assert "a new holdout would move users it exposed out of their arm" in response.content.decode()
+    from apps.experiments.services import experiment_stop
+
+    experiment_stop(world.a, experiment=world.experiment, actor="test")
+    response = client.post(url_for("experiments-holdout", world), {"holdout_percent": "5"}, follow=True)
     assert "now keeps 5% of its opted-in users on the base model" in response.content.decode()
     world.adapter.refresh_from_db()
     assert world.adapter.holdout_share == 0.05

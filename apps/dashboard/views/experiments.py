@@ -68,8 +68,10 @@ def experiments_holdout(request: HttpRequest, ctx: TenantContext, adapter_name: 
     else:
         try:
             adapter_holdout_set(ctx.tenant, adapter=adapter, share=share, actor=ctx.actor)
-        except ApplicationError as exc:
+        except ValidationFailed as exc:
             messages.error(request, f"Nothing changed: {exc.message.replace('share', 'the holdout')} (0 to 50 %).")
+        except ApplicationError as exc:
+            messages.error(request, f"Nothing changed: {exc.message}")
         else:
             messages.success(request, f"{adapter.name} now keeps {share:.0%} of its opted-in users on the base model.")
     return redirect("dashboard:experiments", tenant_slug=ctx.tenant.slug, adapter_name=adapter.name)

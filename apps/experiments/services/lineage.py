@@ -78,8 +78,8 @@ def adapter_holdout_set(tenant: Tenant, *, adapter: Adapter, share: float, actor
         running = experiment_running_for(adapter)  # under the adapter's lock, which a start takes too
         if running is not None and share != before:
             raise Conflict(
-                f"experiment {running.pk} is running on {adapter.name}: a new holdout share would move users it "
-                "exposed out of their arm; change it once the experiment has ended",
+                f"experiment {running.pk} is running on {adapter.name}: a new holdout would move users it exposed "
+                "out of their arm; change it once the experiment has ended",
                 code="experiment_running",
             )
         Adapter.objects.filter(pk=adapter.pk).update(holdout_share=share)
