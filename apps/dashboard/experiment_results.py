@@ -139,9 +139,15 @@ def _metric_row(m: dict[str, Any], config: dict[str, Any]) -> MetricRow:
     adjusted = m.get("adjusted")
     if adjusted is not None:
         adjusted = dict(adjusted, interval=(adjusted.get("ci_always_valid") or {}).get("abs"))
-    label = f"{m['label']}: lift {fmt(lift) if lift is not None else 'not testable'}"
-    if interval:
-        label += f", always-valid interval {fmt(interval[0])} to {fmt(interval[1])}"
+    # The bar draws what decides: where the arms carry covariates the adjusted lift and interval alone
+    # decide (and colour it), so the band that "leaves zero" is that one, never the unadjusted one.
+    bar_lift, bar_interval = (
+        (adjusted.get("abs_lift"), adjusted["interval"]) if adjusted is not None else (lift, interval)
+    )
+    which = "adjusted lift" if adjusted is not None else "lift"
+    label = f"{m['label']}: {which} {fmt(bar_lift) if bar_lift is not None else 'not testable'}"
+    if bar_interval:
+        label += f", always-valid interval {fmt(bar_interval[0])} to {fmt(bar_interval[1])}"
     return MetricRow(
         name=m["name"],
         label=m["label"],
@@ -161,9 +167,9 @@ def _metric_row(m: dict[str, Any], config: dict[str, Any]) -> MetricRow:
         effective_users=effective,
         too_few_effective_users=too_few,
         bar=charts.lift_bar(
-            interval[0] if interval else None,
-            lift,
-            interval[1] if interval else None,
+            bar_interval[0] if bar_interval else None,
+            bar_lift,
+            bar_interval[1] if bar_interval else None,
             kind=m.get("direction", "none"),
             title=label,
             x_format=fmt,
@@ -209,6 +215,7 @@ def lift_over_time(experiment: Experiment, metric: str) -> list[charts.BandPoint
         row = next((m for m in analyses.get(pk) or [] if m.get("name") == metric), None)
         if row is None:
             continue
+        row = row.get("adjusted") or row  # what decided at that look (the adjusted lift, where fitted)
         interval = (row.get("ci_always_valid") or {}).get("abs") or [None, None]
         points.append(charts.BandPoint(x=computed_at, estimate=row.get("abs_lift"), low=interval[0], high=interval[1]))
     return points
