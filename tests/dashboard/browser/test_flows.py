@@ -90,6 +90,11 @@ def test_create_a_key_shown_once_copy_it_and_revoke_it(page, live_world):
 
 
 def test_promote_a_loaded_version_from_the_versions_page(page, live_world):
+    from apps.experiments.services import experiment_stop
+
+    # v2 is the world's running experiment's candidate, whose promotion by hand would decide the
+    # experiment (loading v2 on every replica: a real vLLM). Stopped, v2 is a loaded candidate.
+    experiment_stop(live_world.a, experiment=live_world.experiment, actor="test")
     sign_in(page, live_world.users["admin"])
     page.goto(url_for("versions", live_world))
     page.get_by_role("link", name="Promote v2…").click()
