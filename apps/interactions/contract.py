@@ -14,8 +14,16 @@ from apps.common.item_checks import MAX_ID_LEN
 from apps.interactions.models import Feedback
 from apps.interactions.retention import MAX_REPORTED_TEXT
 
+# The bound of a turn on every path that names one: a logged turn, a session outcome, a served chat
+# turn (apps.serving.chat_schemas), so that any turn one of them stores another can name.
 MAX_TURN = 100_000
 MAX_CHECKPOINT_S = 7 * 24 * 3600  # a week after the accept
+
+
+def conversation_id_normalize(value: str) -> str:
+    """A session's id as every path stores and looks it up (logged turns, served chat turns, session
+    outcomes): without surrounding whitespace, so "session-17 " and "session-17" are one session."""
+    return value.strip()
 
 
 def fields_of(declaration: type[serializers.Serializer]) -> frozenset[str]:
@@ -49,6 +57,14 @@ class InteractionInSchema(serializers.Serializer):
     )
     tools = serializers.ListField(
         child=serializers.DictField(), required=False, help_text="The tools offered to the model (with messages)."
+    )
+    tool_calls = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        min_length=1,
+        help_text="An agent's turn: the tool calls of its reply, in OpenAI's assistant shape "
+        '([{"id", "type": "function", "function": {"name", "arguments"}}]; with messages). `completion` is then '
+        "the reply's text, empty if it had none; training learns the calls, never silence.",
     )
     conversation_id = serializers.CharField(
         max_length=MAX_ID_LEN, required=False, help_text="Your id of the agent's session this turn belongs to."

@@ -24,7 +24,8 @@ from apps.tenants.models import Tenant
 
 def conversation_outcome_record(tenant: Tenant, *, item: FeedbackIn, now: datetime) -> int:
     """Store a session outcome (last write wins by ``occurred_at``) and spread it over the turns
-    stored so far. Returns how many turns now carry it."""
+    stored so far. Returns how many turns it was written to (a turn whose own feedback came in
+    meanwhile, and kept it, may be counted)."""
     assert item.conversation_id is not None
     occurred_at = item.occurred_at or now
     with transaction.atomic():
@@ -53,7 +54,7 @@ def conversation_outcome_record(tenant: Tenant, *, item: FeedbackIn, now: dateti
 
 def conversation_outcomes_apply(tenant: Tenant, *, conversation_ids: Iterable[str], now: datetime) -> int:
     """Spread the sessions' outcomes that arrived before some of their turns (called when turns are
-    stored). Returns how many turns now carry one."""
+    stored). Returns how many turns one was written to (as :func:`conversation_outcome_record`)."""
     ids = list(conversation_ids)
     # One transaction (a served chat turn calls this on its own, outside any): each outcome locked,
     # then its turns' feedback, the order recording an outcome takes them.
@@ -82,7 +83,7 @@ def _spread(tenant: Tenant, outcome: ConversationOutcome, *, now: datetime) -> i
             tenant=tenant, interaction_id__in=[pk for pk, _ in turns]
         )
     }
-    spread = 0
+    spread, new = 0, []
     for interaction_id, turn in turns:
         weight = outcome.weight_for(turn)
         feedback = existing.get(interaction_id)
@@ -94,9 +95,17 @@ def _spread(tenant: Tenant, outcome: ConversationOutcome, *, now: datetime) -> i
             continue
         if feedback is None:
             feedback = Feedback(tenant=tenant, interaction_id=interaction_id, received_at=now, events_received=0)
+            new.append(feedback)
         feedback.outcome, feedback.reward_weight, feedback.session_outcome = outcome.outcome, weight, outcome
         feedback.occurred_at, feedback.updated_at = outcome.occurred_at, now
         feedback.metadata = {"session_outcome": {"turn": outcome.turn, "discount": outcome.discount}}
-        feedback.save()
-        spread += 1
+        if feedback.pk is not None:
+            feedback.save()
+            spread += 1
+    if new:
+        # The lock above holds only rows that existed: the turn's own feedback may be inserted meanwhile
+        # (a served chat turn's, an upsert that does not wait for this one). On that conflict it wins and
+        # the spread row is not written (ON CONFLICT DO NOTHING), rather than failing the whole spread.
+        Feedback.objects.bulk_create(new, ignore_conflicts=True)
+        spread += len(new)
     return spread

@@ -27,7 +27,13 @@ from apps.common.item_checks import (
     reject_unknown_fields,
 )
 from apps.common.parsing import is_uuid
-from apps.interactions.contract import MAX_TURN, FeedbackInSchema, InteractionInSchema, fields_of
+from apps.interactions.contract import (
+    MAX_TURN,
+    FeedbackInSchema,
+    InteractionInSchema,
+    conversation_id_normalize,
+    fields_of,
+)
 from apps.interactions.messages import MessageError, messages_validate, tools_validate, turn_of
 from apps.interactions.models import Feedback
 
@@ -55,6 +61,7 @@ class InteractionIn:
     tools: list[dict[str, Any]] | None = None
     conversation_id: str = ""
     turn: int | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an agent's reply: stored as metadata["tool_calls"]
 
 
 @dataclass
@@ -81,6 +88,35 @@ def _turn(item: dict[str, Any], name: str = "turn") -> int | None:
     if type(value) is not int or not 0 <= value <= MAX_TURN:
         raise ItemError(name, f"must be a whole number from 0 (the first reply of the session) to {MAX_TURN}")
     return value
+
+
+def _conversation_id(item: dict[str, Any]) -> str | None:
+    value = item_id(item, "conversation_id")
+    return conversation_id_normalize(value) if value is not None else None
+
+
+# Tool calls are checked as the chat endpoint checks an assistant message's (apps.interactions.messages),
+# in a reply of that shape: its errors are then renamed to the item's field.
+_REPLY = "reply"
+
+
+def _tool_calls(item: dict[str, Any], messages: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    calls = item.get("tool_calls")
+    if calls is None:
+        return None
+    if messages is None:
+        raise ItemError("tool_calls", "go with 'messages' (an agent's turn), not with a prompt")
+    if not isinstance(calls, list) or not calls:
+        raise ItemError("tool_calls", "must be a non-empty list of tool calls (leave it out when the reply made none)")
+    try:
+        messages_validate([{"role": "assistant", "content": "", "tool_calls": calls}], _REPLY)
+    except MessageError as exc:
+        where = exc.field.removeprefix(f"{_REPLY}[0].")
+        raise ItemError(where if where.startswith("tool_calls") else "tool_calls", exc.message, exc.code) from None
+    metadata = item.get("metadata")
+    if isinstance(metadata, dict) and "tool_calls" in metadata:
+        raise ItemError("tool_calls", "send them once: as 'tool_calls', not also as metadata.tool_calls")
+    return calls
 
 
 def _conversation(item: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
@@ -111,7 +147,8 @@ def interaction_validate(item: Any) -> InteractionIn:
             "send 'prompt', 'prefix' (and 'suffix') for fill-in-the-middle, or 'messages' for a conversation",
             "required",
         )
-    conversation_id = item_id(item, "conversation_id") or ""
+    tool_calls = _tool_calls(item, messages)
+    conversation_id = _conversation_id(item) or ""
     turn = _turn(item)
     if turn is not None and not conversation_id:
         raise ItemError("turn", "needs 'conversation_id' (the session the turn belongs to)")
@@ -120,6 +157,8 @@ def interaction_validate(item: Any) -> InteractionIn:
     completion = item_text(item, "completion", required=True)
     prompt_ids = item_token_ids(item, "prompt_token_ids")
     completion_ids = item_token_ids(item, "completion_token_ids")
+    if tool_calls is not None and completion_ids == []:
+        raise ItemError("completion_token_ids", "is empty, but the reply made tool calls: send their tokens, or none")
     logprobs = item_logprobs(item, "completion_logprobs")
     if logprobs is not None:
         if completion_ids is None:
@@ -149,6 +188,7 @@ def interaction_validate(item: Any) -> InteractionIn:
         tools=tools,
         conversation_id=conversation_id,
         turn=turn,
+        tool_calls=tool_calls,
     )
 
 
@@ -198,7 +238,7 @@ def feedback_validate(item: Any) -> FeedbackIn:
     reject_unknown_fields(item, FEEDBACK_FIELDS)
     raw_id = item_text(item, "interaction_id", max_len=64)
     client_id = item_id(item, "client_id")
-    conversation_id = item_id(item, "conversation_id")
+    conversation_id = _conversation_id(item)
     if (raw_id is not None) + (client_id is not None) + (conversation_id is not None) != 1:
         raise ItemError(
             "interaction_id",

@@ -28,6 +28,7 @@ from apps.adapters.models import Adapter
 from apps.common.exceptions import ApplicationError
 from apps.engines.vllm import vllm_async_client
 from apps.engines.vllm_async import ClosingStream
+from apps.interactions.contract import conversation_id_normalize
 from apps.interactions.ids import time_id
 from apps.interactions.messages import turn_of
 from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served, served_rows
@@ -330,7 +331,7 @@ def chat_plan(
         for k in ("frequency_penalty", "presence_penalty", "logit_bias", "parallel_tool_calls", "response_format")
         if k in fields
     }
-    conversation_id = fields["conversation_id"].strip()
+    conversation_id = conversation_id_normalize(fields["conversation_id"])  # as outcomes and logged turns
     turn = fields.get("turn")
     if conversation_id and turn is None:
         turn = turn_of(fields["messages"])

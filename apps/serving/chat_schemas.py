@@ -10,8 +10,10 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from apps.common.item_checks import MAX_ID_LEN
 from apps.common.parsing import StrictSerializer
 from apps.engines.stops import VLLM_MAX_STOP
+from apps.interactions.contract import MAX_TURN
 from apps.interactions.messages import MessageError, messages_validate, tools_validate
 from apps.serving.schema_bounds import schema_cost_problem
 from apps.serving.schemas import INT64, VLLM_MAX_LOGPROBS, LogitBiasField, OpenAIRequestIn, StopField, StreamOptionsIn
@@ -198,13 +200,17 @@ class ChatCompletionIn(OpenAIRequestIn):
     logit_bias = LogitBiasField(required=False)
     opted_in = serializers.BooleanField(required=False, help_text="the end user's consent to learning, now")
     conversation_id = serializers.CharField(
-        required=False, allow_blank=True, max_length=200, default="", help_text="your id of the session (agents)"
+        required=False,
+        allow_blank=True,
+        max_length=MAX_ID_LEN,
+        default="",
+        help_text="your id of the session (agents; surrounding whitespace is not part of it)",
     )
     turn = serializers.IntegerField(
         required=False,
         allow_null=True,
         min_value=0,
-        max_value=2**31 - 1,
+        max_value=MAX_TURN,  # the bound a session outcome can name (apps.interactions.contract)
         help_text="0-based index of this reply in the session; default: the assistant messages before it",
     )
 

@@ -107,6 +107,11 @@ class OpenAIRequestSchema(OpenApiSerializerExtension):
 
 class StreamOptionsIn(OpenAIRequestIn):
     include_usage = serializers.BooleanField(required=False, default=False)
+    # OpenAI's client declares it (ChatCompletionStreamOptionsParam): padding on each chunk against
+    # size side channels. Strop's chunks carry none; the option is taken and changes nothing.
+    include_obfuscation = serializers.BooleanField(
+        required=False, help_text="accepted for OpenAI's clients and ignored: Strop's chunks carry no obfuscation"
+    )
 
 
 class CompletionIn(OpenAIRequestIn):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from apps.adapters.models import BaseModel
 from apps.common.exception_handler import public_text
@@ -41,7 +41,7 @@ from apps.interactions.rewards import reward_value
 from apps.training.models import TrainingPolicy, TrainingRun, TrainingRunEvent
 from apps.training.retained_credit import retained_token_rewards
 from apps.training.selectors import training_window_events
-from learning_shared.chat import chat_prompt_ids
+from learning_shared.chat import chat_completion_text, chat_prompt_ids
 from learning_shared.credit import CREDITED_OUTCOMES, EventCredit, event_credit
 from learning_shared.fim import build_fim_prompt
 from learning_shared.samples import Sample
@@ -202,6 +202,10 @@ def _tokens(interaction: Interaction, *, base: BaseModel) -> Tokens:
     prompt_ids = interaction.prompt_token_ids or None
     completion_ids = interaction.completion_token_ids
     logprobs = interaction.completion_logprobs
+    # A reply that made tool calls wrote tokens: no ids for it (stored by older versions) are no ids.
+    tool_calls = interaction.messages is not None and bool((interaction.metadata or {}).get("tool_calls"))
+    if tool_calls and not completion_ids:
+        completion_ids = None
     if _ids_fit(prompt_ids, vocab) and _ids_fit(completion_ids, vocab):
         if logprobs is not None and len(logprobs) != len(completion_ids or []):
             logprobs = None
@@ -217,8 +221,17 @@ def _tokens(interaction: Interaction, *, base: BaseModel) -> Tokens:
         prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
     # Ids from another tokenizer (a model served elsewhere) are useless here: tokenize the text.
     if not _ids_fit(completion_ids, vocab):
-        return prompt_ids, tokenizer.encode(interaction.completion, add_special_tokens=False), None
+        return prompt_ids, tokenizer.encode(_completion_text(interaction), add_special_tokens=False), None
     return prompt_ids, completion_ids, logprobs
+
+
+def _completion_text(interaction: Interaction) -> str:
+    """What the model wrote: an agent's reply with its tool calls rendered as a served one's tokens
+    hold them (never the empty "stay silent" action), any other completion as it is."""
+    tool_calls = (interaction.metadata or {}).get("tool_calls")
+    if interaction.messages is None or not tool_calls:
+        return interaction.completion
+    return chat_completion_text(interaction.completion, tool_calls)
 
 
 def _window_lock(run: TrainingRun) -> None:
@@ -257,10 +270,18 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
                 tokens = _tokens(interaction, base=base)
                 credit = feedback_credit(feedback, completion_token_ids=tokens[1], base=base, policy=policy)
                 sample = _sample(interaction, tokens, reward=reward, silence_reward=agent_silence_reward, credit=credit)
-            except ValueError as exc:  # TrainerInputError included: this event's data, not the window's
-                name, why = f"interaction {feedback.interaction_id}", public_text(str(exc), max_length=300)
+            except DatabaseError:
+                raise  # the database's trouble, not this event's: the window fails and is tried again
+            except Exception as exc:  # this event's data, not the window's: a template that cannot render it too
+                # A ValueError (TrainerInputError included) says what is wrong with the event; anything
+                # else is named by its type, with its traceback in the operator's log.
+                expected = isinstance(exc, ValueError)
+                detail = str(exc) if expected else f"cannot be rendered ({type(exc).__name__}: {exc})"
+                name, why = f"interaction {feedback.interaction_id}", public_text(detail, max_length=300)
                 why = why if why.startswith(name) else f"{name}: {why}"
-                logger.warning("run %s left out an event no sample can be built from: %s", run.pk, why)
+                logger.warning(
+                    "run %s left out an event no sample can be built from: %s", run.pk, why, exc_info=not expected
+                )
                 window.left_out.append(why)
                 rows.append(_event(run, feedback, held_out=True, reward=reward))
                 continue

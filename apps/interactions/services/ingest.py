@@ -69,7 +69,8 @@ def _interaction_row(
         item.served_at or now,
         now,
         item.latency_ms,
-        json_text(item.metadata),
+        # An agent's tool calls are where a served turn keeps them (apps.interactions.served).
+        json_text({**item.metadata, "tool_calls": item.tool_calls} if item.tool_calls else item.metadata),
         json_text(item.messages),
         json_text(item.tools),
         item.conversation_id,
