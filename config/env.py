@@ -1,9 +1,11 @@
-"""Reading settings from the environment: booleans, integers, lists and a database URL as Django's dict."""
+"""Reading settings from the environment: booleans, integers, lists, http(s) URLs and a database URL as
+Django's dict. A value that cannot be right stops the settings from loading with a ValueError that
+names the variable and the value."""
 
 from __future__ import annotations
 
 import os
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urlparse, urlsplit
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -25,6 +27,26 @@ def env_int(name: str, default: int, *, minimum: int | None = None, hint: str = 
 def env_list(name: str, default: str = "") -> list[str]:
     """A comma-separated setting: its items, stripped, the empty ones left out."""
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def env_http_urls(name: str, default: str) -> list[str]:
+    """A comma-separated list of base URLs, at least one, each ``http://`` or ``https://`` with a host
+    and, when it names one, a port from 1 to 65535: a wrong item is refused when the settings load,
+    not at the first request that uses it."""
+    urls = env_list(name, default)
+    if not urls:
+        raise ValueError(f"{name} is empty: give at least one http(s) URL, e.g. {default.split(',')[0]}")
+    for url in urls:
+        parts = urlsplit(url)
+        try:
+            port = parts.port  # a port that is not a number, or past 65535, raises
+        except ValueError:
+            port = 0
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+            raise ValueError(
+                f"{name}: {url!r} is not an http(s) URL with a host and a valid port (1-65535), e.g. http://vllm:8100"
+            )
+    return urls
 
 
 def database_from_url(url: str) -> dict[str, object]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from config.env import env_int
+
 __all__ = [
     "STROP_API_SYNC_THREADS",
     "STROP_SERVING_DB_THREADS",
@@ -29,7 +31,11 @@ STROP_SERVING_RECORD_EVERY_S = float(os.environ.get("STROP_SERVING_RECORD_EVERY_
 # interaction (apps.interactions.stream_parts).
 STROP_SERVING_STALE_STREAM_S = float(os.environ.get("STROP_SERVING_STALE_STREAM_S", "120"))
 # Threads a process gives the serving path's database work (each keeps its connection).
-STROP_SERVING_DB_THREADS = int(os.environ.get("STROP_SERVING_DB_THREADS", "8"))
+STROP_SERVING_DB_THREADS = env_int(
+    "STROP_SERVING_DB_THREADS", 8, minimum=1, hint="at least 1: every completion's database work runs on these threads"
+)
 # Threads a process gives the rest of the API and the dashboard (synchronous views), each with its
 # own database connection: a request holds one for its whole length, as a gthread worker's thread.
-STROP_API_SYNC_THREADS = int(os.environ.get("STROP_API_SYNC_THREADS", "4"))
+STROP_API_SYNC_THREADS = env_int(
+    "STROP_API_SYNC_THREADS", 4, minimum=1, hint="at least 1: every request but a completion runs on these threads"
+)

@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from config.celery_config import broker_transport_options, gpu_pools, task_queues
-from config.env import database_from_url, env_bool, env_int, env_list
+from config.env import database_from_url, env_bool, env_http_urls, env_int, env_list
 from config.http_settings import CONTENT_SECURITY_POLICY, REST_FRAMEWORK, SPECTACULAR_SETTINGS  # noqa: F401 (settings)
 from config.log_config import log_format, logging_config
 from config.secret_keys import GENERATED, check_deployment, load_secrets
@@ -322,7 +322,7 @@ STROP_RATE_LIMIT_PROCESSES = env_int("STROP_RATE_LIMIT_PROCESSES", 1)
 STROP_KEY_LAST_USED_RESOLUTION_S = env_int("STROP_KEY_LAST_USED_RESOLUTION_S", 60)
 
 # vLLM: one or more replicas (comma-separated base URLs), and the limits it was started with.
-VLLM_BASE_URLS = env_list("VLLM_BASE_URLS", "http://127.0.0.1:8100")
+VLLM_BASE_URLS = env_http_urls("VLLM_BASE_URLS", "http://127.0.0.1:8100")
 VLLM_MAX_LORA_RANK = env_int("VLLM_MAX_LORA_RANK", 16)
 VLLM_MAX_LORAS = env_int("VLLM_MAX_LORAS", 4)
 VLLM_MAX_CPU_LORAS = env_int("VLLM_MAX_CPU_LORAS", 16)

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import validate_slug
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
@@ -20,12 +22,17 @@ from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 
 
-def base_model_register(*, name: str, path: str | Path, family: str | None = None) -> BaseModel:
+def base_model_register(*, name: str, path: str | Path, family: str | None = None, force: bool = False) -> BaseModel:
     """Register (or update) a base model: its directory, FIM family, source and fingerprint.
 
     The source comes from the directory's ``strop_base.json`` when it has one (written by
     ``python -m gpu_trainer base``), else it is the path; the fingerprint is computed from the
     weights either way, and a record that no longer matches them is refused.
+
+    Registering the same weights again changes nothing that matters (``platform/docker/migrate.sh``
+    does it at every start). Other weights under a name whose adapters have versions are refused
+    unless ``force``: those versions were trained on the old weights, and would be served and
+    trained on top of the new ones.
     """
     from learning_shared.errors import TrainerInputError
     from learning_shared.fim import FIM_FORMATS
@@ -38,21 +45,59 @@ def base_model_register(*, name: str, path: str | Path, family: str | None = Non
         described = describe_base_model(model_dir)
     except TrainerInputError as exc:
         raise ValidationFailed(f"path: {exc}") from None
-    base, _ = BaseModel.objects.update_or_create(
-        name=name,
-        defaults={
-            "path": str(model_dir),
-            "family": family or described["family"],
-            "source": described["source"],
-            "fingerprint": described["fingerprint"],
-        },
-    )
+    with transaction.atomic():
+        existing = BaseModel.objects.select_for_update().filter(name=name).first()
+        if existing is not None and not force:
+            _base_model_weights_kept(existing, model_dir=model_dir, fingerprint=described["fingerprint"])
+        base, _ = BaseModel.objects.update_or_create(
+            name=name,
+            defaults={
+                "path": str(model_dir),
+                "family": family or described["family"],
+                "source": described["source"],
+                "fingerprint": described["fingerprint"],
+            },
+        )
     return base
+
+
+def _base_model_weights_kept(base: BaseModel, *, model_dir: Path, fingerprint: str) -> None:
+    """Refuse other weights under ``base`` while versions trained on its weights may serve. The
+    same weights are recognised by their fingerprint (a moved directory is the same model); a record
+    without one (registered before fingerprints) only by its path."""
+    same = base.fingerprint == fingerprint if base.fingerprint else base.path == str(model_dir)
+    if same:
+        return
+    trained = AdapterVersion.objects.filter(adapter__base_model=base).exclude(
+        status__in=[AdapterVersion.Status.FAILED, AdapterVersion.Status.PURGED]
+    )
+    count = trained.count()
+    if count:
+        raise ValidationFailed(
+            f"path: base model {base.name!r} is {base.path} (fingerprint {base.fingerprint or 'unknown'}), and "
+            f"{count} adapter version(s) were trained on it; {model_dir} holds other weights (fingerprint "
+            f"{fingerprint}). Register them under a new name; forcing it repoints every adapter on "
+            f"{base.name!r} to weights its versions were not trained on",
+            details={"versions": count},
+        )
+
+
+def _adapter_name_check(name: str) -> None:
+    """What an adapter's column and the dashboard's URLs (``<slug:adapter_name>``) can hold."""
+    most = Adapter._meta.get_field("name").max_length or 0
+    rule = f"1 to {most} ASCII letters, digits, hyphens and underscores"
+    if len(name) > most:
+        raise ValidationFailed(f"name: {len(name)} characters; an adapter's name is {rule}")
+    try:
+        validate_slug(name)  # the rule of the `slug` path converter every adapter page's URL uses
+    except DjangoValidationError:
+        raise ValidationFailed(f"name: {name!r} is not a slug; an adapter's name is {rule}") from None
 
 
 def adapter_create(
     tenant: Tenant, *, name: str, base_model: BaseModel, is_default: bool = False, actor: str = "system"
 ) -> Adapter:
+    _adapter_name_check(name)
     try:
         with transaction.atomic():
             if is_default:
@@ -78,6 +123,32 @@ def _version_slug(number: int) -> str:
     return f"v{number}-{uuid.uuid4().hex[:8]}"
 
 
+def adapter_source_verify(base: BaseModel, *, source_dir: str | Path) -> dict[str, Any]:
+    """Check that ``source_dir`` is a PEFT LoRA directory vLLM can serve (``verify_adapter``) and
+    that it was trained on ``base`` (its ``strop_train_config.json``'s fingerprint, else the base
+    its ``adapter_config.json`` names when that directory is here); its adapter config. Cheap next
+    to the serve probe, so it runs before one: a probe of a folder that is not an adapter of this
+    base fails inside torch instead of saying what is wrong."""
+    from gpu_trainer.adapters import check_parent_matches_base, verify_adapter
+    from learning_shared.errors import AdapterInvalidError
+
+    source = Path(source_dir)
+    if not source.is_dir():
+        raise ValidationFailed(f"adapter {source}: no such directory", code="adapter_invalid")
+    try:
+        config = verify_adapter(source, max_rank=settings.VLLM_MAX_LORA_RANK)
+    except AdapterInvalidError as exc:
+        raise ValidationFailed(str(exc), code="adapter_invalid") from None
+    if base.fingerprint:  # a base registered before fingerprints has none to compare with
+        try:
+            check_parent_matches_base(source, base.path, base.fingerprint)
+        except AdapterInvalidError as exc:
+            raise ValidationFailed(
+                f"adapter {source} does not fit base model {base.name!r}: {exc}", code="adapter_invalid"
+            ) from None
+    return config
+
+
 def adapter_version_register(
     tenant: Tenant,
     *,
@@ -97,16 +168,10 @@ def adapter_version_register(
     commits after the upload). The trainer's per-step metrics go into the row, so nothing reads
     them from files again. Loading into vLLM happens after commit.
     """
-    from gpu_trainer.adapters import verify_adapter
-    from learning_shared.errors import AdapterInvalidError
-
     if adapter.tenant_id != tenant.pk or (parent is not None and parent.adapter_id != adapter.pk):
         raise ValueError("adapter or parent belongs elsewhere")
     source = Path(source_dir)
-    try:
-        config = verify_adapter(source, max_rank=settings.VLLM_MAX_LORA_RANK)
-    except AdapterInvalidError as exc:
-        raise ValidationFailed(str(exc), code="adapter_invalid") from None
+    config = adapter_source_verify(adapter.base_model, source_dir=source)
     with transaction.atomic():
         Adapter.objects.select_for_update(no_key=True).filter(pk=adapter.pk).first()  # serialises version numbers
         number = (AdapterVersion.objects.filter(adapter=adapter).aggregate(n=Max("number"))["n"] or 0) + 1

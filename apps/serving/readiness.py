@@ -3,7 +3,8 @@
 ``GET /health/ready`` (``health_apis.HealthReadyApi``) reads this; ``GET /health`` stays the cheap
 liveness probe. Checked: the database (a fresh connection and ``SELECT 1``), Redis when
 configured (``PING``), the adapter store (``check()``: the folder can be written, or the bucket
-answers) and the vLLM replicas (``GET /health``; ready while at least one answers 200).
+answers) and the vLLM replicas (``GET /health``, then ``GET /v1/models`` with Strop's key, which
+``/health`` does not need; ready while at least one answers both).
 
 Each check runs in a thread of its own and the answer waits at most ``STROP_READY_TIMEOUT_S`` for
 all of them: a check that has not answered by then fails as "no answer", and its thread is left
@@ -37,8 +38,13 @@ from apps.adapters.store import StoreError, adapter_store
 from apps.common.exception_handler import public_text
 from apps.common.observability.metrics import readiness_checked
 from apps.engines.vllm_client import VLLMClient
+from apps.engines.vllm_errors import VLLMError
 
 logger = logging.getLogger(__name__)
+
+
+# What a replica's check says when it answers /health but refuses the key on a guarded route.
+KEY_REFUSED = "vLLM refused Strop's API key (VLLM_API_KEY is not the key vLLM was started with)"
 
 
 class CheckFailed(Exception):
@@ -110,11 +116,20 @@ def _adapter_store_check() -> None:
 
 
 def _replica_check(url: str, timeout_s: float) -> Callable[[], None]:
-    client = VLLMClient([url], api_key=settings.VLLM_API_KEY, connect_timeout=timeout_s)
+    client = VLLMClient([url], api_key=settings.VLLM_API_KEY, connect_timeout=timeout_s, admin_timeout=timeout_s)
 
     def check() -> None:
         if not client.health(timeout=timeout_s).get(client.base_urls[0]):
             raise CheckFailed("its /health did not answer 200")
+        # /health is open to anyone (platform/vllm_plugins/strop_vllm_auth.py, OPEN_PATHS): only a
+        # guarded route shows that Strop's key is the one the replica was started with. /v1/models is
+        # the cheapest: no engine work, one small answer.
+        try:
+            client.models(client.base_urls[0])
+        except VLLMError as exc:
+            if exc.vllm_status in (401, 403):
+                raise CheckFailed(KEY_REFUSED) from exc
+            raise
 
     return check
 
@@ -149,6 +164,7 @@ def _configuration() -> tuple[Any, ...]:
         settings.STROP_ADAPTER_STORE,
         str(settings.STROP_ADAPTER_ROOT),
         tuple(settings.VLLM_BASE_URLS),
+        settings.VLLM_API_KEY,  # the replicas' check proves the key: a new key is checked again
         settings.STROP_READY_TIMEOUT_S,
     )
 
@@ -213,4 +229,7 @@ def _replicas_summary(replicas: list[CheckResult]) -> CheckResult:
     ms = max((result.ms for result in replicas), default=0.0)
     if up:
         return CheckResult(ok=True, ms=ms, details=details)
+    errors = set(down.values())
+    if errors == {KEY_REFUSED}:  # the operator's mistake, not the replicas': say it first
+        return CheckResult(ok=False, ms=ms, error=KEY_REFUSED, details=details)
     return CheckResult(ok=False, ms=ms, error="no vLLM replica answered /health", details=details)

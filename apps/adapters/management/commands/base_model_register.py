@@ -17,12 +17,20 @@ class Command(BaseCommand):
         parser.add_argument(
             "--family", help="FIM format (qwen, starcoder, codellama, deepseek, plain); detected if omitted"
         )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="point the name at other weights even though adapter versions were trained on its current ones",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            base = base_model_register(name=options["name"], path=options["path"], family=options["family"])
+            base = base_model_register(
+                name=options["name"], path=options["path"], family=options["family"], force=options["force"]
+            )
         except ApplicationError as exc:
-            raise CommandError(exc.message) from exc
+            forcing = isinstance(exc.details, dict) and exc.details.get("versions")
+            raise CommandError(exc.message + (". To repoint them anyway: --force" if forcing else "")) from exc
         self.stdout.write(f"base model {base.name}: {base.path} ({base.family})")
         self.stdout.write(f"  source: {base.source}")
         self.stdout.write(f"  fingerprint: {base.fingerprint}")

@@ -9,8 +9,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.adapters.loading import adapter_version_load
+from apps.adapters.models import BaseModel
 from apps.adapters.selectors import adapter_get_for_tenant, adapter_version_get_for_tenant
-from apps.adapters.services import adapter_serve_probe, adapter_version_register
+from apps.adapters.services import adapter_serve_probe, adapter_source_verify, adapter_version_register
 from apps.common.exceptions import ApplicationError
 from apps.experiments.services import adapter_promote
 from apps.tenants.models import Tenant
@@ -37,7 +38,10 @@ class Command(BaseCommand):
                 if options["parent"]
                 else None
             )
-            probe = adapter_serve_probe(adapter.base_model, options["path"])
+            # The folder is checked before the probe loads it: a probe of anything but an adapter of
+            # this base fails inside torch, with a traceback instead of what is wrong.
+            adapter_source_verify(adapter.base_model, source_dir=options["path"])
+            probe = self._probe(adapter.base_model, options["path"])
             version = adapter_version_register(
                 tenant,
                 adapter=adapter,
@@ -56,3 +60,16 @@ class Command(BaseCommand):
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
         self.stdout.write(f"{version.vllm_name} {'promoted' if options['promote'] else outcome}")
+
+    @staticmethod
+    def _probe(base: BaseModel, path: str) -> dict[str, Any]:
+        try:
+            return adapter_serve_probe(base, path)
+        except (RuntimeError, ValueError) as exc:
+            # An adapter that names no base here (no strop_train_config.json, and a hub id as its
+            # base) is checked only by loading it: PEFT refuses other shapes or modules.
+            said = "; ".join([line.strip() for line in str(exc).splitlines() if line.strip()][:2])
+            raise CommandError(
+                f"adapter {path} does not load on base model {base.name!r} (was it trained on another base?): "
+                f"{said or type(exc).__name__}"
+            ) from exc

@@ -4,8 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from apps.common.exceptions import ApplicationError
-from apps.tenants.models import Tenant
+from apps.common.exceptions import ApplicationError, Conflict
 from apps.tenants.services import ALL_SCOPES, DEFAULT_SCOPES, tenant_create_with_key
 
 
@@ -22,11 +21,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--rate-limit", type=int, default=0, help="requests per minute (0 = platform default)")
         parser.add_argument("--key-only", action="store_true", help="print only the key (for scripts)")
-        parser.add_argument("--exists-ok", action="store_true", help="do nothing if the slug exists")
+        parser.add_argument(
+            "--exists-ok", action="store_true", help="do nothing if the slug (given, or made from the name) exists"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["exists_ok"] and options["slug"] and Tenant.objects.filter(slug=options["slug"]).exists():
-            return
         try:
             tenant, issued = tenant_create_with_key(
                 name=options["name"],
@@ -35,6 +34,11 @@ class Command(BaseCommand):
                 scopes=[s.strip() for s in options["scopes"].split(",") if s.strip()],
                 key_name="first key",
             )
+        except Conflict as exc:
+            # The service made the slug (given, or from the name) and found it taken; it wrote nothing.
+            if options["exists_ok"] and exc.code == "tenant_exists":
+                return
+            raise CommandError(exc.message) from exc
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
         if options["key_only"]:
