@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from django.db import DatabaseError, connection, transaction
+import jinja2
+from django.db import connection, transaction
 
 from apps.adapters.models import BaseModel
 from apps.common.exception_handler import public_text
@@ -49,6 +50,10 @@ from learning_shared.show_filter import SHOW_ACCEPTED, ShowEvent, suggestion_sco
 
 logger = logging.getLogger(__name__)
 
+# What building one event's sample raises when that event's data cannot make one (a template that
+# cannot render its messages included); never an OSError, a DatabaseError or a MemoryError.
+_EVENT_DATA_ERRORS = (ValueError, TypeError, LookupError, jinja2.TemplateError)
+
 
 @dataclass
 class Window:
@@ -62,10 +67,12 @@ class Window:
     left_out: list[str] = field(default_factory=list)
 
 
-def _event(run: TrainingRun, feedback: Feedback, *, held_out: bool, reward: float) -> TrainingRunEvent:
-    """The window's row for ``feedback``, with the label's time as read (a newer label is learned again)."""
+def _event(
+    run: TrainingRun, feedback: Feedback, *, held_out: bool, reward: float, left_out: bool = False
+) -> TrainingRunEvent:
+    """The window's row for ``feedback``, with its label as read (another label is learned again)."""
     return TrainingRunEvent(
-        run=run, feedback=feedback, held_out=held_out, reward=reward, occurred_at=feedback.occurred_at
+        run=run, feedback=feedback, held_out=held_out, reward=reward, outcome=feedback.outcome, left_out=left_out
     )
 
 
@@ -270,11 +277,10 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
                 tokens = _tokens(interaction, base=base)
                 credit = feedback_credit(feedback, completion_token_ids=tokens[1], base=base, policy=policy)
                 sample = _sample(interaction, tokens, reward=reward, silence_reward=agent_silence_reward, credit=credit)
-            except DatabaseError:
-                raise  # the database's trouble, not this event's: the window fails and is tried again
-            except Exception as exc:  # this event's data, not the window's: a template that cannot render it too
-                # A ValueError (TrainerInputError included) says what is wrong with the event; anything
-                # else is named by its type, with its traceback in the operator's log.
+            except _EVENT_DATA_ERRORS as exc:  # this event's data, not the window's: a template that cannot render it
+                # A ValueError (TrainerInputError included) says what is wrong with the event; the others
+                # are named by their type, with the traceback in the operator's log. Anything else (a
+                # missing model file, the database, memory) fails the window, which is tried again whole.
                 expected = isinstance(exc, ValueError)
                 detail = str(exc) if expected else f"cannot be rendered ({type(exc).__name__}: {exc})"
                 name, why = f"interaction {feedback.interaction_id}", public_text(detail, max_length=300)
@@ -283,7 +289,7 @@ def dataset_export(run: TrainingRun, *, policy: TrainingPolicy, max_events: int 
                     "run %s left out an event no sample can be built from: %s", run.pk, why, exc_info=not expected
                 )
                 window.left_out.append(why)
-                rows.append(_event(run, feedback, held_out=True, reward=reward))
+                rows.append(_event(run, feedback, held_out=True, reward=reward, left_out=True))
                 continue
             (window.heldout if held_out else window.train).append(sample)
             scored = None if held_out else show_event(feedback)

@@ -145,10 +145,12 @@ class TrainingRunEvent(models.Model):
     feedback = models.ForeignKey(Feedback, on_delete=models.CASCADE, related_name="+")
     held_out = models.BooleanField(default=False)
     reward = models.FloatField()
-    # The label as the run read it: a newer one (the user changed their mind, a corrected outcome sent
-    # again) moves the feedback's occurred_at, and the event is learned again (``_not_learned``); a
-    # replay of the same one does not. Empty on rows from before the column: taken as learned.
-    occurred_at = models.DateTimeField(null=True, blank=True, help_text="the label's occurred_at as the run read it")
+    # The label as the run read it: another one since (the user changed their mind, a corrected outcome
+    # sent again) makes the event learned again (``_not_learned``); the same label sent again does not,
+    # whenever it arrives. Empty on rows from before the column: taken as learned.
+    outcome = models.CharField(max_length=32, blank=True, help_text="the event's outcome as the run read it")
+    # No sample could be built from the event (its data, not the run's trouble): never taken again.
+    left_out = models.BooleanField(default=False, help_text="no sample could be built from it; never taken again")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "feedback"], name="training_event_once_per_run")]

@@ -73,11 +73,12 @@ def training_events_eligible(adapter: Adapter, *, parent: AdapterVersion | None)
 
 def _left_out(adapter: Adapter) -> Exists:
     """The event is in a rejected run whose events a person left out of training
-    (``training_window_exclude``): of any of the tenant's adapters, so an event whose attribution
-    moves to another adapter stays out too."""
+    (``training_window_exclude``), or no sample could be built from it (its data: a run left it out,
+    ``apps.training.dataset``): of any of the tenant's adapters, so an event whose attribution moves
+    to another adapter stays out too."""
     return Exists(
-        TrainingRunEvent.objects.filter(
-            feedback_id=OuterRef("pk"), run__tenant_id=adapter.tenant_id, run__window_excluded_at__isnull=False
+        TrainingRunEvent.objects.filter(feedback_id=OuterRef("pk"), run__tenant_id=adapter.tenant_id).filter(
+            Q(run__window_excluded_at__isnull=False) | Q(left_out=True)
         )
     )
 
@@ -86,9 +87,9 @@ def _not_learned(adapter: Adapter, parent: AdapterVersion | None) -> QuerySet[Fe
     """Labelled, consented, learnable events of the adapter that no version of ``parent``'s lineage learned."""
     # NOT EXISTS (a probe of the (feedback, held_out) index per event), not NOT IN: the lineage's
     # trained events are not read whole for each query (a window's walk runs several). Learned with
-    # the label it has now: one that changed since (its occurred_at moved) is learned again.
+    # the label it has now: one whose outcome changed since is learned again.
     trained_in_lineage = TrainingRunEvent.objects.filter(
-        Q(occurred_at=OuterRef("occurred_at")) | Q(occurred_at__isnull=True),
+        Q(outcome=OuterRef("outcome")) | Q(outcome=""),
         feedback_id=OuterRef("pk"),
         run__output_version_id__in=version_lineage_ids(parent),
         held_out=False,

@@ -6,7 +6,6 @@ after the answer is recorded (apps.serving.chat), where a failure would lose the
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable
 
@@ -19,6 +18,7 @@ from apps.interactions.models import ConversationOutcome, Feedback
 from apps.interactions.served import ServedCompletion, ServedConversation, interactions_record_served
 from apps.interactions.services import feedback_ingest, interactions_ingest
 from apps.interactions.sessions import conversation_outcomes_apply
+from tests.fixtures.locks import wait_for_a_waiting_lock
 
 pytestmark = [
     pytest.mark.skipif(connection.vendor != "postgresql", reason="two writers at once: SQLite's take turns"),
@@ -62,12 +62,6 @@ def adapter(tenant, tiny_starter_model):
     return adapter_create(tenant, name="tab", base_model=base, is_default=True)
 
 
-def _waiting_on_a_lock() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
-        return bool(cursor.fetchone()[0])
-
-
 @pytest.mark.parametrize("arrange", [_outcome_arrives, _served_turn_after_its_outcome], ids=["outcome", "served"])
 def test_a_spread_meeting_the_turns_own_feedback_leaves_it_and_does_not_fail(tenant, adapter, arrange):
     interaction_id, spread = arrange(tenant, adapter)
@@ -97,9 +91,8 @@ def test_a_spread_meeting_the_turns_own_feedback_leaves_it_and_does_not_fail(ten
     assert written.wait(30)
     second = threading.Thread(target=session_outcome)
     second.start()
-    deadline = time.monotonic() + 30
-    while not _waiting_on_a_lock() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_a_waiting_lock(60)  # the spread's insert waits on the turn's own, uncommitted feedback
+    assert second.is_alive()  # it met the race: waiting, not done past it
     release.set()
     first.join(30)
     second.join(30)

@@ -51,10 +51,34 @@ def test_an_event_no_sample_can_be_built_from_is_left_out_of_the_samples_and_not
     (why,) = window.left_out
     assert why.startswith(f"interaction {ids[1]}: ") and "behaviour_logprobs[0]" in why
     unusable = TrainingRunEvent.objects.get(run=run, feedback__interaction_id=ids[1])
-    assert unusable.held_out  # looked at, never learned
+    assert unusable.held_out and unusable.left_out  # looked at, never learned
     assert TrainingRunEvent.objects.filter(run=run).count() == 4
     TrainingRun.objects.filter(pk=run.pk).update(status="failed")
     assert training_events_new(tiny_adapter, parent=None).count() == 0  # it starts no run of its own
+    # Never taken again, in this lineage or another: it would sit at the front of every window.
+    eligible = training_events_eligible(tiny_adapter, parent=None).values_list("interaction_id", flat=True)
+    assert str(ids[1]) not in {str(i) for i in eligible}
+
+
+@pytest.mark.django_db
+def test_a_fault_that_is_not_the_events_fails_the_window_and_records_nothing(
+    tiny_adapter, policy, add_events, monkeypatch
+):
+    """A missing model file (or the database, or memory) is not an event's data: the export fails
+    whole, nothing is recorded as seen, and the events stay new for the run after the fix."""
+    import apps.training.dataset as dataset
+
+    add_events(3)
+
+    def missing(path):
+        raise FileNotFoundError(f"{path}/config.json")
+
+    monkeypatch.setattr(dataset, "_vocab_size", missing)
+    run = make_run(tiny_adapter)
+    with pytest.raises(FileNotFoundError):
+        dataset_export(run, policy=policy)
+    assert not TrainingRunEvent.objects.filter(run=run).exists()
+    assert training_events_new(tiny_adapter, parent=None).count() == 3
 
 
 @pytest.mark.django_db(transaction=True)  # the run's heartbeat reads it from a connection of its own
