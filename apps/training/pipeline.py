@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from apps.adapters.loading import adapter_version_load
-from apps.adapters.models import AdapterVersion
+from apps.adapters.models import Adapter, AdapterVersion
 from apps.adapters.services import adapter_serve_probe, adapter_version_fetch, adapter_version_register
 from apps.common.exception_handler import public_text
 from apps.common.exceptions import ValidationFailed
@@ -363,12 +363,14 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
 
 
 def _parent_still_good(parent: AdapterVersion | None) -> None:
-    """Raise RunParentRetired when ``parent`` is no longer fit to build on (its row locked, so a
-    rollback or a lost experiment retiring it waits for this registration, or is seen by it)."""
+    """Raise RunParentRetired when ``parent`` is no longer fit to build on. The adapter's row is
+    locked first (registering locks it next anyway), as a rollback or an experiment's end locks it
+    before retiring a version: that one waits for this registration, or is seen by it, and the two
+    never deadlock."""
     if parent is None:
         return
-    locked = AdapterVersion.objects.select_for_update(no_key=True).filter(pk=parent.pk)
-    status = locked.values_list("status", flat=True).first()
+    Adapter.objects.select_for_update(no_key=True).filter(pk=parent.adapter_id).first()
+    status = AdapterVersion.objects.filter(pk=parent.pk).values_list("status", flat=True).first()
     if status not in GOOD_VERSION_STATUSES:
         raise RunParentRetired(
             f"discarded: version {parent.number}, which it trained from, became {status or 'deleted'} while it ran "

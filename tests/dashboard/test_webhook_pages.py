@@ -5,6 +5,7 @@ and rotates the signing secret, which is shown once."""
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from apps.notifications.models import Webhook
 from apps.notifications.services import notification_send, webhook_create
@@ -155,7 +156,9 @@ def test_a_refreshed_rotation_rotates_nothing_and_a_repeat_keeps_the_receivers_s
     assert webhook.secret == first_new
 
     # The form sent again at once (a double click, or back and resubmit): a new secret replaces the one
-    # no receiver can have taken yet, and the receiver's own secret keeps signing beside it.
+    # no receiver can have taken yet, and the receiver's own secret keeps signing beside it. (Dated
+    # now, so a slow machine between the two requests does not leave the repeat window.)
+    Webhook.objects.filter(pk=webhook.pk).update(secret_rotated_at=timezone.now())
     client.post(rotate)
     webhook.refresh_from_db()
     assert webhook.secret not in (first_new, receivers_secret)

@@ -96,7 +96,7 @@ def webhook_rotate_view(request: HttpRequest, ctx: TenantContext, webhook_id: in
         "webhook": webhook,
         "rotated": rotated,
         "overlap_hours": f"{overlap_hours:g}",
-        "repeat_minutes": ROTATION_REPEAT_WINDOW_S // 60,
+        "repeat_seconds": ROTATION_REPEAT_WINDOW_S,
     }
     response = tenant_render(request, ctx, "dashboard/webhooks/rotate.html", context, section="webhooks")
     if rotated is not None:

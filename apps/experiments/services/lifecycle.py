@@ -161,7 +161,10 @@ def experiment_start(tenant: Tenant, *, experiment: Experiment, actor: str) -> E
 
 
 def _end(experiment: Experiment, *, status: str, decision: str, reason: str, actor: str, candidate_status: str) -> bool:
-    """Move a running experiment to its end state (guarded: only one action ends it)."""
+    """Move a running experiment to its end state (guarded: only one action ends it). The adapter's
+    row is locked first, as every promotion, rollback and start locks it before the experiment or
+    its versions: one order of locks, so a hand rollback and the snapshot's auto-promote never deadlock."""
+    Adapter.objects.select_for_update(no_key=True).filter(pk=experiment.adapter_id).first()
     moved = Experiment.objects.filter(pk=experiment.pk, status=Experiment.Status.RUNNING).update(
         status=status, decision=decision, decision_reason=reason, ended_at=timezone.now(), ended_by=actor
     )

@@ -30,10 +30,11 @@ from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
 
 MAX_WEBHOOKS_PER_TENANT = 20
-# A rotation this soon after the last one repeats it (a form sent twice, a page reloaded, a secret not
-# copied in time): no receiver can have switched to the secret made moments ago yet, so that one is
-# replaced and the secret the receiver still holds keeps signing until its overlap ends.
-ROTATION_REPEAT_WINDOW_S = 600
+# A rotation this soon after the last one repeats it (a form sent twice: a double click, a resubmit):
+# no receiver can have switched to the secret made a moment ago, so that one is replaced and the
+# secret the receiver still holds keeps signing until its overlap ends. Later, an admin may have put
+# the new secret in the receiver already: a rotation then drops the oldest, as any rotation does.
+ROTATION_REPEAT_WINDOW_S = 15
 
 
 def webhook_url_problem(url: str) -> str | None:
