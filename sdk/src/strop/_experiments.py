@@ -31,6 +31,7 @@ class Experiments(APIResource):
         candidate_weight: float | None = None,
         primary_metric: Metric | None = None,
         guardrails: Sequence[Metric] | None = None,
+        secondary_metrics: Sequence[Metric] | None = None,
         min_users_per_arm: int | None = None,
         min_effective_users_per_arm: int | None = None,
         max_duration_s: int | None = None,
@@ -41,14 +42,16 @@ class Experiments(APIResource):
         """A draft experiment of ``candidate_version`` (a version that passed the gate) against
         production; ``start=True`` starts it at once. ``candidate_weight``: the share of the cohort
         on the candidate (default 0.5); ``expected_users``: users (both arms) the always-valid
-        interval is tuned to (default 5000; a smaller cohort should say so). None leaves the
-        server's default."""
+        interval is tuned to (default 5000; a smaller cohort should say so); ``secondary_metrics``:
+        reported beside the primary, deciding nothing (an agent adapter's positive rates). None
+        leaves the server's default."""
         call = api.experiment_create(
             adapter,
             candidate_version=candidate_version,
             candidate_weight=candidate_weight,
             primary_metric=primary_metric,
             guardrails=guardrails,
+            secondary_metrics=secondary_metrics,
             min_users_per_arm=min_users_per_arm,
             min_effective_users_per_arm=min_effective_users_per_arm,
             max_duration_s=max_duration_s,

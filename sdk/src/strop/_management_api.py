@@ -186,6 +186,7 @@ def experiment_create(
     candidate_weight: float | None,
     primary_metric: Metric | None,
     guardrails: Sequence[Metric] | None,
+    secondary_metrics: Sequence[Metric] | None,
     min_users_per_arm: int | None,
     min_effective_users_per_arm: int | None,
     max_duration_s: int | None,
@@ -193,13 +194,15 @@ def experiment_create(
     expected_users: int | None,
     start: bool | None,
 ) -> Call[Experiment]:
-    if isinstance(guardrails, str):
-        raise TypeError("guardrails must be a list of metrics, not one string")
+    for name, metrics in (("guardrails", guardrails), ("secondary_metrics", secondary_metrics)):
+        if isinstance(metrics, str):
+            raise TypeError(f"{name} must be a list of metrics, not one string")
     body = without_none(
         candidate_version=candidate_version,
         candidate_weight=candidate_weight,
         primary_metric=primary_metric,
         guardrails=None if guardrails is None else list(guardrails),
+        secondary_metrics=None if secondary_metrics is None else list(secondary_metrics),
         min_users_per_arm=min_users_per_arm,
         min_effective_users_per_arm=min_effective_users_per_arm,
         max_duration_s=max_duration_s,
