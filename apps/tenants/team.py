@@ -154,17 +154,23 @@ def invitation_revoke(tenant: Tenant, *, invitation: Invitation, by: Membership)
     invitation = Invitation.objects.select_for_update().get(pk=invitation.pk)
     if invitation.state(timezone.now()) != "pending":
         return invitation
+    _revoke(tenant, invitation, by=by)
+    return invitation
+
+
+def _revoke(tenant: Tenant, invitation: Invitation, *, by: Membership, reason: str = "") -> None:
+    """Mark a pending (locked) invitation revoked, audited; ``reason`` when no person chose it."""
     invitation.revoked_at = timezone.now()
     invitation.save(update_fields=["revoked_at"])
+    data = {"role": invitation.role, "note": invitation.note, **({"reason": reason} if reason else {})}
     audit_record(
         tenant,
         actor=_actor(by),
         action="invitation.revoke",
         target_type="invitation",
         target_id=str(invitation.pk),
-        data={"role": invitation.role, "note": invitation.note},
+        data=data,
     )
-    return invitation
 
 
 def _invitation_claim(invitation: Invitation) -> Invitation:
@@ -302,22 +308,9 @@ def _invitations_outgrown(tenant: Tenant, *, creator: Membership, role: str | No
     for invitation in pending.order_by("pk"):
         if role is not None and role in ACTING_ROLES and may_manage(role, invitation.role):
             continue
-        invitation.revoked_at = now
-        invitation.save(update_fields=["revoked_at"])
-        audit_record(
-            tenant,
-            actor=_actor(by),
-            action="invitation.revoke",
-            target_type="invitation",
-            target_id=str(invitation.pk),
-            data={
-                "role": invitation.role,
-                "note": invitation.note,
-                "reason": f"its creator {creator.user.get_username()} was removed"
-                if role is None
-                else f"its creator {creator.user.get_username()} is now {role}",
-            },
-        )
+        name = creator.user.get_username()
+        why = f"its creator {name} was removed" if role is None else f"its creator {name} is now {role}"
+        _revoke(tenant, invitation, by=by, reason=why)
 
 
 def password_reset_refusal(*, user: Any, acting_user_id: int) -> str:
