@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     base = sub.add_parser("base", help="build (or find cached) or validate a base model directory; prints it")
-    cache_help = "cache root (default $STROP_VAR_DIR/models or <repo>/var/models)"
+    cache_help = "cache root (default $STROP_MODEL_CACHE, else $STROP_VAR_DIR/models, else ~/.cache/strop/models)"
     shared = argparse.ArgumentParser(add_help=False)
     shared.add_argument("--json", action="store_true", help="print its strop_base.json record (and path) instead")
     kinds = base.add_subparsers(dest="source", required=True)
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     starter = sub.add_parser("starter", help="build (or find cached) the starter model; prints its directory")
     starter.add_argument("--size", choices=("tiny", "small"), default="small")
     starter.add_argument(
-        "--out", help="cache root holding starter-<size>-<hash>/ (default $STROP_VAR_DIR/models or <repo>/var/models)"
+        "--out", help="cache root holding starter-<size>-<hash>/ (default: the model cache, see `base --help`)"
     )
     starter.set_defaults(func=_cmd_starter)
 

@@ -1,8 +1,8 @@
 """The model cache: where built base models live, and the one way a model directory is built.
 
 Every built model (the starter recipe, a dequantized GGUF) is an ordinary Hugging Face
-directory under ``$STROP_VAR_DIR/models`` (else ``<repo>/var/models``), named after a hash of
-what determines its bytes. It is built once: in a temporary directory renamed into place at the
+directory under the cache root (``default_cache_root``), named after a hash of what determines its
+bytes. It is built once: in a temporary directory renamed into place at the
 end, under a file lock, so a crash never leaves half a model and concurrent builders (pytest-xdist,
 two workers starting together) build it once.
 
@@ -21,11 +21,18 @@ from pathlib import Path
 
 
 def default_cache_root() -> Path:
-    """``$STROP_VAR_DIR/models``, else ``<repo>/var/models``."""
+    """``$STROP_MODEL_CACHE``, else ``$STROP_VAR_DIR/models``, else the user's cache
+    (``$XDG_CACHE_HOME/strop/models``, ``~/.cache/strop/models``): one per machine and user, so a
+    second checkout (or CI's clean clone) reuses the models the first one built instead of spending
+    minutes on them again. The directory names carry the hash of what made them, so sharing is safe."""
+    explicit = os.environ.get("STROP_MODEL_CACHE")
+    if explicit:
+        return Path(explicit)
     var_dir = os.environ.get("STROP_VAR_DIR")
     if var_dir:
         return Path(var_dir) / "models"
-    return Path(__file__).resolve().parent.parent / "var" / "models"
+    cache_home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache_home) / "strop" / "models"
 
 
 def build_once(target: Path, build: Callable[[Path], object], *, key: str) -> Path:

