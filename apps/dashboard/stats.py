@@ -4,9 +4,10 @@ Definitions, stated once here and on the overview page:
 
 * a *request* is one interaction attributed to the adapter (training's attribution rule);
 * a *suggestion* is a request whose completion is not empty (empty = the model chose silence);
-* a suggestion was *shown* when its feedback is accepted, rejected or edited: ``not_shown``
-  and requests without feedback are not shown;
-* **acceptance rate** = accepted / shown (= accepted / (accepted + rejected + edited));
+* a suggestion was *shown* when its feedback is accepted, rejected, edited or partial
+  (``SHOWN_OUTCOMES``): ``not_shown`` and requests without feedback are not shown;
+* **acceptance rate** = accepted / shown (= accepted / (accepted + rejected + edited + partial): a
+  partial accept was seen and is not an accept);
 * suggestions per request and accepted per request divide by every request;
 * **mean reward per request** = the adapter's TrainingPolicy reward of each labelled request
   (``apps.interactions.rewards``), averaged over labelled requests: those without feedback yet are

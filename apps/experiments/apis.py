@@ -149,6 +149,7 @@ class ExperimentCollectionApi(ScopedApi):
             actor=self.actor,
             candidate_weight=attrs["candidate_weight"],
             config=config,
+            to_start=attrs["start"],
         )
         if attrs["start"]:
             experiment = experiment_start(self.tenant, experiment=experiment, actor=self.actor)

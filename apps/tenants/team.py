@@ -145,15 +145,17 @@ def invitation_create(tenant: Tenant, *, by: Membership, role: str, note: str = 
 
 @transaction.atomic
 def invitation_revoke(tenant: Tenant, *, invitation: Invitation, by: Membership) -> Invitation:
-    """Make a pending invitation's link open nothing; a used, revoked or expired one is left as it is."""
+    """Make a pending invitation's link open nothing. A used, revoked or expired one is left as it is,
+    and refused (``InvitationUnusable``, its state in ``details``): there was nothing to revoke."""
     if invitation.tenant_id != tenant.pk:
         raise ValueError("invitation belongs to another tenant")
     acting_role = _acting_role(tenant, _team_locked(tenant), by)
     if not may_manage(acting_role, invitation.role):
         raise Forbidden("only an owner can revoke an invitation to become an owner")
     invitation = Invitation.objects.select_for_update().get(pk=invitation.pk)
-    if invitation.state(timezone.now()) != "pending":
-        return invitation
+    state = invitation.state(timezone.now())
+    if state != "pending":
+        raise InvitationUnusable(f"this invitation was {state}: there is nothing to revoke", details={"state": state})
     _revoke(tenant, invitation, by=by)
     return invitation
 

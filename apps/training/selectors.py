@@ -9,13 +9,15 @@ trained on twice in one lineage.
 
 from __future__ import annotations
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from collections.abc import Sequence
+
+from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, When
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.cohorts.selectors import consented_events
 from apps.common.exceptions import NotFound
 from apps.common.parsing import parse_id
-from apps.interactions.models import Feedback
+from apps.interactions.models import Feedback, Interaction
 from apps.tenants.models import Tenant
 from apps.training.models import EvalSet, TrainingPolicy, TrainingRun, TrainingRunEvent
 
@@ -63,6 +65,25 @@ def interaction_belongs_to_adapter(adapter: Adapter) -> Q:
 
 def feedback_belongs_to_adapter(adapter: Adapter) -> Q:
     return _belongs_to_adapter(adapter)
+
+
+def interaction_adapter(interaction: Interaction, *, adapters: Sequence[Adapter]) -> Adapter | None:
+    """Which of the tenant's ``adapters`` the interaction counts for, by the attribution rule (one
+    query, however many adapters): the adapter whose figures, training and reward policy it is in."""
+    if not adapters:
+        return None
+    matches = (
+        Interaction.objects.filter(pk=interaction.pk)
+        .annotate(
+            **{
+                f"of_{index}": Case(When(interaction_belongs_to_adapter(adapter), then=True), default=False)
+                for index, adapter in enumerate(adapters)
+            }
+        )
+        .values_list(*(f"of_{index}" for index in range(len(adapters))))
+        .first()
+    )
+    return next((adapter for adapter, match in zip(adapters, matches or (), strict=False) if match), None)
 
 
 def training_events_eligible(adapter: Adapter, *, parent: AdapterVersion | None) -> QuerySet[Feedback]:

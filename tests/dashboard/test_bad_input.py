@@ -13,6 +13,8 @@ from django.urls import reverse
 
 from apps.cohorts.models import EndUser
 from apps.common.exceptions import ValidationFailed
+from apps.experiments.models import Experiment
+from apps.tenants.models import AuditEvent
 from apps.training.models import EvalSet, TrainingPolicy
 from apps.training.overrides import overrides_checked
 from tests.dashboard.conftest import PASSWORD
@@ -120,6 +122,43 @@ def test_an_end_user_id_with_a_nul_is_not_found_on_every_end_user_page(login, wo
     assert client.post(url_for("end-user-consent", world), {**named, "opted_in": "false"}).status_code == 404
     assert EndUser.objects.filter(tenant=world.a).count() == users_before
     assert EndUser.objects.get(tenant=world.a, external_id="dev-1").opted_in is True
+
+
+# A NUL character in the reason of an action on an experiment (Postgres stores none).
+
+
+@pytest.mark.parametrize("action", ["experiment-stop", "experiment-rollback", "experiment-promote"])
+def test_a_reason_with_a_nul_is_an_error_beside_its_field_and_nothing_changes(login, world, action):
+    audit_before = AuditEvent.objects.filter(tenant=world.a).count()
+
+    response = login(world.users["admin"]).post(url_for(action, world), {"reason": "bad\x00reason"})
+
+    assert response.status_code == 400
+    assert "cannot hold a NUL character" in _error_beside(response.content.decode(), "reason")
+    assert Experiment.objects.get(pk=world.experiment.pk).status == Experiment.Status.RUNNING
+    assert AuditEvent.objects.filter(tenant=world.a).count() == audit_before
+
+
+# One invalid filter on the cohorts page dropped every filter and listed everyone.
+
+
+@pytest.mark.parametrize(
+    ("query", "field", "problem"),
+    [
+        ({"q": "dev-1", "state": "maybe"}, "state", "Select a valid choice. maybe is not one"),
+        ({"q": "d" * 201, "state": "in"}, "q", "Ensure this value has at most 200 characters"),
+        ({"q": "dev\x001", "state": "in"}, "q", "Null characters are not allowed."),
+    ],
+)
+def test_the_cohorts_list_with_one_invalid_filter_shows_its_error_and_nobody(login, world, query, field, problem):
+    response = login(world.users["viewer"]).get(url_for("cohorts", world), query)
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert problem in _error_beside(page, field)
+    assert response.context["page"].object_list == []
+    assert "A filter is invalid" in page and "No end user matches" not in page
+    assert ">Clear</a>" in page
 
 
 # Bugs 4 and 5: eval-set cases pasted or uploaded with a lone surrogate or deep nesting.

@@ -127,6 +127,39 @@ def test_the_start_form_refuses_while_an_experiment_runs(login, world):
     assert Experiment.objects.filter(tenant=world.a).count() == 1
 
 
+def test_the_start_form_posted_while_an_experiment_runs_refuses_before_making_a_draft(login, world):
+    from apps.adapters.services import adapter_version_register
+
+    adapter_version_register(world.a, adapter=world.adapter, source_dir=world.v2.artifact_path, enqueue_load=False)
+    audits = AuditEvent.objects.filter(tenant=world.a).count()
+
+    response = login(world.users["admin"]).post(url_for("experiment-new", world), ACTIONS["experiment-new"][1])
+
+    assert response.status_code == 400
+    errors = response.content.decode().split('class="message message--error" role="alert">', 1)[1]
+    assert f"experiment {world.experiment.pk} is already running on tab; stop it first" in errors.split("</div>")[0]
+    assert list(Experiment.objects.filter(tenant=world.a)) == [world.experiment]
+    assert AuditEvent.objects.filter(tenant=world.a).count() == audits
+
+
+def test_the_experiments_list_pages_older_experiments_and_says_how_many_there_are(login, world):
+    from apps.adapters.services import adapter_version_register
+    from apps.experiments.services import experiment_create
+
+    v3 = adapter_version_register(world.a, adapter=world.adapter, source_dir=world.v2.artifact_path, enqueue_load=False)
+    drafts = [
+        experiment_create(world.a, adapter=world.adapter, candidate_version=v3, actor="system") for _ in range(50)
+    ]
+    client = login(world.users["viewer"])
+
+    first = client.get(url_for("experiments", world))
+    older = client.get(url_for("experiments", world), {"page": "2"})
+
+    assert [e.pk for e in first.context["experiments"]] == [d.pk for d in reversed(drafts)]
+    assert "Page 1 of 2 · 51 in all" in first.content.decode()
+    assert [e.pk for e in older.context["experiments"]] == [world.experiment.pk]  # the oldest is still listed
+
+
 def test_the_experiments_list_shows_the_running_one(login, world):
     body = login(world.users["viewer"]).get(url_for("experiments", world)).content.decode()
     assert f"experiment #{world.experiment.pk}</a>, v2 against v1" in body
@@ -341,3 +374,19 @@ def test_an_admin_sets_the_holdout_on_the_experiments_page_and_a_bad_one_changes
     assert AuditEvent.objects.filter(tenant=world.a, action="adapter.holdout").count() == 1
     viewer = login(world.users["viewer"]).get(url_for("experiments", world)).content.decode()
     assert 'name="holdout_percent"' not in viewer
+
+
+def test_a_holdout_under_one_percent_is_said_and_prefilled_exactly_not_rounded_to_zero(login, world):
+    from apps.experiments.services import experiment_stop
+
+    experiment_stop(world.a, experiment=world.experiment, actor="test")
+    client = login(world.users["admin"])
+
+    response = client.post(url_for("experiments-holdout", world), {"holdout_percent": "0.5"}, follow=True)
+
+    body = response.content.decode()
+    assert "tab now keeps 0.5% of its opted-in users on the base model" in body
+    assert re.search(r'<input id="holdout-percent" name="holdout_percent" [^>]*value="0.5"', body)
+    assert "0.5 % of the opted-in users stay on the base model" in body
+    world.adapter.refresh_from_db()
+    assert world.adapter.holdout_share == 0.005

@@ -42,6 +42,23 @@ def test_the_overview_states_its_definitions_and_the_production_version(login, w
     assert "Start training run" not in body  # a viewer sees no action
 
 
+def test_the_overview_says_a_partial_accept_is_shown_as_its_acceptance_rate_counts_it(login, world):
+    from apps.dashboard.stats import adapter_live_numbers
+    from apps.interactions.rollups import rollups_refresh
+    from apps.interactions.services import feedback_ingest
+    from apps.training.selectors import training_policy_get
+
+    [interaction_id] = log_events(world.a, outcomes=[None], version=world.v1, refresh=False)
+    feedback_ingest(world.a, items=[{"interaction_id": interaction_id, "outcome": "partial", "accepted_chars": 6}])
+    rollups_refresh(world.a.pk)
+
+    hour = adapter_live_numbers(world.adapter, policy=training_policy_get(world.adapter)).last_hour
+    body = login(world.users["viewer"]).get(url_for("overview", world)).content.decode()
+
+    assert (hour.shown, hour.accepted) == (4, 1)  # the world's accepted, rejected and edited, and the partial
+    assert "shown = accepted + rejected + edited + partial" in body
+
+
 def test_the_live_fragment_is_the_live_section_alone(login, world):
     body = login(world.users["viewer"]).get(url_for("overview-live", world)).content.decode()
     assert body.lstrip().startswith('<section id="live"') and "<html" not in body
@@ -239,6 +256,27 @@ def test_one_interaction_whole(login, world):
     body = login(world.users["viewer"]).get(url_for("interaction-detail", world)).content.decode()
     for text in ("def add(a, b):", "return a + b", "689", "-0.1", "0.905", "accepted", "0.75"):
         assert text in body, text
+
+
+@pytest.mark.parametrize(
+    ("model", "counted_for"),
+    [("", "tab"), ("a-model-strop-does-not-serve", "tab"), ("chat", "chat")],
+)
+def test_a_logged_interaction_shows_the_reward_of_the_adapter_the_overview_counts_it_for(
+    login, world, model, counted_for
+):
+    from apps.adapters.services import adapter_create
+    from apps.training.services import training_policy_update
+
+    chat = adapter_create(world.a, name="chat", base_model=world.adapter.base_model)
+    training_policy_update(world.a, adapter=chat, actor="system", changes={"reward_accepted": 0.5})
+    [world.interaction_id] = log_events(world.a, outcomes=["accepted"], adapter_name=model)
+
+    body = login(world.users["viewer"]).get(url_for("interaction-detail", world)).content.decode()
+
+    reward = {"tab": "0.75", "chat": "0.5"}[counted_for]
+    assert f'{reward} <span class="muted small">(policy of {counted_for})</span>' in body
+    assert f"{counted_for} · base model" in body
 
 
 def test_a_suggestion_the_show_gate_withheld_says_so_with_its_score_and_text(login, world):

@@ -285,6 +285,25 @@ def test_a_revoked_invitation_opens_nothing(team):
     assert not get_user_model().objects.filter(username="dana").exists()
 
 
+@pytest.mark.parametrize("state", ["used", "revoked", "expired"])
+def test_revoking_an_invitation_that_is_no_longer_pending_says_so_and_changes_nothing(team, state):
+    invitation, token = _invite(team)
+    if state == "used":
+        Client().post(_accept_url(token), _signup())
+    elif state == "revoked":
+        _as(team.owner).post(team.url("invitation-revoke", invitation_id=invitation.pk))
+    else:
+        Invitation.objects.filter(pk=invitation.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
+    before = _team_state(team)
+
+    response = _as(team.admin).post(team.url("invitation-revoke", invitation_id=invitation.pk), follow=True)
+
+    body = response.content.decode()
+    assert f"Nothing changed: the invitation “dana@example.com” (viewer) was already {state}" in body
+    assert "is revoked" not in body
+    assert _team_state(team) == before
+
+
 def test_an_admin_cannot_revoke_an_owner_invitation(team):
     invitation, _ = _invite(team, role="owner")
     url = team.url("invitation-revoke", invitation_id=invitation.pk)

@@ -26,6 +26,13 @@ def pct(value: float | None, digits: int = 1) -> str:
 
 
 @register.filter
+def percent_figure(share: float) -> str:
+    """A share as the percent a person types, exact to a hundredth: 0.005 → "0.5", 0.1 → "10"
+    (``pct`` rounds to its digits, and a form prefilled with a rounded share would save that)."""
+    return f"{round(share * 100, 2):g}"
+
+
+@register.filter
 def num(value: Any, digits: int = 3) -> str:
     """A float to ``digits`` significant figures; ints and strings unchanged; None → "–"."""
     if value is None or value == "":

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST
 from apps.cohorts.models import ConsentChange
 from apps.cohorts.selectors import (
     COUNT_CAP,
+    EndUserPage,
     end_user_counts_capped,
     end_user_get_for_tenant,
     end_user_list,
@@ -54,7 +55,11 @@ def end_user_url(ctx: TenantContext, external_id: str) -> str:
 def cohorts(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
     form = EndUserSearchForm(request.GET or None)
     data = form.cleaned_data if form.is_valid() else {}
-    users = end_user_list(ctx.tenant, search=data.get("q") or None, opted_in=STATES.get(data.get("state", "")))
+    if form.errors:  # a filter is invalid: its error is beside it, and no user is listed until it is fixed
+        page = EndUserPage(object_list=[], next=None, first=True)
+    else:
+        users = end_user_list(ctx.tenant, search=data.get("q") or None, opted_in=STATES.get(data.get("state", "")))
+        page = end_user_page(users, after=request.GET.get("after"), per_page=PER_PAGE)
     counts = end_user_counts_capped(ctx.tenant, cap=COUNT_CAP)
     relative = counts["opted_in"].more  # too many to count on every request: the chart shows the change
     days = optin_over_time(ctx.tenant, opted_in_now=None if relative else counts["opted_in"].value)
@@ -71,13 +76,13 @@ def cohorts(request: HttpRequest, ctx: TenantContext) -> HttpResponse:
     )
     context = {
         "form": form,
-        "page": end_user_page(users, after=request.GET.get("after"), per_page=PER_PAGE),
+        "page": page,
         "counts": counts,
         "relative": relative,
         "cap": COUNT_CAP,
         "days": [d for d in reversed(days) if d.opt_ins or d.opt_outs],
         "chart": chart,
-        "filtered": bool(data.get("q") or data.get("state")),
+        "filtered": bool(form.errors or data.get("q") or data.get("state")),
     }
     return tenant_render(request, ctx, "dashboard/cohorts/page.html", context, section="cohorts")
 

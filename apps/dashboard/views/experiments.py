@@ -18,7 +18,8 @@ from apps.common.exceptions import ApplicationError, ValidationFailed
 from apps.dashboard.access import TenantContext, tenant_page
 from apps.dashboard.experiment_results import experiment_results, holdout_results
 from apps.dashboard.forms import ExperimentStartForm, attach_service_error
-from apps.dashboard.views.common import tenant_render
+from apps.dashboard.templatetags.dashboard import percent_figure
+from apps.dashboard.views.common import page_of, tenant_render
 from apps.experiments.models import Experiment
 from apps.experiments.selectors import (
     alarms_recent,
@@ -43,9 +44,11 @@ POLL_SECONDS = 5
 @tenant_page()
 def experiments(request: HttpRequest, ctx: TenantContext, adapter_name: str) -> HttpResponse:
     adapter = ctx.adapter(adapter_name)
+    page = page_of(request, experiment_list(ctx.tenant, adapter=adapter))
     context = {
         "adapter": adapter,
-        "experiments": list(experiment_list(ctx.tenant, adapter=adapter)[:200]),
+        "page": page,
+        "experiments": page.object_list,
         "running": experiment_running_for(adapter),
         "nav_adapter": adapter,
         "alarms": list(alarms_recent(ctx.tenant, adapter=adapter)[:10]),
@@ -73,7 +76,9 @@ def experiments_holdout(request: HttpRequest, ctx: TenantContext, adapter_name: 
         except ApplicationError as exc:
             messages.error(request, f"Nothing changed: {exc.message}")
         else:
-            messages.success(request, f"{adapter.name} now keeps {share:.0%} of its opted-in users on the base model.")
+            messages.success(
+                request, f"{adapter.name} now keeps {percent_figure(share)}% of its opted-in users on the base model."
+            )
     return redirect("dashboard:experiments", tenant_slug=ctx.tenant.slug, adapter_name=adapter.name)
 
 
@@ -128,6 +133,7 @@ def experiment_new(request: HttpRequest, ctx: TenantContext, adapter_name: str) 
                 actor=ctx.actor,
                 candidate_weight=form.cleaned_data["candidate_weight"],
                 config=form.config(),
+                to_start=True,
             )
         except ValidationFailed as exc:
             attach_service_error(form, exc)
@@ -162,8 +168,11 @@ def _experiment_action(
     adapter = experiment.adapter
     page = reverse("dashboard:experiment", kwargs={"tenant_slug": ctx.tenant.slug, "experiment_id": experiment.pk})
     expected = Experiment.Status.DRAFT if action == "start" else Experiment.Status.RUNNING
-    if request.method == "POST":
-        reason = request.POST.get("reason", "").strip()[:500]
+    asks_reason = request.method == "POST" and action != "start"  # the start's form has no reason
+    reason = request.POST.get("reason", "").strip()[:500] if asks_reason else ""
+    # Postgres stores no NUL character: one is an error beside the field, and nothing changes.
+    reason_error = "The reason cannot hold a NUL character; type it again." if "\x00" in reason else ""
+    if request.method == "POST" and not reason_error:
         try:
             service(ctx.tenant, experiment=experiment, actor=ctx.actor, reason=reason or f"{action} from the dashboard")
         except ApplicationError as exc:
@@ -191,8 +200,12 @@ def _experiment_action(
         "actionable": experiment.status == expected,
         "nav_adapter": adapter,
         "cancel_url": page,
+        "reason_error": reason_error,
     }
-    return tenant_render(request, ctx, "dashboard/experiments/confirm.html", context, section="experiments")
+    status = 400 if reason_error else 200
+    return tenant_render(
+        request, ctx, "dashboard/experiments/confirm.html", context, section="experiments", status=status
+    )
 
 
 def _start(tenant: object, *, experiment: Experiment, actor: str, reason: str) -> Experiment:

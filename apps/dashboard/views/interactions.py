@@ -16,7 +16,7 @@ from apps.interactions.selectors import (
     interaction_get_for_tenant,
     persistence_for_interaction,
 )
-from apps.training.selectors import training_policy_get
+from apps.training.selectors import interaction_adapter, training_policy_get
 
 
 @tenant_page()
@@ -44,14 +44,7 @@ def interaction_detail(request: HttpRequest, ctx: TenantContext, interaction_id:
     tokens = list(
         zip_longest(interaction.completion_token_ids or [], interaction.completion_logprobs or [], fillvalue=None)
     )
-    adapter = next(  # a logged interaction names its adapter in ``model``
-        (
-            a
-            for a in ctx.adapters
-            if a.pk == interaction.adapter_id or (interaction.adapter_id is None and a.name == interaction.model_name)
-        ),
-        None,
-    )
+    adapter = interaction_adapter(interaction, adapters=ctx.adapters)  # the overview's and training's rule
     reward = None
     if feedback is not None and adapter is not None:
         reward = training_policy_get(adapter).reward_of(feedback)

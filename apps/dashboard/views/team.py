@@ -103,12 +103,16 @@ def invitation_revoke_view(request: HttpRequest, ctx: TenantContext, invitation_
     if not may_manage(ctx.role, invitation.role):
         return _refused(request, ctx, "Only an owner can revoke an invitation to become an owner.")
     if request.method == "POST":
+        label = _invitation_label(invitation)
         try:
             invitation_revoke(ctx.tenant, invitation=invitation, by=ctx.membership)
         except Forbidden as exc:
             return _refused(request, ctx, exc.message)
-        label = _invitation_label(invitation)
-        messages.success(request, f"The invitation {label} is revoked: its link opens nothing now.")
+        except InvitationUnusable as exc:
+            state = exc.details["state"]
+            messages.error(request, f"Nothing changed: the invitation {label} was already {state}; nothing to revoke.")
+        else:
+            messages.success(request, f"The invitation {label} is revoked: its link opens nothing now.")
         return redirect("dashboard:team", tenant_slug=ctx.tenant.slug)
     state = invitation.state(timezone.now())
     context = {"invitation": invitation, "label": _invitation_label(invitation), "state": state}

@@ -20,7 +20,7 @@ from apps.adapters.models import Adapter, AdapterVersion
 from apps.adapters.services import adapter_version_promote
 from apps.common.exceptions import Conflict, ValidationFailed
 from apps.experiments.models import ARMS, Experiment
-from apps.experiments.selectors import experiment_latest_snapshot
+from apps.experiments.selectors import experiment_latest_snapshot, experiment_running_for
 from apps.experiments.stats import PROMOTE, ROLLBACK, ExperimentConfig
 from apps.notifications.services import notification_send
 from apps.tenants.models import Tenant
@@ -73,8 +73,15 @@ def experiment_create(
     actor: str,
     candidate_weight: float = 0.5,
     config: dict[str, Any] | None = None,
+    to_start: bool = False,
 ) -> Experiment:
-    """A draft experiment of ``candidate_version`` against the adapter's production version."""
+    """A draft experiment of ``candidate_version`` against the adapter's production version.
+
+    ``to_start``: the caller starts it next, so while another experiment runs on the adapter it is
+    refused here, before a draft is made (and audited) and the candidate loaded for a start that
+    would fail. A draft alone may be made meanwhile: it starts from its page once the adapter is free."""
+    if to_start:
+        _refuse_while_running(adapter)
     if candidate_version.adapter_id != adapter.pk:
         raise ValidationFailed("candidate_version: belongs to another adapter")
     if candidate_version.status not in STARTABLE_CANDIDATE_STATUSES:
@@ -108,12 +115,24 @@ def experiment_create(
     return experiment
 
 
+def _refuse_while_running(adapter: Adapter) -> None:
+    """One experiment runs per adapter (a database constraint a start meets at commit): asked first,
+    so that nothing is made or loaded for a start that cannot happen."""
+    running = experiment_running_for(adapter)
+    if running is not None:
+        raise Conflict(
+            f"experiment {running.pk} is already running on {adapter.name}; stop it first",
+            code="experiment_running",
+        )
+
+
 def experiment_start(tenant: Tenant, *, experiment: Experiment, actor: str) -> Experiment:
     """Load the candidate on every replica, check vLLM serves exactly its weights, then start.
 
     Control is production at this moment. The salt is drawn here and never changes."""
     if experiment.status != Experiment.Status.DRAFT:
         raise Conflict(f"experiment {experiment.pk} is {experiment.status}; only a draft can start", code="not_draft")
+    _refuse_while_running(experiment.adapter)
     candidate = experiment.candidate_version
     adapter_version_load_everywhere(candidate)
     checks = serve_probe_verify(candidate)
