@@ -20,6 +20,13 @@ from apps.tenants.models import Tenant
 SERVED_BY_KEY = "api_key_prefix"
 
 
+def model_text_storable(text: str) -> str:
+    """Text a model wrote, as Postgres stores it in a text column or a jsonb value: a byte-level
+    model can sample the byte 0x00, which neither takes (the row would be lost after vLLM
+    generated it), so U+FFFD stands in; the token ids keep what was really sampled."""
+    return text.replace("\x00", "\ufffd")
+
+
 @dataclass
 class ServedCompletion:
     """One choice Strop served, as it is recorded for training."""
@@ -91,9 +98,7 @@ def served_rows(
             prompt,
             prefix,
             suffix,
-            # A byte-level model can sample the byte 0x00, which Postgres cannot store in text;
-            # the token ids keep what was really sampled.
-            choice.completion.replace("\x00", "\ufffd"),
+            model_text_storable(choice.completion),
             pack_ids(prompt_token_ids),
             pack_ids(choice.completion_token_ids),
             pack_floats(choice.completion_logprobs),

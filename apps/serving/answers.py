@@ -20,6 +20,8 @@ from apps.serving.services import Route
 
 logger = logging.getLogger(__name__)
 
+EVENT_STREAM = "text/event-stream"  # a stream's media type (apps.serving.apis.ServingNegotiation accepts it)
+
 
 def logprobs_body(choice: CompletionChoice) -> dict[str, Any]:
     return {
@@ -102,7 +104,7 @@ def sse_response(bodies: AsyncIterator[dict[str, Any]]) -> StreamingHttpResponse
             yield b"data: " + orjson.dumps(error) + b"\n\n"
         yield b"data: [DONE]\n\n"
 
-    response = StreamingHttpResponse(events(), content_type="text/event-stream")
+    response = StreamingHttpResponse(events(), content_type=EVENT_STREAM)
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response

@@ -7,7 +7,7 @@ request's fields are in ``schemas.py``, the answer's shape and its server-sent e
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -16,19 +16,42 @@ from django.core.exceptions import RequestDataTooBig
 from django.http.response import HttpResponseBase
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
+from rest_framework.exceptions import NotAcceptable
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.utils.mediatypes import media_type_matches
 
 from apps.adapters.selectors import adapter_list
 from apps.common.apis import ScopedApi
 from apps.common.parsing import header_text
 from apps.serving.admission import stream_lease_return, stream_lease_take
-from apps.serving.answers import CompletionAnswer
+from apps.serving.answers import EVENT_STREAM, CompletionAnswer
 from apps.serving.async_views import Planned, serving_view
 from apps.serving.completions import completion_plan, completion_serve, completion_stream
 from apps.serving.schemas import CompletionIn
 from apps.serving.selectors import ReadAhead
 from apps.tenants.request_consent import end_user_and_consent
+
+
+class ServingNegotiation(DefaultContentNegotiation):
+    """The completion endpoints answer JSON, or server-sent events for a stream (sent by
+    ``apps.serving.async_views``, not by a DRF renderer). A client that accepts only
+    ``text/event-stream`` (an SSE client library asking for a stream) is answered too, as OpenAI's
+    API answers it: DRF renders JSON for what it answers (errors), a stream goes as events. Any other
+    ``Accept`` without JSON is a 406 as on every endpoint."""
+
+    def select_renderer(
+        self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        renderers = list(renderers)
+        try:
+            return super().select_renderer(request, renderers, format_suffix)  # type: ignore[no-any-return]
+        except NotAcceptable:
+            if any(media_type_matches(EVENT_STREAM, accepted) for accepted in self.get_accept_list(request)):
+                return renderers[0], renderers[0].media_type
+            raise
 
 
 class ServingApi(ScopedApi):
@@ -37,6 +60,7 @@ class ServingApi(ScopedApi):
 
     required_scope = "serve"
     editor_allowed = True  # an editor key serves, without giving consent (end_user)
+    content_negotiation_class = ServingNegotiation
     ahead: ReadAhead | None = None
 
     @classmethod
@@ -47,8 +71,9 @@ class ServingApi(ScopedApi):
 
     def plan_under_lease(self, request: Request, fields: dict[str, Any], plan: Callable[..., Any]) -> tuple[Any, Any]:
         """(``plan(...)``'s plan for this request, the tenant's stream lease or None). The tenant's
-        stream cap is taken first, so a refused stream writes nothing and spends no rate-limit
-        unit; the lease goes back if planning fails."""
+        stream cap is taken first, so a refused stream writes nothing and is charged no more than
+        the one rate-limit unit the API key's check already took (``HasScope``), never its work
+        (``serving_request_route``); the lease goes back if planning fails."""
         lease = stream_lease_take(self.tenant) if fields["stream"] else None
         try:
             user, flag = end_user_and_consent(request, fields, required=self.required_scope)

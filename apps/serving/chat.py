@@ -39,7 +39,7 @@ from apps.serving.selectors import ReadAhead
 from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.stream_record import Piece, StreamRecord
 from apps.serving.sync_work import in_db_thread
-from apps.serving.vllm_calls import serving_failure_record, serving_failure_recorded, with_load_on_demand
+from apps.serving.vllm_calls import serving_failure_record, vllm_answer
 from apps.tenants.models import ApiKey, Tenant
 
 # Keys of vLLM's answer that are for training only (or vLLM's own), never sent to the client.
@@ -201,14 +201,9 @@ async def chat_serve(plan: ChatPlan) -> dict[str, Any]:
     """Ask vLLM, record one interaction per choice (``plan.ids``), and return vLLM's answer."""
     tenant, route, request = plan.tenant, plan.route, plan.request
     started, served_at = time.perf_counter(), timezone.now()
-    try:
-        data, _ = await with_load_on_demand(
-            route, lambda: vllm_async_client().chat(plan.body, affinity=_affinity(route))
-        )
-    except ApplicationError as exc:
-        await serving_failure_recorded(tenant, route=route, user=request.user, error=exc, started=started)
-        raise
-    plan.upstream_s += time.perf_counter() - started
+    data, _ = await vllm_answer(
+        plan, lambda: vllm_async_client().chat(plan.body, affinity=_affinity(route)), started=started
+    )
     choices: dict[int, ChoiceSoFar] = {}
     for choice in data.get("choices") or []:
         choices.setdefault(int(choice.get("index", 0)), ChoiceSoFar()).add(choice, message_key="message")
@@ -225,14 +220,9 @@ async def chat_stream(plan: ChatPlan) -> AsyncIterator[dict[str, Any]]:
     stream ends, or when the client leaves; a stream vLLM fails records the failure."""
     tenant, route, request = plan.tenant, plan.route, plan.request
     started, served_at = time.perf_counter(), timezone.now()
-    try:
-        upstream = await with_load_on_demand(
-            route, lambda: vllm_async_client().chat_stream(plan.body, affinity=_affinity(route))
-        )
-    except ApplicationError as exc:
-        await serving_failure_recorded(tenant, route=route, user=request.user, error=exc, started=started)
-        raise
-    plan.upstream_s += time.perf_counter() - started
+    upstream = await vllm_answer(
+        plan, lambda: vllm_async_client().chat_stream(plan.body, affinity=_affinity(route)), started=started
+    )
     choices: dict[int, ChoiceSoFar] = {}
     prompt_ids: list[int] | None = None
 

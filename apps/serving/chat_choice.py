@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from apps.interactions.served import ServedCompletion
+from apps.interactions.served import ServedCompletion, model_text_storable
 from apps.interactions.stream_parts import TOOL_CALLS_SINCE
 from apps.serving.stream_record import Piece
 
@@ -36,8 +36,9 @@ class ChoiceSoFar:
             slot = self.tool_calls.setdefault(int(call.get("index", position)), empty)
             slot["id"] = call.get("id") or slot["id"]
             function = call.get("function") or {}
-            slot["function"]["name"] += function.get("name") or ""
-            slot["function"]["arguments"] += function.get("arguments") or ""
+            # The model wrote them, and they are kept in jsonb metadata (whole, and in a stream's parts).
+            slot["function"]["name"] += model_text_storable(function.get("name") or "")
+            slot["function"]["arguments"] += model_text_storable(function.get("arguments") or "")
         self.token_ids.extend(int(t) for t in choice.get("token_ids") or [])
         entries = (choice.get("logprobs") or {}).get("content") or []
         self.logprobs.extend(float(entry["logprob"]) for entry in entries)

@@ -51,7 +51,7 @@ from apps.serving.services import Route, served_by, serving_request_route
 from apps.serving.show_gate import show_gate_decisions, show_gate_of, withheld_choice
 from apps.serving.stream_record import Piece, StreamRecord
 from apps.serving.sync_work import in_db_thread
-from apps.serving.vllm_calls import serving_failure_record, serving_failure_recorded, with_load_on_demand
+from apps.serving.vllm_calls import serving_failure_record, vllm_answer
 from apps.tenants.models import ApiKey, Tenant
 
 
@@ -126,12 +126,9 @@ async def completion_serve(plan: CompletionPlan) -> Completion:
     return what the client gets."""
     tenant, route, request = plan.tenant, plan.route, plan.request
     started, served_at = time.perf_counter(), timezone.now()
-    try:
-        completion: Completion = await with_load_on_demand(route, lambda: vllm_async_client().complete(**plan.kwargs))
-    except ApplicationError as exc:
-        await serving_failure_recorded(tenant, route=route, user=request.user, error=exc, started=started)
-        raise
-    plan.upstream_s += time.perf_counter() - started
+    completion: Completion = await vllm_answer(
+        plan, lambda: vllm_async_client().complete(**plan.kwargs), started=started
+    )
     completion = replace(completion, choices=[_apply_stops(c, request.stop) for c in completion.choices])
     gates = show_gate_decisions(completion, plan.gate) if plan.gate is not None else {}
     withheld = {index for index, decision in gates.items() if decision["withheld"]}
@@ -171,12 +168,7 @@ async def completion_stream(plan: CompletionPlan) -> AsyncIterator[CompletionChu
         completion = await completion_serve(plan)
         return _as_stream(completion, include_usage=request.include_usage)
     started, served_at = time.perf_counter(), timezone.now()
-    try:
-        upstream = await with_load_on_demand(route, lambda: vllm_async_client().stream(**plan.kwargs))
-    except ApplicationError as exc:
-        await serving_failure_recorded(tenant, route=route, user=request.user, error=exc, started=started)
-        raise
-    plan.upstream_s += time.perf_counter() - started
+    upstream = await vllm_answer(plan, lambda: vllm_async_client().stream(**plan.kwargs), started=started)
     scanning = len(request.stop) > VLLM_MAX_STOP
     states = {i: _ChoiceStream(StopScanner(request.stop) if scanning else None) for i in range(request.n)}
 

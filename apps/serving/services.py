@@ -8,19 +8,23 @@ Loading versions into vLLM is :mod:`apps.adapters.loading`; the completion itsel
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from apps.adapters.models import Adapter, AdapterVersion
 from apps.cohorts.models import EndUser
 from apps.cohorts.selectors import consent_default
 from apps.cohorts.services import end_user_consent_now
-from apps.experiments.assignment import HOLDOUT, assign_arm, in_holdout
+from apps.common.exceptions import Conflict
+from apps.experiments.assignment import ARMS, HOLDOUT, assign_arm, in_holdout
 from apps.experiments.models import Experiment
-from apps.experiments.services import exposure_record
+from apps.experiments.services import experiment_stop, exposure_record
 from apps.interactions.served import SERVED_BY_KEY
 from apps.serving.selectors import ReadAhead, serving_lookup
 from apps.tenants.models import ApiKey, Tenant
 from apps.tenants.ratelimit import Work, rate_limit_check, serving_units
+
+logger = logging.getLogger(__name__)
 
 
 def served_by(api_key: ApiKey | None) -> dict[str, str]:
@@ -68,10 +72,19 @@ def serving_route(
     arm is a hash of the experiment's salt and their id, so it never moves; the exposure is
     recorded once. Everyone else gets production. ``running``: the adapter's running experiment
     or None, and ``stored``: the end user's row (None: not stored before this request), as the
-    request read them (``serving_lookup``)."""
+    request read them (``serving_lookup``).
+
+    A version that failed is never routed to: production falls back to the base model, and an
+    experiment one of whose arms failed is stopped (``experiment_stop_on_failed_version``) while
+    this request is served as if outside it, attributed to no arm and recording no exposure."""
     version = adapter.production_version
     if version is not None and version.status == AdapterVersion.Status.FAILED:
         version = None  # never route to a version vLLM refused; the base model still answers
+    if running is not None:
+        failed = next((v for v in _arm_versions(running) if v.status == AdapterVersion.Status.FAILED), None)
+        if failed is not None:
+            experiment_stop_on_failed_version(tenant, experiment=running, version=failed)
+            running = None
     if opted_in and end_user_id:
         if in_holdout(adapter_id=adapter.pk, share=adapter.holdout_share, external_id=end_user_id):
             return Route(adapter=adapter, version=None, arm=HOLDOUT)  # the base model, across promotions
@@ -81,6 +94,31 @@ def serving_route(
             exposure_record(running, external_id=end_user_id, arm=arm, end_user_id=row)
             return Route(adapter=adapter, version=running.version_of(arm), arm=arm, experiment=running)
     return Route(adapter=adapter, version=version)
+
+
+def _arm_versions(experiment: Experiment) -> list[AdapterVersion]:
+    """The versions the experiment's arms serve (the base model, which cannot fail, left out)."""
+    return [v for v in (experiment.version_of(arm) for arm in ARMS) if v is not None]
+
+
+def experiment_stop_on_failed_version(tenant: Tenant, *, experiment: Experiment, version: AdapterVersion) -> None:
+    """Stop a running experiment whose arm serves ``version``, which failed (vLLM refused it, or its
+    files did not match their digest): that arm cannot answer, so its users would get errors the
+    experiment never counts, and the other arm's data alone compares nothing. The reason (vLLM's
+    message) is the experiment's ``decision_reason`` and its audit row, as a person's stop would be.
+    One that ended meanwhile (another request stopped it first) is left as it is."""
+    if experiment.status != Experiment.Status.RUNNING:
+        return
+    arm = next((a for a in ARMS if experiment.version_of(a) == version), "")
+    reason = f"the {arm} arm's version {version.number} failed and cannot serve"
+    if version.status_message:
+        reason += f": {version.status_message}"
+    try:
+        experiment_stop(tenant, experiment=experiment, actor="system:serving", reason=reason[:2000])
+    except Conflict as exc:
+        logger.info("experiment %s was not stopped for its failed version: %s", experiment.pk, exc.message)
+    else:
+        logger.warning("experiment %s stopped: %s", experiment.pk, reason)
 
 
 @dataclass(frozen=True)

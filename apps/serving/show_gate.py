@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from apps.engines.vllm_client import Completion, CompletionChoice
+from apps.interactions.served import model_text_storable
 from apps.serving.services import Route
 from learning_shared.show_filter import suggestion_score, threshold_of, withholds
 
@@ -46,6 +47,6 @@ def show_gate_decisions(completion: Completion, gate: dict[str, Any]) -> dict[in
             if explore > 0 and random.random() < explore:  # shown anyway, so the next fit sees below its threshold
                 decision.update(explored=True, weight=round(1.0 / explore, 4))
             else:
-                decision.update(withheld=True, text=choice.text)
+                decision.update(withheld=True, text=model_text_storable(choice.text))  # kept in jsonb
         decisions[choice.index] = decision
     return decisions

@@ -1,6 +1,6 @@
 """Around every call to vLLM from a serving endpoint (completions and chat alike): load the
-version on demand when a replica lacks it, and record a failure vLLM caused (synchronous: awaited
-through :func:`apps.serving.sync_work.in_db_thread`)."""
+version on demand when a replica lacks it, count the wait as vLLM's, and record a failure vLLM
+caused (synchronous: awaited through :func:`apps.serving.sync_work.in_db_thread`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 from django.utils import timezone
 
@@ -18,13 +18,40 @@ from apps.common.exceptions import ApplicationError, ServerBusy
 from apps.engines.vllm_client import ModelNotLoaded, VLLMBadRequest
 from apps.interactions.models import ServingFailure
 from apps.interactions.stream_parts import stream_parts_discard
-from apps.serving.services import Route
+from apps.serving.services import Route, experiment_stop_on_failed_version
 from apps.tenants.models import Tenant
 
 T = TypeVar("T")
 
 
-async def with_load_on_demand(route: Route, call: Callable[[], Awaitable[T]]) -> T:
+class UpstreamPlan(Protocol):
+    """What :func:`vllm_answer` reads and counts of a plan (``CompletionPlan``, ``ChatPlan``)."""
+
+    tenant: Tenant
+    route: Route
+    upstream_s: float  # the time spent waiting on vLLM so far: what X-Strop-Overhead-Ms leaves out
+
+    @property
+    def request(self) -> Any: ...  # its ``user``: the end user a failure is recorded for
+
+
+async def vllm_answer(plan: UpstreamPlan, call: Callable[[], Awaitable[T]], *, started: float) -> T:
+    """vLLM's answer to ``call()`` (a whole completion, or a stream opened), the version loaded on
+    demand (:func:`with_load_on_demand`). The wait, from ``started``, counts in ``plan.upstream_s``
+    whether vLLM answers or fails: a request vLLM kept waiting and then failed spent that time on
+    vLLM, not in Strop. A failure is recorded (:func:`serving_failure_recorded`) and raised."""
+    try:
+        try:
+            return await with_load_on_demand(plan.tenant, plan.route, call)
+        finally:
+            plan.upstream_s += time.perf_counter() - started
+    except ApplicationError as exc:
+        user = plan.request.user
+        await serving_failure_recorded(plan.tenant, route=plan.route, user=user, error=exc, started=started)
+        raise
+
+
+async def with_load_on_demand(tenant: Tenant, route: Route, call: Callable[[], Awaitable[T]]) -> T:
     """Await ``call()``; if vLLM lacks the version (a restart, a new replica), load it once (on a
     serving database thread) and retry."""
     from apps.serving.sync_work import in_db_thread
@@ -34,17 +61,23 @@ async def with_load_on_demand(route: Route, call: Callable[[], Awaitable[T]]) ->
     except ModelNotLoaded:
         if route.version is None:
             raise
-        if not await in_db_thread(_version_loaded, route):
+        if not await in_db_thread(_version_loaded, tenant, route):
             raise
         return await call()
 
 
-def _version_loaded(route: Route) -> bool:
-    """Load the route's version into vLLM; whether it is served now (False: the load failed)."""
+def _version_loaded(tenant: Tenant, route: Route) -> bool:
+    """Load the route's version into vLLM; whether it is served now (False: the load failed, and the
+    version with it: the request is answered vLLM's 404, and the next ones are routed elsewhere,
+    ``apps.serving.services.serving_route``; an experiment it was an arm of is stopped now)."""
     assert route.version is not None
     adapter_version_load(version_id=route.version.pk)
     route.version.refresh_from_db()
-    return route.version.status != AdapterVersion.Status.FAILED
+    if route.version.status != AdapterVersion.Status.FAILED:
+        return True
+    if route.experiment is not None:
+        experiment_stop_on_failed_version(tenant, experiment=route.experiment, version=route.version)
+    return False
 
 
 def serving_failure_record(
