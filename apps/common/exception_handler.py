@@ -22,22 +22,41 @@ logger = logging.getLogger(__name__)
 # (connection exception), 53300 too many connections, 57P01-57P03 (shut down, crashed, starting up).
 _CONNECTION_SQLSTATES = ("08", "53300", "57P01", "57P02", "57P03")
 DATABASE_RETRY_AFTER_S = 2
+# SQLSTATEs of a transaction the database rolled back against a concurrent one: 40P01 (a deadlock:
+# each waited for the other's rows) and 40001 (a serialization failure).
+_CONCURRENCY_SQLSTATES = ("40P01", "40001")
+CONCURRENCY_RETRY_AFTER_S = 1
+
+
+def _sqlstate(exc: Exception) -> tuple[bool, str | None]:
+    """(whether ``exc`` is a Postgres error, its SQLSTATE: None when it failed on the client's side)."""
+    cause: Any = exc.__cause__
+    if not hasattr(cause, "sqlstate"):  # not a Postgres error (SQLite's "database is locked")
+        return False, None
+    return True, cause.sqlstate
 
 
 def database_unreachable(exc: Exception) -> bool:
     """The database connection failed or broke (the server is down or restarting): the same request
-    will work again shortly. An error of the statement itself (a deadlock, a timeout, a constraint)
-    is not this, and stays a 500. Django closes a connection that errored and is no longer usable
-    when the request ends, so the next request connects afresh."""
+    will work again shortly. An error of the statement itself (a timeout, a constraint) is not this,
+    and stays a 500. Django closes a connection that errored and is no longer usable when the request
+    ends, so the next request connects afresh."""
     if isinstance(exc, InterfaceError):
         return True
     if not isinstance(exc, OperationalError):
         return False
-    cause: Any = exc.__cause__
-    if not hasattr(cause, "sqlstate"):  # not a Postgres error (SQLite's "database is locked")
+    postgres, state = _sqlstate(exc)
+    return postgres and (state is None or state.startswith(_CONNECTION_SQLSTATES))
+
+
+def database_concurrency(exc: Exception) -> bool:
+    """The database rolled the request's transaction back against a concurrent one (a deadlock): the
+    same request, sent again, finds the other one done. Retried within the request, it would hold its
+    worker and connection while the client (the SDK retries a 503 after its ``Retry-After``) can."""
+    if not isinstance(exc, OperationalError):
         return False
-    state = cause.sqlstate
-    return state is None or state.startswith(_CONNECTION_SQLSTATES)  # None: failed on the client's side
+    _, state = _sqlstate(exc)
+    return state in _CONCURRENCY_SQLSTATES
 
 
 # What a tenant must not read in an error: where things run (URLs, host:port) and where files
@@ -141,6 +160,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if database_unreachable(exc):
         logger.warning("the database is unreachable: %s", str(exc).strip()[:500])
         exc = ServiceUnavailable("the database is unreachable; try again shortly", retry_after_s=DATABASE_RETRY_AFTER_S)
+    elif database_concurrency(exc):
+        logger.warning("the database aborted a request against a concurrent one: %s", str(exc).strip()[:500])
+        exc = ServiceUnavailable(
+            "the database aborted this request against a concurrent one (a deadlock); send it again",
+            retry_after_s=CONCURRENCY_RETRY_AFTER_S,
+        )
     if isinstance(exc, ApplicationError):
         if isinstance(exc, (RateLimited, ServiceUnavailable)):
             if exc.retry_after_s is None:

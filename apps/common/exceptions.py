@@ -88,9 +88,11 @@ ERROR_CODES: dict[str, ErrorCode] = {
     ),
     "unknown_interaction": ErrorCode(
         404,
-        "feedback or a persistence report names a `client_id` not seen yet, and the tenant refuses pending feedback "
-        "(an unknown `interaction_id` is `not_found`)",
-        "log the interaction first, or turn on pending feedback in the tenant's settings",
+        "feedback or a persistence report names a `client_id` not seen yet, and the tenant refuses pending feedback, "
+        "or its `occurred_at` is before what the tenant's retention has deleted (an unknown `interaction_id` is "
+        "`not_found`)",
+        "log the interaction first, or turn on pending feedback in the tenant's settings; one older than the "
+        "tenant's retention, drop it",
     ),
     "model_not_loaded": ErrorCode(404, "vLLM has not loaded the model version yet", "retry shortly"),
     # 405 - 415: the HTTP exchange
@@ -99,9 +101,9 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "invitation_unusable": ErrorCode(410, "the invitation was used, revoked or has expired", "ask for a new one"),
     "erased": ErrorCode(
         410,
-        "a label (feedback, persistence report, session outcome) for an interaction or session erased with its "
-        "end user",
-        "drop the label: nothing of that user is kept",
+        "an interaction sent again, or a label (feedback, persistence report, session outcome) for an interaction "
+        "or session, that was erased with its end user",
+        "drop it: nothing of that user is kept",
     ),
     "length_required": ErrorCode(411, "a body without `Content-Length` (chunked)", "send a Content-Length"),
     "payload_too_large": ErrorCode(413, "the body or the batch is too large", "split it"),
@@ -149,7 +151,11 @@ ERROR_CODES: dict[str, ErrorCode] = {
     ),
     "server_error": ErrorCode(500, "the server failed", "quote `details.request_id` to the operator"),
     "vllm_error": ErrorCode(502, "vLLM answered with an error", "retry; quote the request id if it lasts"),
-    "service_unavailable": ErrorCode(503, "the database is unreachable", "retry after `Retry-After` seconds"),
+    "service_unavailable": ErrorCode(
+        503,
+        "the database is unreachable, or it aborted the request against a concurrent one (a deadlock)",
+        "retry after `Retry-After` seconds",
+    ),
     "vllm_unavailable": ErrorCode(503, "vLLM is down or too slow", "retry after `Retry-After` seconds"),
     "server_busy": ErrorCode(
         503,

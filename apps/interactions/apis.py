@@ -150,10 +150,13 @@ class InteractionCollectionApi(ScopedApi):
             201: InteractionOut,
             200: OpenApiResponse(InteractionOut, description="a replay: the interaction first stored"),
             207: _batch_result("InteractionBatchResult", ("created", "duplicate", "rejected")),
+            410: OpenApiResponse(description="its client_id was erased with its end user: not stored again"),
         },
         description='Send one interaction, or `{"items": [...]}` (at most STROP_MAX_BATCH_ITEMS, default 1000) '
         "for a batch answered 207 with a verdict per item: created, duplicate (same client_id seen before) or "
-        "rejected (with the error). Rejected items store nothing.",
+        "rejected (with the error). Rejected items store nothing. One whose client_id an erase removed is "
+        "refused (410 `erased`), and so is one served before the hours the tenant's retention has deleted from "
+        "(400 `invalid` on `served_at`: it would be deleted at once, and counted twice in the charts if sent again).",
     )
     def post(self, request: Request) -> Response:
         items = batch_items(request.data)

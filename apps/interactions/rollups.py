@@ -25,6 +25,9 @@ and an hour is recomputed as its raw rows plus its ledger. So any hour can be re
 the cutoff too: late feedback on an old interaction that a running experiment or a training window
 keeps moves its hour's rollups as it would a recent one's, and the charts keep the history of rows
 that are gone. An erase keeps no ledger: the erased user's rows leave every hour they were in.
+Nor does an hour count a row twice: every hour up to the newest in the ledger is settled
+(:func:`rollups_settled_before`), and ingest stores no interaction served then, not even one sent
+again after retention deleted it.
 """
 
 from __future__ import annotations
@@ -57,12 +60,14 @@ MAX_RANGES = 24
 MARK_CHUNK = 10_000
 
 
-def _lock(tenant_id: int) -> None:
-    """The tenant's rollup lock for this transaction (Postgres); the embedded SQLite writes one at a time."""
+def _lock(tenant_id: int, *, shared: bool = False) -> None:
+    """The tenant's rollup lock for this transaction (Postgres); the embedded SQLite writes one at a time.
+    ``shared``: held beside other shared holders, never beside the lock itself (a refresh, a retention batch)."""
     if connection.vendor != "postgresql":
         return
+    take = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [zlib.crc32(f"strop:rollups:{tenant_id}".encode())])
+        cursor.execute(f"SELECT {take}(%s)", [zlib.crc32(f"strop:rollups:{tenant_id}".encode())])
 
 
 def retention_days_effective(days: int | None) -> int | None:
@@ -164,6 +169,29 @@ def rollups_pruned_keep(tenant_id: int, rows: QuerySet[Interaction]) -> None:
     labels = Feedback.objects.select_for_update().filter(tenant_id=tenant_id, interaction__in=rows.values("pk"))
     list(labels.order_by("pk").values_list("pk"))
     InteractionRollup.objects.bulk_create(rollup_rows(tenant_id, rows, period=InteractionRollup.Period.PRUNED))
+
+
+def rollups_settled_before(tenant_id: int, *, hold: bool = False) -> datetime | None:
+    """The end of the newest hour the tenant's ledger holds (None: retention deleted nothing yet).
+
+    Retention has settled every hour before it: what it deleted there is counted in the ledger for
+    good. An interaction served then is not stored again (ingest refuses it): kept, the next pass would
+    delete it and add it to the ledger a second time if it had been deleted before (a replay), and it
+    cannot be told from one that never came. It never moves back, whatever the tenant's retention is
+    set to later: the ledger is never deleted.
+
+    ``hold``: the tenant's rollup lock, shared, until the transaction ends. A retention batch takes it
+    before it deletes and adds to the ledger, so it has committed before this read, or it waits for the
+    caller to commit (and then deletes what the caller stored with the rest, once)."""
+    if hold:
+        _lock(tenant_id, shared=True)
+    newest = (
+        InteractionRollup.objects.filter(tenant_id=tenant_id, period=InteractionRollup.Period.PRUNED)
+        .order_by("-bucket_start")
+        .values_list("bucket_start", flat=True)
+        .first()
+    )
+    return None if newest is None else _hour(newest) + timedelta(hours=1)
 
 
 def _hour(moment: datetime) -> datetime:

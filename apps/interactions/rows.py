@@ -3,12 +3,14 @@ JSON columns as text, token ids and logprobs packed (``apps.interactions.packed`
 batches, one plain ``INSERT`` for what the completion endpoint serves, a bulk insert of model
 instances where the database is not Postgres (the upsert of a stream's last write merging the
 stored metadata there as Postgres does). And the statement that upserts feedback rows
-(``feedback_upsert_sql``)."""
+(``feedback_upsert_sql``), and the lock a label takes on the interactions it names
+(``interactions_held``)."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import uuid
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import orjson
@@ -172,9 +174,10 @@ _NEWER = "(excluded.occurred_at >= {table}.occurred_at OR {table}.session_outcom
 # One item naming an interaction that exists: find it and upsert its feedback in one statement,
 # one round trip instead of a lookup and then the write. No row back: the interaction is not
 # there (yet), and the general path decides (404, pending or rejected). Never a partial accept (its
-# accepted_chars is checked against the completion first), so accepted_chars is NULL.
+# accepted_chars is checked against the completion first), so accepted_chars is NULL. The interaction
+# is locked as interactions_held locks it: one being deleted is waited for, and then not found.
 _FEEDBACK_FROM_INTERACTION = """SELECT %s, i.id, NULL, %s, %s, NULL, %s, %s, %s, 1, %s::jsonb, 1.0, NULL
-FROM {interactions} i WHERE {tenant} = %s AND i.{key} = %s"""
+FROM {interactions} i WHERE {tenant} = %s AND i.{key} = %s FOR KEY SHARE OF i"""
 # The statement is prepared, and the plan Postgres keeps may be made on a nearly empty table, where
 # an index on the tenant alone costs the same as the right one; that plan filters every interaction
 # of the tenant until it is made again. By id, the tenant is compared as ``tenant_id + 0``, which no
@@ -197,3 +200,30 @@ def feedback_upsert_sql(target: str, key: str | None = None) -> str:
         interactions=connection.ops.quote_name(Interaction._meta.db_table), key=key, tenant=_TENANT_OF_KEY[key]
     )
     return f"{_FEEDBACK_COLUMNS.format(table=table)}\n{rows}\n{clause}\nRETURNING interaction_id"
+
+
+def interactions_held(tenant_id: int, ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of ``ids`` are the tenant's interactions now, each locked ``FOR KEY SHARE`` until the
+    transaction ends (Postgres; read plainly elsewhere, where writers go one at a time). No query for
+    no ids.
+
+    A label (feedback, a persistence report, a session outcome's spread) takes it on the interactions
+    it names before it writes: one that retention or an erase is deleting is waited for and then not
+    returned (the label is answered as for an interaction that is gone), and one locked first is not
+    deleted before the label commits (both lock what they delete first, and so find the label then and
+    delete it with the rest). Without it, the label's row met its deleted interaction only at commit
+    (foreign keys are checked there) and the whole batch failed. In key order, as those deletes take
+    them, so the two never deadlock."""
+    if not ids:
+        return set()
+    table = connection.ops.quote_name(Interaction._meta.db_table)
+    prepared = [Interaction._meta.pk.get_db_prep_value(i, connection) for i in ids]
+    params: list[Any]
+    if connection.vendor == "postgresql":
+        where, params, lock = "id = ANY(%s)", [tenant_id, prepared], " ORDER BY id FOR KEY SHARE"
+    else:
+        where, params, lock = f"id IN ({', '.join(['%s'] * len(prepared))})", [tenant_id, *prepared], ""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {table} WHERE tenant_id = %s AND {where}{lock}", params)
+        rows = cursor.fetchall()
+    return {row[0] if isinstance(row[0], uuid.UUID) else uuid.UUID(str(row[0])) for row in rows}

@@ -18,6 +18,7 @@ from django.db import transaction
 
 from apps.common.lookups import in_values
 from apps.interactions.models import ConversationOutcome, Feedback, Interaction
+from apps.interactions.rows import interactions_held
 from apps.interactions.validation import FeedbackIn
 from apps.tenants.models import Tenant
 
@@ -75,13 +76,17 @@ def _spread(tenant: Tenant, outcome: ConversationOutcome, *, now: datetime) -> i
         ).values_list("id", "turn")
         if turn is not None
     ]
+    # The turns held until the spread rows are written: one an erase or retention deleted meanwhile
+    # gets none (apps.interactions.rows.interactions_held).
+    held = interactions_held(tenant.pk, {pk for pk, _ in turns})
+    turns = sorted((pk, turn) for pk, turn in turns if pk in held)
     if not turns:
         return 0
     existing = {
         f.interaction_id: f
-        for f in Feedback.objects.select_for_update().filter(
-            tenant=tenant, interaction_id__in=[pk for pk, _ in turns]
-        )
+        for f in Feedback.objects.select_for_update()
+        .filter(tenant=tenant, interaction_id__in=[pk for pk, _ in turns])
+        .order_by("interaction_id")  # in the order a feedback batch upserts them (services.feedback)
     }
     spread, new = 0, []
     for interaction_id, turn in turns:

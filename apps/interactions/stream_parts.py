@@ -7,7 +7,9 @@ and deletes its parts (:func:`stream_parts_recorded`); the sweeper (:func:`strea
 beat) records a stream whose parts were not written for ``STROP_SERVING_STALE_STREAM_S`` (its worker
 died) from them: what was served up to the last write, ``"partial": true`` in its metadata. Feedback
 on an open stream's id waits as pending (under the id, in ``pending_client_id``) and is attached in
-either case, as feedback that came before its interaction is (``services.pending``).
+either case, as feedback that came before its interaction is (``services.pending``). A stream the
+sweeper gives up on is recorded as a serving failure with its id, as one vLLM failed: an erase of its
+user finds the feedback still waiting on it there.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from apps.common.lookups import prepared_cursor
-from apps.interactions.models import StreamPart
+from apps.interactions.models import ServingFailure, StreamPart
 from apps.interactions.packed import pack_floats, pack_ids, unpack_ids
 from apps.interactions.rows import (
     INTERACTION_COLUMNS,
@@ -197,8 +199,8 @@ def stream_parts_discard(tenant: Tenant, *, ids: Sequence[uuid.UUID]) -> None:
 def stream_parts_sweep(*, stale_s: float | None = None, now: datetime | None = None) -> int:
     """Record each stream whose parts were not written for ``stale_s`` (its worker died) as a partial
     interaction, one transaction each: one that fails is logged and the others go on; one that still
-    fails ``SWEEP_GIVE_UP`` after its last write is dropped (the feedback on it stays pending, as
-    on a stream vLLM failed). Returns how many were recorded."""
+    fails ``SWEEP_GIVE_UP`` after its last write is dropped and recorded as a serving failure (the
+    feedback on it stays pending, as on a stream vLLM failed). Returns how many were recorded."""
     stale_s = settings.STROP_SERVING_STALE_STREAM_S if stale_s is None else stale_s
     cutoff = (now or timezone.now()) - timedelta(seconds=stale_s)
     stale = (
@@ -217,8 +219,45 @@ def stream_parts_sweep(*, stale_s: float | None = None, now: datetime | None = N
                 logger.exception("stale stream %s not recorded (the next sweep tries again)", interaction_id)
                 continue
             logger.exception("stale stream %s not recorded since %s: its parts are dropped", interaction_id, last)
-            _parts_delete(tenant_id, [interaction_id])
+            _stream_given_up(tenant_id, interaction_id, last=last)
     return recorded
+
+
+# A stream given up on, as its serving failure says it (``kind`` is an error code).
+_GIVEN_UP_KIND = "server_error"
+
+
+def _stream_given_up(tenant_id: int, interaction_id: uuid.UUID, *, last: datetime) -> None:
+    """Drop a stale stream's parts, recording it as a serving failure that keeps its id, as one vLLM
+    failed keeps it (``apps.serving.vllm_calls``): the feedback waiting on it stays pending, and an
+    erase of the user finds it through the failure. Its first part says whose it was and what served
+    it; without one (or if the failure cannot be written), the parts are dropped all the same."""
+    try:
+        with transaction.atomic():
+            head = (
+                StreamPart.objects.filter(tenant_id=tenant_id, interaction_id=interaction_id, seq=0)
+                .values_list("head", flat=True)
+                .first()
+            )
+            if isinstance(head, dict) and head.get("adapter_id") is not None:
+                ServingFailure.objects.create(
+                    tenant_id=tenant_id,
+                    adapter_id=head["adapter_id"],
+                    adapter_version_id=head.get("adapter_version_id"),
+                    experiment_id=head.get("experiment_id"),
+                    experiment_arm=head.get("experiment_arm") or "",
+                    end_user_id=head.get("end_user_id") or "",
+                    kind=_GIVEN_UP_KIND,
+                    message="its worker died and what it had served could not be recorded",
+                    streamed=True,
+                    stream_ids=[str(interaction_id)],
+                    occurred_at=last,
+                )
+            _parts_delete(tenant_id, [interaction_id])
+        return
+    except Exception:  # its adapter deleted meanwhile, say: the parts must go, or they stay first in every sweep
+        logger.exception("stale stream %s: its serving failure not recorded", interaction_id)
+    _parts_delete(tenant_id, [interaction_id])
 
 
 def _stream_close(tenant_id: int, interaction_id: uuid.UUID, *, cutoff: datetime) -> int:

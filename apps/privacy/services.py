@@ -102,11 +102,20 @@ def end_user_erase(tenant: Tenant, *, external_id: str, actor: str) -> EraseRepo
             .order_by("pk")
             .values_list("pk")
         )
+    # Their interactions locked before what hangs off them is read (after the outcomes, in the order
+    # a session's spread takes them): a label holds its interaction while it writes
+    # (apps.interactions.rows.interactions_held), so one written meanwhile has committed now and goes
+    # with the rest, or it waits for this erase and finds the interaction gone; never a label left on
+    # a deleted interaction, which failed this erase (or the label's batch) at commit.
+    keys = [pk for pk, _ in snapshot]
+    if keys:
+        locked = Interaction.objects.filter(tenant=tenant, **in_values("pk", keys)).select_for_update()
+        list(locked.order_by("pk").values_list("pk"))
     # Labels sent late for what goes now would wait for it as pending, out of any erase's reach.
     erased_ids_record(tenant.pk, client_ids=client_ids, conversation_ids=conversation_ids)
     # Their interactions with what cascades (feedback, persistence reports, training events), set-wise
     # (apps.privacy.deletion): a heavy user's tens of thousands of rows are never loaded.
-    deleted = rows_delete(interactions, keys=[pk for pk, _ in snapshot])
+    deleted = rows_delete(interactions, keys=keys)
     report.deleted["feedback"] = deleted["interactions.Feedback"]
     # A session's outcome goes with the user's turns, unless another user's turns share the session
     # (a tenant's ids reused across users): it is theirs too, spread to their turns.

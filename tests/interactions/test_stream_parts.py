@@ -225,6 +225,22 @@ def test_a_streams_end_never_touches_another_tenants_row_with_the_same_id(adapte
     assert not Interaction.objects.filter(tenant=other_tenant).exists()
 
 
+def test_a_stale_stream_given_up_on_is_a_serving_failure_through_which_the_erase_finds_its_feedback(adapter):
+    poison = _open_stream(adapter, [(" a", [10]), (" b", [11])])
+    StreamPart.objects.filter(interaction_id=poison, seq=1).update(  # a bug: a tool call's delta without its index
+        metadata={"tool_calls_since": [{"arguments": "{"}]}
+    )
+    _feedback(adapter.tenant, poison)
+    assert stream_parts_sweep(now=timezone.now() + timedelta(minutes=61)) == 0
+    assert not StreamPart.objects.exists()
+    failure = ServingFailure.objects.get()
+    assert (failure.stream_ids, failure.end_user_id, failure.adapter_id) == ([str(poison)], "u1", adapter.pk)
+    assert failure.streamed and failure.kind == "server_error"
+    report = end_user_erase(adapter.tenant, external_id="u1", actor="test")
+    assert report.deleted["pending_feedback"] == 1 and report.deleted["serving_failures"] == 1
+    assert not Feedback.objects.exists()
+
+
 def test_a_stream_that_fails_after_a_write_keeps_its_feedback(adapter):
     interaction_id = _open_stream(adapter, [(" a", [10])])
     _feedback(adapter.tenant, interaction_id)

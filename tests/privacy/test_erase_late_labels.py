@@ -1,6 +1,8 @@
 """What arrives after an erase for what it removed (apps.cohorts.erased): late labels are refused
 instead of waiting as pending, out of any later erase's reach; a serving failure or a failed
-stream's feedback is still erasable; and an erase waits for a run fixing its window."""
+stream's feedback is still erasable; an interaction sent again is refused too; an erase waits for a
+run fixing its window, and for labels being written on its interactions (a label written while it
+deletes them is answered as erased)."""
 
 from __future__ import annotations
 
@@ -247,3 +249,97 @@ def test_an_interaction_recorded_while_the_erase_runs_is_kept_or_its_late_label_
     assert not Feedback.objects.filter(pending_client_id="meanwhile").exists()
     gone = client_a.post("/v1/feedback", {"client_id": "before", "outcome": "accepted"}, format="json")
     assert gone.status_code == 410
+
+
+def test_an_interaction_sent_again_after_the_erase_is_refused_not_stored(client_a):
+    _log(client_a, "e3", "gone")
+    _erase(client_a, "gone")
+    body = {"client_id": "e3", "prompt": "p", "completion": "secret code", "end_user_id": "gone", "opted_in": True}
+    response = client_a.post("/v1/interactions", body, format="json")
+    assert response.status_code == 410, response.content
+    assert response.json()["error"]["code"] == "erased"
+    assert "erased with its end user" in response.json()["error"]["message"]
+    batch = client_a.post("/v1/interactions", {"items": [body, {**body, "client_id": "e4"}]}, format="json")
+    assert batch.status_code == 207
+    assert [r["status"] for r in batch.json()["results"]] == ["rejected", "created"]
+    assert batch.json()["results"][0]["error"]["code"] == "erased"
+    # New data of the same user is taken; what the erase removed stays gone.
+    assert list(Interaction.objects.values_list("client_id", flat=True)) == ["e4"]
+
+
+def _erasing(tenant: Any, monkeypatch: pytest.MonkeyPatch, user: str):
+    """An erase of ``user``, in a thread, holding its transaction (their rows deleted, their ids
+    remembered) until some session waits for a lock."""
+    import apps.privacy.services as erase_module
+
+    def hold(holding: threading.Event) -> None:
+        audited = erase_module.audit_record
+
+        def paused(*args: Any, **kwargs: Any) -> Any:
+            holding.set()
+            wait_for_a_waiting_lock()
+            return audited(*args, **kwargs)
+
+        with monkeypatch.context() as patched:
+            patched.setattr(erase_module, "audit_record", paused)
+            end_user_erase(tenant, external_id=user, actor="test")
+
+    return hold
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks between two connections: Postgres")
+@pytest.mark.django_db(transaction=True)
+def test_a_label_batch_written_while_an_erase_deletes_its_interaction_answers_it_erased_and_stores_the_rest(
+    make_tenant, make_client, monkeypatch
+):
+    tenant = make_tenant("erase-meanwhile")
+    client = make_client(tenant)
+    _log(client, "e5", "gone")
+    _log(client, "s1", "stays")
+    labels = [{"client_id": "e5", "outcome": "accepted"}, {"client_id": "s1", "outcome": "accepted"}]
+    with held_in_a_thread(_erasing(tenant, monkeypatch, "gone")):
+        response = client.post("/v1/feedback", {"items": labels}, format="json")  # waits for the erase
+    assert response.status_code == 207, response.content
+    results = response.json()["results"]
+    assert [r["status"] for r in results] == ["rejected", "recorded"]
+    assert results[0]["error"]["code"] == "erased"
+    assert list(Feedback.objects.values_list("interaction__client_id", flat=True)) == ["s1"]
+    assert not Interaction.objects.filter(end_user_id="gone").exists()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks between two connections: Postgres")
+@pytest.mark.django_db(transaction=True)
+def test_an_erase_meeting_labels_being_written_waits_for_them_and_deletes_them_too(make_tenant, make_client):
+    from django.db import transaction
+
+    tenant = make_tenant("erase-waits")
+    client = make_client(tenant)
+    _log(client, "e6", "gone")
+    _log(client, "e7", "gone")
+
+    def label(holding: threading.Event) -> None:
+        with transaction.atomic():
+            items = [{"client_id": "e6", "outcome": "accepted"}, {"client_id": "e7", "outcome": "rejected"}]
+            assert [r.status for r in feedback_ingest(tenant, items=items)] == ["recorded", "recorded"]
+            holding.set()
+            wait_for_a_waiting_lock()  # the erase waits for these labels
+
+    with held_in_a_thread(label):
+        report = end_user_erase(tenant, external_id="gone", actor="test")
+    assert report.deleted["interactions"] == 2 and report.deleted["feedback"] == 2
+    assert not Feedback.objects.exists() and not Interaction.objects.exists()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks between two connections: Postgres")
+@pytest.mark.django_db(transaction=True)
+def test_a_session_outcome_sent_while_an_erase_deletes_its_turns_lands_on_none_of_them(
+    make_tenant, make_client, monkeypatch
+):
+    tenant = make_tenant("erase-session-meanwhile")
+    client = make_client(tenant)
+    _log(client, "t1", "gone", turn=0, messages=[{"role": "user", "content": "hi"}], conversation_id="s-race")
+    outcome = {"conversation_id": "s-race", "turn": 0, "outcome": "thumbs_up"}
+    with held_in_a_thread(_erasing(tenant, monkeypatch, "gone")):
+        response = client.post("/v1/feedback", outcome, format="json")  # its spread waits for the erase
+    assert response.status_code == 200, response.content
+    assert not Feedback.objects.exists() and not Interaction.objects.exists()

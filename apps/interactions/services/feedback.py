@@ -1,5 +1,6 @@
 """Ingestion of feedback: one row per interaction (merged by the time the user acted), kept as
-pending when its interaction has not arrived yet, and session outcomes spread over their turns."""
+pending when its interaction has not arrived yet (never for one an erase or retention removed), and
+session outcomes spread over their turns."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ from apps.common.item_checks import ItemError
 from apps.common.lookups import ids_by_client_id, in_values, prepared_cursor, tenant_rows
 from apps.common.observability.metrics import ingest_counted
 from apps.interactions.models import Feedback, Interaction
-from apps.interactions.rows import feedback_upsert_sql, json_text
+from apps.interactions.rows import feedback_upsert_sql, interactions_held, json_text
 from apps.interactions.selectors import stream_open_ids
 from apps.interactions.served import SERVED_BY_KEY
-from apps.interactions.services.batches import ItemResult, batch_check_size
+from apps.interactions.services.batches import ItemResult, batch_check_size, label_before_settled_error, settled_before
 from apps.interactions.sessions import conversation_outcome_record
 from apps.interactions.training_check import training_check_soon
 from apps.interactions.validation import FeedbackIn, accepted_chars_range_error, feedback_validate
@@ -40,9 +41,12 @@ class _FeedbackRow:
 
 
 def _feedback_upsert(tenant: Tenant, rows: Iterable[_FeedbackRow], *, now: datetime) -> None:
+    """Upsert the rows, in the order of their keys whatever the batch's: two batches that name the
+    same interactions wait on each other's rows in the same order (one waits, the other finishes),
+    never each on the other's (a deadlock)."""
     by_target: dict[str, list[tuple]] = {"interaction_id": [], "pending_client_id": []}
     adapt = connection.ops.adapt_datetimefield_value
-    for row in rows:
+    for row in sorted(rows, key=lambda r: str(r.interaction_id) if r.interaction_id else r.pending_client_id or ""):
         target = "interaction_id" if row.interaction_id is not None else "pending_client_id"
         interaction_id = (
             Interaction._meta.pk.get_db_prep_value(row.interaction_id, connection) if row.interaction_id else None
@@ -108,10 +112,34 @@ def _feedback_store(
     open_ids = stream_open_ids(tenant, ids=ids - known_ids)  # their interaction is on its way
     known_ids |= _ended_streams(tenant, ids - known_ids - open_ids)
     by_client_id = ids_by_client_id(Interaction, tenant.pk, client_ids)
+    named = known_ids | set(by_client_id.values())
+    # The interactions found are held until the labels on them are written (a single item's in a
+    # transaction of its own): one deleted meanwhile is gone now, and answered so (rows.interactions_held).
+    with transaction.atomic(savepoint=False) if named else nullcontext():
+        held = interactions_held(tenant.pk, named)
+        known_ids &= held
+        by_client_id = {client_id: pk for client_id, pk in by_client_id.items() if pk in held}
+        _feedback_write(tenant, valid, results, known_ids, open_ids, by_client_id, now=now)
+
+
+def _feedback_write(
+    tenant: Tenant,
+    valid: list[tuple[int, FeedbackIn]],
+    results: list[ItemResult | None],
+    known_ids: set[uuid.UUID],
+    open_ids: set[uuid.UUID],
+    by_client_id: dict[str, uuid.UUID],
+    *,
+    now: datetime,
+) -> None:
+    client_ids = {item.client_id for _, item in valid if item.client_id is not None}
     lengths = _completion_lengths(tenant, valid, known_ids, by_client_id)
-    # Labels that would wait for what an erase removed are refused (apps.cohorts.erased).
+    # Labels that would wait for what an erase removed are refused (apps.cohorts.erased), and so are
+    # those that would wait for what retention removed (apps.interactions.rollups).
     erased_clients = erased_among(tenant.pk, "client", client_ids - set(by_client_id))
     erased_sessions = erased_sessions_among(tenant, {i.conversation_id for _, i in valid if i.conversation_id})
+    waiting = [i for _, i in valid if i.client_id is not None and i.client_id not in by_client_id]
+    settled = settled_before(tenant, (i.occurred_at for i in waiting), now=now)
     merged: dict[tuple[str, str], _FeedbackRow] = {}
     for index, item in valid:
         interaction_id: uuid.UUID | None = None
@@ -143,6 +171,10 @@ def _feedback_store(
             interaction_id = by_client_id[item.client_id]
         elif item.client_id in erased_clients:
             error = erased_label_error("client_id", item.client_id)
+            results[index] = ItemResult(index=index, status="rejected", client_id=item.client_id, error=error)
+            continue
+        elif settled is not None and item.occurred_at is not None and item.occurred_at < settled:
+            error = label_before_settled_error("client_id", item.client_id or "", item.occurred_at, settled)
             results[index] = ItemResult(index=index, status="rejected", client_id=item.client_id, error=error)
             continue
         elif not tenant.accept_pending_feedback:

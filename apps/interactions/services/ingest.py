@@ -1,6 +1,7 @@
 """Ingestion of interactions: batched, idempotent on ``client_id``, tenant-scoped, nothing
 half-stored. The items that pass validation are written in one transaction: ``COPY`` on
-Postgres, a bulk insert elsewhere, never a save per row."""
+Postgres, a bulk insert elsewhere, never a save per row. A new interaction whose client id an erase
+removed, or served in an hour retention has settled, is refused (its item rejected)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from apps.cohorts.erased import erased_among
 from apps.cohorts.services import end_users_observe
 from apps.common.item_checks import ItemError
 from apps.common.lookups import ids_by_client_id
@@ -28,7 +30,12 @@ from apps.interactions.rows import (
     interactions_copy,
     json_text,
 )
-from apps.interactions.services.batches import ItemResult, batch_check_size
+from apps.interactions.services.batches import (
+    ItemResult,
+    batch_check_size,
+    served_before_settled_error,
+    settled_before,
+)
 from apps.interactions.services.feedback import training_check_on_commit
 from apps.interactions.services.pending import feedback_attach_pending, pending_kinds
 from apps.interactions.services.persistence import persistence_attach_pending
@@ -153,6 +160,20 @@ def interactions_ingest(
     return verdicts
 
 
+def _refusal(item: InteractionIn, *, erased: set[str], settled: datetime | None) -> dict[str, str] | None:
+    """Why a new interaction is not stored (its verdict's error), or None."""
+    if item.client_id in erased:
+        return {
+            "code": "erased",
+            "message": f"client_id: the interaction {item.client_id[:200]!r} was erased with its end user; "
+            "it is not stored again",
+            "field": "client_id",
+        }
+    if settled is not None and item.served_at is not None and item.served_at < settled:
+        return served_before_settled_error(item.served_at, settled)
+    return None
+
+
 def _interactions_store(
     tenant: Tenant,
     valid: list[tuple[int, InteractionIn]],
@@ -165,7 +186,14 @@ def _interactions_store(
     optimistic: bool,
 ) -> None:
     client_ids = [item.client_id for _, item in valid]
-    known = {} if optimistic else ids_by_client_id(Interaction, tenant.pk, client_ids)
+    # Served in an hour retention has settled: refused (apps.interactions.rollups), unless stored (kept
+    # by an experiment or a training window), which a replay must still find as a duplicate. Read under
+    # the rollup lock, shared: a retention batch deleting now has committed, or waits for this one.
+    settled = settled_before(tenant, (item.served_at for _, item in valid), now=now, hold=True)
+    late = settled is not None and any(item.served_at is not None and item.served_at < settled for _, item in valid)
+    known = {} if optimistic and not late else ids_by_client_id(Interaction, tenant.pk, client_ids)
+    # What an erase removed is not brought back by sending it again (apps.cohorts.erased).
+    erased = erased_among(tenant.pk, "client", (c for c in client_ids if c not in known))
     new: list[tuple[int, InteractionIn]] = []
     new_ids: dict[str, str] = {}
     fresh = time_ids([item.served_at or now for _, item in valid])  # ids sort by served time (ids.py)
@@ -173,6 +201,10 @@ def _interactions_store(
         if item.client_id in known or item.client_id in new_ids:
             existing = known.get(item.client_id) or new_ids[item.client_id]
             results[index] = ItemResult(index=index, status="duplicate", id=str(existing), client_id=item.client_id)
+            continue
+        error = _refusal(item, erased=erased, settled=settled)
+        if error is not None:
+            results[index] = ItemResult(index=index, status="rejected", client_id=item.client_id, error=error)
             continue
         new_ids[item.client_id] = fresh_id
         new.append((index, item))

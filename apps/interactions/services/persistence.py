@@ -2,8 +2,8 @@
 measured as retained characters (apps.interactions.retention) and stored one row per (interaction,
 checkpoint). They are taken as feedback is: a report sent twice is counted once and the latest
 measurement (``occurred_at``) wins; checkpoints may arrive in any order; a report naming a client id
-not seen yet waits as pending (unless the tenant refuses pending feedback) and is measured when its
-interaction arrives; an editor key reports only on what it served."""
+not seen yet waits as pending (unless the tenant refuses pending feedback, or an erase or retention
+removed it) and is measured when its interaction arrives; an editor key reports only on what it served."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from apps.common.observability.metrics import ingest_counted
 from apps.interactions.models import Interaction, PersistenceReport
 from apps.interactions.persistence_validation import PersistenceIn, accepted_chars_too_long, persistence_validate
 from apps.interactions.retention import MAX_BATCH_TEXT, retained_from_ratio, retention_measure
-from apps.interactions.rows import json_text
-from apps.interactions.services.batches import ItemResult, batch_check_size
+from apps.interactions.rows import interactions_held, json_text
+from apps.interactions.services.batches import ItemResult, batch_check_size, label_before_settled_error, settled_before
 from apps.interactions.services.feedback import served_by_only
 from apps.interactions.services.pending import pending_attach_all
 from apps.tenants.models import Tenant
@@ -136,8 +136,16 @@ def _persistence_store(
         if client_ids
         else {}
     )
-    # A report that would wait for what an erase removed is refused (apps.cohorts.erased).
+    # The interactions found are held until the reports on them are written: one deleted meanwhile
+    # is gone now, and answered so (apps.interactions.rows.interactions_held).
+    held = interactions_held(tenant.pk, set(by_id) | {pk for pk, _ in by_client_id.values()})
+    by_id = {pk: completion for pk, completion in by_id.items() if pk in held}
+    by_client_id = {c: found for c, found in by_client_id.items() if found[0] in held}
+    # A report that would wait for what an erase removed is refused (apps.cohorts.erased), and so is
+    # one that would wait for what retention removed (apps.interactions.rollups).
     erased = erased_among(tenant.pk, "client", client_ids - set(by_client_id))
+    waiting = [i for _, i in valid if i.client_id is not None and i.client_id not in by_client_id]
+    settled = settled_before(tenant, (i.occurred_at for i in waiting), now=now)
     merged: dict[tuple[str, str, int], _Row] = {}
     for index, item in valid:
         interaction_id: uuid.UUID | None = None
@@ -154,6 +162,10 @@ def _persistence_store(
             interaction_id, completion = by_client_id[item.client_id]
         elif item.client_id in erased:
             results[index] = _rejected(index, item, erased_label_error("client_id", item.client_id))
+            continue
+        elif settled is not None and item.occurred_at is not None and item.occurred_at < settled:
+            error = label_before_settled_error("client_id", item.client_id or "", item.occurred_at, settled)
+            results[index] = _rejected(index, item, error)
             continue
         elif not tenant.accept_pending_feedback:
             message = (
@@ -234,9 +246,11 @@ def _upsert_sql(target: str) -> str:
 
 
 def _persistence_upsert(tenant: Tenant, rows: list[_Row], *, now: datetime) -> None:
+    """Upsert the rows in the order of their keys, whatever the batch's (as feedback's: two batches
+    naming the same reports then never deadlock)."""
     adapt = connection.ops.adapt_datetimefield_value
     by_target: dict[str, list[tuple]] = {"interaction_id": [], "pending_client_id": []}
-    for row in rows:
+    for row in sorted(rows, key=_upsert_order):
         pending = row.interaction_id is None
         by_target["pending_client_id" if pending else "interaction_id"].append(
             (
@@ -260,6 +274,10 @@ def _persistence_upsert(tenant: Tenant, rows: list[_Row], *, now: datetime) -> N
         for target, params in by_target.items():
             if params:
                 cursor.executemany(_upsert_sql(target), params)
+
+
+def _upsert_order(row: _Row) -> tuple[str, int]:
+    return str(row.interaction_id) if row.interaction_id else row.pending_client_id or "", row.item.checkpoint_s
 
 
 def persistence_attach_pending(tenant: Tenant, *, client_ids: Sequence[str] | None = None) -> int:
