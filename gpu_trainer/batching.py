@@ -48,6 +48,14 @@ def sequence_length(sample: Sample, *, eos_id: int, max_prompt_tokens: int) -> i
     return min(len(sample.prompt_token_ids), max_prompt_tokens) + len(completion_tokens(sample, eos_id))
 
 
+def truncated_prompts(samples: Sequence[Sample], *, max_prompt_tokens: int) -> int:
+    """How many of ``samples`` have a prompt longer than ``max_prompt_tokens``: ``make_batch`` keeps
+    only its last ``max_prompt_tokens`` tokens, so such a sample is trained on (or judged on) a
+    context that was never served (a long FIM prompt loses its leading ``<|fim_prefix|>``, and with
+    a long suffix its ``<|fim_suffix|>`` as well)."""
+    return sum(1 for s in samples if len(s.prompt_token_ids) > max_prompt_tokens)
+
+
 def plan_micro_batches(lengths: Sequence[int], indices: Sequence[int], *, max_tokens: int,
                        max_rows: int | None = None) -> list[list[int]]:
     """Cut ``indices`` (into ``lengths``) into forward passes of at most ``max_tokens`` tokens,
@@ -73,7 +81,7 @@ def plan_micro_batches(lengths: Sequence[int], indices: Sequence[int], *, max_to
 
 def make_batch(samples: list[Sample], *, eos_id: int, pad_id: int, max_prompt_tokens: int,
                device: torch.device) -> PaddedBatch:
-    """Pad ``samples`` into one batch (prompts truncated from the left)."""
+    """Pad ``samples`` into one batch (prompts truncated from the left, ``truncated_prompts``)."""
     completions = [completion_tokens(s, eos_id) for s in samples]
     sequences = [
         list(s.prompt_token_ids[-max_prompt_tokens:]) + list(c)

@@ -34,7 +34,9 @@ class PPOConfig:
     """``batch_mean``: advantage = reward − mean reward of the batch. ``none``: the seed's raw
     reward, under which zero-reward actions (e.g. silence) get no gradient at all."""
     normalize_advantages: bool = False
-    """Divide advantages by their batch standard deviation (after the baseline)."""
+    """Divide advantages by their batch standard deviation (after the baseline): that of every
+    advantage the update uses, a sample's token advantages included, each sample weighing one
+    (``losses.advantage_spread``). A spread below 1e-6 (rewards all alike) divides by nothing."""
     silence_counterfactual: bool = True
     """Every event also teaches the silent action, whose reward is known without showing anything
     (``silence_reward``): its advantage is silence_reward − the event's reward (a rejected

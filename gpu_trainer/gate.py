@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from gpu_trainer.adapters import check_parent_matches_base, verify_adapter
+from gpu_trainer.batching import truncated_prompts
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.decoding import fim_case_scores, greedy_completions
 from gpu_trainer.gate_config import FAILED, PASSED, SKIPPED, GateConfig, GateVerdict
@@ -101,7 +102,8 @@ def evaluate_candidate(
     config.validate()
     samples = require_samples(heldout)
     fim_cases = _check_fim_cases(fim_eval or [])[: config.max_fim_samples]
-    verdict = GateVerdict(heldout_count=len(samples))
+    verdict = GateVerdict(heldout_count=len(samples),
+                          truncated_prompts=truncated_prompts(samples, max_prompt_tokens=config.max_prompt_tokens))
     feedback_check(verdict, window_show_events, config)
     if parent_adapter_dir is not None:
         verify_adapter(parent_adapter_dir, max_rank=max_rank)

@@ -128,6 +128,9 @@ class GateVerdict:
     withheld_parent: int = 0
     """The same for the parent's show filter (production's, as served today)."""
     heldout_count: int = 0
+    truncated_prompts: int = 0
+    """Held-out samples whose prompt is longer than ``max_prompt_tokens``: judged on its last
+    ``max_prompt_tokens`` tokens only, a context that was never served (``batching.truncated_prompts``)."""
     behaviour_known: int = 0
     """Held-out samples whose serving log-probs were logged (the rest assume the parent served them)."""
     effective_sample_size: float | None = None

@@ -11,26 +11,31 @@ from collections.abc import Sequence
 
 import torch
 
+ADVANTAGE_SPREAD_FLOOR = 1e-6
+"""``normalize_advantages`` divides by the advantages' spread only from this spread up. Below it
+the advantages are all alike (up to rounding): dividing would make rounding noise a unit-sized
+advantage, or, where token rewards differ from rewards that do not, a token's 1e8."""
 
-def compute_advantages(rewards: torch.Tensor, *, baseline: str, normalize: bool) -> torch.Tensor:
-    """advantage = reward − baseline, optionally divided by its standard deviation."""
+
+def compute_advantages(rewards: torch.Tensor, *, baseline: str, normalize: bool,
+                       token_rewards: Sequence[Sequence[float] | None] | None = None) -> torch.Tensor:
+    """advantage = reward − baseline, optionally divided by the spread of the advantages the update
+    uses (``advantage_spread``: ``token_rewards``, where samples carry them, count in it)."""
     advantages = rewards - rewards.mean() if baseline == "batch_mean" else rewards.clone()
-    if normalize and advantages.numel() > 1:
-        advantages = advantages / (advantages.std() + 1e-8)
-    return advantages
+    divisor = _divisor(advantages, rewards, token_rewards) if normalize else None
+    return advantages / divisor if divisor is not None else advantages
 
 
 def token_advantages(token_rewards: Sequence[Sequence[float] | None], rewards: torch.Tensor, *, baseline: str,
                      normalize: bool) -> list[torch.Tensor | None]:
     """Per-token advantages of the samples that carry token rewards (None for the others), on
-    the scale of ``compute_advantages``: the same baseline (the batch mean of the samples' scalar
-    rewards) is taken from each token's reward, and the same divisor (the standard deviation of
-    the per-sequence advantages) applies. So a sample whose every token carries its scalar
-    reward gets exactly the advantage it would get without token rewards, on every token."""
+    the scale of ``compute_advantages`` given the same ``token_rewards``: the same baseline (the
+    batch mean of the samples' scalar rewards) is taken from each token's reward, and the same
+    divisor applies. So a sample whose every token carries its scalar reward gets exactly the
+    advantage it would get without token rewards, on every token."""
     centre = rewards.mean() if baseline == "batch_mean" else None
-    scale = None
-    if normalize and rewards.numel() > 1:
-        scale = (rewards - centre if centre is not None else rewards).std() + 1e-8
+    scalar = rewards - centre if centre is not None else rewards
+    divisor = _divisor(scalar, rewards, token_rewards) if normalize else None
     out: list[torch.Tensor | None] = []
     for values in token_rewards:
         if values is None:
@@ -39,8 +44,47 @@ def token_advantages(token_rewards: Sequence[Sequence[float] | None], rewards: t
         advantages = torch.tensor(values, dtype=rewards.dtype)
         if centre is not None:
             advantages = advantages - centre
-        out.append(advantages / scale if scale is not None else advantages)
+        out.append(advantages / divisor if divisor is not None else advantages)
     return out
+
+
+def advantage_spread(advantages: torch.Tensor, rewards: torch.Tensor,
+                     token_rewards: Sequence[Sequence[float] | None] | None = None) -> torch.Tensor:
+    """The standard deviation of the advantages the update uses, each sample weighing one.
+
+    ``advantages`` are the scalar ones (reward − baseline). A sample without token rewards counts
+    its squared distance (advantage − m)², m the mean of the scalar advantages; a sample with them
+    counts the mean of that over its tokens, each token's advantage being its token reward − the
+    same baseline. Without token rewards (or with token rewards that all equal their sample's
+    reward) this is exactly ``advantages.std()``. With them, a window whose scalar rewards are all
+    alike (partial accepts only: 0.25 each) still has the spread of its token rewards, so its
+    token advantages are divided by that, never by ~0.
+    """
+    spread = advantages.std()
+    if not token_rewards:
+        return spread
+    centre = advantages.mean()
+    extra = torch.zeros((), dtype=advantages.dtype)
+    for index, values in enumerate(token_rewards):
+        if values is None:
+            continue
+        # token advantage − the sample's advantage; exactly 0 where a token carries the sample's reward
+        deviation = torch.tensor(values, dtype=rewards.dtype) - rewards[index]
+        # (advantage + deviation − m)² − (advantage − m)², the sample's tokens sharing its weight
+        extra = extra + (deviation * (2 * (advantages[index] - centre) + deviation)).mean()
+    if not extra:
+        return spread
+    return (spread.square() + extra / (advantages.numel() - 1)).clamp(min=0).sqrt()
+
+
+def _divisor(advantages: torch.Tensor, rewards: torch.Tensor,
+             token_rewards: Sequence[Sequence[float] | None] | None) -> torch.Tensor | None:
+    """What ``normalize_advantages`` divides by; None (divide by nothing) for a single sample or a
+    spread below ``ADVANTAGE_SPREAD_FLOOR``."""
+    if advantages.numel() < 2:
+        return None
+    spread = advantage_spread(advantages, rewards, token_rewards)
+    return spread + 1e-8 if spread >= ADVANTAGE_SPREAD_FLOOR else None
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, aggregation: str = "token_mean", *,

@@ -8,6 +8,8 @@ module costs only torch.
 
 from __future__ import annotations
 
+import logging
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +24,36 @@ from gpu_trainer.precision import resolve_device_dtype
 from learning_shared.errors import AdapterInvalidError, TrainerInputError
 from learning_shared.fingerprint import base_model_fingerprint
 
+logger = logging.getLogger(__name__)
+
+CUBLAS_WORKSPACE = ":4096:8"
+"""The cuBLAS workspace setting under which its matrix products are deterministic on CUDA ≥ 10.2
+(PyTorch's reproducibility notes; cuBLAS's "Results reproducibility")."""
+
+
+def deterministic_cublas() -> None:
+    """Set ``CUBLAS_WORKSPACE_CONFIG`` for deterministic cuBLAS, unless the environment sets it.
+
+    cuBLAS (and torch's workspace for it) reads the variable once per process, at its first
+    matrix product on CUDA: set here, before the base model is loaded, it holds for a process
+    whose first CUDA work is a training run or a gate. Where CUDA already ran in this process it
+    may come too late, and that is logged: the worker's environment should then set it."""
+    if "CUBLAS_WORKSPACE_CONFIG" in os.environ:
+        return
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
+    if torch.cuda.is_initialized():
+        logger.warning(
+            "CUBLAS_WORKSPACE_CONFIG set after CUDA started in this process: cuBLAS may not be deterministic "
+            "(set CUBLAS_WORKSPACE_CONFIG=%s in the environment)",
+            CUBLAS_WORKSPACE,
+        )
+
 
 def seed_everything(seed: int, *, deterministic: bool) -> None:
-    """The one seeding block: Python, torch (CPU and CUDA) and deterministic kernels."""
+    """The one seeding block: Python, torch (CPU and CUDA) and deterministic kernels (cuBLAS's
+    workspace setting included, before CUDA starts)."""
+    if deterministic:
+        deterministic_cublas()
     random.seed(seed)
     torch.manual_seed(seed)
     if torch.cuda.is_available():

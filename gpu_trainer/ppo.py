@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from gpu_trainer.adapters import ADAPTER_CONFIG, METRICS, TRAIN_CONFIG, write_adapter_dir
+from gpu_trainer.batching import truncated_prompts
 from gpu_trainer.config import PPOConfig
 from gpu_trainer.losses import compute_advantages, token_advantages
 from gpu_trainer.minibatches import summarize
@@ -102,12 +103,14 @@ def train_ppo(config: PPOConfig, samples: Sequence[Sample], *, base_model_dir: s
     policy = load_policy(config, base_model_dir=base_model_dir, parent_adapter_dir=parent_adapter_dir)
     check_samples_against_vocab(samples, policy.model.get_input_embeddings().num_embeddings)
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
-    advantages = compute_advantages(rewards, baseline=config.baseline, normalize=config.normalize_advantages)
-    # Partial accepts and edits: each token its own advantage, against the same baseline and scale.
+    # Partial accepts and edits: each token its own advantage, against the same baseline and scale
+    # (normalised, the spread is that of every advantage the update uses, the tokens' included).
+    credit = [s.token_rewards for s in samples] if any(s.token_rewards is not None for s in samples) else None
+    advantages = compute_advantages(rewards, baseline=config.baseline, normalize=config.normalize_advantages,
+                                    token_rewards=credit)
     per_token = None
-    if any(s.token_rewards is not None for s in samples):
-        per_token = token_advantages([s.token_rewards for s in samples], rewards, baseline=config.baseline,
-                                     normalize=config.normalize_advantages)
+    if credit is not None:
+        per_token = token_advantages(credit, rewards, baseline=config.baseline, normalize=config.normalize_advantages)
 
     metrics, stopped_early = run_policy_update(policy, samples, advantages, config, progress=progress, on_step=on_step,
                                                token_advantages=per_token)
@@ -115,6 +118,7 @@ def train_ppo(config: PPOConfig, samples: Sequence[Sample], *, base_model_dir: s
     wall = time.perf_counter() - started
     summary = summarize(metrics, samples, wall, sum(m["tokens"] for m in metrics))
     summary["stopped_early"] = stopped_early
+    summary["truncated_prompts"] = truncated_prompts(samples, max_prompt_tokens=config.max_prompt_tokens)
     out = save_adapter(policy, out_dir, config=config, mode="ppo", parent_adapter_dir=parent_adapter_dir,
                        metrics=metrics, summary=summary)
     return TrainResult(out_dir=out, steps=len(metrics), stopped_early=stopped_early, summary=summary)

@@ -22,8 +22,9 @@ agent that answers nothing leaves its user to ask again.
 
 ``token_rewards`` (optional) is token-level credit, one finite number per completion token: a
 partial accept or an edit says which tokens the user kept (rewarded), the first one they did not
-(penalised) and the rest (0). The policy gradient then uses each token's own advantage, on the
-scale of the scalar rewards' (``losses.token_advantages``); ``reward`` still stands for the whole
+(penalised) and the rest (0). The policy gradient then uses each token's own advantage, centred
+on the scalar rewards' baseline and, when advantages are normalised, divided by the spread of the
+advantages the update uses, tokens included (``losses.token_advantages``); ``reward`` still stands for the whole
 completion in the batch baseline, the silent counterfactual and the gate. Absent, every token
 shares the sample's advantage, exactly as before.
 

@@ -26,7 +26,7 @@ from apps.common.exception_handler import public_text
 from apps.common.exceptions import ValidationFailed
 from apps.common.observability.metrics import training_run_finished
 from apps.common.tasks import enqueue
-from apps.engines.vllm_client import VLLMUnavailable
+from apps.engines.vllm_client import VLLMError, VLLMUnavailable
 from apps.training.dataset import Window, dataset_export
 from apps.training.erasure import training_run_erased
 from apps.training.models import ACTIVE_STATUSES, TrainingPolicy, TrainingRun
@@ -356,7 +356,7 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
         _advance(run, run.status, output_version=version)
     seconds["upload"] = time.perf_counter() - started  # registering writes the version to the adapter store
     started = time.perf_counter()
-    _load_now_or_later(version)
+    _load_now_or_later(run, version)  # the version stands: no load failure fails the run from here
     seconds["load"] = time.perf_counter() - started
     _advance(run, TrainingRun.Status.CANDIDATE, output_version=version, gate=gate, stage_seconds=seconds)
     return "candidate"  # the worker then starts its A/B test if the policy asks (experiment_auto_start)
@@ -437,9 +437,23 @@ def _limit_cpu_threads() -> None:
         torch.set_num_threads(max(1, settings.TRAINER_CPU_THREADS))
 
 
-def _load_now_or_later(version: AdapterVersion) -> None:
-    """Load in vLLM right away (freshness); if vLLM is down, the serving queue retries it."""
+def _load_now_or_later(run: TrainingRun, version: AdapterVersion) -> None:
+    """Load the registered version in vLLM right away (freshness). It is registered and the head of
+    its lineage whatever vLLM answers, so no answer fails the run: vLLM down, or an error of the load
+    itself (a name loaded from another path, a replica that accepts the adapter but does not list it),
+    leaves the load to the serving queue, which tries it again, and to serving, which loads a version
+    on first use. (An adapter vLLM refuses is marked failed by the load itself.)"""
     try:
         adapter_version_load(version_id=version.pk)
     except VLLMUnavailable:
-        enqueue("workers.serving.adapter_version_load", version.pk)
+        pass
+    except VLLMError as exc:
+        logger.warning("training run %s: loading version %s in vLLM failed; left to the serving queue",
+                       run.pk, version.vllm_name, exc_info=True)
+        training_run_advance_log(
+            run, f"loading version {version.number} in vLLM failed ({exc.message}); the serving queue tries again, "
+            "and serving loads it on first use"
+        )
+    else:
+        return
+    enqueue("workers.serving.adapter_version_load", version.pk)

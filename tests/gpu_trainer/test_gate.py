@@ -94,8 +94,18 @@ def test_candidate_identical_to_parent_passes_with_zero_kl_and_equal_rewards(tin
     assert verdict.kl_to_parent == pytest.approx(0.0, abs=1e-6)
     assert verdict.kl_positions == 2 * len(heldout) and verdict.kl_source == "heldout"
     assert verdict.reward_candidate == pytest.approx(verdict.reward_parent, abs=1e-9)
-    assert verdict.heldout_count == 16 and verdict.behaviour_known == 8
+    assert verdict.heldout_count == 16 and verdict.behaviour_known == 8 and verdict.truncated_prompts == 0
     assert _json(verdict)["kl_to_parent"] == verdict.kl_to_parent
+
+
+def test_the_verdict_counts_held_out_prompts_cut_to_max_prompt_tokens(tiny_starter_model, trained, heldout, setting):
+    """A held-out prompt over ``max_prompt_tokens`` is judged on its last tokens only (a FIM prompt
+    without its leading sentinel, a context never served): the verdict says how many were."""
+    longer = [{**s, "prompt_token_ids": [5] * 8 + s["prompt_token_ids"]} if i % 4 else s for i, s in enumerate(heldout)]
+    verdict = evaluate_candidate(base_model_dir=tiny_starter_model, parent_adapter_dir=None,
+                                 candidate_adapter_dir=trained, heldout=typed(longer),
+                                 config=GateConfig(max_prompt_tokens=len(setting["prompt"])))
+    assert verdict.truncated_prompts == 12 and _json(verdict)["truncated_prompts"] == 12
 
 
 def test_candidate_trained_toward_accepted_completions_estimates_a_higher_reward(tiny_starter_model, trained,

@@ -19,6 +19,16 @@ def test_baseline_none_keeps_raw_rewards_and_batch_mean_centres_them():
     assert abs(float(normalized.std()) - 1.0) < 1e-4
 
 
+@pytest.mark.parametrize("rewards", [[0.25] * 3, [0.1] * 7, [0.7] * 3])
+def test_normalising_rewards_that_do_not_spread_divides_by_nothing(rewards):
+    """All alike: normalised, seven rewards of 0.1 became −0.75 each (their mean's rounding, 7e-9,
+    over its own spread) and 0.7s under ``baseline: none`` 7e7; now they stay as they are."""
+    rewards = torch.tensor(rewards)
+    centred = compute_advantages(rewards, baseline="batch_mean", normalize=True)
+    assert torch.equal(centred, rewards - rewards.mean()) and centred.abs().max() < 1e-7
+    assert torch.equal(compute_advantages(rewards, baseline="none", normalize=True), rewards)
+
+
 def test_at_ratio_one_the_gradient_is_minus_advantage_times_the_logprob_gradient():
     new = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     old = new.detach().clone()

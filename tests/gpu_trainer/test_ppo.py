@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from gpu_trainer.config import PPOConfig
+from gpu_trainer.model_loading import seed_everything
 from gpu_trainer.ppo import train_ppo
 from tests.gpu_trainer.helpers import load, next_token_probs, prompt_ids, typed
 
@@ -171,6 +173,37 @@ def test_same_seed_gives_the_same_adapter_bytes(tiny_starter_model, setting, tmp
     assert _sha256(first.out_dir / weights) != _sha256(other_seed.out_dir / weights)
 
 
+def test_deterministic_seeding_sets_cublas_workspace_config_unless_the_environment_does(monkeypatch):
+    """cuBLAS is deterministic on CUDA only under a workspace setting, read before its first use:
+    the seeding block sets it (no GPU needed to see that), and leaves an operator's own."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")  # restored (here: removed) after the test
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    was = torch.are_deterministic_algorithms_enabled()
+    try:
+        seed_everything(0, deterministic=False)
+        assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+        seed_everything(0, deterministic=True)
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+        seed_everything(0, deterministic=True)
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=True)
+
+
+def test_the_summary_counts_prompts_cut_to_max_prompt_tokens(tiny_starter_model, setting, tmp_path):
+    """A prompt over ``max_prompt_tokens`` is trained on its last tokens only (a FIM prompt without
+    its leading sentinel): the run's summary says how many were."""
+    longer = [
+        {**s, "prompt_token_ids": [5] * 8 + s["prompt_token_ids"]} if i % 2 else s
+        for i, s in enumerate(_silence_samples(setting))
+    ]
+    config = PPOConfig(epochs=1, num_minibatches=1, max_prompt_tokens=len(setting["prompt"]))
+    result = train_ppo(config, typed(longer), base_model_dir=tiny_starter_model, out_dir=tmp_path / "out",
+                       progress=False)
+    assert result.summary["truncated_prompts"] == 8
+
+
 def test_output_records_config_base_and_per_step_metrics(tiny_starter_model, setting, tmp_path):
     config = PPOConfig(epochs=2, num_minibatches=2, target_kl=None)
     result = train_ppo(
@@ -184,7 +217,7 @@ def test_output_records_config_base_and_per_step_metrics(tiny_starter_model, set
         "strop_train_config.json",
     ]
     record = json.loads((result.out_dir / "strop_train_config.json").read_text())
-    assert record["config"] == config.to_dict()
+    assert record["config"] == config.to_dict() and record["summary"]["truncated_prompts"] == 0
     assert record["base_model"] == str(Path(tiny_starter_model).resolve())
     assert record["parent_adapter"] is None and record["seed"] == config.seed
     rows = [json.loads(line) for line in (result.out_dir / "metrics.jsonl").read_text().splitlines()]

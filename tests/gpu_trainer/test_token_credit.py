@@ -4,7 +4,9 @@ kept and penalises the first one they did not, on the tiny starter model, for re
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import random
 
 import pytest
 import torch
@@ -80,8 +82,8 @@ def test_token_rewards_are_kept_and_written_back():
 def test_a_token_carrying_its_samples_reward_gets_exactly_its_samples_advantage(baseline, normalize):
     """The baseline and the normalisation of token advantages are those of the per-sequence ones."""
     rewards = torch.tensor([0.75, -0.25, 0.25, 0.0, 0.25])
-    per_sequence = compute_advantages(rewards, baseline=baseline, normalize=normalize)
     token_rewards = [None, [-0.25, -0.25], [0.25, 0.25, 0.25], None, [0.75, -0.25, 0.0]]
+    per_sequence = compute_advantages(rewards, baseline=baseline, normalize=normalize, token_rewards=token_rewards)
     per_token = token_advantages(token_rewards, rewards, baseline=baseline, normalize=normalize)
     assert per_token[0] is None and per_token[3] is None
     assert torch.equal(per_token[1], per_sequence[1].repeat(2))
@@ -90,6 +92,71 @@ def test_a_token_carrying_its_samples_reward_gets_exactly_its_samples_advantage(
     scale = per_sequence[2] / (0.25 - (float(rewards.mean()) if baseline == "batch_mean" else 0.0))
     expected = (torch.tensor([0.75, -0.25, 0.0]) - (rewards.mean() if baseline == "batch_mean" else 0.0)) * scale
     assert torch.allclose(per_token[4], expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("baseline", ["batch_mean", "none"])
+def test_token_rewards_equal_to_the_samples_reward_leave_the_normalised_advantages_as_without_them(baseline):
+    rewards = torch.tensor([0.75, -0.25, 0.25, 0.0, 0.25])
+    plain = compute_advantages(rewards, baseline=baseline, normalize=True)
+    carried = [[0.75], None, [0.25, 0.25, 0.25], [0.0, 0.0], None]
+    assert torch.equal(compute_advantages(rewards, baseline=baseline, normalize=True, token_rewards=carried), plain)
+
+
+def test_normalised_partial_accepts_alone_get_token_advantages_on_their_tokens_spread():
+    """Three partial accepts (scalar 0.25 each: no spread) whose tokens were kept, refused, untaken.
+    Divided by the scalar rewards' spread (~1e-8) their token advantages were ±5e7 and the policy
+    loss ~1e7; divided by the spread of the token advantages themselves they are about ±1."""
+    rewards = torch.tensor([PARTIAL] * 3)
+    token_rewards = [[ACCEPTED, ACCEPTED, REJECTED, 0.0]] * 3
+    per_token = token_advantages(token_rewards, rewards, baseline="batch_mean", normalize=True)
+    # Each sample counts the mean of its tokens' squared advantages, 0.203125; three over n − 1 = 2.
+    expected = torch.tensor([0.5, 0.5, -0.5, -0.25]) / math.sqrt(3 * 0.203125 / 2)
+    for advantages in per_token:
+        assert torch.allclose(advantages, expected, atol=1e-5), advantages
+    scalar = compute_advantages(rewards, baseline="batch_mean", normalize=True, token_rewards=token_rewards)
+    assert scalar.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_normalised_token_advantages_stay_bounded_and_keep_their_sign():
+    """Any window of the policy's rewards, partial accepts among them, normalised: each advantage
+    the update uses has the sign of its reward − the batch mean, and is at most sqrt((n − 1) ·
+    tokens) in size (the spread counts every sample's tokens, each sample weighing one)."""
+    rng = random.Random(0)
+    outcomes = [ACCEPTED, REJECTED, 0.0, PARTIAL]
+    for _ in range(300):
+        n = rng.randint(2, 12)
+        rewards = torch.tensor([rng.choice(outcomes) for _ in range(n)])
+        if rng.random() < 0.3:
+            rewards = torch.full((n,), PARTIAL)  # no spread among the scalar rewards
+        token_rewards = [
+            [rng.choice([ACCEPTED, REJECTED, 0.0]) for _ in range(rng.randint(1, 8))] if rng.random() < 0.5 else None
+            for _ in range(n)
+        ]
+        scalar = compute_advantages(rewards, baseline="batch_mean", normalize=True, token_rewards=token_rewards)
+        per_token = token_advantages(token_rewards, rewards, baseline="batch_mean", normalize=True)
+        centred = rewards - rewards.mean()
+        for index, (values, advantages) in enumerate(zip(token_rewards, per_token, strict=True)):
+            if values is None:  # the sample's one advantage is the one its tokens get
+                assert advantages is None
+                advantages, own = scalar[index : index + 1], centred[index : index + 1]
+                bound = math.sqrt(n - 1)
+            else:
+                own = torch.tensor(values) - rewards.mean()
+                bound = math.sqrt((n - 1) * len(values))
+            assert advantages.abs().max() <= bound + 1e-4, (rewards, token_rewards)
+            moved = own.abs() > 1e-6
+            assert torch.equal(advantages[moved].sign(), own[moved].sign()), (rewards, token_rewards)
+
+
+def test_partial_accepts_alone_train_normalised_with_a_loss_of_ordinary_size(served, tiny_starter_model, tmp_path):
+    """The window of the test below, with ``normalize_advantages``: the policy loss stays of the
+    size of the advantages (about 1), not the 1e7 that dividing by the scalar rewards' spread made."""
+    samples = [_sample(served, reward=PARTIAL, token_rewards=[ACCEPTED, ACCEPTED, REJECTED, 0.0])] * 8
+    config = FAST.replace(normalize_advantages=True, epochs=1)
+    result = train_ppo(config, typed(samples), base_model_dir=tiny_starter_model, out_dir=tmp_path / "out",
+                       progress=False)
+    metrics = [json.loads(line) for line in (result.out_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(abs(m["policy_loss"]) < 2 for m in metrics), [m["policy_loss"] for m in metrics]
 
 
 def test_per_token_advantages_push_each_token_its_own_way():

@@ -7,6 +7,7 @@ import pytest
 from apps.adapters.services import adapter_create, base_model_register
 from apps.interactions.services import feedback_ingest, interactions_ingest
 from apps.training.models import TrainingPolicy
+from tests.serving.conftest import scripted_vllm  # noqa: F401  (vLLM's admin answers, as a test writes them)
 
 _ids = itertools.count()
 

@@ -1,5 +1,7 @@
 """A run's faults: a heartbeat that fails once beats again, one that cannot beat stops the run as
-lost, and a run that ends failed or rejected commits with its webhook delivery or not at all."""
+lost, a run that ends failed or rejected commits with its webhook delivery or not at all, and a run
+that registered its version is never reported as having registered nothing: not when vLLM fails to
+load it, not when the reaper reads it just before."""
 
 from __future__ import annotations
 
@@ -12,10 +14,13 @@ from django.utils import timezone
 
 import apps.training.pipeline as pipeline
 import apps.training.services.runs as runs
+from apps.adapters.models import AdapterVersion
+from apps.adapters.services import adapter_version_register
 from apps.notifications.models import WebhookDelivery
 from apps.notifications.services import webhook_create
 from apps.training.models import TrainingRun
-from apps.training.services import training_reap_stale, training_run_advance, training_run_claim
+from apps.training.services import training_reap_stale, training_run_advance, training_run_claim, training_schedule
+from tests.serving.scripted_vllm import vllm_error
 
 
 def claimed_run(adapter) -> TrainingRun:
@@ -140,3 +145,77 @@ def test_the_reaper_does_not_give_up_on_a_run_without_its_webhook_delivery(tiny_
     with pytest.raises(OperationalError):
         training_reap_stale(stale_after_s=60)
     assert TrainingRun.objects.get(pk=run.pk).status == "training"
+
+
+def _name_taken(upstream):
+    """vLLM already has the version's name, loaded from another path: an AdapterConflict."""
+
+    def answer(path: str, body: dict) -> tuple[int, object]:
+        upstream.models.append(body["lora_name"])  # listed with another root than the path asked
+        return vllm_error(400, f"The lora adapter '{body['lora_name']}' has already been loaded.", "BadRequestError")
+
+    return answer
+
+
+def _accepted_but_not_listed(upstream):
+    """vLLM answers the load 200 and then does not list the adapter."""
+    return lambda path, body: (200, "Success: LoRA adapter loaded")
+
+
+@pytest.mark.django_db(transaction=True)  # the run's heartbeat reads it from a connection of its own
+@pytest.mark.parametrize("answer", [_name_taken, _accepted_but_not_listed])
+def test_a_load_that_fails_after_registering_leaves_the_run_a_candidate_with_its_version(
+    tiny_adapter, policy, add_events, execute_run, scripted_vllm, settings, answer
+):
+    """The version is registered and the lineage's head before vLLM is asked: a load that fails then
+    (not for vLLM being down) must not end the run failed beside it. It ends a candidate, the load
+    left to the serving queue and to first use, and the run's log says what vLLM answered."""
+    settings.STROP_WEBHOOK_ALLOW_PRIVATE = True
+    webhook_create(tiny_adapter.tenant, url="http://127.0.0.1:9/hook", events=["run.failed"], actor="test")
+    scripted_vllm.script = answer(scripted_vllm)
+    add_events(16)
+    run = training_schedule(tiny_adapter, force=True)
+
+    assert execute_run(run) == "candidate"
+
+    run.refresh_from_db()
+    assert (run.status, run.error) == ("candidate", ""), run.error
+    version = run.output_version
+    assert version is not None and version.status == AdapterVersion.Status.CANDIDATE
+    assert version.loaded_at is None  # not loaded, and not marked failed: a load can still succeed
+    assert [path for path, _ in scripted_vllm.asked] == ["/v1/load_lora_adapter"]
+    assert f"loading version {version.number} in vLLM failed" in run.log
+    assert not WebhookDelivery.objects.filter(event="run.failed").exists()
+
+
+@pytest.mark.django_db
+def test_the_reaper_does_not_say_nothing_was_registered_of_a_run_that_registers_while_it_reads(
+    tiny_adapter, settings, monkeypatch, make_lora_adapter
+):
+    """The reaper reads a run past its wall time without a version; the run registers one (its
+    status unchanged) before the reaper's update. That update must not end the run "nothing was
+    registered" beside a version that stands: the next pass ends it naming the version."""
+    run = claimed_run(tiny_adapter)
+    long_ago = timezone.now() - timedelta(seconds=settings.TRAINING_MAX_RUN_S + 3600)
+    TrainingRun.objects.filter(pk=run.pk).update(status="evaluating", started_at=long_ago, heartbeat_at=timezone.now())
+    run.refresh_from_db()
+    real_reason = runs.wall_time_reason
+
+    def registering_meanwhile(kept=None):
+        version = adapter_version_register(
+            tiny_adapter.tenant, adapter=tiny_adapter, source_dir=make_lora_adapter(1), enqueue_load=False
+        )
+        assert training_run_advance(run, status=run.status, output_version=version)  # as the pipeline registers
+        return real_reason(kept)
+
+    monkeypatch.setattr(runs, "wall_time_reason", registering_meanwhile)
+    training_reap_stale(stale_after_s=60)
+    stored = TrainingRun.objects.get(pk=run.pk)
+    assert stored.output_version is not None
+    assert (stored.status, stored.error) == ("evaluating", ""), stored.error
+
+    monkeypatch.setattr(runs, "wall_time_reason", real_reason)
+    training_reap_stale(stale_after_s=60)
+    stored.refresh_from_db()
+    assert stored.status == "failed"
+    assert stored.error.endswith(f"version {stored.output_version.number} it had registered stands"), stored.error

@@ -87,7 +87,8 @@ def training_policy_update(tenant: Tenant, *, adapter: Adapter, actor: str, chan
 MAX_EVAL_CASES = 500
 # A case's longest fields, in characters. The gate decodes at most 64 tokens of a middle and scores
 # it by an edit distance whose cost is the product of the two lengths: a middle is a line or a block.
-# Prompts are cut to the trainer's max_prompt_tokens anyway.
+# The gate decodes a case's FIM prompt whole (only held-out and training prompts are cut to
+# max_prompt_tokens), so these bounds are all that bound it.
 MAX_EVAL_CHARS = {"prefix": 100_000, "suffix": 100_000, "middle": 4_000}
 
 

@@ -99,9 +99,11 @@ def training_reap_stale(*, stale_after_s: int | None = None) -> list[int]:
     for run in TrainingRun.objects.filter(status__in=working, started_at__lt=overdue).select_related("output_version"):
         reason = wall_time_reason(run.output_version)
         with transaction.atomic():
-            if TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
-                status=TrainingRun.Status.FAILED, finished_at=now, error=reason
-            ):
+            # Only as read: a version registered since (its status unchanged) is left to the next pass,
+            # which reads it, rather than the run ending with "nothing was registered" beside it.
+            if TrainingRun.objects.filter(
+                pk=run.pk, attempt=run.attempt, status=run.status, output_version=run.output_version_id
+            ).update(status=TrainingRun.Status.FAILED, finished_at=now, error=reason):
                 _run_ended_notify(run, status=TrainingRun.Status.FAILED, error=reason)
     requeued: list[int] = []
     stale = TrainingRun.objects.filter(status__in=working, heartbeat_at__lt=cutoff)
@@ -118,9 +120,10 @@ def training_reap_stale(*, stale_after_s: int | None = None) -> list[int]:
         with transaction.atomic():
             if run.attempt >= settings.TRAINING_MAX_ATTEMPTS:
                 reason = f"the worker stopped answering {run.attempt} times; giving up"
-                if TrainingRun.objects.filter(pk=run.pk, attempt=run.attempt, status=run.status).update(
-                    status=TrainingRun.Status.FAILED, finished_at=timezone.now(), error=reason
-                ):
+                # Still silent and still without a version, as the requeue below.
+                if TrainingRun.objects.filter(
+                    pk=run.pk, attempt=run.attempt, status=run.status, heartbeat_at__lt=cutoff, output_version=None
+                ).update(status=TrainingRun.Status.FAILED, finished_at=timezone.now(), error=reason):
                     _run_ended_notify(run, status=TrainingRun.Status.FAILED, error=reason)
                 continue
             tenant_lock(run.tenant_id)
