@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import validate_slug
+from django.db import Error as DatabaseLayerError
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from apps.adapters.models import Adapter, AdapterVersion, BaseModel
-from apps.adapters.store import StoreError, adapter_store, store_for
+from apps.adapters.store import Stored, StoreError, adapter_store, store_for
 from apps.common.exceptions import Conflict, ServiceUnavailable, ValidationFailed
 from apps.common.tasks import enqueue_on_commit
 from apps.notifications.services import notification_send
 from apps.tenants.models import Tenant
 from apps.tenants.services import audit_record
+
+logger = logging.getLogger(__name__)
 
 
 def base_model_register(*, name: str, path: str | Path, family: str | None = None, force: bool = False) -> BaseModel:
@@ -149,6 +156,69 @@ def adapter_source_verify(base: BaseModel, *, source_dir: str | Path) -> dict[st
     return config
 
 
+# The uploads of the innermost open ``atomic_undoing_uploads`` block.
+_open_uploads: ContextVar[list[Stored] | None] = ContextVar("strop_adapter_uploads", default=None)
+
+
+@contextmanager
+def atomic_undoing_uploads() -> Iterator[list[Stored]]:
+    """``transaction.atomic()`` that removes from the adapter store every version uploaded inside it
+    (the list it yields; ``adapter_version_register`` adds to it) unless its transaction commits.
+
+    A version's files are uploaded before its row is written, so a rollback after the upload (an
+    error, a time limit, a commit that fails) would leave a complete version that no row names,
+    beyond an erase's reach. Nested in another such block, what this one keeps is handed to the
+    outer one, whose commit decides; nested in a plain ``transaction.atomic()``, only a rollback of
+    this block is seen, so wrap the outermost transaction in this instead. Removing takes a key that
+    may delete (``STROP_STORE_PURGE_KEY_ID`` where the store's keys are split): a process without
+    one, like a process killed before the commit, leaves the version for an operator to delete
+    (docs/operate.md: when the store and the database disagree), and logs which."""
+    outer = _open_uploads.get()
+    nested = transaction.get_connection().in_atomic_block
+    uploads: list[Stored] = []
+    token = _open_uploads.set(uploads)
+    committing = False
+    try:
+        with transaction.atomic():
+            yield uploads
+            committing = True
+    except BaseException:
+        _uploads_undo(uploads, commit_failed=committing and not nested)
+        raise
+    finally:
+        _open_uploads.reset(token)
+    if outer is not None:
+        outer.extend(uploads)
+
+
+def _uploads_undo(uploads: list[Stored], *, commit_failed: bool) -> None:
+    for stored in uploads:
+        if commit_failed and _row_kept(stored):
+            continue  # the commit went through after all, and only its answer was lost
+        try:
+            store_for(stored.address).purge(stored.address)
+        except StoreError as exc:
+            logger.error(
+                "version %s was uploaded but never registered, and removing it from the adapter store failed (%s): "
+                "delete it by hand (docs/operate.md, when the store and the database disagree)",
+                stored.address,
+                exc,
+            )
+        else:
+            logger.warning("removed %s from the adapter store: its registration did not commit", stored.address)
+
+
+def _row_kept(stored: Stored) -> bool:
+    """Whether a row names ``stored`` after a commit that raised. Unknown counts as no: removing the
+    files of a committed row leaves a version that fails to load, visibly; keeping files no row names
+    leaves weights that no erase reaches."""
+    try:
+        transaction.get_connection().close_if_unusable_or_obsolete()
+        return AdapterVersion.objects.filter(artifact_path=stored.address).exists()
+    except DatabaseLayerError:
+        return False
+
+
 def adapter_version_register(
     tenant: Tenant,
     *,
@@ -163,16 +233,20 @@ def adapter_version_register(
 ) -> AdapterVersion:
     """Write a verified PEFT adapter to the adapter store as a new version and register it.
 
-    The store writes the version once, under a name never reused, with a manifest last (a crash
-    leaves no complete version that a row lacks, nor a row whose version is half written: the row
-    commits after the upload). The trainer's per-step metrics go into the row, so nothing reads
-    them from files again. Loading into vLLM happens after commit.
+    The store writes the version once, under a name never reused, with a manifest last, and the
+    row commits after the upload, so no row names a half-written version. If the transaction does
+    not commit after the upload (an error, a time limit, a failed commit), the upload is removed
+    (``atomic_undoing_uploads``; a caller that registers inside its own transaction wraps that in
+    one). A process killed between the upload and the commit does leave a complete version that no
+    row names: nothing loads or serves it, and docs/operate.md says how to find and delete it. The
+    trainer's per-step metrics go into the row, so nothing reads them from files again. Loading
+    into vLLM happens after commit.
     """
     if adapter.tenant_id != tenant.pk or (parent is not None and parent.adapter_id != adapter.pk):
         raise ValueError("adapter or parent belongs elsewhere")
     source = Path(source_dir)
     config = adapter_source_verify(adapter.base_model, source_dir=source)
-    with transaction.atomic():
+    with atomic_undoing_uploads() as uploads:
         Adapter.objects.select_for_update(no_key=True).filter(pk=adapter.pk).first()  # serialises version numbers
         number = (AdapterVersion.objects.filter(adapter=adapter).aggregate(n=Max("number"))["n"] or 0) + 1
         slug = _version_slug(number)
@@ -183,6 +257,7 @@ def adapter_version_register(
             )
         except StoreError as exc:
             raise ServiceUnavailable(f"the adapter store did not take version {number}: {exc}") from None
+        uploads.append(stored)
         version = AdapterVersion.objects.create(
             tenant=tenant,
             adapter=adapter,

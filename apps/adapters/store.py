@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -42,6 +44,10 @@ class StoreUnavailable(StoreError):
 
 class StoreCorrupt(StoreError):
     """A version's files do not match its manifest or its recorded digest."""
+
+
+class NotStored(StoreError):
+    """The store holds no such object."""
 
 
 def _file_sha256(path: Path) -> str:
@@ -69,13 +75,40 @@ def manifest_digest(manifest: dict[str, str]) -> str:
     return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
 
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def manifest_files(raw: bytes | str, *, version: str) -> dict[str, str]:
+    """A manifest's ``files`` (relative POSIX path -> SHA-256), or StoreCorrupt when it is not that
+    shape. Checked before anything it lists is read: the manifest comes from the store, which does
+    not vouch for itself."""
+    try:
+        files = json.loads(raw)["files"]
+    except (ValueError, KeyError, TypeError):
+        raise StoreCorrupt(f"{version}: {MANIFEST} is not readable") from None
+    if not isinstance(files, dict):
+        raise StoreCorrupt(f"{version}: {MANIFEST} does not map file names to their SHA-256")
+    for name, sha in files.items():
+        parts = name.split("/")
+        if (
+            not isinstance(sha, str)
+            or not _SHA256.fullmatch(sha)
+            or parts[-1] == MANIFEST
+            or "\\" in name
+            or any(part in {"", ".", ".."} for part in parts)
+        ):
+            raise StoreCorrupt(f"{version}: {MANIFEST} lists {name[:100]!r}, not a file of a version with its SHA-256")
+    return files
+
+
 def verify_directory(directory: str | Path, *, digest: str) -> None:
     """Raise StoreCorrupt unless ``directory`` holds exactly its manifest's files, under ``digest``."""
     directory = Path(directory)
     try:
-        recorded = json.loads((directory / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+        raw = (directory / MANIFEST).read_bytes()
+    except OSError:
         raise StoreCorrupt(f"{directory.name}: no readable {MANIFEST}") from None
+    recorded = manifest_files(raw, version=directory.name)
     if manifest_digest(recorded) != digest:
         raise StoreCorrupt(f"{directory.name}: the manifest's digest is not the one recorded for the version")
     actual = manifest_of(directory)
@@ -127,10 +160,20 @@ class LocalStore:
 
     def purge(self, address: str) -> int:
         """Delete the version's folder (a purge: weights trained on an erased end user); how many
-        files went. Idempotent: a folder already gone deletes nothing."""
+        files went. Idempotent: a folder already gone deletes nothing. A root that is missing or
+        empty (its volume not mounted on this host) is a StoreError, never "already gone": the
+        version's files may well lie where this host cannot see them."""
         directory = Path(address)
         if not directory.resolve().is_relative_to(self.root.resolve()):
             raise StoreError(f"{directory.name} is not in the adapter store")
+        try:
+            empty = next(self.root.iterdir(), None) is None
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"the adapter folder {self.root} cannot be read ({exc.strerror or exc}); is its volume mounted?"
+            ) from None
+        if empty:  # every version written leaves its tenant's folder behind, even once purged
+            raise StoreUnavailable(f"the adapter folder {self.root} is empty; is its volume mounted?")
         if not directory.is_dir():
             return 0
         files = sum(1 for p in directory.rglob("*") if p.is_file())
@@ -187,30 +230,38 @@ class S3Store:
             raise StoreError("the version is not in this adapter store")
         return address[len(base) :].strip("/")
 
-    def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
+    @contextmanager
+    def _answers(self, what: str, *, of_object: bool) -> Iterator[None]:
+        """Turn what boto3 raises inside the block (a request, or reading a body it returned) into a
+        StoreError saying ``what`` failed; ``of_object``: the block reads one object, whose absence
+        is NotStored rather than a missing bucket."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            return fn(Bucket=self.bucket, **kwargs)
+            yield
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", "error"))
-            if code in {"NoSuchBucket", "404"} and "Key" not in kwargs:
+            if code in {"NoSuchBucket", "404"} and not of_object:
                 raise StoreUnavailable(f"{what}: bucket {self.bucket!r} does not exist") from None
             if code in {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"}:
                 raise StoreUnavailable(f"{what}: the object store refused Strop's credentials ({code})") from None
+            if code in {"NoSuchKey", "404", "NotFound"} and of_object:
+                raise NotStored(f"{what}: the object store answered {code}") from None
             raise StoreError(f"{what}: the object store answered {code}") from None
-        except BotoCoreError as exc:
+        except BotoCoreError as exc:  # no connection, or one broken off while a body was read
             raise StoreUnavailable(f"{what}: the object store cannot be reached ({type(exc).__name__})") from None
+
+    def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
+        with self._answers(what, of_object="Key" in kwargs):
+            return fn(Bucket=self.bucket, **kwargs)
 
     def put(self, source: str | Path, *, tenant: str, adapter: str, slug: str, vllm_name: str) -> Stored:
         del tenant, adapter, slug  # the vLLM name already holds them, and replicas look versions up by it
         source = Path(source)
         manifest_key = self._key(vllm_name, MANIFEST)
-        from botocore.exceptions import ClientError
-
         try:
-            self.client.head_object(Bucket=self.bucket, Key=manifest_key)
-        except ClientError:
+            self._call("look for the version", self.client.head_object, Key=manifest_key)
+        except NotStored:
             pass
         else:
             raise StoreError(f"{vllm_name} is already stored; a version is written once")
@@ -223,7 +274,8 @@ class S3Store:
         return Stored(address=f"s3://{self.bucket}/{self._key(vllm_name)}", digest=manifest_digest(manifest))
 
     def fetch(self, address: str, *, digest: str, dest: str | Path) -> Path:
-        """Download a version into ``dest`` (replaced if it exists but does not check out)."""
+        """Download a version into ``dest`` (replaced if it exists but does not check out). The
+        manifest is checked against ``digest`` before a single file is downloaded."""
         name = self._name(address)
         dest = Path(dest)
         if dest.is_dir():
@@ -232,11 +284,11 @@ class S3Store:
                 return dest
             except StoreCorrupt:
                 shutil.rmtree(dest)
-        raw = self._call("read the manifest", self.client.get_object, Key=self._key(name, MANIFEST))["Body"].read()
-        try:
-            files = json.loads(raw)["files"]
-        except (ValueError, KeyError, TypeError):
-            raise StoreCorrupt(f"{name}: the manifest is not readable") from None
+        with self._answers("read the manifest", of_object=True):
+            raw = self.client.get_object(Bucket=self.bucket, Key=self._key(name, MANIFEST))["Body"].read()
+        files = manifest_files(raw, version=name)
+        if manifest_digest(files) != digest:
+            raise StoreCorrupt(f"{name}: the manifest's digest is not the one recorded for the version")
         staging = dest.with_name(f"{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
         staging.mkdir(parents=True)
         try:
@@ -245,8 +297,8 @@ class S3Store:
                 if not target.resolve().is_relative_to(staging.resolve()):
                     raise StoreCorrupt(f"{name}: the manifest names a file outside the version")
                 target.parent.mkdir(parents=True, exist_ok=True)
-                obj = self._call(f"download {file_name}", self.client.get_object, Key=self._key(name, file_name))
-                with target.open("wb") as fh:
+                with self._answers(f"download {file_name}", of_object=True), target.open("wb") as fh:
+                    obj = self.client.get_object(Bucket=self.bucket, Key=self._key(name, file_name))
                     shutil.copyfileobj(obj["Body"], fh)
             (staging / MANIFEST).write_bytes(raw)
             verify_directory(staging, digest=digest)
@@ -323,12 +375,20 @@ def adapter_store() -> AdapterStore:
 
 
 def store_for(address: str) -> AdapterStore:
-    """The store holding a version at ``address`` (an ``s3://`` address or a local path), so a version
-    written before the store moved is still read from where it lies."""
+    """The store holding a version at ``address`` (an ``s3://`` address or a local path), rooted where
+    the address lies, so a version written before the store moved (another bucket, another prefix of
+    the same bucket, another folder) is still read, fetched and purged from where it lies."""
     current = adapter_store()
     if address.startswith("s3://"):
-        if isinstance(current, S3Store) and address.startswith(f"s3://{current.bucket}/"):
-            return current
+        # s3://bucket/prefix/<vllm name>: the version's own bucket and prefix, whatever is set now.
         bucket_prefix = address.removeprefix("s3://").rsplit("/", 1)[0]
+        bucket, _, prefix = bucket_prefix.partition("/")
+        if isinstance(current, S3Store) and (current.bucket, current.prefix) == (bucket, prefix.strip("/")):
+            return current
         return S3Store(f"s3://{bucket_prefix}", client=current.client if isinstance(current, S3Store) else None)
-    return current if isinstance(current, LocalStore) else LocalStore(Path(address).parent)
+    path = Path(address)
+    if isinstance(current, LocalStore) and path.resolve().is_relative_to(current.root.resolve()):
+        return current
+    # <root>/<tenant>/<adapter>/<slug>, as LocalStore.put writes it: the root the version was written under.
+    parents = path.parents
+    return LocalStore(parents[min(2, len(parents) - 1)] if parents else path)

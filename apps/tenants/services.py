@@ -51,6 +51,10 @@ def _tenant_fields_check(*, name: str, slug: str, rate_limit_per_minute: int) ->
         validate_slug(slug)  # the rule of the `slug` path converter every tenant page's URL uses
     except DjangoValidationError:
         raise ValidationFailed(f"slug: {slug!r} may hold only ASCII letters, digits, hyphens and underscores") from None
+    if not slug[0].isalnum():
+        # A version's vLLM name starts with the tenant's slug, and vLLM replicas that fetch from
+        # object storage take only names that start with a letter or digit (strop_vllm_store.NAME).
+        raise ValidationFailed(f"slug: {slug!r} must start with a letter or digit, not {slug[0]!r}")
     if isinstance(rate_limit_per_minute, bool) or not isinstance(rate_limit_per_minute, int):
         raise ValidationFailed("rate_limit_per_minute: a whole number of requests (0: the platform default)")
     if rate_limit_per_minute < 0:

@@ -17,11 +17,16 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection
 
 from apps.adapters.loading import adapter_version_load
 from apps.adapters.models import Adapter, AdapterVersion
-from apps.adapters.services import adapter_serve_probe, adapter_version_fetch, adapter_version_register
+from apps.adapters.services import (
+    adapter_serve_probe,
+    adapter_version_fetch,
+    adapter_version_register,
+    atomic_undoing_uploads,
+)
 from apps.common.exception_handler import public_text
 from apps.common.exceptions import ValidationFailed
 from apps.common.observability.metrics import training_run_finished
@@ -333,9 +338,10 @@ def _execute(run: TrainingRun, guard: _Guard) -> str:
     probe = adapter_serve_probe(base, result.out_dir)  # synthetic: no user's text in a version
     seconds["probe"] = time.perf_counter() - started
     started = time.perf_counter()
-    with transaction.atomic():
+    with atomic_undoing_uploads():
         # The run's row is locked while its version registers: an erase marking this run waits for
-        # the commit and then names the version; one that marked it first is seen here.
+        # the commit and then names the version; one that marked it first is seen here. Should this
+        # transaction not commit (the run taken back, a time limit), the upload is removed again.
         locked = TrainingRun.objects.select_for_update().filter(pk=run.pk, attempt=run.attempt, status=run.status)
         if locked.first() is None:
             raise RunTakenBack(f"run {run.pk} attempt {run.attempt} was taken back")

@@ -13,7 +13,9 @@ together. What is trusted is the digest Strop keeps in its database for each ver
   ``POST /v1/load_lora_adapter`` names the version by its store address and carries its digest
   (``strop_digest``); the middleware fetches the version, refuses it with a 400 saying "digest
   mismatch" unless its files hash to that digest, and passes vLLM the cached folder instead, so
-  vLLM's own checks and errors apply unchanged. A load by store address without a digest is refused.
+  vLLM's own checks and errors apply unchanged. A load by store address without a digest is refused,
+  and so is an address that does not end in the version's own name or lies outside the configured
+  bucket (one under an earlier prefix of that bucket is taken: ``Store.prefix_of``).
   It sits inside ``strop_vllm_auth.RequireKey``: nothing is read or fetched before the key is checked.
 - ``register`` (a ``vllm.general_plugins`` entry point, declared by the ``strop_vllm_plugins``
   dist-info beside this file) adds a LoRA resolver, asked when a request names a version vLLM has
@@ -52,6 +54,9 @@ logger = logging.getLogger("vllm.strop_vllm_store")  # under vLLM's logger, so i
 MANIFEST = "strop-manifest.json"
 # A version's name: tenant--adapter--vN-<random>. Anything else never reaches the store.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
+# The prefix a version was written under: the configured one, or an earlier one of the same bucket.
+# Plain path segments only ("." and ".." start with a dot, which no segment may).
+PREFIX = re.compile(r"(?:[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199})(?:/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}){0,15}")
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # Beside the cached versions (a version's name never starts with a dot): the digest Strop sent for
 # each, so the resolver can check a cached copy without trusting the bucket.
@@ -101,17 +106,31 @@ class Store:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def address(self, name: str) -> str:
-        return f"s3://{self.bucket}/{self.prefix}/{name}" if self.prefix else f"s3://{self.bucket}/{name}"
+    def prefix_of(self, name: str, address: str) -> str | None:
+        """The prefix under which ``address`` holds version ``name`` in this store's bucket, or None
+        when it is not that version's address. Under the configured prefix, or an earlier one of the
+        same bucket: versions written before the store moved to a new prefix stay where they lie.
+        The address must end in the name itself, so a name never loads another version's files
+        (another tenant's), and must be in the configured bucket, so a request never points this
+        replica's credentials elsewhere; the files are then checked against Strop's digest as ever."""
+        if not NAME.fullmatch(name) or ".." in name:
+            return None
+        bucket, _, key = address.removeprefix("s3://").partition("/")
+        prefix, slash, last = key.rpartition("/")
+        if not address.startswith("s3://") or bucket != self.bucket or last != name or (slash and not prefix):
+            return None
+        return prefix if prefix in {"", self.prefix} or PREFIX.fullmatch(prefix) else None
 
-    def _key(self, name: str, file_name: str) -> str:
-        return "/".join(p for p in (self.prefix, name, file_name) if p)
+    def _key(self, name: str, file_name: str, *, prefix: str | None = None) -> str:
+        return "/".join(p for p in (self.prefix if prefix is None else prefix, name, file_name) if p)
 
-    def fetch(self, name: str, *, digest: str) -> Path:
-        """The cached folder of version ``name``, fetched from the store if need be, whose files
-        hash to ``digest`` (the one Strop recorded); DigestMismatch otherwise."""
+    def fetch(self, name: str, *, digest: str, prefix: str | None = None) -> Path:
+        """The cached folder of version ``name``, fetched from the store if need be (under ``prefix``,
+        by default the configured one), whose files hash to ``digest`` (the one Strop recorded);
+        DigestMismatch otherwise."""
         if not NAME.fullmatch(name) or ".." in name:
             raise NotInStore(name)
+        prefix = self.prefix if prefix is None else prefix
         if not DIGEST.fullmatch(digest):
             raise BadVersion(f"{name}: no valid digest (strop_digest) was sent, so the version cannot be verified")
         with self._guard:
@@ -123,16 +142,17 @@ class Store:
                 return target
             shutil.rmtree(target, ignore_errors=True)
             started = time.monotonic()
-            folder = self._download(name, target, digest)
+            folder = self._download(name, target, digest, prefix)
             _record_verified(name, digest)
             logger.info("fetched adapter %s from the adapter store in %.2f s", name, time.monotonic() - started)
             return folder
 
-    def _download(self, name: str, target: Path, digest: str) -> Path:
+    def _download(self, name: str, target: Path, digest: str, prefix: str) -> Path:
         from botocore.exceptions import ClientError
 
         try:
-            raw = self.client.get_object(Bucket=self.bucket, Key=self._key(name, MANIFEST))["Body"].read()
+            manifest = self.client.get_object(Bucket=self.bucket, Key=self._key(name, MANIFEST, prefix=prefix))
+            raw = manifest["Body"].read()
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
                 raise NotInStore(name) from None
@@ -155,7 +175,7 @@ class Store:
                 if not path.resolve().is_relative_to(staging.resolve()):
                     raise BadVersion(f"{name}: the manifest names a file outside the version")
                 path.parent.mkdir(parents=True, exist_ok=True)
-                body = self.client.get_object(Bucket=self.bucket, Key=self._key(name, file_name))["Body"]
+                body = self.client.get_object(Bucket=self.bucket, Key=self._key(name, file_name, prefix=prefix))["Body"]
                 with path.open("wb") as fh:
                     shutil.copyfileobj(body, fh)
             (staging / MANIFEST).write_bytes(raw)
@@ -304,10 +324,11 @@ class FetchOnLoad:
         await self.app({**scope, "headers": headers}, replay, send)
 
     async def _fetch(self, name: str, address: str, digest: str) -> str | tuple[dict[str, Any], bytes]:
-        if store().address(name) != address:
+        prefix = store().prefix_of(name, address)
+        if prefix is None:
             return _error(400, "lora_path is not this version's address in the adapter store")
         try:
-            return str(await asyncio.to_thread(store().fetch, name, digest=digest))
+            return str(await asyncio.to_thread(store().fetch, name, digest=digest, prefix=prefix))
         except NotInStore:
             return _error(404, f"adapter {name} is not in the adapter store")
         except BadVersion as exc:

@@ -7,7 +7,12 @@ S3-compatible service, which nothing on this machine or in CI provides.
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -23,6 +28,7 @@ from apps.adapters.store import (
     adapter_store,
     manifest_digest,
     manifest_of,
+    store_for,
 )
 from apps.common.exceptions import ServiceUnavailable
 
@@ -135,3 +141,123 @@ def test_a_corrupt_manifest_digest_is_refused(s3_store, tenant, adapter, make_lo
         adapter_version_fetch(version, into=tmp_path / "c")
     with pytest.raises(StoreCorrupt):
         adapter_store().fetch(version.artifact_path, digest=version.digest, dest=tmp_path / "d")
+
+
+def test_an_unreachable_object_store_refuses_a_new_version_as_unavailable_and_keeps_no_row(
+    settings, tenant, adapter, make_lora_adapter
+):
+    settings.STROP_ADAPTER_STORE = "s3://strop-any/adapters"
+    settings.AWS_ENDPOINT_URL = "http://127.0.0.1:9"  # nothing listens on the discard port
+    settings.AWS_ACCESS_KEY_ID, settings.AWS_SECRET_ACCESS_KEY = "k", "s"
+    with pytest.raises(ServiceUnavailable, match="cannot be reached"):
+        register(tenant, adapter, make_lora_adapter(seed=16))
+    assert not AdapterVersion.objects.exists()
+
+
+@dataclass
+class CutOff:
+    """An S3 endpoint in front of the test store whose connection breaks off halfway through the
+    bodies of the objects ``cut`` names, as a network dropping mid-download does."""
+
+    endpoint: str
+    cut: str = ""
+
+
+@pytest.fixture
+def cut_off(object_store) -> Iterator[CutOff]:
+    upstream = object_store.client()
+    state = CutOff(endpoint="")
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            bucket, _, key = unquote(urlsplit(self.path).path).lstrip("/").partition("/")
+            body = upstream.get_object(Bucket=bucket, Key=key)["Body"].read()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2] if state.cut and key.endswith(state.cut) else body)
+            self.close_connection = True
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("cut", [MANIFEST, "adapter_model.safetensors"])
+def test_a_download_broken_off_midway_is_the_store_unavailable_and_leaves_no_folder(
+    settings, s3_store, cut_off, tenant, adapter, make_lora_adapter, tmp_path, cut
+):
+    version = register(tenant, adapter, make_lora_adapter(seed=17))
+    settings.AWS_ENDPOINT_URL = cut_off.endpoint
+    assert manifest_of(adapter_version_fetch(version, into=tmp_path / "whole"))  # the endpoint itself works
+    cut_off.cut = cut
+    with pytest.raises(ServiceUnavailable, match="cannot be reached"):
+        adapter_version_fetch(version, into=tmp_path / "cut")
+    assert not (tmp_path / "cut").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["whole"]  # no staging folder left behind
+
+
+def test_a_manifest_of_the_wrong_shape_is_refused_as_corrupt_in_the_store_and_on_disk(
+    settings, s3_store, object_store, tenant, adapter, make_lora_adapter, tmp_path
+):
+    source = make_lora_adapter(seed=18)
+    listed = json.dumps({"files": sorted(manifest_of(source))}).encode()  # names without their hashes
+    version = register(tenant, adapter, source)
+    bucket = s3_store.removeprefix("s3://").split("/")[0]
+    object_store.client().put_object(Bucket=bucket, Key=f"adapters/{version.vllm_name}/{MANIFEST}", Body=listed)
+    with pytest.raises(ServiceUnavailable, match="does not map file names"):
+        adapter_version_fetch(version, into=tmp_path / "s3")
+    assert not (tmp_path / "s3").exists()
+
+    settings.STROP_ADAPTER_STORE = ""
+    local = register(tenant, adapter, make_lora_adapter(seed=19))
+    (Path(local.artifact_path) / MANIFEST).write_bytes(listed)
+    with pytest.raises(ServiceUnavailable, match="does not map file names"):
+        adapter_version_fetch(local, into=tmp_path / "unused")
+
+
+def test_a_manifest_is_checked_against_the_versions_digest_before_any_file_is_downloaded(
+    s3_store, object_store, tenant, adapter, make_lora_adapter, tmp_path
+):
+    version = register(tenant, adapter, make_lora_adapter(seed=20))
+    bucket = s3_store.removeprefix("s3://").split("/")[0]
+    # The weights are gone: a fetch that downloaded before checking would fail on them instead.
+    object_store.client().delete_object(Bucket=bucket, Key=f"adapters/{version.vllm_name}/adapter_model.safetensors")
+    with pytest.raises(StoreCorrupt, match="manifest's digest is not the one recorded"):
+        adapter_store().fetch(version.artifact_path, digest="sha256:" + "0" * 64, dest=tmp_path / "e")
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_a_purge_whose_adapter_folder_is_missing_or_empty_fails_and_deletes_nothing(
+    settings, tenant, adapter, make_lora_adapter, tmp_path
+):
+    settings.STROP_ADAPTER_ROOT = root = tmp_path / "adapters"
+    version = register(tenant, adapter, make_lora_adapter(seed=21))
+    root.rename(tmp_path / "elsewhere")  # the volume is not mounted on this host
+    with pytest.raises(StoreUnavailable, match="is its volume mounted"):
+        store_for(version.artifact_path).purge(version.artifact_path)
+    root.mkdir()  # an empty mount point, as a readiness check leaves it
+    with pytest.raises(StoreUnavailable, match="is its volume mounted"):
+        store_for(version.artifact_path).purge(version.artifact_path)
+    assert (tmp_path / "elsewhere" / Path(version.artifact_path).relative_to(root) / MANIFEST).is_file()
+
+
+def test_a_purge_of_a_version_folder_already_gone_from_its_root_deletes_nothing(
+    settings, tenant, adapter, make_lora_adapter, tmp_path
+):
+    settings.STROP_ADAPTER_ROOT = tmp_path / "adapters"
+    version = register(tenant, adapter, make_lora_adapter(seed=22))
+    store = store_for(version.artifact_path)
+    assert store.purge(version.artifact_path) >= 2
+    assert store.purge(version.artifact_path) == 0  # idempotent: already gone

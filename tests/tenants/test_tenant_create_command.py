@@ -9,7 +9,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
+from apps.common.exceptions import ValidationFailed
 from apps.tenants.models import ApiKey, AuditEvent, Tenant
+from apps.tenants.services import tenant_create
 
 pytestmark = pytest.mark.django_db
 
@@ -38,6 +40,19 @@ def test_an_unknown_scope_creates_no_tenant_and_a_rerun_with_good_scopes_works()
 def test_a_slug_the_dashboards_urls_cannot_hold_is_refused_naming_it(slug):
     with pytest.raises(CommandError, match="^slug: "):
         _create("Acme", "--slug", slug)
+    _nothing_stored()
+
+
+@pytest.mark.parametrize("slug", ["_acme", "-acme"])
+def test_a_slug_not_starting_with_a_letter_or_digit_is_refused_as_a_400_naming_it(slug):
+    # Every version's vLLM name starts with the slug, and a replica fetching from object storage
+    # takes only names that start with a letter or digit: such a tenant's versions could never load.
+    with pytest.raises(CommandError, match=f"^slug: '{slug}' must start with a letter or digit"):
+        _create("Acme", f"--slug={slug}")
+    _nothing_stored()
+    with pytest.raises(ValidationFailed, match="must start with a letter or digit") as refused:
+        tenant_create(name="Acme", slug=slug)
+    assert refused.value.status_code == 400
     _nothing_stored()
 
 
