@@ -28,8 +28,10 @@ def test_a_label_changed_after_a_version_learned_it_is_eligible_again_and_a_repl
     )
     assert not training_events_eligible(tiny_adapter, parent=v1).exists()
 
-    changed, replayed = learned[0], learned[1]
-    assert changed.outcome != "rejected"
+    # Any two of the batch (its labels are written in key order, not the batch's): one to change to
+    # "rejected", so one that is not rejected now, and another to replay.
+    changed = next(f for f in learned if f.outcome != "rejected")
+    replayed = next(f for f in learned if f.pk != changed.pk)
     later = (changed.occurred_at + timedelta(minutes=5)).isoformat()
     feedback_ingest(
         tenant, items=[{"client_id": changed.interaction.client_id, "outcome": "rejected", "occurred_at": later}]
