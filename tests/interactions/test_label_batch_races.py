@@ -5,7 +5,6 @@ order; and a deadlock that still happens is answered 503 with ``Retry-After``, n
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -23,19 +22,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 
-
-def _waiting_sessions(at_least: int, seconds: float = 30) -> None:
-    """Return once ``at_least`` sessions of this database wait for a lock, or after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
-            cursor.execute(
-                "SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-                " WHERE NOT l.granted AND a.datname = current_database()"
-            )
-            if cursor.fetchone()[0] >= at_least:
-                return
-            time.sleep(0.05)
 
 
 def _feedback(interaction_id: str) -> dict[str, Any]:
@@ -65,7 +51,7 @@ def test_two_batches_naming_the_same_interactions_in_opposite_orders_both_land(
         with transaction.atomic():
             list(model.objects.select_for_update().filter(tenant=tenant, interaction_id=second))
             holding.set()
-            _waiting_sessions(2)
+            wait_for_a_waiting_lock(30, sessions=2)
 
     def batch(order: list[str]) -> None:  # the other batch, in its own connection
         try:
